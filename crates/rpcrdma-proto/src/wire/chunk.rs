@@ -1,0 +1,524 @@
+//! Chunks and chunk lists: identical on the wire in version 1 (RFC 8166
+//! §4.2) and version 2 (draft-cel-nfsv4-rpcrdma-version-two-09 §3.3).
+//!
+//! ```text
+//! struct xdr_rdma_segment { uint32 handle; uint32 length; uint64 offset; };
+//! struct xdr_read_chunk   { uint32 position; struct xdr_rdma_segment target; };
+//! struct xdr_read_list    { struct xdr_read_chunk entry; struct xdr_read_list *next; };
+//! struct xdr_write_chunk  { struct xdr_rdma_segment target<>; };
+//! struct xdr_write_list   { struct xdr_write_chunk entry; struct xdr_write_list *next; };
+//! ```
+//!
+//! The three lists (`rdma_reads`, `rdma_writes`, `rdma_reply`) are XDR
+//! optional-data lists; every discriminant must be 0 or 1, and every count is
+//! checked against [`Limits`] before anything is allocated.
+
+use core::fmt;
+
+use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
+use crate::{DecodeError, Limits};
+
+/// Encoded size of a segment (handle, length, offset).
+pub const SEGMENT_LEN: usize = 16;
+/// Encoded size of a read segment (position + segment).
+pub const READ_SEGMENT_LEN: usize = 20;
+
+/// An RDMA segment: a registered memory region of the requester, named by
+/// its handle (STag / R_key), length and offset (tagged offset / address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Segment {
+    /// `rdma_handle`: the STag / R_key.
+    pub handle: u32,
+    /// `rdma_length`: octets.
+    pub length: u32,
+    /// `rdma_offset`: the tagged offset / virtual address.
+    pub offset: u64,
+}
+
+impl Segment {
+    /// A segment.
+    pub const fn new(handle: u32, length: u32, offset: u64) -> Self {
+        Segment {
+            handle,
+            length,
+            offset,
+        }
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let at = r.position();
+        let handle = r.u32("rdma_handle")?;
+        let length = r.u32("rdma_length")?;
+        let offset = r.u64("rdma_offset")?;
+        if offset.checked_add(length as u64).is_none() {
+            return Err(DecodeError::new(
+                DecodeErrorKind::Overflow("rdma_offset + rdma_length"),
+                at,
+                "rdma_segment",
+            ));
+        }
+        Ok(Segment {
+            handle,
+            length,
+            offset,
+        })
+    }
+
+    fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
+        w.u32(self.handle)?;
+        w.u32(self.length)?;
+        w.u64(self.offset)
+    }
+}
+
+impl fmt::Display for Segment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "handle 0x{:08x} length {} offset 0x{:016x}",
+            self.handle, self.length, self.offset
+        )
+    }
+}
+
+/// One entry of a Read list: a segment and the XDR position in the RPC
+/// message where its data belongs. Read segments with the same position form
+/// one Read chunk; position zero denotes the Position-Zero Read chunk that
+/// carries a whole Long Call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ReadSegment {
+    /// `rdma_position`: XDR position (octet offset) in the RPC message.
+    pub position: u32,
+    /// The segment.
+    pub target: Segment,
+}
+
+impl ReadSegment {
+    /// A read segment.
+    pub const fn new(position: u32, target: Segment) -> Self {
+        ReadSegment { position, target }
+    }
+}
+
+/// A Write chunk (or the Reply chunk): a counted array of segments.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct WriteChunk {
+    /// The segments, in order.
+    pub segments: Vec<Segment>,
+}
+
+impl WriteChunk {
+    /// A chunk of these segments.
+    pub fn new(segments: Vec<Segment>) -> Self {
+        WriteChunk { segments }
+    }
+
+    /// Total octets the chunk can hold. Decoding guarantees it fits a `u32`.
+    pub fn total_len(&self) -> u64 {
+        self.segments.iter().map(|s| s.length as u64).sum()
+    }
+
+    /// Encoded size: count word plus segments.
+    pub fn encoded_len(&self) -> usize {
+        4 + SEGMENT_LEN * self.segments.len()
+    }
+
+    fn read(
+        r: &mut Reader<'_>,
+        limits: &Limits,
+        budget: &mut SegmentBudget,
+        field: &'static str,
+    ) -> Result<Self, DecodeError> {
+        let at = r.position();
+        let n = r.count(
+            limits.max_segments_per_chunk,
+            "max_segments_per_chunk",
+            SEGMENT_LEN,
+            field,
+        )?;
+        budget.take(n, at, field)?;
+        let mut segments = Vec::with_capacity(n as usize);
+        let mut total: u32 = 0;
+        for _ in 0..n {
+            let s = Segment::read(r)?;
+            total = total.checked_add(s.length).ok_or_else(|| {
+                DecodeError::new(DecodeErrorKind::Overflow("chunk length"), at, field)
+            })?;
+            segments.push(s);
+        }
+        Ok(WriteChunk { segments })
+    }
+
+    fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
+        let n = u32::try_from(self.segments.len()).map_err(|_| EncodeError::TooLong("chunk"))?;
+        w.u32(n)?;
+        for s in &self.segments {
+            s.write(w)?;
+        }
+        Ok(())
+    }
+}
+
+/// Counts segments across all lists of one header against
+/// [`Limits::max_header_segments`].
+#[derive(Debug)]
+struct SegmentBudget {
+    left: u32,
+    max: u32,
+}
+
+impl SegmentBudget {
+    fn new(limits: &Limits) -> Self {
+        SegmentBudget {
+            left: limits.max_header_segments,
+            max: limits.max_header_segments,
+        }
+    }
+
+    fn take(&mut self, n: u32, at: usize, field: &'static str) -> Result<(), DecodeError> {
+        if n > self.left {
+            return Err(DecodeError::new(
+                DecodeErrorKind::LimitExceeded {
+                    limit: "max_header_segments",
+                    max: self.max as u64,
+                    value: (self.max - self.left) as u64 + n as u64,
+                },
+                at,
+                field,
+            ));
+        }
+        self.left -= n;
+        Ok(())
+    }
+}
+
+/// The three chunk lists of an RDMA_MSG / RDMA_NOMSG (v1) or RDMA2_MSG /
+/// RDMA2_NOMSG (v2, after `rdma_inv_handle`) header.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ChunkLists {
+    /// `rdma_reads`: the Read list, in wire order.
+    pub reads: Vec<ReadSegment>,
+    /// `rdma_writes`: the Write list.
+    pub writes: Vec<WriteChunk>,
+    /// `rdma_reply`: the Reply chunk, if present.
+    pub reply: Option<WriteChunk>,
+}
+
+impl ChunkLists {
+    /// Three empty lists.
+    pub const fn empty() -> Self {
+        ChunkLists {
+            reads: Vec::new(),
+            writes: Vec::new(),
+            reply: None,
+        }
+    }
+
+    /// True when all three lists are empty.
+    pub fn is_empty(&self) -> bool {
+        self.reads.is_empty() && self.writes.is_empty() && self.reply.is_none()
+    }
+
+    /// Decodes the three lists, enforcing the limits.
+    pub fn read(r: &mut Reader<'_>, limits: &Limits) -> Result<Self, DecodeError> {
+        let mut budget = SegmentBudget::new(limits);
+        // Read list: optional-data linked list of read segments.
+        let mut reads = Vec::new();
+        while r.bool("rdma_reads")? {
+            let at = r.position();
+            if reads.len() as u32 >= limits.max_read_segments {
+                return Err(DecodeError::new(
+                    DecodeErrorKind::LimitExceeded {
+                        limit: "max_read_segments",
+                        max: limits.max_read_segments as u64,
+                        value: reads.len() as u64 + 1,
+                    },
+                    at,
+                    "rdma_reads",
+                ));
+            }
+            budget.take(1, at, "rdma_reads")?;
+            let position = r.u32("rdma_position")?;
+            let target = Segment::read(r)?;
+            reads.push(ReadSegment { position, target });
+        }
+        // Write list: optional-data linked list of counted segment arrays.
+        let mut writes = Vec::new();
+        while r.bool("rdma_writes")? {
+            if writes.len() as u32 >= limits.max_write_chunks {
+                return Err(r.error(
+                    DecodeErrorKind::LimitExceeded {
+                        limit: "max_write_chunks",
+                        max: limits.max_write_chunks as u64,
+                        value: writes.len() as u64 + 1,
+                    },
+                    "rdma_writes",
+                ));
+            }
+            writes.push(WriteChunk::read(r, limits, &mut budget, "rdma_writes")?);
+        }
+        // Reply chunk: optional write chunk.
+        let reply = if r.bool("rdma_reply")? {
+            Some(WriteChunk::read(r, limits, &mut budget, "rdma_reply")?)
+        } else {
+            None
+        };
+        Ok(ChunkLists {
+            reads,
+            writes,
+            reply,
+        })
+    }
+
+    /// Groups the Read list into Read chunks: runs of consecutive read
+    /// segments with the same position, in wire order, as
+    /// `(position, segments)`.
+    pub fn read_chunks(&self) -> Vec<(u32, Vec<Segment>)> {
+        let mut out: Vec<(u32, Vec<Segment>)> = Vec::new();
+        for rs in &self.reads {
+            match out.last_mut() {
+                Some((p, segs)) if *p == rs.position => segs.push(rs.target),
+                _ => out.push((rs.position, vec![rs.target])),
+            }
+        }
+        out
+    }
+
+    /// Writes the pretty-printed tree of the lists, each line prefixed with
+    /// `indent`.
+    pub fn fmt_tree(&self, f: &mut fmt::Formatter<'_>, indent: &str) -> fmt::Result {
+        if self.reads.is_empty() {
+            writeln!(f, "{indent}read list: (empty)")?;
+        } else {
+            writeln!(f, "{indent}read list: {} segment(s)", self.reads.len())?;
+            for (i, rs) in self.reads.iter().enumerate() {
+                writeln!(f, "{indent}  [{i}] position {} {}", rs.position, rs.target)?;
+            }
+        }
+        if self.writes.is_empty() {
+            writeln!(f, "{indent}write list: (empty)")?;
+        } else {
+            writeln!(f, "{indent}write list: {} chunk(s)", self.writes.len())?;
+            for (i, c) in self.writes.iter().enumerate() {
+                writeln!(
+                    f,
+                    "{indent}  chunk {i}: {} segment(s), {} octets",
+                    c.segments.len(),
+                    c.total_len()
+                )?;
+                for (j, s) in c.segments.iter().enumerate() {
+                    writeln!(f, "{indent}    [{j}] {s}")?;
+                }
+            }
+        }
+        match &self.reply {
+            None => writeln!(f, "{indent}reply chunk: (none)"),
+            Some(c) => {
+                writeln!(
+                    f,
+                    "{indent}reply chunk: {} segment(s), {} octets",
+                    c.segments.len(),
+                    c.total_len()
+                )?;
+                for (j, s) in c.segments.iter().enumerate() {
+                    writeln!(f, "{indent}    [{j}] {s}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl XdrEncode for ChunkLists {
+    fn encoded_len(&self) -> usize {
+        let reads = self.reads.len() * (4 + READ_SEGMENT_LEN) + 4;
+        let writes: usize = self
+            .writes
+            .iter()
+            .map(|c| 4 + c.encoded_len())
+            .sum::<usize>()
+            + 4;
+        let reply = 4 + self.reply.as_ref().map_or(0, |c| c.encoded_len());
+        reads + writes + reply
+    }
+
+    fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
+        for rs in &self.reads {
+            w.bool(true)?;
+            w.u32(rs.position)?;
+            rs.target.write(w)?;
+        }
+        w.bool(false)?;
+        for c in &self.writes {
+            w.bool(true)?;
+            c.write(w)?;
+        }
+        w.bool(false)?;
+        match &self.reply {
+            Some(c) => {
+                w.bool(true)?;
+                c.write(w)
+            }
+            None => w.bool(false),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    pub(crate) fn arb_segment() -> impl Strategy<Value = Segment> {
+        (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(h, l, o)| {
+            // Keep offset + length inside 2^64 as decoding requires.
+            let o = o.min(u64::MAX - l as u64);
+            Segment::new(h, l, o)
+        })
+    }
+
+    fn arb_chunk(max: usize) -> impl Strategy<Value = WriteChunk> {
+        proptest::collection::vec(arb_segment(), 0..max).prop_map(|mut segs| {
+            // Keep the chunk total inside u32 as decoding requires.
+            let mut total: u32 = 0;
+            for s in segs.iter_mut() {
+                s.length = s.length.min(u32::MAX - total);
+                total += s.length;
+            }
+            WriteChunk::new(segs)
+        })
+    }
+
+    pub(crate) fn arb_chunk_lists() -> impl Strategy<Value = ChunkLists> {
+        (
+            proptest::collection::vec(
+                (any::<u32>(), arb_segment()).prop_map(|(p, s)| ReadSegment::new(p & !3, s)),
+                0..5,
+            ),
+            proptest::collection::vec(arb_chunk(4), 0..3),
+            proptest::option::of(arb_chunk(4)),
+        )
+            .prop_map(|(reads, writes, reply)| ChunkLists {
+                reads,
+                writes,
+                reply,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn chunk_lists_roundtrip(c in arb_chunk_lists()) {
+            let bytes = c.to_vec().unwrap();
+            prop_assert_eq!(bytes.len(), c.encoded_len());
+            let mut r = Reader::new(&bytes);
+            let d = ChunkLists::read(&mut r, &Limits::default()).unwrap();
+            r.finish("end").unwrap();
+            prop_assert_eq!(d, c);
+        }
+    }
+
+    #[test]
+    fn empty_lists_are_three_zero_words() {
+        let b = ChunkLists::empty().to_vec().unwrap();
+        assert_eq!(b, [0u8; 12]);
+    }
+
+    #[test]
+    fn rejects_too_many_read_segments() {
+        let limits = Limits {
+            max_read_segments: 2,
+            ..Limits::default()
+        };
+        let c = ChunkLists {
+            reads: vec![ReadSegment::default(); 3],
+            ..ChunkLists::empty()
+        };
+        let b = c.to_vec().unwrap();
+        let e = ChunkLists::read(&mut Reader::new(&b), &limits).unwrap_err();
+        assert!(matches!(
+            e.kind,
+            DecodeErrorKind::LimitExceeded {
+                limit: "max_read_segments",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn rejects_header_segment_budget() {
+        let limits = Limits {
+            max_header_segments: 3,
+            ..Limits::default()
+        };
+        let c = ChunkLists {
+            reads: vec![ReadSegment::default(); 2],
+            writes: vec![WriteChunk::new(vec![Segment::default(); 2])],
+            reply: None,
+        };
+        let b = c.to_vec().unwrap();
+        let e = ChunkLists::read(&mut Reader::new(&b), &limits).unwrap_err();
+        assert!(matches!(
+            e.kind,
+            DecodeErrorKind::LimitExceeded {
+                limit: "max_header_segments",
+                value: 4,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn rejects_huge_segment_count_before_allocating() {
+        // write list present, count = 0xffffffff, nothing after
+        let b = hex::decode("00000000 00000001 ffffffff".replace(' ', "")).unwrap();
+        let limits = Limits {
+            max_segments_per_chunk: u32::MAX,
+            max_header_segments: u32::MAX,
+            ..Limits::default()
+        };
+        let e = ChunkLists::read(&mut Reader::new(&b), &limits).unwrap_err();
+        assert!(matches!(e.kind, DecodeErrorKind::Truncated { .. }));
+    }
+
+    #[test]
+    fn rejects_overflowing_offset_and_chunk_total() {
+        let c = ChunkLists {
+            reply: Some(WriteChunk::new(vec![Segment::new(1, 16, u64::MAX - 8)])),
+            ..ChunkLists::empty()
+        };
+        let b = c.to_vec().unwrap();
+        let e = ChunkLists::read(&mut Reader::new(&b), &Limits::default()).unwrap_err();
+        assert_eq!(
+            e.kind,
+            DecodeErrorKind::Overflow("rdma_offset + rdma_length")
+        );
+
+        let c = ChunkLists {
+            writes: vec![WriteChunk::new(vec![
+                Segment::new(1, u32::MAX, 0),
+                Segment::new(2, 1, 0),
+            ])],
+            ..ChunkLists::empty()
+        };
+        let b = c.to_vec().unwrap();
+        let e = ChunkLists::read(&mut Reader::new(&b), &Limits::default()).unwrap_err();
+        assert_eq!(e.kind, DecodeErrorKind::Overflow("chunk length"));
+    }
+
+    #[test]
+    fn read_chunks_group_by_position() {
+        let s = Segment::new(1, 2, 3);
+        let c = ChunkLists {
+            reads: vec![
+                ReadSegment::new(0, s),
+                ReadSegment::new(0, s),
+                ReadSegment::new(100, s),
+            ],
+            ..ChunkLists::empty()
+        };
+        let g = c.read_chunks();
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].1.len(), 2);
+        assert_eq!(g[1].0, 100);
+    }
+}
