@@ -581,6 +581,16 @@ mod tests {
             reply,
             h("00000400 00000001 00000020 00000004 00000001 00000001 00000002")
         );
+        // And the hand-written ERR_VERS decodes low before high.
+        let (back, _) = dec(&reply).unwrap();
+        assert_eq!(
+            back,
+            TransportHeader::V1(v1::Header {
+                xid: 0x400,
+                credit: 32,
+                body: v1::Body::Error(v1::RdmaError::Vers { low: 1, high: 2 })
+            })
+        );
     }
 
     //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.1

@@ -192,6 +192,15 @@ impl ErrorCode {
     }
 }
 
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => write!(f, "{n} ({})", self.0),
+            None => write!(f, "unknown error code {}", self.0),
+        }
+    }
+}
+
 /// `rpcrdma2_error`: the body of an RDMA2_ERROR message.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RdmaError {
@@ -382,6 +391,15 @@ impl PropId {
             PropId::RBSIZ => Some("RBSIZ"),
             PropId::BRS => Some("BRS"),
             _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PropId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => write!(f, "{n} ({})", self.0),
+            None => write!(f, "unknown property {} (0x{:x})", self.0, self.0),
         }
     }
 }
@@ -614,6 +632,17 @@ impl PropSet {
     }
 }
 
+impl fmt::Display for PropSet {
+    /// One property per line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "properties: {}", self.props.len())?;
+        for (i, v) in self.props.iter().enumerate() {
+            writeln!(f, "  [{i}] {v}")?;
+        }
+        Ok(())
+    }
+}
+
 impl XdrEncode for PropSet {
     fn encoded_len(&self) -> usize {
         4 + self
@@ -685,6 +714,26 @@ impl PropSubset {
             words.push(r.u32("rpcrdma2_propsubset")?);
         }
         Ok(PropSubset { words })
+    }
+}
+
+impl fmt::Display for PropSubset {
+    /// The positions in the subset, e.g. `{0, 3, 33}`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("{")?;
+        let mut first = true;
+        for (w, word) in self.words.iter().enumerate() {
+            for bit in 0..32 {
+                if word & (1 << bit) != 0 {
+                    if !first {
+                        f.write_str(", ")?;
+                    }
+                    first = false;
+                    write!(f, "{}", w * 32 + bit)?;
+                }
+            }
+        }
+        f.write_str("}")
     }
 }
 
@@ -1205,6 +1254,7 @@ pub(crate) mod tests {
         assert_eq!(s.words, vec![0b1001, 0b10]);
         assert!(s.contains(0) && s.contains(3) && s.contains(33));
         assert!(!s.contains(1) && !s.contains(32) && !s.contains(64) && !s.contains(10_000));
+        assert_eq!(s.to_string(), "{0, 3, 33}");
         let b = s.to_vec().unwrap();
         assert_eq!(b, h("00000002 00000009 00000002"));
         let mut r = Reader::new(&b);
