@@ -313,6 +313,16 @@ fn truncated_samples_exit_2() {
 }
 
 #[test]
+fn every_truncation_exits_2() {
+    for name in ["v1_nomsg_pzrc_reply", "v2_connprop"] {
+        let b = sample_bytes(name);
+        for cut in 0..b.len() {
+            assert_malformed(&hex_of(&b[..cut]), &format!("{name}[..{cut}]"));
+        }
+    }
+}
+
+#[test]
 fn malformed_inputs_exit_2() {
     let cases: [(&str, &str, &str); 9] = [
         // read list discriminant 2

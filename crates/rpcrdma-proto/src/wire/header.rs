@@ -203,6 +203,11 @@ impl WireAnswer {
                 body: v1::Body::Error(e),
             })
         };
+        //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+        //# In all cases below, the responder copies the values of the
+        //# rdma_start.rdma_xid and rdma_start.rdma_vers fields from the
+        //# incoming transport header that generated the error to transport
+        //# header of the error response.
         let v2err = |xid, e| {
             TransportHeader::V2(v2::Header {
                 xid,

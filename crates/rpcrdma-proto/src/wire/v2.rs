@@ -64,7 +64,11 @@ impl Flags {
         self.0 & Self::RESPONSE.0 != 0
     }
 
-    /// The reserved bits that are set (a conforming sender sets none).
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-3.2
+    //# The other bits are reserved for future use as described in
+    //# Section 9.4.  The sender MUST set these to zero.
+    /// The reserved bits that are set (a conforming sender sets none; a
+    /// receiver keeps them, so a header re-encodes byte-exactly).
     pub fn reserved(self) -> u32 {
         self.0 & !Self::DEFINED
     }
