@@ -1,1 +1,707 @@
-//! (being written)
+//! Version dispatch on the `rdma_vers` word, and what to send back when a
+//! header cannot be used.
+//!
+//! Every version keeps the first four words (`rdma_xid`, `rdma_vers`,
+//! `rdma_credit`, `rdma_proc` / `rdma_htype`) at the same offsets, so
+//! [`decode`] reads them, then decodes version 1 ([`crate::wire::v1`]) or
+//! version 2 ([`crate::wire::v2`]); any other version decodes to
+//! [`UnknownVersion`] (prefix and raw rest) that re-encodes identically.
+//!
+//! A failed decode is a [`HeaderError`]; [`HeaderError::answer`] says what
+//! goes back on the wire and who is to blame ([`WireAnswer`]), and
+//! [`WireAnswer::to_header`] builds that error header.
+
+use core::fmt;
+
+use crate::wire::v1::{self, hex_string};
+use crate::wire::v2::{self, Flags, HType};
+use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
+use crate::{DecodeError, Limits};
+
+/// Octets of the prefix every version shares (`rpcrdma_common`).
+pub const FIXED_PREFIX_LEN: usize = 16;
+
+/// The four words every RPC-over-RDMA version starts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Prefix {
+    /// `rdma_xid`.
+    pub xid: u32,
+    /// `rdma_vers`.
+    pub vers: u32,
+    /// `rdma_credit`.
+    pub credit: u32,
+    /// `rdma_proc` (v1) / `rdma_htype` (v2).
+    pub proc: u32,
+}
+
+impl Prefix {
+    /// The prefix of `buf`, or `None` if `buf` is shorter than
+    /// [`FIXED_PREFIX_LEN`].
+    pub fn read(buf: &[u8]) -> Option<Prefix> {
+        let mut r = Reader::new(buf);
+        Some(Prefix {
+            xid: r.u32("rdma_xid").ok()?,
+            vers: r.u32("rdma_vers").ok()?,
+            credit: r.u32("rdma_credit").ok()?,
+            proc: r.u32("rdma_proc").ok()?,
+        })
+    }
+}
+
+/// A message whose `rdma_vers` is neither 1 nor 2: the prefix and the raw
+/// rest, re-encoded byte-exactly.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct UnknownVersion {
+    /// The four common words.
+    pub prefix: Prefix,
+    /// Everything after them.
+    pub rest: Vec<u8>,
+}
+
+/// A decoded transport header of any version.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TransportHeader {
+    /// `rdma_vers` = 1.
+    V1(v1::Header),
+    /// `rdma_vers` = 2.
+    V2(v2::Header),
+    /// Any other `rdma_vers`.
+    UnknownVersion(UnknownVersion),
+}
+
+impl TransportHeader {
+    /// `rdma_xid`.
+    pub fn xid(&self) -> u32 {
+        match self {
+            TransportHeader::V1(h) => h.xid,
+            TransportHeader::V2(h) => h.xid,
+            TransportHeader::UnknownVersion(u) => u.prefix.xid,
+        }
+    }
+
+    /// `rdma_vers`.
+    pub fn vers(&self) -> u32 {
+        match self {
+            TransportHeader::V1(_) => v1::RPCRDMA_VERSION,
+            TransportHeader::V2(_) => v2::RPCRDMA_VERSION_2,
+            TransportHeader::UnknownVersion(u) => u.prefix.vers,
+        }
+    }
+
+    /// `rdma_credit`.
+    pub fn credit(&self) -> u32 {
+        match self {
+            TransportHeader::V1(h) => h.credit,
+            TransportHeader::V2(h) => h.credit,
+            TransportHeader::UnknownVersion(u) => u.prefix.credit,
+        }
+    }
+
+    /// The fourth word: `rdma_proc` / `rdma_htype`.
+    pub fn proc_code(&self) -> u32 {
+        match self {
+            TransportHeader::V1(h) => h.proc().0,
+            TransportHeader::V2(h) => h.htype().0,
+            TransportHeader::UnknownVersion(u) => u.prefix.proc,
+        }
+    }
+
+    /// True if an RPC message follows the header (RDMA_MSG, RDMA_MSGP,
+    /// RDMA2_MSG).
+    pub fn has_payload(&self) -> bool {
+        match self {
+            TransportHeader::V1(h) => h.has_payload(),
+            TransportHeader::V2(h) => h.has_payload(),
+            TransportHeader::UnknownVersion(_) => false,
+        }
+    }
+
+    /// What a responder sends back for a header that decoded but that it
+    /// cannot process because the version, proc or htype is unknown; `None`
+    /// for every other header (including received errors, which are never
+    /// answered).
+    pub fn answer(&self) -> Option<WireAnswer> {
+        match self {
+            //= rfc8166#section-4.5.2
+            //# Examples of such errors include an invalid value in the
+            //# rdma_proc field;
+            TransportHeader::V1(h) => match h.body {
+                v1::Body::Unknown { .. } => Some(WireAnswer::ErrChunk { xid: h.xid }),
+                _ => None,
+            },
+            //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+            //# If a responder recognizes the value in the rdma_start.rdma_vers
+            //# field, but it does not recognize the value in the
+            //# rdma_start.rdma_htype field or does not support that header
+            //# type, it MUST set the rdma_err field to RDMA2_ERR_INVAL_HTYPE.
+            TransportHeader::V2(h) => match h.body {
+                v2::Body::Unknown { .. } if !h.flags.is_response() => {
+                    Some(WireAnswer::V2InvalHtype { xid: h.xid })
+                }
+                _ => None,
+            },
+            TransportHeader::UnknownVersion(u) => Some(WireAnswer::ErrVers { xid: u.prefix.xid }),
+        }
+    }
+}
+
+/// What goes back on the wire after a header could not be used. The
+/// variant also says who is blamed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WireAnswer {
+    /// Send nothing: the message is shorter than the fixed prefix (its XID
+    /// and version cannot be trusted), it is itself an error report, or it
+    /// is a v2 response (errors are never sent by a requester).
+    Drop,
+    /// Version 1 RDMA_ERROR / ERR_VERS (unknown `rdma_vers`).
+    ErrVers {
+        /// The XID to echo.
+        xid: u32,
+    },
+    /// Version 1 RDMA_ERROR / ERR_CHUNK (malformed v1 header or unknown
+    /// `rdma_proc`).
+    ErrChunk {
+        /// The XID to echo.
+        xid: u32,
+    },
+    /// Version 2 RDMA2_ERROR / RDMA2_ERR_BAD_XDR (malformed v2 header).
+    V2BadXdr {
+        /// The XID to echo.
+        xid: u32,
+    },
+    /// Version 2 RDMA2_ERROR / RDMA2_ERR_INVAL_HTYPE (unknown `rdma_htype`).
+    V2InvalHtype {
+        /// The XID to echo.
+        xid: u32,
+    },
+}
+
+impl WireAnswer {
+    /// A short description: `"drop"`, `"RDMA_ERROR/ERR_CHUNK"`, ...
+    pub fn name(&self) -> &'static str {
+        match self {
+            WireAnswer::Drop => "drop",
+            WireAnswer::ErrVers { .. } => "RDMA_ERROR/ERR_VERS",
+            WireAnswer::ErrChunk { .. } => "RDMA_ERROR/ERR_CHUNK",
+            WireAnswer::V2BadXdr { .. } => "RDMA2_ERROR/RDMA2_ERR_BAD_XDR",
+            WireAnswer::V2InvalHtype { .. } => "RDMA2_ERROR/RDMA2_ERR_INVAL_HTYPE",
+        }
+    }
+
+    /// The error header to send: `credit` is this connection's credit
+    /// grant, `versions` the inclusive range of versions this endpoint
+    /// supports (for ERR_VERS). `None` for [`WireAnswer::Drop`].
+    ///
+    /// ERR_VERS goes out in the version 1 layout with `rdma_vers` = 1, which
+    /// every peer can parse. Version 2 errors set `RPCRDMA2_F_RESPONSE`: their
+    /// XID was generated by their receiver (draft §3.2).
+    pub fn to_header(&self, credit: u32, versions: (u32, u32)) -> Option<TransportHeader> {
+        let v1err = |xid, e| {
+            TransportHeader::V1(v1::Header {
+                xid,
+                credit,
+                body: v1::Body::Error(e),
+            })
+        };
+        //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+        //# In all cases below, the responder copies the values of the
+        //# rdma_start.rdma_xid and rdma_start.rdma_vers fields from the
+        //# incoming transport header that generated the error to transport
+        //# header of the error response.
+        let v2err = |xid, e| {
+            TransportHeader::V2(v2::Header {
+                xid,
+                credit,
+                flags: Flags::RESPONSE,
+                body: v2::Body::Error(e),
+            })
+        };
+        Some(match *self {
+            WireAnswer::Drop => return None,
+            //= rfc8166#section-4.5.1
+            //# When a Responder detects an RPC-over-RDMA header version that
+            //# it does not support (currently this document defines only
+            //# version 1), it MUST reply with an RDMA_ERROR procedure and set
+            //# the rdma_err value to ERR_VERS, also providing the low and high
+            //# inclusive version numbers it does, in fact, support.
+            WireAnswer::ErrVers { xid } => v1err(
+                xid,
+                v1::RdmaError::Vers {
+                    low: versions.0,
+                    high: versions.1,
+                },
+            ),
+            WireAnswer::ErrChunk { xid } => v1err(xid, v1::RdmaError::Chunk),
+            WireAnswer::V2BadXdr { xid } => v2err(xid, v2::RdmaError::BadXdr),
+            WireAnswer::V2InvalHtype { xid } => v2err(xid, v2::RdmaError::InvalHtype),
+        })
+    }
+}
+
+impl fmt::Display for WireAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A transport header that could not be decoded: the XDR error, plus the
+/// prefix words that could be read (if any) to decide on the answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderError {
+    /// What went wrong, where.
+    pub error: DecodeError,
+    /// The four common words, if the message is long enough to hold them.
+    pub prefix: Option<Prefix>,
+    /// `rdma_flags` of a version 2 message, if it could be read.
+    pub flags: Option<Flags>,
+}
+
+impl HeaderError {
+    /// What a responder sends back, with blame.
+    ///
+    /// A requester that cannot parse a reply drops it instead (it never
+    /// sends RDMA_ERROR); for version 2 this function already answers
+    /// [`WireAnswer::Drop`] when `RPCRDMA2_F_RESPONSE` is set.
+    pub fn answer(&self) -> WireAnswer {
+        // Shorter than the four fixed words: rdma_xid and rdma_vers cannot
+        // be trusted, so nothing in the message may be used to build a reply.
+        let Some(p) = self.prefix else {
+            return WireAnswer::Drop;
+        };
+        match p.vers {
+            v1::RPCRDMA_VERSION => {
+                if v1::Proc(p.proc) == v1::Proc::RDMA_ERROR {
+                    // Errors are not answered with errors.
+                    return WireAnswer::Drop;
+                }
+                //= rfc8166#section-4.5.2
+                //# If the rdma_vers field contains a recognized value, but an
+                //# XDR parsing error occurs, the Responder MUST reply with an
+                //# RDMA_ERROR procedure and set the rdma_err value to
+                //# ERR_CHUNK.
+                WireAnswer::ErrChunk { xid: p.xid }
+            }
+            v2::RPCRDMA_VERSION_2 => {
+                //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+                //# This header type MUST NOT be transmitted by a requester.
+                if HType(p.proc) == HType::RDMA2_ERROR
+                    || self.flags.is_some_and(|f| f.is_response())
+                {
+                    return WireAnswer::Drop;
+                }
+                if HType(p.proc).name().is_none() {
+                    return WireAnswer::V2InvalHtype { xid: p.xid };
+                }
+                //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+                //# If a responder recognizes the values in the
+                //# rdma_start.rdma_vers and rdma_start.rdma_proc fields, but
+                //# the incoming RPC-over-RDMA transport header cannot be
+                //# parsed, it MUST set the rdma_err field to RDMA2_ERR_BAD_XDR.
+                WireAnswer::V2BadXdr { xid: p.xid }
+            }
+            _ => WireAnswer::ErrVers { xid: p.xid },
+        }
+    }
+}
+
+impl fmt::Display for HeaderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}; answer: {}", self.error, self.answer())
+    }
+}
+
+impl std::error::Error for HeaderError {}
+
+/// Decodes the transport header at the start of `buf` (one whole received
+/// message) of any version. Returns the header and its length; the RPC
+/// payload, if [`TransportHeader::has_payload`], is `buf[header_len..]`.
+pub fn decode(buf: &[u8], limits: &Limits) -> Result<(TransportHeader, usize), HeaderError> {
+    let Some(prefix) = Prefix::read(buf) else {
+        let mut r = Reader::new(buf);
+        let error = r
+            .fixed_opaque(FIXED_PREFIX_LEN, "rpcrdma_common")
+            .err()
+            .unwrap_or_else(|| {
+                DecodeError::new(
+                    DecodeErrorKind::Truncated {
+                        needed: FIXED_PREFIX_LEN,
+                        available: buf.len(),
+                    },
+                    0,
+                    "rpcrdma_common",
+                )
+            });
+        return Err(HeaderError {
+            error,
+            prefix: None,
+            flags: None,
+        });
+    };
+    let fail = |error| {
+        let flags = if prefix.vers == v2::RPCRDMA_VERSION_2 {
+            buf.get(16..20)
+                .map(|b| Flags(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+        } else {
+            None
+        };
+        HeaderError {
+            error,
+            prefix: Some(prefix),
+            flags,
+        }
+    };
+    match prefix.vers {
+        v1::RPCRDMA_VERSION => v1::decode(buf, limits)
+            .map(|(h, n)| (TransportHeader::V1(h), n))
+            .map_err(fail),
+        v2::RPCRDMA_VERSION_2 => v2::decode(buf, limits)
+            .map(|(h, n)| (TransportHeader::V2(h), n))
+            .map_err(fail),
+        _ => Ok((
+            TransportHeader::UnknownVersion(UnknownVersion {
+                prefix,
+                rest: buf.get(FIXED_PREFIX_LEN..).unwrap_or(&[]).to_vec(),
+            }),
+            buf.len(),
+        )),
+    }
+}
+
+impl XdrEncode for TransportHeader {
+    fn encoded_len(&self) -> usize {
+        match self {
+            TransportHeader::V1(h) => h.encoded_len(),
+            TransportHeader::V2(h) => h.encoded_len(),
+            TransportHeader::UnknownVersion(u) => FIXED_PREFIX_LEN + u.rest.len(),
+        }
+    }
+
+    fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
+        match self {
+            TransportHeader::V1(h) => h.write(w),
+            TransportHeader::V2(h) => h.write(w),
+            TransportHeader::UnknownVersion(u) => {
+                w.u32(u.prefix.xid)?;
+                w.u32(u.prefix.vers)?;
+                w.u32(u.prefix.credit)?;
+                w.u32(u.prefix.proc)?;
+                w.raw(&u.rest)
+            }
+        }
+    }
+}
+
+impl fmt::Display for UnknownVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "RPC-over-RDMA unknown version {}", self.prefix.vers)?;
+        writeln!(f, "  xid 0x{:08x}", self.prefix.xid)?;
+        writeln!(f, "  credits {}", self.prefix.credit)?;
+        writeln!(f, "  proc/htype {}", self.prefix.proc)?;
+        writeln!(
+            f,
+            "  rest ({} octets): {}",
+            self.rest.len(),
+            hex_string(&self.rest)
+        )
+    }
+}
+
+impl fmt::Display for TransportHeader {
+    /// The readable tree of the header's version.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportHeader::V1(h) => h.fmt(f),
+            TransportHeader::V2(h) => h.fmt(f),
+            TransportHeader::UnknownVersion(u) => u.fmt(f),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::v1::tests::{h, sample};
+    use proptest::prelude::*;
+
+    fn dec(b: &[u8]) -> Result<(TransportHeader, usize), HeaderError> {
+        decode(b, &Limits::default())
+    }
+
+    const ALL_SAMPLES: [&str; 25] = [
+        "v1_msg_write_chunk",
+        "v1_nomsg_pzrc_reply",
+        "v1_msgp",
+        "v1_done",
+        "v1_error_vers",
+        "v1_error_chunk",
+        "v1_error_unknown",
+        "v1_unknown_proc",
+        "v2_msg_call",
+        "v2_nomsg_call_pzrc",
+        "v2_nomsg_reply",
+        "v2_error_vers",
+        "v2_error_bad_xdr",
+        "v2_error_inval_htype",
+        "v2_error_read_chunks",
+        "v2_error_write_chunks",
+        "v2_error_segments",
+        "v2_error_write_resource",
+        "v2_error_reply_resource",
+        "v2_error_system",
+        "v2_error_unknown",
+        "v2_connprop",
+        "v2_connprop_defaults",
+        "v2_unknown_htype",
+        "unknown_version",
+    ];
+
+    #[test]
+    fn every_sample_roundtrips_and_prints() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/test_samples");
+        let on_disk = std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "hex")
+            })
+            .count();
+        assert_eq!(on_disk, ALL_SAMPLES.len(), "a sample is not listed here");
+        for name in ALL_SAMPLES {
+            let text = std::fs::read_to_string(format!("{dir}/{name}.hex")).unwrap();
+            assert!(text.starts_with("# "), "{name}: first line is a comment");
+            let b = sample(name);
+            let (hdr, n) = dec(&b).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(hdr.to_vec().unwrap(), b[..n], "{name}");
+            assert_eq!(hdr.encoded_len(), n, "{name}");
+            assert_eq!(n < b.len(), hdr.has_payload(), "{name}");
+            let tree = hdr.to_string();
+            assert!(tree.contains(&format!("xid 0x{:08x}", hdr.xid())), "{name}");
+            // Truncation anywhere in the header: an error, never a panic.
+            if !matches!(hdr, TransportHeader::UnknownVersion(_)) {
+                let header_end = if hdr.vers() == 2 && hdr.has_payload() {
+                    n + 4
+                } else {
+                    n
+                };
+                // Where a raw (undecodable) body starts, any length decodes.
+                let raw_from = match &hdr {
+                    TransportHeader::V1(v1::Header {
+                        body: v1::Body::Unknown { .. },
+                        ..
+                    }) => 16,
+                    TransportHeader::V1(v1::Header {
+                        body: v1::Body::Error(v1::RdmaError::Unknown { .. }),
+                        ..
+                    })
+                    | TransportHeader::V2(v2::Header {
+                        body: v2::Body::Unknown { .. },
+                        ..
+                    }) => 20,
+                    _ => usize::MAX,
+                };
+                for cut in 0..header_end.min(raw_from) {
+                    assert!(dec(&b[..cut]).is_err(), "{name}: {cut} octets decoded");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dispatch() {
+        let (hdr, _) = dec(&sample("v1_done")).unwrap();
+        assert!(matches!(hdr, TransportHeader::V1(_)));
+        let (hdr, _) = dec(&sample("v2_connprop")).unwrap();
+        assert!(matches!(hdr, TransportHeader::V2(_)));
+        let b = sample("unknown_version");
+        let (hdr, n) = dec(&b).unwrap();
+        assert_eq!(n, b.len());
+        assert_eq!(
+            hdr,
+            TransportHeader::UnknownVersion(UnknownVersion {
+                prefix: Prefix {
+                    xid: 0x400,
+                    vers: 3,
+                    credit: 1,
+                    proc: 0
+                },
+                rest: vec![0; 12]
+            })
+        );
+        assert_eq!(hdr.to_vec().unwrap(), b);
+        assert_eq!(hdr.answer(), Some(WireAnswer::ErrVers { xid: 0x400 }));
+    }
+
+    #[test]
+    fn short_message_is_dropped() {
+        let b = sample("v1_msg_write_chunk");
+        for cut in 0..FIXED_PREFIX_LEN {
+            let e = dec(&b[..cut]).unwrap_err();
+            assert_eq!(e.prefix, None);
+            assert_eq!(e.error.kind.name(), "truncated");
+            assert_eq!(e.answer(), WireAnswer::Drop);
+            assert_eq!(e.answer().to_header(1, (1, 2)), None);
+        }
+    }
+
+    //= rfc8166#section-4.5.2
+    //# If the rdma_vers field contains a recognized value, but an XDR
+    //# parsing error occurs, the Responder MUST reply with an RDMA_ERROR
+    //# procedure and set the rdma_err value to ERR_CHUNK.
+    #[test]
+    fn v1_malformed_answers_err_chunk() {
+        let b = sample("v1_msg_write_chunk");
+        let e = dec(&b[..30]).unwrap_err();
+        assert_eq!(e.answer(), WireAnswer::ErrChunk { xid: 0x1a2b3c4d });
+        let reply = e.answer().to_header(64, (1, 2)).unwrap().to_vec().unwrap();
+        assert_eq!(
+            reply,
+            h("1a2b3c4d 00000001 00000040 00000004 00000002"),
+            "xid echoed, vers 1, credit, RDMA_ERROR, ERR_CHUNK"
+        );
+        // A malformed RDMA_ERROR is not answered.
+        let mut t = sample("v1_error_chunk");
+        t.push(0);
+        assert_eq!(dec(&t).unwrap_err().answer(), WireAnswer::Drop);
+        // Unknown proc decodes, and is answered with ERR_CHUNK.
+        let (hdr, _) = dec(&sample("v1_unknown_proc")).unwrap();
+        assert_eq!(hdr.answer(), Some(WireAnswer::ErrChunk { xid: 8 }));
+        let (hdr, _) = dec(&sample("v1_error_unknown")).unwrap();
+        assert_eq!(hdr.answer(), None);
+    }
+
+    #[test]
+    fn unknown_version_answers_err_vers() {
+        let (hdr, _) = dec(&sample("unknown_version")).unwrap();
+        let reply = hdr
+            .answer()
+            .unwrap()
+            .to_header(32, (1, 2))
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        assert_eq!(
+            reply,
+            h("00000400 00000001 00000020 00000004 00000001 00000001 00000002")
+        );
+        // And the hand-written ERR_VERS decodes low before high.
+        let (back, _) = dec(&reply).unwrap();
+        assert_eq!(
+            back,
+            TransportHeader::V1(v1::Header {
+                xid: 0x400,
+                credit: 32,
+                body: v1::Body::Error(v1::RdmaError::Vers { low: 1, high: 2 })
+            })
+        );
+    }
+
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.1
+    //# As a
+    //# result, when rpcrdma2_propval does not conform to that typedef,
+    //# the receiver is REQUIRED to return the error RDMA2_ERR_BAD_XDR
+    #[test]
+    fn v2_malformed_answers_bad_xdr() {
+        // BRS = 7 is not a value of rpcrdma2_rvreqsup.
+        let b = h("00000009 00000002 00000001 00000005 00000000 00000001
+                   00000002 00000004 00000007");
+        let e = dec(&b).unwrap_err();
+        assert_eq!(e.answer(), WireAnswer::V2BadXdr { xid: 9 });
+        let reply = e.answer().to_header(5, (1, 2)).unwrap().to_vec().unwrap();
+        assert_eq!(
+            reply,
+            h("00000009 00000002 00000005 00000004 00000001 00000002"),
+            "xid, vers 2, credit, RDMA2_ERROR, F_RESPONSE, RDMA2_ERR_BAD_XDR"
+        );
+        // RBSIZ of 3 octets.
+        let b = h("00000009 00000002 00000001 00000005 00000000 00000001
+                   00000001 00000003 00100000");
+        assert_eq!(
+            dec(&b).unwrap_err().answer(),
+            WireAnswer::V2BadXdr { xid: 9 }
+        );
+        // 16..19 octets of a v2 message: the prefix is trusted.
+        let b = sample("v2_msg_call");
+        assert_eq!(
+            dec(&b[..18]).unwrap_err().answer(),
+            WireAnswer::V2BadXdr { xid: 0xabcd }
+        );
+        // A malformed v2 response (F_RESPONSE) is dropped by the requester.
+        let b = sample("v2_nomsg_reply");
+        assert_eq!(dec(&b[..30]).unwrap_err().answer(), WireAnswer::Drop);
+        // A malformed RDMA2_ERROR is dropped.
+        let mut t = sample("v2_error_system");
+        t.extend_from_slice(&[0, 0, 0, 0]);
+        assert_eq!(dec(&t).unwrap_err().answer(), WireAnswer::Drop);
+    }
+
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.2
+    //# RPC-over-RDMA version 2 implementations that receive an OPTIONAL
+    //# operation that is not supported MUST respond with an RDMA2_ERROR
+    //# message with an error code of RDMA2_ERR_INVAL_HTYPE.
+    #[test]
+    fn v2_unknown_htype_answers_inval_htype() {
+        let b = sample("v2_unknown_htype");
+        let (hdr, _) = dec(&b).unwrap();
+        assert_eq!(hdr.answer(), Some(WireAnswer::V2InvalHtype { xid: 0x300 }));
+        let reply = hdr
+            .answer()
+            .unwrap()
+            .to_header(1, (1, 2))
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        assert_eq!(
+            reply,
+            h("00000300 00000002 00000001 00000004 00000001 00000003")
+        );
+        // Too short for rdma_flags, unknown htype: still INVAL_HTYPE.
+        assert_eq!(
+            dec(&b[..17]).unwrap_err().answer(),
+            WireAnswer::V2InvalHtype { xid: 0x300 }
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn v1_v2_roundtrip_through_dispatch(
+            hdr in prop_oneof![
+                crate::wire::v1::tests::arb_header().prop_map(TransportHeader::V1),
+                crate::wire::v2::tests::arb_header().prop_map(TransportHeader::V2),
+            ],
+        ) {
+            let mut b = hdr.to_vec().unwrap();
+            prop_assert_eq!(b.len(), hdr.encoded_len());
+            let n = b.len();
+            if hdr.has_payload() {
+                b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0]);
+            }
+            let (d, dn) = dec(&b).unwrap();
+            prop_assert_eq!(dn, n);
+            prop_assert_eq!(d, hdr);
+        }
+
+        #[test]
+        fn never_panics(b in proptest::collection::vec(any::<u8>(), 0..80), v in 0u32..4) {
+            let mut b = b;
+            if b.len() >= 8 {
+                b[4..8].copy_from_slice(&v.to_be_bytes());
+            }
+            match dec(&b) {
+                Ok((hdr, n)) => {
+                    prop_assert_eq!(hdr.to_vec().unwrap(), b[..n].to_vec());
+                    let _ = hdr.to_string();
+                }
+                Err(e) => {
+                    let _ = e.to_string();
+                    if let Some(reply) = e.answer().to_header(1, (1, 2)) {
+                        let rb = reply.to_vec().unwrap();
+                        prop_assert_eq!(rb.get(..4), b.get(..4));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,1 +1,725 @@
-//! (being written)
+//! RPC-over-RDMA version 1 transport header (RFC 8166 §4–5; XDR first
+//! published in RFC 5666 §4.3).
+//!
+//! ```text
+//! struct rpc_rdma_header       { xdr_read_list *rdma_reads; xdr_write_list *rdma_writes;
+//!                                xdr_write_chunk *rdma_reply; /* rpc body follows */ };
+//! struct rpc_rdma_header_nomsg { ...the same three lists... };
+//! struct rpc_rdma_header_padded{ uint32 rdma_align; uint32 rdma_thresh; ...three lists...
+//!                                /* rpc body follows */ };
+//! enum rpc_rdma_errcode { ERR_VERS = 1, ERR_CHUNK = 2 };
+//! struct rpc_rdma_errvers { uint32 rdma_vers_low; uint32 rdma_vers_high; };
+//! union rpc_rdma_error switch (rpc_rdma_errcode err) {
+//!   case ERR_VERS: rpc_rdma_errvers range;
+//!   case ERR_CHUNK: void; };
+//! enum rdma_proc { RDMA_MSG=0, RDMA_NOMSG=1, RDMA_MSGP=2, RDMA_DONE=3, RDMA_ERROR=4 };
+//! union rdma_body switch (rdma_proc proc) {
+//!   case RDMA_MSG: rpc_rdma_header rdma_msg;      case RDMA_NOMSG: rpc_rdma_header_nomsg rdma_nomsg;
+//!   case RDMA_MSGP: rpc_rdma_header_padded rdma_msgp; case RDMA_DONE: void;
+//!   case RDMA_ERROR: rpc_rdma_error rdma_error; };
+//! struct rdma_msg { uint32 rdma_xid; uint32 rdma_vers; uint32 rdma_credit; rdma_body rdma_body; };
+//! ```
+//!
+//! [`decode`] returns the header and its length; the RPC payload of an
+//! RDMA_MSG / RDMA_MSGP message is the rest of the buffer. [`XdrEncode`] on
+//! [`Header`] writes the transport header only; the caller appends the
+//! payload.
+//!
+//! Enumerations are open: an unknown `rdma_proc` or an unknown `rdma_err`
+//! decodes (keeping the rest of the message as raw bytes) and re-encodes to
+//! the same octets, so the caller can answer it (ERR_CHUNK) or print it.
+
+use core::fmt;
+
+use crate::wire::chunk::ChunkLists;
+use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
+use crate::{DecodeError, Limits};
+
+/// The `rdma_vers` value of version 1.
+pub const RPCRDMA_VERSION: u32 = 1;
+
+/// Octets of the fixed prefix every version shares: `rdma_xid`,
+/// `rdma_vers`, `rdma_credit`, `rdma_proc`.
+pub const FIXED_PREFIX_LEN: usize = 16;
+
+/// `rdma_proc`: the message type (an open enumeration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Proc(pub u32);
+
+impl Proc {
+    /// An RPC call or reply follows the chunk lists.
+    pub const RDMA_MSG: Proc = Proc(0);
+    /// The RPC message is conveyed entirely by chunks; nothing follows.
+    pub const RDMA_NOMSG: Proc = Proc(1);
+    /// RPC message with padding (deprecated by RFC 8166).
+    pub const RDMA_MSGP: Proc = Proc(2);
+    /// Signals completion of a Responder-provided Read chunk (deprecated).
+    pub const RDMA_DONE: Proc = Proc(3);
+    /// Reports a transport header error.
+    pub const RDMA_ERROR: Proc = Proc(4);
+
+    /// The XDR name, or `None` for a value RFC 8166 does not define.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self {
+            Proc::RDMA_MSG => "RDMA_MSG",
+            Proc::RDMA_NOMSG => "RDMA_NOMSG",
+            Proc::RDMA_MSGP => "RDMA_MSGP",
+            Proc::RDMA_DONE => "RDMA_DONE",
+            Proc::RDMA_ERROR => "RDMA_ERROR",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Proc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => write!(f, "{n} ({})", self.0),
+            None => write!(f, "unknown proc {}", self.0),
+        }
+    }
+}
+
+/// `rpc_rdma_errcode`: the error code of an RDMA_ERROR message (open).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ErrorCode(pub u32);
+
+impl ErrorCode {
+    /// The peer does not support this `rdma_vers`.
+    pub const ERR_VERS: ErrorCode = ErrorCode(1);
+    /// The header or its chunks could not be parsed or used.
+    pub const ERR_CHUNK: ErrorCode = ErrorCode(2);
+
+    /// The XDR name, or `None` for a value RFC 8166 does not define.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            ErrorCode::ERR_VERS => Some("ERR_VERS"),
+            ErrorCode::ERR_CHUNK => Some("ERR_CHUNK"),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => write!(f, "{n} ({})", self.0),
+            None => write!(f, "unknown error code {}", self.0),
+        }
+    }
+}
+
+/// `rpc_rdma_error`: the body of an RDMA_ERROR message.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RdmaError {
+    /// `ERR_VERS`: the inclusive range of versions the sender supports.
+    Vers {
+        /// `rdma_vers_low`.
+        low: u32,
+        /// `rdma_vers_high`.
+        high: u32,
+    },
+    /// `ERR_CHUNK` (void arm).
+    Chunk,
+    /// An error code RFC 8166 does not define. The union has no default
+    /// arm, so everything after the code word is kept as `raw` octets.
+    /// `code` must not be one of the defined codes.
+    Unknown {
+        /// The code.
+        code: ErrorCode,
+        /// The rest of the message after the code word.
+        raw: Vec<u8>,
+    },
+}
+
+impl RdmaError {
+    /// The `rdma_err` discriminant.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            RdmaError::Vers { .. } => ErrorCode::ERR_VERS,
+            RdmaError::Chunk => ErrorCode::ERR_CHUNK,
+            RdmaError::Unknown { code, .. } => *code,
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        4 + match self {
+            RdmaError::Vers { .. } => 8,
+            RdmaError::Chunk => 0,
+            RdmaError::Unknown { raw, .. } => raw.len(),
+        }
+    }
+
+    fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
+        w.u32(self.code().0)?;
+        match self {
+            RdmaError::Vers { low, high } => {
+                w.u32(*low)?;
+                w.u32(*high)
+            }
+            RdmaError::Chunk => Ok(()),
+            RdmaError::Unknown { raw, .. } => w.raw(raw),
+        }
+    }
+}
+
+/// The body of an RDMA_MSGP message: padding parameters and chunk lists.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Msgp {
+    /// `rdma_align`: the padding alignment.
+    pub align: u32,
+    /// `rdma_thresh`: opaque size at or above which padding is applied.
+    pub thresh: u32,
+    /// The three chunk lists.
+    pub chunks: ChunkLists,
+}
+
+/// `rdma_body`: the message-type specific part of a version 1 header.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Body {
+    /// RDMA_MSG: chunk lists; the RPC message follows the header.
+    Msg(ChunkLists),
+    /// RDMA_NOMSG: chunk lists; nothing follows.
+    Nomsg(ChunkLists),
+    /// RDMA_MSGP (deprecated): padding parameters and chunk lists; the RPC
+    /// message follows.
+    Msgp(Msgp),
+    /// RDMA_DONE (deprecated): void.
+    Done,
+    /// RDMA_ERROR.
+    Error(RdmaError),
+    /// An `rdma_proc` RFC 8166 does not define; `raw` is the rest of the
+    /// message after the proc word. `proc` must not be a defined value.
+    Unknown {
+        /// The proc.
+        proc: Proc,
+        /// The undecodable rest of the message.
+        raw: Vec<u8>,
+    },
+}
+
+impl Body {
+    /// The `rdma_proc` discriminant.
+    pub fn proc(&self) -> Proc {
+        match self {
+            Body::Msg(_) => Proc::RDMA_MSG,
+            Body::Nomsg(_) => Proc::RDMA_NOMSG,
+            Body::Msgp(_) => Proc::RDMA_MSGP,
+            Body::Done => Proc::RDMA_DONE,
+            Body::Error(_) => Proc::RDMA_ERROR,
+            Body::Unknown { proc, .. } => *proc,
+        }
+    }
+
+    /// The chunk lists of an RDMA_MSG, RDMA_NOMSG or RDMA_MSGP body.
+    pub fn chunks(&self) -> Option<&ChunkLists> {
+        match self {
+            Body::Msg(c) | Body::Nomsg(c) => Some(c),
+            Body::Msgp(m) => Some(&m.chunks),
+            _ => None,
+        }
+    }
+}
+
+/// A version 1 transport header (`rdma_msg` without the RPC payload).
+/// `rdma_vers` is always [`RPCRDMA_VERSION`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Header {
+    /// `rdma_xid`.
+    pub xid: u32,
+    /// `rdma_credit`: credits requested (Call) or granted (Reply).
+    pub credit: u32,
+    /// `rdma_body`.
+    pub body: Body,
+}
+
+impl Header {
+    /// The `rdma_proc` word.
+    pub fn proc(&self) -> Proc {
+        self.body.proc()
+    }
+
+    /// True if an RPC message follows this header in the same Send
+    /// (RDMA_MSG, RDMA_MSGP).
+    pub fn has_payload(&self) -> bool {
+        matches!(self.body, Body::Msg(_) | Body::Msgp(_))
+    }
+}
+
+/// Decodes a version 1 transport header from the start of `buf` (one whole
+/// received message). Returns the header and its encoded length; for
+/// RDMA_MSG and RDMA_MSGP the RPC payload is `buf[header_len..]`, for every
+/// other type `header_len == buf.len()`.
+pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeError> {
+    let mut r = Reader::new(buf);
+    let xid = r.u32("rdma_xid")?;
+    let vers_at = r.position();
+    let vers = r.u32("rdma_vers")?;
+    //= rfc8166#section-4.2.2
+    //# For RPC-over-RDMA version 1, this field MUST contain the value one
+    //# (1).
+    if vers != RPCRDMA_VERSION {
+        return Err(DecodeError::new(
+            DecodeErrorKind::BadValue {
+                what: "rdma_vers",
+                detail: format!("{vers} is not version 1"),
+            },
+            vers_at,
+            "rdma_vers",
+        ));
+    }
+    let credit = r.u32("rdma_credit")?;
+    let proc = Proc(r.u32("rdma_proc")?);
+    let body = match proc {
+        Proc::RDMA_MSG => Body::Msg(ChunkLists::read(&mut r, limits)?),
+        Proc::RDMA_NOMSG => {
+            let at = r.position();
+            let c = ChunkLists::read(&mut r, limits)?;
+            //= rfc8166#section-4.5.2
+            //# Examples of such errors include an invalid value in the
+            //# rdma_proc field; an RDMA_NOMSG message where the Read list,
+            //# Write list, and Reply chunk are marked not present;
+            if c.is_empty() {
+                return Err(DecodeError::new(
+                    DecodeErrorKind::BadValue {
+                        what: "rpc_rdma_header_nomsg",
+                        detail: "RDMA_NOMSG with no Read list, Write list or Reply chunk".into(),
+                    },
+                    at,
+                    "rdma_nomsg",
+                ));
+            }
+            // Nothing follows an RDMA_NOMSG header.
+            r.finish("rdma_nomsg")?;
+            Body::Nomsg(c)
+        }
+        Proc::RDMA_MSGP => {
+            let align = r.u32("rdma_align")?;
+            let thresh = r.u32("rdma_thresh")?;
+            let chunks = ChunkLists::read(&mut r, limits)?;
+            Body::Msgp(Msgp {
+                align,
+                thresh,
+                chunks,
+            })
+        }
+        Proc::RDMA_DONE => {
+            r.finish("rdma_done")?;
+            Body::Done
+        }
+        Proc::RDMA_ERROR => {
+            let code = ErrorCode(r.u32("rdma_err")?);
+            let e = match code {
+                ErrorCode::ERR_VERS => {
+                    let low = r.u32("rdma_vers_low")?;
+                    let high = r.u32("rdma_vers_high")?;
+                    RdmaError::Vers { low, high }
+                }
+                ErrorCode::ERR_CHUNK => RdmaError::Chunk,
+                code => {
+                    let raw = r.rest().to_vec();
+                    RdmaError::Unknown { code, raw }
+                }
+            };
+            if !matches!(e, RdmaError::Unknown { .. }) {
+                r.finish("rdma_error")?;
+            }
+            Body::Error(e)
+        }
+        proc => Body::Unknown {
+            proc,
+            raw: r.rest().to_vec(),
+        },
+    };
+    let header_len = match &body {
+        Body::Unknown { .. } | Body::Error(RdmaError::Unknown { .. }) => buf.len(),
+        _ => r.position(),
+    };
+    Ok((Header { xid, credit, body }, header_len))
+}
+
+impl XdrEncode for Header {
+    fn encoded_len(&self) -> usize {
+        FIXED_PREFIX_LEN
+            + match &self.body {
+                Body::Msg(c) | Body::Nomsg(c) => c.encoded_len(),
+                Body::Msgp(m) => 8 + m.chunks.encoded_len(),
+                Body::Done => 0,
+                Body::Error(e) => e.encoded_len(),
+                Body::Unknown { raw, .. } => raw.len(),
+            }
+    }
+
+    fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
+        w.u32(self.xid)?;
+        w.u32(RPCRDMA_VERSION)?;
+        w.u32(self.credit)?;
+        w.u32(self.proc().0)?;
+        match &self.body {
+            Body::Msg(c) | Body::Nomsg(c) => c.write(w),
+            Body::Msgp(m) => {
+                w.u32(m.align)?;
+                w.u32(m.thresh)?;
+                m.chunks.write(w)
+            }
+            Body::Done => Ok(()),
+            Body::Error(e) => e.write(w),
+            Body::Unknown { raw, .. } => w.raw(raw),
+        }
+    }
+}
+
+/// Lower-case hex of `b` (for the pretty printers).
+pub(crate) fn hex_string(b: &[u8]) -> String {
+    use core::fmt::Write;
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        let _ = write!(s, "{x:02x}");
+    }
+    s
+}
+
+impl fmt::Display for RdmaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RdmaError::Vers { low, high } => {
+                write!(f, "ERR_VERS (1): supported versions {low}..={high}")
+            }
+            RdmaError::Chunk => write!(f, "ERR_CHUNK (2)"),
+            RdmaError::Unknown { code, raw } => {
+                write!(
+                    f,
+                    "unknown error code {} ({} octets: {})",
+                    code.0,
+                    raw.len(),
+                    hex_string(raw)
+                )
+            }
+        }
+    }
+}
+
+impl fmt::Display for Header {
+    /// A readable tree, one item per line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "RPC-over-RDMA version 1 {}", self.proc())?;
+        writeln!(f, "  xid 0x{:08x}", self.xid)?;
+        writeln!(f, "  credits {}", self.credit)?;
+        match &self.body {
+            Body::Msg(c) | Body::Nomsg(c) => c.fmt_tree(f, "  "),
+            Body::Msgp(m) => {
+                writeln!(f, "  align {}", m.align)?;
+                writeln!(f, "  thresh {}", m.thresh)?;
+                m.chunks.fmt_tree(f, "  ")
+            }
+            Body::Done => Ok(()),
+            Body::Error(e) => writeln!(f, "  error {e}"),
+            Body::Unknown { raw, .. } => {
+                writeln!(f, "  body ({} octets): {}", raw.len(), hex_string(raw))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::wire::chunk::tests::arb_chunk_lists;
+    use crate::wire::chunk::{ReadSegment, Segment, WriteChunk};
+    use proptest::prelude::*;
+
+    pub(crate) fn h(s: &str) -> Vec<u8> {
+        let clean: String = s
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("")
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        hex::decode(clean).unwrap()
+    }
+
+    pub(crate) fn sample(name: &str) -> Vec<u8> {
+        let path = format!("{}/test_samples/{name}.hex", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        h(&text)
+    }
+
+    fn dec(b: &[u8]) -> Result<(Header, usize), DecodeError> {
+        decode(b, &Limits::default())
+    }
+
+    /// Every proper prefix of a valid message must fail to decode (or, for
+    /// messages with a payload, decode to something shorter); none panics.
+    pub(crate) fn assert_truncations_fail(b: &[u8], header_len: usize) {
+        for cut in 0..header_len {
+            assert!(
+                dec(&b[..cut]).is_err(),
+                "prefix of {cut} octets decoded: {}",
+                hex::encode(&b[..cut])
+            );
+        }
+    }
+
+    fn roundtrip_exact(b: &[u8]) -> (Header, usize) {
+        let (hdr, n) = dec(b).unwrap();
+        let enc = hdr.to_vec().unwrap();
+        assert_eq!(enc.len(), hdr.encoded_len());
+        assert_eq!(enc, b[..n]);
+        (hdr, n)
+    }
+
+    #[test]
+    fn msg_with_write_chunk() {
+        let b = sample("v1_msg_write_chunk");
+        let (hdr, n) = roundtrip_exact(&b);
+        assert_eq!(hdr.xid, 0x1a2b3c4d);
+        assert_eq!(hdr.credit, 128);
+        let Body::Msg(c) = &hdr.body else {
+            panic!("not RDMA_MSG")
+        };
+        assert!(c.reads.is_empty());
+        assert_eq!(
+            c.writes,
+            vec![WriteChunk::new(vec![Segment::new(
+                0x0000_1234,
+                0x0000_2000,
+                0x0000_7f00_dead_0000
+            )])]
+        );
+        assert_eq!(c.reply, None);
+        // 16 prefix + read(4) + write present(4) + count(4) + seg(16) + end(4) + reply(4)
+        assert_eq!(n, 52);
+        assert_eq!(&b[n..n + 4], &[0x1a, 0x2b, 0x3c, 0x4d], "RPC xid follows");
+        assert_truncations_fail(&b, n);
+    }
+
+    #[test]
+    fn nomsg_pzrc_and_reply_chunk() {
+        let b = sample("v1_nomsg_pzrc_reply");
+        let (hdr, n) = roundtrip_exact(&b);
+        assert_eq!(n, b.len());
+        let Body::Nomsg(c) = &hdr.body else {
+            panic!("not RDMA_NOMSG")
+        };
+        assert_eq!(
+            c.reads,
+            vec![
+                ReadSegment::new(0, Segment::new(0x11, 4096, 0x1000)),
+                ReadSegment::new(0, Segment::new(0x12, 600, 0x2000)),
+            ]
+        );
+        assert!(c.writes.is_empty());
+        assert_eq!(
+            c.reply,
+            Some(WriteChunk::new(vec![Segment::new(0x21, 8192, 0x9000)]))
+        );
+        assert_truncations_fail(&b, n);
+        // Anything after an RDMA_NOMSG header is an error.
+        let mut t = b.clone();
+        t.extend_from_slice(&[0, 0, 0, 0]);
+        assert_eq!(dec(&t).unwrap_err().kind, DecodeErrorKind::TrailingBytes(4));
+    }
+
+    //= rfc8166#section-4.5.2
+    //# an RDMA_NOMSG message where the Read list,
+    //# Write list, and Reply chunk are marked not present
+    #[test]
+    fn nomsg_without_chunks_is_an_error() {
+        let b = h("00000001 00000001 00000010 00000001  00000000 00000000 00000000");
+        let e = dec(&b).unwrap_err();
+        assert_eq!(e.kind.name(), "bad-value");
+        assert_eq!(e.offset, 16);
+    }
+
+    #[test]
+    fn msgp() {
+        let b = sample("v1_msgp");
+        let (hdr, n) = roundtrip_exact(&b);
+        assert_eq!(
+            hdr.body,
+            Body::Msgp(Msgp {
+                align: 4096,
+                thresh: 1024,
+                chunks: ChunkLists::empty()
+            })
+        );
+        assert_eq!(n, 36);
+        assert_eq!(b.len() - n, 8, "payload");
+        assert_truncations_fail(&b, n);
+    }
+
+    #[test]
+    fn done_and_trailing_bytes() {
+        let b = sample("v1_done");
+        let (hdr, n) = roundtrip_exact(&b);
+        assert_eq!(hdr.body, Body::Done);
+        assert_eq!(n, 16);
+        assert_truncations_fail(&b, n);
+        let mut t = b.clone();
+        t.push(0);
+        assert_eq!(dec(&t).unwrap_err().kind, DecodeErrorKind::TrailingBytes(1));
+    }
+
+    #[test]
+    fn error_vers_chunk_unknown() {
+        let b = sample("v1_error_vers");
+        let (hdr, n) = roundtrip_exact(&b);
+        assert_eq!(hdr.body, Body::Error(RdmaError::Vers { low: 1, high: 1 }));
+        assert_eq!(n, 28);
+        assert_truncations_fail(&b, n);
+
+        let b = sample("v1_error_chunk");
+        let (hdr, n) = roundtrip_exact(&b);
+        assert_eq!(hdr.body, Body::Error(RdmaError::Chunk));
+        assert_eq!(n, 20);
+        assert_truncations_fail(&b, n);
+        for mut t in [sample("v1_error_chunk"), sample("v1_error_vers")] {
+            t.extend_from_slice(&[0, 0, 0, 9]);
+            assert_eq!(dec(&t).unwrap_err().kind, DecodeErrorKind::TrailingBytes(4));
+        }
+
+        let b = sample("v1_error_unknown");
+        let (hdr, n) = roundtrip_exact(&b);
+        assert_eq!(n, b.len());
+        assert_eq!(
+            hdr.body,
+            Body::Error(RdmaError::Unknown {
+                code: ErrorCode(7),
+                raw: vec![0xca, 0xfe, 0xba, 0xbe, 0x01]
+            })
+        );
+        assert_eq!(ErrorCode(7).name(), None);
+    }
+
+    #[test]
+    fn unknown_proc_keeps_rest() {
+        let b = sample("v1_unknown_proc");
+        let (hdr, n) = roundtrip_exact(&b);
+        assert_eq!(n, b.len());
+        assert_eq!(
+            hdr.body,
+            Body::Unknown {
+                proc: Proc(9),
+                raw: vec![0, 0, 0, 0, 0xff, 0xee, 0xdd]
+            }
+        );
+        assert_eq!(hdr.proc().name(), None);
+        assert_truncations_fail(&b, FIXED_PREFIX_LEN);
+    }
+
+    #[test]
+    fn rejects_bad_optional_discriminants() {
+        for bad in ["00000002", "ffffffff"] {
+            // read list discriminant
+            let b = h(&format!(
+                "00000001 00000001 00000001 00000000 {bad} 00000000 00000000"
+            ));
+            let e = dec(&b).unwrap_err();
+            assert_eq!(e.kind.name(), "bad-optional");
+            assert_eq!(e.offset, 16);
+            // reply chunk discriminant
+            let b = h(&format!(
+                "00000001 00000001 00000001 00000000 00000000 00000000 {bad}"
+            ));
+            let e = dec(&b).unwrap_err();
+            assert_eq!(e.kind.name(), "bad-optional");
+            assert_eq!(e.offset, 24);
+        }
+    }
+
+    #[test]
+    fn rejects_over_limit_counts() {
+        // Write chunk with 0xffffffff segments.
+        let b = h("00000001 00000001 00000001 00000000 00000000 00000001 ffffffff");
+        assert_eq!(dec(&b).unwrap_err().kind.name(), "limit-exceeded");
+        // Reply chunk with 33 segments > max_segments_per_chunk (32).
+        let b = h("00000001 00000001 00000001 00000000 00000000 00000000 00000001 00000021");
+        let e = dec(&b).unwrap_err();
+        assert!(matches!(
+            e.kind,
+            DecodeErrorKind::LimitExceeded {
+                limit: "max_segments_per_chunk",
+                value: 33,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn rejects_overflowing_segment() {
+        // Reply chunk: one segment, length 0x10, offset 0xffffffff_fffffff8.
+        let b = h(
+            "00000001 00000001 00000001 00000001 00000000 00000000 00000001 00000001
+                   00000005 00000010 ffffffff fffffff8",
+        );
+        assert_eq!(dec(&b).unwrap_err().kind.name(), "overflow");
+    }
+
+    #[test]
+    fn rejects_wrong_version() {
+        let b = h("00000001 00000002 00000001 00000003");
+        let e = dec(&b).unwrap_err();
+        assert_eq!(e.offset, 4);
+        assert_eq!(e.kind.name(), "bad-value");
+    }
+
+    pub(crate) fn arb_header() -> impl Strategy<Value = Header> {
+        let body = prop_oneof![
+            arb_chunk_lists().prop_map(Body::Msg),
+            arb_chunk_lists()
+                .prop_filter("NOMSG needs a chunk", |c| !c.is_empty())
+                .prop_map(Body::Nomsg),
+            (any::<u32>(), any::<u32>(), arb_chunk_lists()).prop_map(|(align, thresh, chunks)| {
+                Body::Msgp(Msgp {
+                    align,
+                    thresh,
+                    chunks,
+                })
+            }),
+            Just(Body::Done),
+            (any::<u32>(), any::<u32>())
+                .prop_map(|(low, high)| Body::Error(RdmaError::Vers { low, high })),
+            Just(Body::Error(RdmaError::Chunk)),
+            (3u32.., proptest::collection::vec(any::<u8>(), 0..12)).prop_map(|(c, raw)| {
+                Body::Error(RdmaError::Unknown {
+                    code: ErrorCode(c),
+                    raw,
+                })
+            }),
+            (5u32.., proptest::collection::vec(any::<u8>(), 0..12))
+                .prop_map(|(p, raw)| { Body::Unknown { proc: Proc(p), raw } }),
+        ];
+        (any::<u32>(), any::<u32>(), body).prop_map(|(xid, credit, body)| Header {
+            xid,
+            credit,
+            body,
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn header_roundtrip(hdr in arb_header(), payload in proptest::collection::vec(any::<u8>(), 0..16)) {
+            let mut bytes = hdr.to_vec().unwrap();
+            prop_assert_eq!(bytes.len(), hdr.encoded_len());
+            let header_len = bytes.len();
+            if hdr.has_payload() {
+                bytes.extend_from_slice(&payload);
+            }
+            let (d, n) = dec(&bytes).unwrap();
+            prop_assert_eq!(n, header_len);
+            prop_assert_eq!(d, hdr);
+        }
+
+        #[test]
+        fn decode_never_panics(mut b in proptest::collection::vec(any::<u8>(), 16..96), p in 0u32..6) {
+            b[4..8].copy_from_slice(&1u32.to_be_bytes());
+            b[12..16].copy_from_slice(&p.to_be_bytes());
+            if let Ok((hdr, n)) = dec(&b) {
+                prop_assert_eq!(hdr.to_vec().unwrap(), b[..n].to_vec());
+                let _ = hdr.to_string();
+            }
+        }
+    }
+}
