@@ -837,6 +837,27 @@ mod tests {
         );
     }
 
+    #[test]
+    fn samples_replay() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("test_samples");
+        let read = |n: &str| crate::wire::rpc::tests::read_sample(&dir.join(n));
+        let c = PeerPrivateData::find(&read("pd_linux_client.hex"));
+        assert_eq!(c, PeerPrivateData::find(&h(LINUX_CLIENT)));
+        let s = PeerPrivateData::find(&read("pd_linux_server.hex"));
+        assert_eq!(s, PeerPrivateData::find(&h(LINUX_SERVER)));
+        assert_eq!(
+            PeerPrivateData::find(&read("pd_absent.hex")),
+            PeerPrivateData::Absent
+        );
+        assert_eq!(
+            PeerPrivateData::find(&read("pd_unknown_version.hex")),
+            PeerPrivateData::Unrecognized {
+                offset: 0,
+                version: Some(2)
+            }
+        );
+    }
+
     fn arb_pd() -> impl Strategy<Value = PrivateData> {
         (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(f, s, r)| PrivateData {
             flags: f,

@@ -1287,6 +1287,43 @@ pub(crate) mod tests {
         );
     }
 
+    /// Reads a `test_samples/*.hex` file: `#` comment lines, then hex.
+    pub(crate) fn read_sample(path: &std::path::Path) -> Vec<u8> {
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(text.starts_with('#'), "{path:?} lacks its # comment line");
+        let hex: String = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .flat_map(|l| l.split_whitespace())
+            .collect();
+        hex::decode(hex).unwrap()
+    }
+
+    /// Every `rpc_*.hex` sample: `rpc_bad_*` must fail to decode, the others
+    /// must decode and re-encode their header to the same octets.
+    #[test]
+    fn samples_replay() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("test_samples");
+        let mut seen = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if !(name.starts_with("rpc_") && name.ends_with(".hex")) {
+                continue;
+            }
+            seen += 1;
+            let b = read_sample(&path);
+            match dec(&b) {
+                Ok((m, len)) => {
+                    assert!(!name.starts_with("rpc_bad_"), "{name} decoded: {m}");
+                    assert_eq!(m.to_vec().unwrap(), &b[..len], "{name}");
+                }
+                Err(e) => assert!(name.starts_with("rpc_bad_"), "{name}: {e}"),
+            }
+        }
+        assert!(seen >= 9, "only {seen} rpc samples");
+    }
+
     fn arb_auth_sys() -> impl Strategy<Value = AuthSysParms> {
         (
             any::<u32>(),
