@@ -16,7 +16,12 @@
 //!
 //! What is here:
 //!
-//! * [`InlineSize`]: one size octet, valid by construction;
+//! * [`InlineSize`]: one size octet, valid by construction. Building one
+//!   from a byte count that is not a multiple of 1024 or lies outside
+//!   1 KiB..=256 KiB is refused ([`InlineSize::from_bytes`]: the caller's
+//!   error); [`InlineSize::from_bytes_round_down`] is the lenient
+//!   alternative (round down, cap at 256 KiB), which never advertises more
+//!   than the caller can handle;
 //! * [`PrivateData`]: the 8-octet version 1 message (encode, Display);
 //! * [`PeerPrivateData::find`]: the receive side, which searches a whole
 //!   private-data buffer for the format identifier (an iWARP MPA v2 peer puts
@@ -524,6 +529,13 @@ pub struct Negotiated {
 /// the peer sent (`peer`, `None` when absent or unrecognised, which means
 /// [`PrivateData::DEFAULT`]). The rules are symmetric, so the same function
 /// serves the client and the server.
+///
+/// Interoperability note: the Linux server (svcrdma) advertises R clear but
+/// still uses Send With Invalidate toward a client that set R (it only looks
+/// at the client's flag). So a client must set R only if it really copes
+/// with remote invalidation of any STag it exposes, whatever this function
+/// returns; a server following this function never invalidates remotely
+/// unless both sides set R.
 //= rfc8797#section-4.2
 //# The client uses the smaller of its own send size and the server's
 //# reported receive size as the client-to-server inline threshold.  The
