@@ -340,6 +340,7 @@ impl fmt::Display for Classified {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::XdrEncode;
     use proptest::prelude::*;
 
     fn h(s: &str) -> Vec<u8> {
@@ -528,6 +529,30 @@ mod tests {
                 Err(e) => { let _ = e.to_string(); }
             }
             let _ = v2_f_response(&buf);
+        }
+
+        /// The peek agrees with a full RFC 5531 decode of the message behind
+        /// the header.
+        #[test]
+        fn agrees_with_full_rpc_decode(m in crate::wire::rpc::tests::arb_rpc_msg(), v2 in any::<bool>(), flags in any::<u32>()) {
+            let mut b = Vec::new();
+            b.extend_from_slice(&m.xid.to_be_bytes());
+            b.extend_from_slice(&(if v2 { 2u32 } else { 1 }).to_be_bytes());
+            b.extend_from_slice(&[0, 0, 0, 16, 0, 0, 0, 0]);
+            if v2 {
+                b.extend_from_slice(&flags.to_be_bytes());
+                b.extend_from_slice(&[0; 4]);
+            }
+            b.extend_from_slice(&[0; 12]);
+            let off = b.len();
+            b.extend_from_slice(&m.to_vec().unwrap());
+            let c = classify(&b, Role::Client).unwrap();
+            prop_assert_eq!(c.rpc_offset, off);
+            let (d, _) = crate::wire::rpc::RpcMsg::decode(&b[off..], &crate::Limits::default()).unwrap();
+            prop_assert_eq!(c.class.is_call(), d.call().is_some());
+            prop_assert_eq!(c.rpc_xid, d.xid);
+            prop_assert!(c.xids_match());
+            prop_assert_eq!(c.f_response, v2.then_some(flags & 1 == 1));
         }
 
         #[test]
