@@ -307,3 +307,28 @@ impl<P: Provider> Provider for FaultInjector<P> {
         self.inner.raw_fd()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splitmix64_matches_the_reference_outputs() {
+        // Reference values of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
+        let mut r = SplitMix64(0);
+        assert_eq!(r.next(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(r.next(), 0x6e78_9e6a_a1b9_65f4);
+    }
+
+    #[test]
+    fn chance_bounds_and_no_draw_at_zero() {
+        let mut r = SplitMix64(5);
+        assert!(!r.chance(0.0));
+        assert!(!r.chance(-1.0));
+        assert!(!r.chance(f64::NAN));
+        assert_eq!(r.0, 5, "p <= 0 must not advance the stream");
+        assert!((0..1000).all(|_| r.chance(1.0)));
+        let hits = (0..10_000).filter(|_| r.chance(0.25)).count();
+        assert!((2200..2800).contains(&hits), "{hits}");
+    }
+}

@@ -770,3 +770,80 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
         (**self).raw_fd()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stag_is_index_and_key() {
+        let s = Stag::new(0x12_3456, 0x9a);
+        assert_eq!(s.0, 0x1234_569a);
+        assert_eq!((s.index(), s.key()), (0x12_3456, 0x9a));
+        assert_eq!(format!("{s}"), "0x1234569a");
+        assert_eq!(format!("{s:?}"), "Stag(0x1234569a)");
+    }
+
+    #[test]
+    fn access_flags() {
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        assert_eq!(rw.bits(), 0b101);
+        assert!(rw.contains(Access::REMOTE_WRITE));
+        assert!(!rw.contains(Access::REMOTE_READ));
+        assert!(rw.contains(Access::NONE));
+        assert_eq!(format!("{rw:?}"), "LOCAL_WRITE|REMOTE_WRITE");
+        assert_eq!(format!("{:?}", Access::NONE), "NONE");
+    }
+
+    #[test]
+    fn status_blame_table() {
+        use Status::*;
+        let table = [
+            (Success, Blame::None, "success"),
+            (Flushed, Blame::None, "flushed"),
+            (LocalLength, Blame::Local, "local-length"),
+            (LocalProtection, Blame::Local, "local-protection"),
+            (LocalOperation, Blame::Local, "local-operation"),
+            (RemoteAccess, Blame::Remote, "remote-access"),
+            (RemoteOperation, Blame::Remote, "remote-operation"),
+            (
+                RemoteInvalidRequest,
+                Blame::Remote,
+                "remote-invalid-request",
+            ),
+            (ReceiverNotReady, Blame::Remote, "receiver-not-ready"),
+            (ConnectionLost, Blame::Transport, "connection-lost"),
+        ];
+        for (s, b, n) in table {
+            assert_eq!((s.blame(), s.name()), (b, n));
+            assert_eq!(s.is_ok(), s == Success);
+        }
+    }
+
+    #[test]
+    fn memory_region_helpers() {
+        let mr = MemoryRegion::new(0x105, Stag(0x105), 64, Access::REMOTE_READ);
+        assert_eq!(
+            mr.sge(8, 4),
+            Sge {
+                lkey: 0x105,
+                offset: 8,
+                length: 4
+            }
+        );
+        assert_eq!(
+            mr.remote(16),
+            RemoteAddr {
+                stag: Stag(0x105),
+                offset: 16
+            }
+        );
+        assert_eq!((mr.len(), mr.is_empty()), (64, false));
+    }
+
+    #[test]
+    fn provider_is_object_safe() {
+        fn takes(_: Option<&mut dyn Provider>) {}
+        takes(None);
+    }
+}
