@@ -165,6 +165,10 @@ fn receive_too_small_is_fatal_with_exact_statuses() {
     );
 }
 
+//= rfc5666#section-3.3
+//# RDMA receive operations will fail if a pre-posted
+//# receive buffer is not available to accept an incoming RDMA Send, and
+//# repeated occurrences of such errors can be fatal to the connection.
 #[test]
 fn rnr_fails_the_send_and_flushes_both_sides() {
     let mut h = harness();
@@ -556,6 +560,11 @@ fn connection_setup_exchanges_private_data_both_ways() {
     assert_eq!(a.connection_state(), ConnectionState::Established);
 }
 
+//= rfc5044#section-7.1
+//# If the receiver detects that the Private Data Length field does not
+//# match the length of the Private Data field, or if the length of the
+//# Private Data field exceeds 512 octets, the receiver MUST close the
+//# connection.
 #[test]
 fn private_data_over_512_is_refused() {
     let too_long = ConnectParams {

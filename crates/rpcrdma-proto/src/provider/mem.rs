@@ -683,10 +683,15 @@ impl MemProvider {
         }
     }
 
+    //= rfc5666#section-3.3
+    //# RDMA receive operations will fail if a pre-posted
+    //# receive buffer is not available to accept an incoming RDMA Send, and
+    //# repeated occurrences of such errors can be fatal to the connection.
+    // On iWARP (and on InfiniBand with rnr_retry_count = 0, as Linux sets
+    // it) the first occurrence is fatal: an untagged message with no buffer,
+    // or a buffer too small, is a DDP error that terminates the stream.
     fn on_send(&mut self, seq: u64, data: Vec<u8>, invalidate: Option<Stag>) {
         let Some(recv) = self.rq.pop_front() else {
-            // iWARP: an untagged message with no buffer posted is a DDP
-            // error that terminates the stream.
             self.fail_here(
                 Status::ReceiverNotReady,
                 Blame::Local,
