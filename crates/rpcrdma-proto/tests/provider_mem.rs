@@ -696,3 +696,39 @@ fn arm_wakes_on_arrival_and_respects_solicited_only() {
     assert_eq!(woken(), 4);
     assert_eq!(b.raw_fd(), None);
 }
+
+#[test]
+fn stags_rotate_per_registration_and_differ_between_ends() {
+    let (mut a, mut b) = new_pair();
+    let ma = a.register(vec![0; 8].into_boxed_slice(), RW).unwrap();
+    let mb = b.register(vec![0; 8].into_boxed_slice(), RW).unwrap();
+    // Hand-checked: index 0, first key 0x01 at end a and 0x81 at end b.
+    assert_eq!(ma.stag(), Stag(0x0000_0001));
+    assert_eq!(mb.stag(), Stag(0x0000_0081));
+    let mut stag = ma.stag();
+    let mut mr = ma;
+    for _ in 0..3 {
+        let buf = a.deregister(&mr).unwrap();
+        mr = a.register(buf, RW).unwrap();
+        assert_eq!(mr.stag(), Stag::new(0, stag.key().wrapping_add(1)));
+        stag = mr.stag();
+    }
+    // A second region takes the next index.
+    let m2 = a.register(vec![0; 8].into_boxed_slice(), RW).unwrap();
+    assert_eq!(m2.stag(), Stag(0x0000_0101));
+    // The old handle is stale locally as well.
+    assert_eq!(a.region(&ma), Err(ProviderError::InvalidHandle));
+    // Using one's own STag as if it were the peer's is a remote access error.
+    let mut h = Harness::new((a, b), 20);
+    h.a.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Write {
+            remote: mr.remote(0),
+        },
+        sges: vec![m2.sge(0, 8)],
+    })
+    .unwrap();
+    assert!(h.wait_down());
+    assert_eq!(h.ca[0].status, Status::RemoteAccess);
+    assert_eq!(h.b.region(&mb).unwrap(), [0; 8]);
+}

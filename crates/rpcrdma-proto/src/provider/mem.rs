@@ -228,7 +228,6 @@ struct Region {
     writers: u32,
 }
 
-#[derive(Default)]
 struct Slot {
     key: u8,
     region: Option<Region>,
@@ -248,7 +247,6 @@ pub struct MemProvider {
     cq: VecDeque<(Completion, Vec<Held>)>,
     events: VecDeque<ConnectionEvent>,
     state: ConnectionState,
-    own_params: Option<ConnectParams>,
     peer_request: Option<ConnectParams>,
     info: Option<ConnectionInfo>,
     next_seq: u64,
@@ -293,7 +291,6 @@ impl MemProvider {
             cq: VecDeque::new(),
             events: VecDeque::new(),
             state: ConnectionState::Idle,
-            own_params: None,
             peer_request: None,
             info: None,
             next_seq: 0,
@@ -312,7 +309,6 @@ impl MemProvider {
         check_private_data(&self.caps, &params.private_data)?;
         params.ird = params.ird.min(self.caps.max_ird);
         params.ord = params.ord.min(self.caps.max_ord);
-        self.own_params = Some(params.clone());
         self.state = ConnectionState::Connecting;
         self.push(Msg::ConnectRequest(params));
         Ok(())
@@ -338,7 +334,6 @@ impl MemProvider {
             ird: req.ird.min(my_ord),
             ord: req.ord.min(my_ird),
         });
-        self.own_params = Some(params);
         self.establish(req.private_data, ird, ord);
         Ok(())
     }
@@ -351,14 +346,7 @@ impl MemProvider {
         }
         check_private_data(&self.caps, &private_data)?;
         self.peer_request = None;
-        {
-            let mut l = lock(&self.link);
-            let peer = 1 - self.side;
-            l.inbound[self.side].clear();
-            l.inbound[peer].push_back(Msg::Reject { private_data });
-            l.closed = true;
-            wake(&mut l, peer, true);
-        }
+        self.cut(Msg::Reject { private_data });
         self.go_down(DisconnectReason::LocalClose);
         Ok(())
     }
@@ -396,7 +384,9 @@ impl MemProvider {
         let peer = 1 - self.side;
         let solicits = msg.solicits();
         l.inbound[peer].push_back(msg);
-        wake(&mut l, peer, solicits);
+        let w = take_waker(&mut l, peer, solicits);
+        drop(l);
+        wake(w);
     }
 
     fn pop(&self) -> Option<Msg> {
@@ -408,12 +398,15 @@ impl MemProvider {
     fn cut(&self, last: Msg) {
         let mut l = lock(&self.link);
         l.inbound[self.side].clear();
+        let mut w = None;
         if !l.closed {
             let peer = 1 - self.side;
             l.inbound[peer].push_back(last);
             l.closed = true;
-            wake(&mut l, peer, true);
+            w = take_waker(&mut l, peer, true);
         }
+        drop(l);
+        wake(w);
     }
 
     // ----- memory -----
@@ -827,12 +820,21 @@ impl MemProvider {
     }
 }
 
-fn wake(l: &mut Link, side: usize, solicits: bool) {
+/// Takes `side`'s waker if this arrival satisfies its arm. Wakers are
+/// called after the link lock is released, so a waker that polls the
+/// provider inline cannot deadlock.
+fn take_waker(l: &mut Link, side: usize, solicits: bool) -> Option<Waker> {
     let fire = matches!(&l.wakers[side], Some((_, n)) if *n == Notify::Any || solicits);
     if fire {
-        if let Some((w, _)) = l.wakers[side].take() {
-            w.wake();
-        }
+        l.wakers[side].take().map(|(w, _)| w)
+    } else {
+        None
+    }
+}
+
+fn wake(w: Option<Waker>) {
+    if let Some(w) = w {
+        w.wake();
     }
 }
 
@@ -885,7 +887,14 @@ impl Provider for MemProvider {
                 if i >= 1 << 24 {
                     return refuse(ProviderError::QueueFull, buf);
                 }
-                self.slots.push(Slot::default());
+                // The two ends start their key bytes half a cycle apart, so
+                // an STag of one end never names a region of the other
+                // (until 128 re-registrations of one index): an upper layer
+                // that mixes up local and remote keys fails loudly.
+                self.slots.push(Slot {
+                    key: if self.side == 0 { 0 } else { 0x80 },
+                    region: None,
+                });
                 i
             }
         };
@@ -1068,9 +1077,7 @@ impl Provider for MemProvider {
 
 impl MemProvider {
     fn wake_self(&self) {
-        let mut l = lock(&self.link);
-        if let Some((w, _)) = l.wakers[self.side].take() {
-            w.wake();
-        }
+        let w = lock(&self.link).wakers[self.side].take().map(|(w, _)| w);
+        wake(w);
     }
 }
