@@ -732,3 +732,10 @@ fn stags_rotate_per_registration_and_differ_between_ends() {
     assert_eq!(h.ca[0].status, Status::RemoteAccess);
     assert_eq!(h.b.region(&mb).unwrap(), [0; 8]);
 }
+
+#[test]
+fn providers_can_move_between_threads() {
+    fn assert_send<T: Send + 'static>() {}
+    assert_send::<MemProvider>();
+    assert_send::<rpcrdma_proto::provider::fault::FaultInjector<MemProvider>>();
+}

@@ -113,8 +113,9 @@ impl<P: Provider> Harness<P> {
         self.until(|a, b| a.len() >= na && b.len() >= nb)
     }
 
-    /// Polls until both ends report `Disconnected`, then a few more rounds
-    /// so that flushes are collected.
+    /// Polls until both ends report `Disconnected` (consuming their
+    /// connection events), then two more rounds so that flushes are
+    /// collected.
     pub fn wait_down(&mut self) -> bool {
         for _ in 0..self.max_rounds {
             self.round();

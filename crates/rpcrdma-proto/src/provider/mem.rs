@@ -573,6 +573,19 @@ impl MemProvider {
     }
 
     fn handle(&mut self, msg: Msg) {
+        let data = matches!(
+            msg,
+            Msg::Send { .. }
+                | Msg::Write { .. }
+                | Msg::ReadReq { .. }
+                | Msg::ReadResp { .. }
+                | Msg::Ack { .. }
+        );
+        if data && self.state != ConnectionState::Established {
+            // Cannot happen (the peer sends data only once established, and
+            // whoever goes down cuts the wire first); ignored to be safe.
+            return;
+        }
         match msg {
             Msg::ConnectRequest(p) => {
                 if self.state == ConnectionState::Idle {
