@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod limits;
+pub mod provider;
 pub mod wire;
 pub mod xdr;
 

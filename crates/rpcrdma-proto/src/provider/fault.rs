@@ -1,0 +1,344 @@
+//! A seeded fault-injecting decorator over any [`Provider`] (the smoltcp
+//! `FaultInjector` shape, with the RDMA fault model instead of packet loss).
+//!
+//! RDMA RC is reliable, so the faults worth injecting are the ones an
+//! RPC-over-RDMA engine must survive:
+//!
+//! * **QP failure after N posts** ([`FaultConfig::fail_after_posts`]): the
+//!   queue pair goes to error; every outstanding WR completes
+//!   [`Status::Flushed`]; the reason is `Error { LocalOperation, Local }`.
+//! * **Connection loss** after N posts or N completions
+//!   ([`FaultConfig::lose_connection_after_posts`],
+//!   [`FaultConfig::lose_connection_after_completions`]): like a retry
+//!   timeout, the first flushed WR reports [`Status::ConnectionLost`], the
+//!   rest are flushed, and the reason is [`DisconnectReason::TransportLost`].
+//! * **Remote access errors** on RDMA Read/Write with probability
+//!   [`FaultConfig::remote_access_error_chance`]: the STag's key byte is
+//!   altered before posting, so the *peer* genuinely refuses the access
+//!   (and the failure takes its real path through both ends).
+//! * **Empty receive queue** ([`FaultConfig::drop_recv_chance`]): a posted
+//!   receive is swallowed instead of reaching the provider, so a later Send
+//!   from the peer meets receiver-not-ready. A swallowed receive completes
+//!   `Flushed` once the connection is down, so every WR still completes
+//!   exactly once. (Its region is not held by the inner provider.)
+//!
+//! Every decision comes from one SplitMix64 stream seeded by
+//! [`FaultConfig::seed`], drawn only for faults whose probability is above
+//! zero, so the same seed and the same sequence of calls give the same
+//! faults and the same completions. The peer sees the consequences through
+//! the inner provider (for a lost connection, an orderly close).
+
+use std::task::Waker;
+
+use super::{
+    Access, Blame, Caps, Completion, ConnectionEvent, ConnectionInfo, ConnectionState,
+    DisconnectReason, MemoryRegion, Notify, Opcode, Provider, ProviderError, RecvWr, RegisterError,
+    SendOp, SendWr, Stag, Status,
+};
+
+/// Which faults to inject. `Default` injects none.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FaultConfig {
+    /// RNG seed.
+    pub seed: u64,
+    /// The QP fails right after this many successful posts (sends and
+    /// receives together).
+    pub fail_after_posts: Option<u64>,
+    /// The connection is lost right after this many successful posts.
+    pub lose_connection_after_posts: Option<u64>,
+    /// The connection is lost once this many completions were returned.
+    pub lose_connection_after_completions: Option<u64>,
+    /// Probability that an RDMA Read or Write gets a bad remote key.
+    pub remote_access_error_chance: f64,
+    /// Probability that a posted receive is silently dropped.
+    pub drop_recv_chance: f64,
+}
+
+/// What was injected so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    /// RDMA Reads/Writes posted with a corrupted STag.
+    pub bad_stags: u64,
+    /// Receives swallowed.
+    pub dropped_recvs: u64,
+    /// QP failures injected.
+    pub qp_failures: u64,
+    /// Connection losses injected.
+    pub connection_losses: u64,
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): tiny, seedable, good enough here.
+#[derive(Clone, Copy, Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `p` (draws nothing when `p <= 0`).
+    fn chance(&mut self, p: f64) -> bool {
+        if p.is_nan() || p <= 0.0 {
+            return false;
+        }
+        let unit = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        unit < p
+    }
+}
+
+/// The decorator. See the [module docs](self).
+#[derive(Debug)]
+pub struct FaultInjector<P> {
+    inner: P,
+    config: FaultConfig,
+    rng: SplitMix64,
+    posts: u64,
+    completions: u64,
+    tripped: Option<DisconnectReason>,
+    rewrite_first_flush: Option<Status>,
+    dropped: Vec<u64>,
+    stats: FaultStats,
+}
+
+impl<P: Provider> FaultInjector<P> {
+    /// Wraps `inner`.
+    pub fn new(inner: P, config: FaultConfig) -> Self {
+        FaultInjector {
+            inner,
+            config,
+            rng: SplitMix64(config.seed),
+            posts: 0,
+            completions: 0,
+            tripped: None,
+            rewrite_first_flush: None,
+            dropped: Vec::new(),
+            stats: FaultStats::default(),
+        }
+    }
+
+    /// The wrapped provider.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+
+    /// The wrapped provider, mutably (for backend-specific setup calls).
+    pub fn inner_mut(&mut self) -> &mut P {
+        &mut self.inner
+    }
+
+    /// Unwraps.
+    pub fn into_inner(self) -> P {
+        self.inner
+    }
+
+    /// Faults injected so far.
+    pub fn stats(&self) -> FaultStats {
+        self.stats
+    }
+
+    fn trip(&mut self, reason: DisconnectReason, first_flush: Option<Status>) {
+        if self.tripped.is_some()
+            || matches!(
+                self.inner.connection_state(),
+                ConnectionState::Disconnected(_)
+            )
+        {
+            return;
+        }
+        match reason {
+            DisconnectReason::TransportLost => self.stats.connection_losses += 1,
+            _ => self.stats.qp_failures += 1,
+        }
+        self.tripped = Some(reason);
+        self.rewrite_first_flush = first_flush;
+        self.inner.disconnect();
+    }
+
+    fn after_post(&mut self) {
+        self.posts += 1;
+        if self.config.fail_after_posts == Some(self.posts) {
+            self.trip(
+                DisconnectReason::Error {
+                    status: Status::LocalOperation,
+                    blame: Blame::Local,
+                },
+                None,
+            );
+        }
+        if self.config.lose_connection_after_posts == Some(self.posts) {
+            self.trip(
+                DisconnectReason::TransportLost,
+                Some(Status::ConnectionLost),
+            );
+        }
+    }
+
+    fn rewrite(&self, reason: DisconnectReason) -> DisconnectReason {
+        match (&self.tripped, reason) {
+            (Some(t), DisconnectReason::LocalClose) => t.clone(),
+            (_, r) => r,
+        }
+    }
+}
+
+impl<P: Provider> Provider for FaultInjector<P> {
+    fn caps(&self) -> Caps {
+        self.inner.caps()
+    }
+
+    fn connection_state(&self) -> ConnectionState {
+        match self.inner.connection_state() {
+            ConnectionState::Disconnected(r) => ConnectionState::Disconnected(self.rewrite(r)),
+            s => s,
+        }
+    }
+
+    fn connection_info(&self) -> Option<ConnectionInfo> {
+        self.inner.connection_info()
+    }
+
+    fn poll_event(&mut self) -> Option<ConnectionEvent> {
+        match self.inner.poll_event()? {
+            ConnectionEvent::Disconnected(r) => {
+                Some(ConnectionEvent::Disconnected(self.rewrite(r)))
+            }
+            e => Some(e),
+        }
+    }
+
+    fn disconnect(&mut self) {
+        self.inner.disconnect()
+    }
+
+    fn register(&mut self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, RegisterError> {
+        self.inner.register(buf, access)
+    }
+
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+        self.inner.deregister(mr)
+    }
+
+    fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
+        self.inner.region(mr)
+    }
+
+    fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
+        self.inner.region_mut(mr)
+    }
+
+    fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError> {
+        if self.rng.chance(self.config.drop_recv_chance) {
+            if matches!(
+                self.inner.connection_state(),
+                ConnectionState::Disconnected(_)
+            ) {
+                return Err(ProviderError::NotConnected);
+            }
+            self.stats.dropped_recvs += 1;
+            self.dropped.push(wr.wr_id);
+        } else {
+            self.inner.post_recv(wr)?;
+        }
+        self.after_post();
+        Ok(())
+    }
+
+    fn post_send(&mut self, mut wr: SendWr) -> Result<(), ProviderError> {
+        if let SendOp::Write { remote } | SendOp::Read { remote } = &mut wr.op {
+            if self.rng.chance(self.config.remote_access_error_chance) {
+                remote.stag = Stag::new(remote.stag.index(), remote.stag.key() ^ 0x5a);
+                self.stats.bad_stags += 1;
+            }
+        }
+        self.inner.post_send(wr)?;
+        self.after_post();
+        Ok(())
+    }
+
+    fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
+        let start = out.len();
+        self.inner.poll_completions(out);
+        if !self.dropped.is_empty()
+            && matches!(
+                self.inner.connection_state(),
+                ConnectionState::Disconnected(_)
+            )
+        {
+            for wr_id in self.dropped.drain(..) {
+                out.push(Completion {
+                    wr_id,
+                    opcode: Opcode::Recv,
+                    byte_len: 0,
+                    status: Status::Flushed,
+                });
+            }
+        }
+        if let Some(status) = self.rewrite_first_flush {
+            let first = out
+                .get_mut(start..)
+                .and_then(|new| new.iter_mut().find(|c| c.status == Status::Flushed));
+            if let Some(c) = first {
+                c.status = status;
+                self.rewrite_first_flush = None;
+            }
+        }
+        let n = out.len() - start;
+        self.completions += n as u64;
+        if let Some(limit) = self.config.lose_connection_after_completions {
+            if self.completions >= limit {
+                self.trip(
+                    DisconnectReason::TransportLost,
+                    Some(Status::ConnectionLost),
+                );
+            }
+        }
+        n
+    }
+
+    fn arm(&mut self, waker: &Waker, notify: Notify) {
+        if !self.dropped.is_empty()
+            && matches!(
+                self.inner.connection_state(),
+                ConnectionState::Disconnected(_)
+            )
+        {
+            // Swallowed receives are waiting to be reported as flushed.
+            waker.wake_by_ref();
+            return;
+        }
+        self.inner.arm(waker, notify)
+    }
+
+    fn raw_fd(&self) -> Option<i32> {
+        self.inner.raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splitmix64_matches_the_reference_outputs() {
+        // Reference values of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
+        let mut r = SplitMix64(0);
+        assert_eq!(r.next(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(r.next(), 0x6e78_9e6a_a1b9_65f4);
+    }
+
+    #[test]
+    fn chance_bounds_and_no_draw_at_zero() {
+        let mut r = SplitMix64(5);
+        assert!(!r.chance(0.0));
+        assert!(!r.chance(-1.0));
+        assert!(!r.chance(f64::NAN));
+        assert_eq!(r.0, 5, "p <= 0 must not advance the stream");
+        assert!((0..1000).all(|_| r.chance(1.0)));
+        let hits = (0..10_000).filter(|_| r.chance(0.25)).count();
+        assert!((2200..2800).contains(&hits), "{hits}");
+    }
+}

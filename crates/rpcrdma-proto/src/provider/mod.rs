@@ -1,0 +1,849 @@
+//! The RDMA provider contract: what the RPC-over-RDMA engine needs from an
+//! RDMA transport, shaped like verbs, non-blocking and object-safe.
+//!
+//! A [`Provider`] is one reliable connected queue pair (RC QP, or one iWARP
+//! RDMAP stream) together with its memory registrations and one completion
+//! queue. Backends: [`mem`] (an in-process pair, deterministic, for tests and
+//! simulations), the software iWARP provider (MPA/DDP/RDMAP over TCP) and the
+//! rdma-core verbs provider (other crates). [`fault::FaultInjector`] wraps any
+//! of them. [`conformance`] holds checks every backend must pass.
+//!
+//! # Memory ownership: lifetimes follow the hardware
+//!
+//! [`Provider::register`] takes the buffer (`Box<[u8]>`) by value. From then
+//! on the provider owns it, exactly as an RNIC "owns" registered memory, and
+//! gives it back only from [`Provider::deregister`]. Every work request holds
+//! the regions its SGEs name from the moment it is posted until its
+//! [`Completion`] has been returned by [`Provider::poll_completions`]
+//! (success, error or flush alike). While held:
+//!
+//! * `deregister` fails with [`ProviderError::Busy`] (the buffer cannot be
+//!   freed or reused while the "NIC" may still touch it);
+//! * [`Provider::region_mut`] fails with `Busy`;
+//! * [`Provider::region`] fails with `Busy` if a held WR *writes* the region
+//!   (a Receive or an RDMA Read sink); reading a buffer that is the source of
+//!   a Send or RDMA Write is allowed.
+//!
+//! So the owner reads and fills its buffers through the provider, and safe
+//! Rust proves that nothing else aliases them. Memory exposed for remote
+//! access is another matter: a peer may write a `REMOTE_WRITE` region at any
+//! time the STag is valid, as with real RDMA; the upper layer learns that a
+//! chunk is complete from the protocol (the Reply), and then invalidates the
+//! STag (or has the peer do so with Send With Invalidate).
+//!
+//! # Keys
+//!
+//! A registration yields a local key ([`MemoryRegion::lkey`], named by
+//! [`Sge`]s) and a remote key [`Stag`] (the RFC 5040 STag, the RFC 8166
+//! "handle"), built as a 24-bit index plus an 8-bit key that changes on every
+//! registration of the same index (the Linux FRWR `ib_update_fast_reg_key`
+//! practice), so an STag from an earlier registration is refused. Remote
+//! offsets are zero-based: the first byte of a region is tagged offset 0.
+//! Invalidation (local, [`SendOp::LocalInvalidate`], or remote, Send With
+//! Invalidate) revokes the STag for *remote* access only; the region stays
+//! registered for local use until deregistered.
+//!
+//! # Progress and readiness
+//!
+//! Posting only queues work. A provider makes progress (transmits, places
+//! inbound data, generates completions) inside
+//! [`Provider::poll_completions`]; hardware providers do it on their own and
+//! merely report. The canonical driver loop is: post; poll until nothing
+//! comes back; [`Provider::arm`] the waker; poll once more (to close the race);
+//! sleep until woken, or until the fd from [`Provider::raw_fd`] is readable.
+//! `arm` wakes at once if work is already pending, so the loop never sleeps
+//! on queued work. There is no clock and no thread anywhere in this contract.
+//!
+//! # Errors and blame
+//!
+//! Errors the caller can prevent (bad handle, SGE out of bounds, missing
+//! access right, too many SGEs, full queue, over-long private data) are
+//! refused synchronously at post time with a [`ProviderError`]; the WR is not
+//! queued and no completion will follow. Everything detected later is a
+//! [`Completion`] with a [`Status`] and never a panic or an `Err`:
+//! [`Status::blame`] says whether this endpoint's resources ([`Blame::Local`]),
+//! the peer ([`Blame::Remote`]), or the link ([`Blame::Transport`]) failed.
+//! A failing status other than `Flushed` is fatal for the connection (as on
+//! iWARP, where it ends in a Terminate): it is followed by
+//! [`ConnectionEvent::Disconnected`] and every other outstanding WR on both
+//! ends completes with [`Status::Flushed`].
+
+use std::fmt;
+use std::task::Waker;
+
+pub mod conformance;
+pub mod fault;
+pub mod mem;
+
+//= rfc5044#section-7.1
+//# If the receiver detects that the Private Data Length field does not
+//# match the length of the Private Data field, or if the length of the
+//# Private Data field exceeds 512 octets, the receiver MUST close the
+//# connection.
+/// Most private-data octets one connection-setup message carries (MPA,
+/// RFC 5044 §7.1). Providers whose CM allows less say so in
+/// [`Caps::max_private_data`].
+pub const MAX_PRIVATE_DATA: usize = 512;
+
+/// Access rights of a memory registration (verbs `IBV_ACCESS_*`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(u8);
+
+impl Access {
+    /// No rights beyond local read (Send and RDMA Write sources).
+    pub const NONE: Access = Access(0);
+    /// The local endpoint may write the region: Receive buffers and RDMA
+    /// Read sinks.
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// The peer may RDMA Read the region (RPC-over-RDMA Read chunks).
+    pub const REMOTE_READ: Access = Access(2);
+    /// The peer may RDMA Write the region (Write and Reply chunks). Requires
+    /// `LOCAL_WRITE`, as in verbs.
+    pub const REMOTE_WRITE: Access = Access(4);
+
+    /// The raw bits.
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+    /// Every right in `other` is in `self`.
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+    /// The union of both sets.
+    pub const fn union(self, other: Access) -> Access {
+        Access(self.0 | other.0)
+    }
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        self.union(rhs)
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (Access::LOCAL_WRITE, "LOCAL_WRITE"),
+            (Access::REMOTE_READ, "REMOTE_READ"),
+            (Access::REMOTE_WRITE, "REMOTE_WRITE"),
+        ];
+        let mut first = true;
+        for (a, n) in names {
+            if self.contains(a) {
+                if !first {
+                    f.write_str("|")?;
+                }
+                f.write_str(n)?;
+                first = false;
+            }
+        }
+        if first {
+            f.write_str("NONE")?;
+        }
+        Ok(())
+    }
+}
+
+/// A remote key (RFC 5040 STag, RFC 8166 segment handle): 24-bit index and
+/// 8-bit key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Stag(pub u32);
+
+impl Stag {
+    /// Builds an STag from its index (low 24 bits used) and key.
+    pub const fn new(index: u32, key: u8) -> Stag {
+        Stag((index << 8) | key as u32)
+    }
+    /// The 24-bit index.
+    pub const fn index(self) -> u32 {
+        self.0 >> 8
+    }
+    /// The 8-bit key, changed on every registration of the index.
+    pub const fn key(self) -> u8 {
+        (self.0 & 0xff) as u8
+    }
+}
+
+impl fmt::Debug for Stag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Stag({:#010x})", self.0)
+    }
+}
+
+impl fmt::Display for Stag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#010x}", self.0)
+    }
+}
+
+/// A handle to a registered region. It is a plain descriptor (`Copy`): the
+/// buffer itself stays inside the provider, and a handle that outlived its
+/// registration is refused with [`ProviderError::InvalidHandle`] because its
+/// key no longer matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MemoryRegion {
+    lkey: u32,
+    stag: Stag,
+    len: u64,
+    access: Access,
+}
+
+impl MemoryRegion {
+    /// For provider implementations: builds the handle they hand out.
+    pub const fn new(lkey: u32, stag: Stag, len: u64, access: Access) -> Self {
+        MemoryRegion {
+            lkey,
+            stag,
+            len,
+            access,
+        }
+    }
+    /// Local key, used in [`Sge`]s.
+    pub const fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    /// Remote key to advertise to the peer (valid only with a remote right).
+    pub const fn stag(&self) -> Stag {
+        self.stag
+    }
+    /// Length of the region in octets.
+    pub const fn len(&self) -> u64 {
+        self.len
+    }
+    /// True for a zero-length region.
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Access rights given at registration.
+    pub const fn access(&self) -> Access {
+        self.access
+    }
+    /// An SGE covering `length` octets at `offset` of this region (checked
+    /// when posted, not here).
+    pub const fn sge(&self, offset: u64, length: u32) -> Sge {
+        Sge {
+            lkey: self.lkey,
+            offset,
+            length,
+        }
+    }
+    /// The remote address of `offset` in this region.
+    pub const fn remote(&self, offset: u64) -> RemoteAddr {
+        RemoteAddr {
+            stag: self.stag,
+            offset,
+        }
+    }
+}
+
+/// Scatter/gather element: `length` octets at `offset` of the region with
+/// local key `lkey`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sge {
+    /// Local key of the region ([`MemoryRegion::lkey`]).
+    pub lkey: u32,
+    /// Offset into the region.
+    pub offset: u64,
+    /// Length in octets.
+    pub length: u32,
+}
+
+/// A remote buffer: tagged offset `offset` (zero-based) under STag `stag`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteAddr {
+    /// The peer's STag.
+    pub stag: Stag,
+    /// Zero-based tagged offset within the peer's region.
+    pub offset: u64,
+}
+
+/// A Receive work request: one buffer for the next inbound Send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Caller's identifier, echoed in the completion.
+    pub wr_id: u64,
+    /// Where the message lands; the region needs [`Access::LOCAL_WRITE`].
+    pub sge: Sge,
+}
+
+/// What a Send-queue work request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    /// Send (RDMAP Send, or Send with Solicited Event if `solicited`).
+    Send {
+        /// Request a solicited event at the receiver.
+        solicited: bool,
+    },
+    /// Send With Invalidate: the receiver invalidates `invalidate` (one of
+    /// *its* STags) before completing the receive.
+    SendWithInvalidate {
+        /// The receiver's STag to invalidate.
+        invalidate: Stag,
+        /// Request a solicited event at the receiver.
+        solicited: bool,
+    },
+    /// RDMA Write: the local SGEs are placed at `remote`.
+    Write {
+        /// Where the data goes at the peer.
+        remote: RemoteAddr,
+    },
+    /// RDMA Read: the peer's bytes at `remote` land in the single local SGE
+    /// (iWARP reads into one sink STag; see [`Caps::max_read_sge`]).
+    Read {
+        /// Where the data comes from at the peer.
+        remote: RemoteAddr,
+    },
+    /// Local Invalidate of one of our own STags; needs no SGE. Later remote
+    /// access with that STag fails.
+    LocalInvalidate {
+        /// Our STag to invalidate.
+        stag: Stag,
+    },
+}
+
+/// A Send-queue work request. Every WR is signalled: exactly one completion
+/// follows, in post order with the other Send-queue WRs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    /// Caller's identifier, echoed in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// Local data: source for Send and Write, sink for Read (exactly one),
+    /// none for LocalInvalidate.
+    pub sges: Vec<Sge>,
+}
+
+/// Completion opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Opcode {
+    /// A Send (any flavour) finished.
+    Send,
+    /// An RDMA Write finished.
+    Write,
+    /// An RDMA Read finished; the sink holds the data.
+    Read,
+    /// A Local Invalidate finished.
+    LocalInvalidate,
+    /// A message arrived in a posted receive.
+    Recv,
+    /// A Send With Invalidate arrived; `stag` (ours) is now invalid.
+    RecvWithInvalidate {
+        /// The STag the peer invalidated.
+        stag: Stag,
+    },
+}
+
+/// Who is responsible for a failure, from this endpoint's point of view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Blame {
+    /// Nothing failed (success) or the status is only a consequence of an
+    /// earlier failure (flush).
+    None,
+    /// This endpoint's own resources did not fit: a receive buffer too small
+    /// for what arrived, no receive posted, a bad local key. (The upper layer
+    /// may still decide the peer broke its protocol, e.g. exceeded the inline
+    /// threshold or its credits.)
+    Local,
+    /// The peer refused or could not serve our request: bad STag, offset or
+    /// rights at its side, no receive posted there, its receive too small.
+    Remote,
+    /// The link failed (connection lost, retries exhausted); neither end
+    /// misbehaved.
+    Transport,
+}
+
+/// Completion status (the verbs `ibv_wc_status` classes that can occur on an
+/// RC / iWARP connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// The operation succeeded.
+    Success,
+    /// The WR was outstanding when the connection failed or was closed.
+    Flushed,
+    /// An inbound message was longer than the posted receive buffer (nothing
+    /// was placed).
+    LocalLength,
+    /// A local key or STag named in our own WR failed validation when the WR
+    /// executed (e.g. Local Invalidate of an unknown STag, or a Send With
+    /// Invalidate naming an STag we do not own).
+    LocalProtection,
+    /// Internal failure of the local QP (also what a fault injector uses to
+    /// fail a QP).
+    LocalOperation,
+    /// The peer refused an RDMA Read/Write: unknown, stale or invalidated
+    /// STag, missing access right, or range outside the region. No memory
+    /// was touched.
+    RemoteAccess,
+    /// The peer failed to process a Send (receive buffer too small, or a
+    /// Send With Invalidate naming an STag it does not own).
+    RemoteOperation,
+    /// The peer considered the request malformed.
+    RemoteInvalidRequest,
+    /// A Send found no posted receive at the peer (RNR). Fatal on iWARP, and
+    /// on InfiniBand with `rnr_retry_count = 0` as Linux xprtrdma sets it.
+    ReceiverNotReady,
+    /// The connection was lost underneath this WR (retry exhausted, reset).
+    ConnectionLost,
+}
+
+impl Status {
+    /// Who is to blame, from the WR poster's point of view.
+    pub const fn blame(self) -> Blame {
+        match self {
+            Status::Success | Status::Flushed => Blame::None,
+            Status::LocalLength | Status::LocalProtection | Status::LocalOperation => Blame::Local,
+            Status::RemoteAccess
+            | Status::RemoteOperation
+            | Status::RemoteInvalidRequest
+            | Status::ReceiverNotReady => Blame::Remote,
+            Status::ConnectionLost => Blame::Transport,
+        }
+    }
+    /// Stable machine name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Status::Success => "success",
+            Status::Flushed => "flushed",
+            Status::LocalLength => "local-length",
+            Status::LocalProtection => "local-protection",
+            Status::LocalOperation => "local-operation",
+            Status::RemoteAccess => "remote-access",
+            Status::RemoteOperation => "remote-operation",
+            Status::RemoteInvalidRequest => "remote-invalid-request",
+            Status::ReceiverNotReady => "receiver-not-ready",
+            Status::ConnectionLost => "connection-lost",
+        }
+    }
+    /// `Success`.
+    pub const fn is_ok(self) -> bool {
+        matches!(self, Status::Success)
+    }
+}
+
+/// A work completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The WR's `wr_id`.
+    pub wr_id: u64,
+    /// What finished. For a failed WR this is the WR's own kind (a failed
+    /// receive reports [`Opcode::Recv`]).
+    pub opcode: Opcode,
+    /// Octets transferred (received for Recv, read for Read, sent for
+    /// Send/Write); 0 unless `status` is `Success`.
+    pub byte_len: u32,
+    /// Outcome.
+    pub status: Status,
+}
+
+/// Device and queue-pair limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Outstanding Send-queue WRs (posted, completion not yet polled).
+    pub max_send_wr: u32,
+    /// Outstanding receives.
+    pub max_recv_wr: u32,
+    /// SGEs per Send / Write.
+    pub max_send_sge: u32,
+    /// SGEs per receive.
+    pub max_recv_sge: u32,
+    /// SGEs per RDMA Read sink (1 on iWARP).
+    pub max_read_sge: u32,
+    /// Largest message or RDMA transfer in octets.
+    pub max_msg_size: u32,
+    /// Largest registration in octets.
+    pub max_mr_size: u64,
+    /// Registrations at once.
+    pub max_mr: u32,
+    /// Private data octets per connection-setup message (≤ 512).
+    pub max_private_data: u16,
+    /// Largest inbound RDMA Read queue (IRD) the device supports.
+    pub max_ird: u8,
+    /// Largest outbound RDMA Read queue (ORD) the device supports.
+    pub max_ord: u8,
+    /// Inline data limit of a Send (informational).
+    pub max_inline: u32,
+    /// RDMA Read sinks must also be registered `REMOTE_WRITE` (true on
+    /// iWARP, where the Read Response is a tagged write into the sink).
+    pub read_sink_needs_remote_write: bool,
+}
+
+/// What one side asks for when connecting or accepting.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnectParams {
+    /// Private data for the peer (at most [`Caps::max_private_data`]).
+    pub private_data: Vec<u8>,
+    /// RDMA Reads we accept at once from the peer (responder resources).
+    pub ird: u8,
+    /// RDMA Reads we want outstanding at once (initiator depth). Linux
+    /// xprtrdma uses 0: the requester never reads.
+    pub ord: u8,
+}
+
+/// What was agreed when the connection was established.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// The peer's private data, exactly as sent.
+    pub peer_private_data: Vec<u8>,
+    /// Inbound RDMA Reads the peer may have outstanding against us.
+    pub ird: u8,
+    /// Outbound RDMA Reads we may have outstanding (0 forbids RDMA Read).
+    pub ord: u8,
+    /// SGEs per Send.
+    pub max_send_sge: u32,
+    /// SGEs per receive.
+    pub max_recv_sge: u32,
+    /// Inline data limit.
+    pub max_inline: u32,
+    /// Largest message.
+    pub max_msg_size: u32,
+}
+
+/// Why a connection ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DisconnectReason {
+    /// The passive side refused the connection, with its private data.
+    Rejected {
+        /// Private data of the reject.
+        private_data: Vec<u8>,
+    },
+    /// [`Provider::disconnect`] was called here.
+    LocalClose,
+    /// The peer closed the connection.
+    PeerClose,
+    /// A fatal error; `status` is how it shows in a completion and `blame`
+    /// says who caused it from this endpoint's view (a Send that found no
+    /// receive is `ReceiverNotReady` with `Remote` blame at the sender and
+    /// `Local` blame at the receiver).
+    Error {
+        /// The failure.
+        status: Status,
+        /// Whose fault, seen from here.
+        blame: Blame,
+    },
+    /// The link went away (reset, timeout); nobody's fault.
+    TransportLost,
+}
+
+/// Connection state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// Not yet connecting.
+    Idle,
+    /// Setup in progress (request sent, or request received and not yet
+    /// answered). Receives may be posted already.
+    Connecting,
+    /// Data may flow.
+    Established,
+    /// Finished; posts are refused with [`ProviderError::NotConnected`].
+    Disconnected(DisconnectReason),
+}
+
+/// Connection events, in order, from [`Provider::poll_event`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectionEvent {
+    /// Passive side: a peer asks to connect (answer it with the backend's
+    /// accept or reject).
+    ConnectRequest {
+        /// The requester's private data.
+        private_data: Vec<u8>,
+        /// The requester's IRD.
+        ird: u8,
+        /// The requester's ORD.
+        ord: u8,
+    },
+    /// The connection is up.
+    Established(ConnectionInfo),
+    /// The connection is down; outstanding WRs have been flushed.
+    Disconnected(DisconnectReason),
+}
+
+/// When [`Provider::arm`] wakes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Notify {
+    /// On any new completion or event.
+    Any,
+    /// Only on a solicited receive (Send with Solicited Event), an error, or
+    /// a connection event (verbs `solicited_only`).
+    Solicited,
+}
+
+/// A synchronous refusal. These are always the caller's (or its
+/// configuration's) mistake; nothing was queued.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProviderError {
+    /// The region is referenced by a work request that has not completed.
+    Busy,
+    /// Unknown or stale local key / handle (deregistered, re-registered).
+    InvalidHandle,
+    /// An SGE reaches past the end of its region, or lengths overflow.
+    OutOfBounds,
+    /// The region lacks a right the operation needs.
+    AccessDenied {
+        /// The missing right.
+        needed: Access,
+    },
+    /// More SGEs than [`Caps`] allows, or a wrong number for the op.
+    BadSgeCount,
+    /// Total length exceeds [`Caps::max_msg_size`] or the region limit.
+    TooLong,
+    /// The queue (or the registration table) is full.
+    QueueFull,
+    /// Private data longer than [`Caps::max_private_data`].
+    PrivateDataTooLong {
+        /// Length given.
+        len: usize,
+        /// Allowed.
+        max: usize,
+    },
+    /// The operation needs an established connection (or one not yet
+    /// closed).
+    NotConnected,
+    /// The operation is not valid now or with these arguments.
+    InvalidArgument(&'static str),
+    /// The backend does not support this.
+    Unsupported,
+}
+
+impl fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProviderError::Busy => f.write_str("region referenced by an in-flight work request"),
+            ProviderError::InvalidHandle => f.write_str("unknown or stale memory handle"),
+            ProviderError::OutOfBounds => f.write_str("SGE outside its region"),
+            ProviderError::AccessDenied { needed } => {
+                write!(f, "region lacks access right {needed:?}")
+            }
+            ProviderError::BadSgeCount => f.write_str("wrong number of SGEs"),
+            ProviderError::TooLong => f.write_str("transfer too long"),
+            ProviderError::QueueFull => f.write_str("queue full"),
+            ProviderError::PrivateDataTooLong { len, max } => {
+                write!(f, "private data of {len} octets exceeds {max}")
+            }
+            ProviderError::NotConnected => f.write_str("not connected"),
+            ProviderError::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            ProviderError::Unsupported => f.write_str("unsupported"),
+        }
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+/// A refused registration; the buffer comes back.
+#[derive(Debug)]
+pub struct RegisterError {
+    /// Why.
+    pub error: ProviderError,
+    /// The caller's buffer, untouched.
+    pub buf: Box<[u8]>,
+}
+
+impl fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "registration refused: {}", self.error)
+    }
+}
+
+impl std::error::Error for RegisterError {}
+
+/// One RDMA connection endpoint: memory registration, work requests,
+/// completions, readiness and connection events. Object-safe, so a program
+/// can choose a backend at run time (`Box<dyn Provider>`). See the module
+/// docs for the ownership, progress and blame rules every implementation
+/// follows; [`conformance`] checks them.
+///
+/// Connection *setup* (addresses, listening, accept/reject) is backend
+/// specific; the trait reports its outcome as [`ConnectionEvent`]s.
+pub trait Provider {
+    /// Device and queue limits.
+    fn caps(&self) -> Caps;
+
+    /// Current connection state.
+    fn connection_state(&self) -> ConnectionState;
+
+    /// The negotiated attributes and the peer's private data, once
+    /// established (and still after a disconnect).
+    fn connection_info(&self) -> Option<ConnectionInfo>;
+
+    /// Next connection event, if any. Providers may make progress here.
+    fn poll_event(&mut self) -> Option<ConnectionEvent>;
+
+    /// Closes the connection abortively (QP to error): every outstanding WR
+    /// on both ends completes [`Status::Flushed`]. Idempotent.
+    fn disconnect(&mut self);
+
+    /// Registers `buf`, moving it into the provider. Fails with the buffer
+    /// back: `REMOTE_WRITE` without `LOCAL_WRITE`, too large, table full.
+    fn register(&mut self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, RegisterError>;
+
+    /// Ends a registration and returns the buffer. The STag becomes invalid.
+    /// [`ProviderError::Busy`] while a WR still references the region.
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError>;
+
+    /// The region's bytes, for reading. `Busy` while a Receive or RDMA Read
+    /// into it is outstanding.
+    fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError>;
+
+    /// The region's bytes, for writing. `Busy` while any WR references it.
+    fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError>;
+
+    /// Posts a receive. Allowed before the connection is established (post
+    /// receives before accepting, as Linux svcrdma does).
+    fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError>;
+
+    /// Posts a Send-queue WR. Local errors are refused here.
+    fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError>;
+
+    /// Posts a Local Invalidate of our `stag` (shorthand for
+    /// [`SendOp::LocalInvalidate`]); it completes as
+    /// [`Opcode::LocalInvalidate`].
+    fn invalidate(&mut self, wr_id: u64, stag: Stag) -> Result<(), ProviderError> {
+        self.post_send(SendWr {
+            wr_id,
+            op: SendOp::LocalInvalidate { stag },
+            sges: Vec::new(),
+        })
+    }
+
+    /// Makes whatever progress is possible without blocking and appends
+    /// every available completion to `out`; returns how many were appended.
+    fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize;
+
+    /// Asks to be woken once when something new happens (one-shot; see
+    /// [`Notify`]). Wakes immediately if work is already pending.
+    fn arm(&mut self, waker: &Waker, notify: Notify);
+
+    /// A file descriptor that becomes readable when the provider needs
+    /// polling (fd-backed providers: socket or completion channel).
+    fn raw_fd(&self) -> Option<i32> {
+        None
+    }
+}
+
+impl<P: Provider + ?Sized> Provider for Box<P> {
+    fn caps(&self) -> Caps {
+        (**self).caps()
+    }
+    fn connection_state(&self) -> ConnectionState {
+        (**self).connection_state()
+    }
+    fn connection_info(&self) -> Option<ConnectionInfo> {
+        (**self).connection_info()
+    }
+    fn poll_event(&mut self) -> Option<ConnectionEvent> {
+        (**self).poll_event()
+    }
+    fn disconnect(&mut self) {
+        (**self).disconnect()
+    }
+    fn register(&mut self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, RegisterError> {
+        (**self).register(buf, access)
+    }
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+        (**self).deregister(mr)
+    }
+    fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
+        (**self).region(mr)
+    }
+    fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
+        (**self).region_mut(mr)
+    }
+    fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError> {
+        (**self).post_recv(wr)
+    }
+    fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError> {
+        (**self).post_send(wr)
+    }
+    fn invalidate(&mut self, wr_id: u64, stag: Stag) -> Result<(), ProviderError> {
+        (**self).invalidate(wr_id, stag)
+    }
+    fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
+        (**self).poll_completions(out)
+    }
+    fn arm(&mut self, waker: &Waker, notify: Notify) {
+        (**self).arm(waker, notify)
+    }
+    fn raw_fd(&self) -> Option<i32> {
+        (**self).raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stag_is_index_and_key() {
+        let s = Stag::new(0x12_3456, 0x9a);
+        assert_eq!(s.0, 0x1234_569a);
+        assert_eq!((s.index(), s.key()), (0x12_3456, 0x9a));
+        assert_eq!(format!("{s}"), "0x1234569a");
+        assert_eq!(format!("{s:?}"), "Stag(0x1234569a)");
+    }
+
+    #[test]
+    fn access_flags() {
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        assert_eq!(rw.bits(), 0b101);
+        assert!(rw.contains(Access::REMOTE_WRITE));
+        assert!(!rw.contains(Access::REMOTE_READ));
+        assert!(rw.contains(Access::NONE));
+        assert_eq!(format!("{rw:?}"), "LOCAL_WRITE|REMOTE_WRITE");
+        assert_eq!(format!("{:?}", Access::NONE), "NONE");
+    }
+
+    #[test]
+    fn status_blame_table() {
+        use Status::*;
+        let table = [
+            (Success, Blame::None, "success"),
+            (Flushed, Blame::None, "flushed"),
+            (LocalLength, Blame::Local, "local-length"),
+            (LocalProtection, Blame::Local, "local-protection"),
+            (LocalOperation, Blame::Local, "local-operation"),
+            (RemoteAccess, Blame::Remote, "remote-access"),
+            (RemoteOperation, Blame::Remote, "remote-operation"),
+            (
+                RemoteInvalidRequest,
+                Blame::Remote,
+                "remote-invalid-request",
+            ),
+            (ReceiverNotReady, Blame::Remote, "receiver-not-ready"),
+            (ConnectionLost, Blame::Transport, "connection-lost"),
+        ];
+        for (s, b, n) in table {
+            assert_eq!((s.blame(), s.name()), (b, n));
+            assert_eq!(s.is_ok(), s == Success);
+        }
+    }
+
+    #[test]
+    fn memory_region_helpers() {
+        let mr = MemoryRegion::new(0x105, Stag(0x105), 64, Access::REMOTE_READ);
+        assert_eq!(
+            mr.sge(8, 4),
+            Sge {
+                lkey: 0x105,
+                offset: 8,
+                length: 4
+            }
+        );
+        assert_eq!(
+            mr.remote(16),
+            RemoteAddr {
+                stag: Stag(0x105),
+                offset: 16
+            }
+        );
+        assert_eq!((mr.len(), mr.is_empty()), (64, false));
+    }
+
+    #[test]
+    fn provider_is_object_safe() {
+        fn takes(_: Option<&mut dyn Provider>) {}
+        takes(None);
+    }
+}
