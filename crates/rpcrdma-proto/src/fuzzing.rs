@@ -122,8 +122,11 @@ pub fn fuzz_direction(data: &[u8]) {
     let _ = direction::v2_f_response(data);
 }
 
+/// A fuzz entry point.
+pub type FuzzFn = fn(&[u8]);
+
 /// Every fuzz target, by name, for the corpus replay.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, FuzzFn)] = &[
     ("header", fuzz_header),
     ("private_data", fuzz_private_data),
     ("rpc", fuzz_rpc),
