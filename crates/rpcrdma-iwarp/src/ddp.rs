@@ -360,7 +360,10 @@ impl SegmentPlan {
     /// produce such a segment: the receiver reports TO wrap).
     pub fn tagged_offset(&self, base_to: u64) -> Option<u64> {
         let to = base_to.checked_add(u64::from(self.offset))?;
-        to.checked_add(u64::from(self.len))?;
+        // The last octet must have a TO below 2^64.
+        if u128::from(to) + u128::from(self.len) > 1u128 << 64 {
+            return None;
+        }
         Some(to)
     }
 }
@@ -451,14 +454,16 @@ pub fn check_tagged(
             TerminateCode::RDMAP_STAG_NOT_ASSOCIATED,
         ));
     }
-    let Some(end) = to.checked_add(len) else {
+    // The segment wraps when its last octet would need a TO of 2^64 or more.
+    let end = u128::from(to) + u128::from(len);
+    if end > 1u128 << 64 {
         return Err(pick(
             TerminateCode::DDP_TAGGED_TO_WRAP,
             TerminateCode::RDMAP_TO_WRAP,
         ));
-    };
+    }
     let region_end = u128::from(r.base_to) + u128::from(r.len);
-    if to < r.base_to || u128::from(end) > region_end {
+    if to < r.base_to || end > region_end {
         return Err(pick(
             TerminateCode::DDP_TAGGED_BASE_BOUNDS,
             TerminateCode::RDMAP_BASE_BOUNDS,

@@ -54,9 +54,6 @@ pub mod ddp;
 pub mod mpa;
 pub mod rdmap;
 
-#[cfg(test)]
-pub(crate) mod pcap;
-
 pub use rdmap::TerminateCode;
 
 /// Errors of the encoders (never caused by peer input).
