@@ -206,10 +206,14 @@ pub fn read_pcap(bytes: &[u8]) -> Vec<Seg> {
     out
 }
 
+/// One direction's bytes and its TCP payload lengths.
+pub type Stream = (Vec<u8>, Vec<usize>);
+
 /// Byte streams per direction `(sport, dport)`, with the payload
 /// boundaries, checking that sequence numbers are contiguous.
-pub fn streams(segs: &[Seg]) -> BTreeMap<(u16, u16), (Vec<u8>, Vec<usize>)> {
-    let mut m: BTreeMap<(u16, u16), (Vec<u8>, Vec<usize>, u32)> = BTreeMap::new();
+pub fn streams(segs: &[Seg]) -> BTreeMap<(u16, u16), Stream> {
+    type Acc = (Vec<u8>, Vec<usize>, u32);
+    let mut m: BTreeMap<(u16, u16), Acc> = BTreeMap::new();
     for s in segs {
         let e = m
             .entry((s.sport, s.dport))
