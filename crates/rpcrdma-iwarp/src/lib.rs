@@ -36,6 +36,27 @@
 //!   layer / error type / error code triples; every check in [`mpa`] and
 //!   [`ddp`] that fails names the triple to send.
 //!
+//! ## Which failed check sends which Terminate
+//!
+//! | layer | check | Terminate (layer / etype / code) | constant |
+//! |---|---|---|---|
+//! | MPA setup | bad key, PD_Length > 512 (or the configured limit) | LLP / 0 / 0x04 | [`TerminateCode::MPA_INVALID_REQ_REP`] (close the connection) |
+//! | MPA FPDU | CRC mismatch (CRC negotiated) | LLP / 0 / 0x02 | [`TerminateCode::MPA_CRC`] |
+//! | MPA FPDU | Marker FPDUPTR not pointing at the FPDU start | LLP / 0 / 0x03 | [`TerminateCode::MPA_MARKER`] |
+//! | MPA FPDU | ULPDU_Length above the receiver's limit; ULPDU shorter than its DDP header | LLP / 0 / 0x03 | [`TerminateCode::MPA_MARKER`] |
+//! | DDP | DV ≠ 1 (tagged / untagged) | DDP / 1 / 0x04, DDP / 2 / 0x06 | [`TerminateCode::DDP_TAGGED_INVALID_VERSION`], [`TerminateCode::DDP_UNTAGGED_INVALID_VERSION`] |
+//! | DDP tagged | STag invalid / not this stream's / TO wrap / out of bounds | DDP / 1 / 0x00, 0x02, 0x03, 0x01 | [`TerminateCode::DDP_TAGGED_INVALID_STAG`] … |
+//! | DDP untagged | QN invalid / no buffer for MSN / MSN behind / MO past buffer / too long | DDP / 2 / 0x01 … 0x05 | [`TerminateCode::DDP_UNTAGGED_INVALID_QN`] … |
+//! | RDMAP | access right missing on the tagged buffer | RDMAP / 1 / 0x02 | [`TerminateCode::RDMAP_ACCESS_RIGHTS`] |
+//! | RDMAP | Read Request source STag checks | RDMAP / 1 / 0x00, 0x03, 0x04, 0x01 | [`TerminateCode::RDMAP_INVALID_STAG`] … |
+//! | RDMAP | RV ≠ 1 | RDMAP / 2 / 0x05 | [`TerminateCode::RDMAP_INVALID_VERSION`] |
+//! | RDMAP | unassigned opcode, opcode on the wrong buffer model or queue | RDMAP / 2 / 0x06 | [`TerminateCode::RDMAP_UNEXPECTED_OPCODE`] |
+//! | RDMAP | Read Request / Terminate not one whole segment of the right size | RDMAP / 2 / 0xff | [`TerminateCode::RDMAP_OPERATION_UNSPECIFIED`] |
+//!
+//! [`rdmap::TerminateMessage::for_segment`] builds the Terminate header
+//! (copying the offending DDP header and, for a Read Request, its RDMAP
+//! header) and [`rdmap::encode_terminate`] the whole ULPDU for QN 2.
+//!
 //! Every decoder is panic-free on arbitrary input, and every encoder writes
 //! into a caller buffer after telling the exact length (`encoded_len`).
 //!

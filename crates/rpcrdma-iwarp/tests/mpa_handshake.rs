@@ -3,8 +3,9 @@
 
 use proptest::prelude::*;
 use rpcrdma_iwarp::mpa::{
-    FrameDecode, FrameKind, HandshakeProgress, HandshakeReader, IrdOrd, MpaFlags, MpaFrame,
-    MpaFrameError, Negotiated, LINUX_MAX_PRIVATE_DATA, MAX_PRIVATE_DATA,
+    linux_responder_verdict, FrameDecode, FrameKind, HandshakeProgress, HandshakeReader, IrdOrd,
+    LinuxVerdict, MpaFlags, MpaFrame, MpaFrameError, Negotiated, LINUX_MAX_PRIVATE_DATA,
+    MAX_PRIVATE_DATA,
 };
 use rpcrdma_iwarp::TerminateCode;
 
@@ -318,4 +319,55 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn linux_verdicts_match_the_lab_probes() {
+    let pd = h("f6ab0e1801010303");
+    let ok = decode_whole(&h(LINUX_REQUEST), FrameKind::Request);
+    assert_eq!(linux_responder_verdict(&ok), LinuxVerdict::Accept);
+    // With CRC: accepted (siw answers C=1).
+    let crc = MpaFrame::enhanced(FrameKind::Request, true, IrdOrd::new(16, 0), &pd).unwrap();
+    assert_eq!(linux_responder_verdict(&crc), LinuxVerdict::Accept);
+    // No ULP private data: accepted.
+    let nopd = MpaFrame::enhanced(FrameKind::Request, false, IrdOrd::new(16, 0), &[]).unwrap();
+    assert_eq!(linux_responder_verdict(&nopd), LinuxVerdict::Accept);
+    let reject = |f: &MpaFrame| matches!(linux_responder_verdict(f), LinuxVerdict::Reject(_));
+    let close = |f: &MpaFrame| matches!(linux_responder_verdict(f), LinuxVerdict::Close(_));
+    // rev 1, rev 2 without the enhanced bit, IRD 0, markers: Reject.
+    let mut v1 = MpaFrame::new(FrameKind::Request, MpaFlags(0), 1);
+    v1.private_data = pd.clone();
+    assert!(reject(&v1));
+    let mut plain2 = v1.clone();
+    plain2.revision = 2;
+    assert!(reject(&plain2));
+    let ird0 = MpaFrame::enhanced(FrameKind::Request, false, IrdOrd::new(0, 0), &pd).unwrap();
+    assert!(reject(&ird0));
+    let mut m = ok.clone();
+    m.flags = m.flags.with(MpaFlags::MARKERS, true);
+    assert!(reject(&m));
+    // rev 3, private data over 256: closed without a Reply.
+    let mut r3 = ok.clone();
+    r3.revision = 3;
+    assert!(close(&r3));
+    let big = MpaFrame::enhanced(FrameKind::Request, false, IrdOrd::new(16, 0), &[0; 253]).unwrap();
+    assert!(close(&big));
+    let fits =
+        MpaFrame::enhanced(FrameKind::Request, false, IrdOrd::new(16, 0), &[0; 252]).unwrap();
+    assert_eq!(linux_responder_verdict(&fits), LinuxVerdict::Accept);
+}
+
+#[test]
+fn reader_returns_the_frame_again_after_completion() {
+    let bytes = h(LINUX_REPLY);
+    let mut r = HandshakeReader::new(FrameKind::Reply, MAX_PRIVATE_DATA);
+    let first = r.feed(&bytes).unwrap();
+    let HandshakeProgress::Frame { frame, consumed } = first else {
+        panic!()
+    };
+    assert_eq!(consumed, bytes.len());
+    assert_eq!(
+        r.feed(b"more").unwrap(),
+        HandshakeProgress::Frame { frame, consumed: 0 }
+    );
 }

@@ -433,6 +433,43 @@ impl MpaFrame {
     }
 }
 
+/// How a Linux responder (siw + svcrdma, kernels 6.1 and 6.12) answers an
+/// MPA Request, as observed in the lab (`/work/shared/lab/linux-siw`,
+/// "Protocol findings"). A Rust initiator checks its own Request with
+/// [`linux_responder_verdict`] before sending it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinuxVerdict {
+    /// Accepted: an MPA Reply follows.
+    Accept,
+    /// An MPA Reject ([`MpaFrame::linux_style_reject`]) for this reason.
+    Reject(&'static str),
+    /// The TCP connection is closed without a Reply.
+    Close(&'static str),
+}
+
+/// Predicts [`LinuxVerdict`] for `request`.
+pub fn linux_responder_verdict(request: &MpaFrame) -> LinuxVerdict {
+    if request.kind != FrameKind::Request {
+        return LinuxVerdict::Close("not an MPA Request");
+    }
+    if request.private_data.len() > LINUX_MAX_PRIVATE_DATA {
+        return LinuxVerdict::Close("private data longer than 256 octets");
+    }
+    match request.revision {
+        1 => return LinuxVerdict::Reject("MPA revision 1 gives svcrdma no IRD"),
+        2 => {}
+        _ => return LinuxVerdict::Close("unknown MPA revision"),
+    }
+    if request.flags.markers() {
+        return LinuxVerdict::Reject("markers requested");
+    }
+    match request.ird_ord() {
+        None => LinuxVerdict::Reject("revision 2 without the enhanced IRD/ORD header"),
+        Some(io) if io.ird == 0 => LinuxVerdict::Reject("IRD 0: svcrdma needs RDMA Read"),
+        Some(_) => LinuxVerdict::Accept,
+    }
+}
+
 /// Incremental reader of one Request/Reply frame: feed it the TCP stream in
 /// whatever pieces arrive.
 #[derive(Clone, Debug)]
@@ -469,7 +506,8 @@ impl HandshakeReader {
     }
 
     /// Feeds the next octets. Never consumes past the end of the frame; the
-    /// internal buffer never exceeds 20 + `pd_limit` octets.
+    /// internal buffer never exceeds 20 + `pd_limit` octets. Once the frame
+    /// is complete, further calls return it again with `consumed` 0.
     pub fn feed(&mut self, input: &[u8]) -> Result<HandshakeProgress, MpaFrameError> {
         let before = self.buf.len();
         // Take only what can belong to the frame: first the header, then
