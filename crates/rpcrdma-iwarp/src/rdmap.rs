@@ -662,21 +662,38 @@ impl Segment {
     /// | unassigned opcode, tagged opcode on an untagged segment or the reverse, opcode on the wrong queue | [`TerminateCode::RDMAP_UNEXPECTED_OPCODE`] |
     /// | Read Request or Terminate not a single whole segment, or of the wrong length | [`TerminateCode::RDMAP_OPERATION_UNSPECIFIED`] |
     pub fn parse(ulpdu: &[u8]) -> Result<Segment, TerminateCode> {
-        let ddp = DdpHeader::decode(ulpdu).map_err(|_| TerminateCode::MPA_MARKER)?;
+        let n = ulpdu.len().min(Self::MAX_PREFIX);
+        Self::parse_prefix(&ulpdu[..n], ulpdu.len())
+    }
+
+    /// Longest ULPDU prefix [`Segment::parse_prefix`] needs: a Terminate
+    /// with both headers copied (18 + 4 + 2 + 18 + 28 octets).
+    pub const MAX_PREFIX: usize = UNTAGGED_HEADER_LEN + 4 + 2 + UNTAGGED_HEADER_LEN + 28;
+
+    /// [`Segment::parse`] for zero-copy receive: `prefix` holds the first
+    /// `min(ulpdu_len, MAX_PREFIX)` octets of a ULPDU of `ulpdu_len` octets
+    /// (e.g. gathered with [`crate::mpa::fpdu::Fpdu::copy_prefix`]); the
+    /// payload stays in the receive buffer and is placed from
+    /// [`crate::mpa::fpdu::Fpdu::payload_ranges`].
+    pub fn parse_prefix(prefix: &[u8], ulpdu_len: usize) -> Result<Segment, TerminateCode> {
+        let ddp = DdpHeader::decode(prefix).map_err(|_| TerminateCode::MPA_MARKER)?;
         ddp.check_version()?;
         let hlen = ddp.encoded_len();
+        if ulpdu_len < hlen {
+            return Err(TerminateCode::MPA_MARKER);
+        }
         let control = RdmapControl::from_byte(ddp.rsvd_ulp());
         let mut seg = Segment {
             ddp,
             control,
             read_request: None,
-            payload: hlen..ulpdu.len(),
+            payload: hlen..ulpdu_len,
         };
         match ddp {
             DdpHeader::Untagged(u) => {
                 //= rfc5041#section-5.3
-                //~ If the QN is not valid for the stream, the DDP layer
-                //~ MUST surface an error
+                //~ A segment whose QN is not valid for the stream is an
+                //~ Untagged Buffer Error, "Invalid QN" (paraphrased).
                 if u.qn > QN_TERMINATE {
                     return Err(TerminateCode::DDP_UNTAGGED_INVALID_QN);
                 }
@@ -687,20 +704,25 @@ impl Segment {
                 match control.opcode {
                     Opcode::READ_REQUEST => {
                         //= rfc5040#section-4.4
-                        //~ The RDMA Read Request Message MUST be a single
-                        //~ DDP Segment.
-                        if !u.last || u.mo != 0 || ulpdu.len() != hlen + ReadRequest::LEN {
+                        //~ The RDMA Read Request Message is a single DDP
+                        //~ Segment (paraphrased).
+                        if !u.last || u.mo != 0 || ulpdu_len != hlen + ReadRequest::LEN {
                             return Err(TerminateCode::RDMAP_OPERATION_UNSPECIFIED);
                         }
-                        seg.read_request = ReadRequest::decode(&ulpdu[hlen..]);
-                        seg.payload = ulpdu.len()..ulpdu.len();
+                        seg.read_request = prefix.get(hlen..).and_then(ReadRequest::decode);
+                        if seg.read_request.is_none() {
+                            return Err(TerminateCode::RDMAP_OPERATION_UNSPECIFIED);
+                        }
+                        seg.payload = ulpdu_len..ulpdu_len;
                     }
-                    Opcode::TERMINATE
-                        if !u.last
-                            || u.mo != 0
-                            || TerminateMessage::decode(&ulpdu[hlen..]).is_err() =>
-                    {
-                        return Err(TerminateCode::RDMAP_OPERATION_UNSPECIFIED);
+                    Opcode::TERMINATE => {
+                        let body = prefix.get(hlen..ulpdu_len);
+                        let ok = u.last
+                            && u.mo == 0
+                            && body.is_some_and(|b| TerminateMessage::decode(b).is_ok());
+                        if !ok {
+                            return Err(TerminateCode::RDMAP_OPERATION_UNSPECIFIED);
+                        }
                     }
                     _ => {}
                 }

@@ -626,3 +626,40 @@ fn untagged_checks_each_failure() {
     assert_eq!(c.current(), 2);
     let _ = TaggedHeader::new(0x40, 0, 0, true);
 }
+
+proptest! {
+    /// parse_prefix on the first MAX_PREFIX octets agrees with parse on the
+    /// whole ULPDU, for valid and mangled segments alike.
+    #[test]
+    fn parse_prefix_agrees_with_parse(kind in 0usize..5, tail in proptest::collection::vec(any::<u8>(), 0..120),
+                                      flip in proptest::option::of((0usize..70, any::<u8>()))) {
+        let mut u = match kind {
+            0 => rdmap::send_header(Opcode::SEND_INVALIDATE, 3, 0, true, 9).unwrap().to_vec(),
+            1 => rdmap::write_header(1, 2, false).to_vec(),
+            2 => encode_read_request(1, &ReadRequest::default()).to_vec(),
+            3 => encode_terminate(1, &TerminateMessage::for_segment(
+                     TerminateCode::RDMAP_INVALID_STAG,
+                     Some(&encode_read_request(4, &ReadRequest::default())))),
+            _ => rdmap::read_response_header(5, 6, true).to_vec(),
+        };
+        if kind == 0 || kind == 1 || kind == 4 { u.extend_from_slice(&tail); }
+        if let Some((i, b)) = flip { if i < u.len() { u[i] ^= b; } }
+        let n = u.len().min(Segment::MAX_PREFIX);
+        prop_assert_eq!(Segment::parse_prefix(&u[..n], u.len()), Segment::parse(&u));
+    }
+}
+
+#[test]
+fn largest_terminate_fits_the_prefix() {
+    let rr = encode_read_request(4, &ReadRequest::default());
+    let t = TerminateMessage::for_segment(TerminateCode::RDMAP_INVALID_STAG, Some(&rr));
+    let u = encode_terminate(1, &t);
+    assert_eq!(u.len(), Segment::MAX_PREFIX);
+    assert!(Segment::parse(&u).is_ok());
+    // A header prefix shorter than the ULPDU claims is rejected, not read past.
+    assert!(Segment::parse_prefix(&u[..40], u.len()).is_err());
+    assert_eq!(
+        Segment::parse_prefix(&u[..14], 10),
+        Err(TerminateCode::MPA_MARKER)
+    );
+}

@@ -394,6 +394,31 @@ impl Fpdu {
         self.ranges
     }
 
+    /// The ULPDU's pieces after its first `skip` octets (e.g. the payload
+    /// after a DDP/RDMAP header of `skip` octets), as ranges of the buffer
+    /// given to `poll`: the source of a direct placement.
+    pub fn payload_ranges(&self, skip: usize) -> UlpduRanges {
+        let mut r = self.ranges;
+        let mut n = skip.min(r.remaining);
+        while n > 0 {
+            if r.markers && r.stream % MARKER_INTERVAL == 0 {
+                r.wire_off += MARKER_LEN;
+                r.stream += MARKER_LEN as u64;
+            }
+            let room = if r.markers {
+                (MARKER_INTERVAL - r.stream % MARKER_INTERVAL) as usize
+            } else {
+                n
+            };
+            let c = room.min(n);
+            r.wire_off += c;
+            r.stream += c as u64;
+            r.remaining -= c;
+            n -= c;
+        }
+        r
+    }
+
     /// The ULPDU's range when it is contiguous (always without Markers).
     pub fn ulpdu_contiguous(&self) -> Option<Range<usize>> {
         let mut it = self.ranges;
