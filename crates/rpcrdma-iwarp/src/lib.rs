@@ -36,6 +36,55 @@
 //!   layer / error type / error code triples; every check in [`mpa`] and
 //!   [`ddp`] that fails names the triple to send.
 //!
+//! ## Example: one RDMA Send, from MPA Request to placed payload
+//!
+//! ```
+//! use rpcrdma_iwarp::mpa::fpdu::{FpduReceiver, FpduSender, FramingConfig, Received};
+//! use rpcrdma_iwarp::mpa::{
+//!     FrameKind, HandshakeProgress, HandshakeReader, IrdOrd, MpaFrame, Negotiated,
+//!     LINUX_MAX_PRIVATE_DATA,
+//! };
+//! use rpcrdma_iwarp::rdmap::{self, Opcode, Segment};
+//!
+//! // The initiator's Request, shaped as Linux requires (rev 2, enhanced, IRD >= 1).
+//! let rfc8797 = [0xf6, 0xab, 0x0e, 0x18, 1, 1, 3, 3];
+//! let req = MpaFrame::enhanced(FrameKind::Request, false, IrdOrd::new(16, 0), &rfc8797).unwrap();
+//! let wire = req.to_vec().unwrap();
+//!
+//! // The responder reads it from the TCP stream, whatever the segmentation.
+//! let mut reader = HandshakeReader::new(FrameKind::Request, LINUX_MAX_PRIVATE_DATA);
+//! let mut got = None;
+//! for piece in wire.chunks(7) {
+//!     if let HandshakeProgress::Frame { frame, .. } = reader.feed(piece).unwrap() {
+//!         got = Some(frame);
+//!     }
+//! }
+//! let got = got.unwrap();
+//! assert_eq!(got.ird_ord(), Some(IrdOrd::new(16, 0)));
+//! assert_eq!(got.ulp_private_data(), &rfc8797);
+//! let reply = MpaFrame::enhanced(FrameKind::Reply, false, IrdOrd::new(0, 16), &[]).unwrap();
+//! let n = Negotiated::from_frames(&reply, &got);
+//!
+//! // The responder sends "hello" as an RDMA Send, MSN 1 on queue 0.
+//! let hdr = rdmap::send_header(Opcode::SEND, 1, 0, true, 0).unwrap().to_vec();
+//! let mut tx = FpduSender::new(FramingConfig { crc: n.crc, markers: n.send_markers });
+//! let fpdu = tx.fpdu_to_vec(&[&hdr, b"hello"]).unwrap();
+//!
+//! // The initiator frames, checks and places it without copying the payload
+//! // twice: header from a small prefix, payload from ranges of its buffer.
+//! let mut rx = FpduReceiver::new(FramingConfig { crc: n.crc, markers: n.send_markers });
+//! let Received::Fpdu(f) = rx.poll(&fpdu).unwrap() else { unreachable!() };
+//! let mut prefix = [0u8; Segment::MAX_PREFIX];
+//! let k = f.copy_prefix(&fpdu, &mut prefix);
+//! let seg = Segment::parse_prefix(&prefix[..k], usize::from(f.ulpdu_len)).unwrap();
+//! assert_eq!(seg.control.opcode, Opcode::SEND);
+//! let mut placed = Vec::new();
+//! for r in f.payload_ranges(seg.payload.start) {
+//!     placed.extend_from_slice(&fpdu[r]);
+//! }
+//! assert_eq!(placed, b"hello");
+//! ```
+//!
 //! ## Which failed check sends which Terminate
 //!
 //! | layer | check | Terminate (layer / etype / code) | constant |

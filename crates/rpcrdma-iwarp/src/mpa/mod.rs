@@ -27,10 +27,11 @@
 //! * CRC is off unless requested; the 4-octet CRC field is still present
 //!   in every FPDU (value 0).
 //! * A malformed Reply (PD_Length > 256) crashes the Linux siw initiator
-//!   (kernel NULL dereference): [`MpaFrame::write`] refuses to encode a
-//!   frame whose private data exceeds the limit, and the reply we build
-//!   never carries more than [`LINUX_MAX_PRIVATE_DATA`] octets unless the
-//!   caller asks.
+//!   (kernel NULL dereference): [`MpaFrame::write`] refuses private data
+//!   over 512 octets and always writes PD_Length equal to the private data
+//!   it sends; a responder facing Linux keeps its Reply's private data
+//!   within [`LINUX_MAX_PRIVATE_DATA`] octets.
+//! * [`linux_responder_verdict`] predicts how Linux answers a Request.
 
 pub mod fpdu;
 
