@@ -15,13 +15,18 @@
 //! `mpa_probe.py --crc`): CRC-32C of 32 zero octets is `0x8a9136aa`, written
 //! to the wire as `aa 36 91 8a`.
 //!
-//! RFC 5044 §4.1 states the same thing in its own words:
-//!
-//!= rfc5044#section-4.1
-//~ CRC: 32 bits, When CRCs are enabled, this field contains the CRC32c
-//~ check value, which is used to verify the entire contents of the FPDU,
-//~ using CRC32c.
+//! RFC 5044 §4.4 points at the same convention: the CRC is computed "in
+//! the manner described in the iSCSI Protocol" (quoted in the source at
+//! `crc32c()`).
 
+//= rfc5044#section-4.1
+//# CRC: 32 bits.  When CRCs are enabled, this field contains a CRC32c
+//# check value, which is used to verify the entire contents of the FPDU,
+//# using CRC32c.
+//= rfc5044#section-4.4
+//# When CRCs are enabled, the CRC field in the MPA FPDU MUST be computed
+//# using the CRC32c polynomial in the manner described in the iSCSI
+//# Protocol [iSCSI] document for Header and Data Digests.
 /// Computes the standard CRC-32C of `data` (check value of `"123456789"` is
 /// `0xe3069283`).
 #[inline]

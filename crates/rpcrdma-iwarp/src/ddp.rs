@@ -33,9 +33,11 @@ use crate::rdmap::TerminateCode;
 use crate::{be32, be64, need, EncodeError};
 
 /// The DDP version this implementation speaks.
-//= rfc5041#section-4.2
-//~ DDP Version (DV): 2 bits; the version of this specification is 01b
-//~ (paraphrased).
+//= rfc5041#section-4.1
+//# DV - Direct Data Placement Protocol Version: 2 bits.
+//#     The version of the DDP Protocol in use.  This field MUST be set
+//#     to one to indicate the version of the specification described in
+//#     this document.
 pub const DDP_VERSION: u8 = 1;
 
 /// Length of the tagged DDP header.
@@ -260,10 +262,14 @@ impl DdpHeader {
     }
 
     /// Checks DV.
+    //= rfc5041#section-4.1
+    //# The value of DV MUST be the same for all the DDP Segments transmitted or
+    //# received on a DDP Stream.
     //= rfc5041#section-7.2
-    //~ A segment whose DDP version is not supported is reported as
-    //~ "Invalid DDP version", error type Tagged Buffer Error (code 0x04)
-    //~ or Untagged Buffer Error (code 0x06) (paraphrased).
+    //# The following error numbers MUST be used when reporting errors to the
+    //# ULP.
+    // The table there has "Invalid DDP version" as Tagged Buffer Error
+    // (0x1) code 0x04 and as Untagged Buffer Error (0x2) code 0x06.
     pub fn check_version(&self) -> Result<(), TerminateCode> {
         match self {
             DdpHeader::Tagged(h) if h.version != DDP_VERSION => {
@@ -313,9 +319,17 @@ pub struct Segments {
 /// most `max_payload` payload octets: in order, every segment full but the
 /// last, L set on the last one only. A zero-length message is one empty
 /// segment with L set.
-//= rfc5041#section-5.1
-//~ A DDP message is split into DDP segments no larger than MULPDU; the
-//~ Last flag is set on the last segment of the message (paraphrased).
+//= rfc5041#section-5.2
+//# At the Data Source, the DDP layer MUST segment the data contained in
+//# a ULP message into a series of DDP Segments, where each DDP Segment
+//# contains a DDP Header and ULP Payload, and MUST be no larger than the
+//# MULPDU value Advertised by the LLP.
+//= rfc5041#section-4.1
+//# It MUST be set to one on the last DDP Segment of every DDP Message.  It MUST
+//# NOT be set to one on any other DDP Segment.
+//= rfc5041#section-5.2
+//# A zero-length DDP Message is allowed and MUST consume exactly one DDP
+//# Segment.
 pub fn segments(msg_len: u32, max_payload: u32) -> Segments {
     Segments {
         total: msg_len,
@@ -422,14 +436,50 @@ pub enum TaggedCheck {
 /// of `to` within the region.
 ///
 /// Order: STag validity, stream ownership, TO wrap, bounds, access rights.
+//= rfc5041#section-7.1
+//# For non-zero-length Tagged DDP Segments, the segment MUST be
+//# validated before Placement by verifying:
+//#
+//# 1.  The STag is valid for this stream.
+//#
+//# 2.  The STag has an associated buffer that allows Placement of the
+//#     payload.
+//#
+//# 3.  The TO falls in the range of legal offsets registered for the
+//#     STag.
+//#
+//# 4.  The sum of the DDP Segment payload length and the TO falls in the
+//#     range of legal offsets registered for the STag.
+//#
+//# 5.  A 64-bit unsigned sum of the DDP Segment payload length and the
+//#     TO does not wrap.
 //= rfc5041#section-7.2
-//~ Tagged buffer errors: Invalid STag (0x00), Base or bounds violation
-//~ (0x01), STag not associated with DDP Stream (0x02), TO wrap (0x03)
-//~ (paraphrased).
-//= rfc5040#section-7.1
-//~ Remote Protection errors: Invalid STag (0x00), Base or bounds violation
-//~ (0x01), Access rights violation (0x02), STag not associated with RDMAP
-//~ Stream (0x03), TO wrap (0x04) (paraphrased).
+//# 0x1                  Tagged Buffer Error
+//#          0x00        Invalid STag
+//#          0x01        Base or bounds violation
+//#          0x02        STag not associated with DDP Stream
+//#          0x03        TO wrap
+//= rfc5040#section-7.2
+//# 4.  For non-zero length RDMA Read Request Messages:
+//#
+//#     a.  The Data Source STag MUST be valid.
+//#
+//#     b.  The Data Source STag MUST be associated to this RDMAP Stream.
+//#
+//#     c.  The Data Source Tagged Offset MUST fall in the range of legal
+//#         offsets associated with the Data Source STag.
+//#
+//#     d.  The sum of the Data Source Tagged Offset and the RDMA Read
+//#         Message Size MUST fall in the range of legal offsets
+//#         associated with the Data Source STag.
+//#
+//#     e.  The sum of the Data Source Tagged Offset and the RDMA Read
+//#         Message Size MUST NOT cause the Data Source Tagged Offset to
+//#         wrap.
+// RDMAP reports these as Remote Protection Errors (RFC 5040 §4.8,
+// Figure 9): Invalid STag 0x00, Base or bounds violation 0x01, Access
+// rights violation 0x02, STag not associated with RDMAP Stream 0x03, TO
+// wrap 0x04.
 pub fn check_tagged(
     to: u64,
     len: u64,
@@ -478,9 +528,11 @@ pub fn check_tagged(
 }
 
 /// The MSN of the first message on every untagged queue.
-//= rfc5041#section-5.3
-//~ The MSN of the first DDP message on each queue is 1 and increases by
-//~ one, modulo 2^32, for each further message (paraphrased).
+//= rfc5041#section-4.3
+//# The Message Sequence Number specifies a sequence number that MUST
+//# be increased by one (modulo 2^32) with each DDP Message targeting
+//# the specific Queue Number on the DDP Stream associated with this
+//# DDP Segment.  The initial value for MSN MUST be one.
 pub const INITIAL_MSN: u32 = 1;
 
 /// Where an untagged segment goes.

@@ -110,10 +110,10 @@
 //! into a caller buffer after telling the exact length (`encoded_len`).
 //!
 //! Spec citations sit at the checks they justify, as `//= rfcNNNN#section-X`
-//! followed by `//~` lines. `//~` marks a **paraphrase** of the requirement,
-//! not a verbatim quote: the RFC texts could not be fetched verbatim when
-//! this crate was written, so the wording (and the section numbers) are to
-//! be checked against the RFCs and turned into `//#` quotes.
+//! followed by `//#` lines quoting RFC 5040, 5041, 5044 or 6581 verbatim;
+//! `scripts/check-citations` checks every quote against the section's text
+//! in `specs/`. Explanations and this crate's own choices (where no RFC
+//! sentence applies, e.g. what Linux siw does) are ordinary `//` comments.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -32,9 +32,12 @@ use crate::ddp::{
 use crate::{be16, be32, be64, need, EncodeError};
 
 /// The RDMAP version this implementation speaks.
-//= rfc5040#section-4.2
-//~ RDMA Version (RV): 2 bits. The RDMA Version of this specification
-//~ is 01b.
+//= rfc5040#section-4.1
+//# Bits 24-25; RDMA Version field: 01b for an RNIC that complies with
+//# this RDMA protocol specification.
+// The same bullet also allows 00b (RDMA Consortium RNICs: "Both version
+// numbers are valid"); this crate speaks and accepts 01b only, which is what
+// Linux siw sends (lab README).
 pub const RDMAP_VERSION: u8 = 1;
 
 /// Untagged queue carrying Send messages (RFC 5040 §5.1).
@@ -88,8 +91,16 @@ impl Opcode {
 
     /// The untagged queue number of an untagged opcode (`None` for tagged
     /// and unassigned opcodes).
-    //= rfc5040#section-5.1
-    //~ RDMAP uses three queues for Untagged Data Transfers:
+    //= rfc5040#section-3.1
+    //# RDMAP uses three queues for Untagged Buffers:
+    //#
+    //# *  Queue Number 0 (used by RDMAP for Send, Send with Invalidate,
+    //#    Send with Solicited Event, and Send with Solicited Event and
+    //#    Invalidate operations).
+    //#
+    //# *  Queue Number 1 (used by RDMAP for RDMA Read operations).
+    //#
+    //# *  Queue Number 2 (used by RDMAP for Terminate operations).
     pub fn queue(self) -> Option<u32> {
         match self.0 {
             3..=6 => Some(QN_SEND),
@@ -166,9 +177,17 @@ impl RdmapControl {
 /// `opcode` must be one of the Send variants; for the Invalidate variants
 /// `inval_stag` goes into the untagged header's 32-bit ULP-reserved field,
 /// for the others that field is zero.
-//= rfc5040#section-4.3
-//~ For Send with Invalidate and Send with Solicited Event and Invalidate
-//~ Messages, the RDMAP layer passes the Invalidate STag to DDP
+//= rfc5040#section-4.1
+//# For Send with Invalidate and Send with Solicited Event and
+//# Invalidate, the second through fifth octets of the DDP RsvdULP field
+//# MUST be used by RDMAP to carry the Invalidate STag.
+//= rfc5040#section-4.1
+//# For Send, Send with Solicited Event, RDMA Read Request, and
+//# Terminate, the Invalidate STag field MUST be set to zero on
+//# transmit and ignored by the receiver.
+//= rfc5040#section-5.3
+//# For a Send Message Type, the Local Peer's RDMAP layer MUST request
+//# that the DDP layer set the Queue Number field to zero.
 pub fn send_header(
     opcode: Opcode,
     msn: u32,
@@ -241,8 +260,10 @@ pub fn terminate_header(msn: u32) -> DdpHeader {
 /// The RDMA Read Request header (RFC 5040 §4.4), the 28 octets after the
 /// untagged DDP header.
 //= rfc5040#section-4.4
-//~ The RDMA Read Request Message carries an RDMA Read Request Header
-//~ that describes the Data Sink and Data Source Buffers
+//# The RDMA Read Request Message carries an RDMA Read Request Header
+//# that describes the Data Sink and Data Source Buffers used by the RDMA
+//# Read operation.  The RDMA Read Request Header immediately follows the
+//# DDP header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct ReadRequest {
     /// Data Sink STag (the requester's buffer, target of the Read Response).
@@ -430,9 +451,16 @@ impl fmt::Display for TerminateCode {
 
 /// Terminate header flags (the `HdrCt` bits of the Terminate control field).
 //= rfc5040#section-4.8
-//~ M flag: DDP Segment Length valid.
-//~ D flag: DDP Header Included.
-//~ R flag: RDMAP Header Included.
+//# *  M: bit 16.  DDP Segment Length valid.  See Figure 10 for
+//#    when this bit SHOULD be set.
+//#
+//# *  D: bit 17.  DDP Header Included.  See Figure 10 for when
+//#    this bit SHOULD be set.
+//#
+//# *  R: bit 18.  RDMAP Header Included.  See Figure 10 for when
+//#    this bit SHOULD be set.
+// Bits 16-18 of the Terminate control word are the top three bits of its
+// third octet.
 const TERM_M: u8 = 0x80;
 const TERM_D: u8 = 0x40;
 const TERM_R: u8 = 0x20;
@@ -504,8 +532,23 @@ impl TerminateMessage {
     /// the segment is an RDMA Read Request; local catastrophic errors copy
     /// nothing.
     //= rfc5040#section-4.8
-    //~ Terminated DDP Header: For DDP Segment errors, this field MUST
-    //~ contain the DDP header of the segment that caused the error
+    //# The DDP Header of the incoming Message that is associated
+    //# with the Terminate.  The DDP Header is not present if the
+    //# Terminate Error Type is a Local Catastrophic Error.  It MUST
+    //# be present if the D bit is set.
+    //= rfc5040#section-4.8
+    //# The Terminated RDMA Header is only sent back if the terminate
+    //# is associated with an RDMA Read Request Message.  It MUST be
+    //# present if the R bit is set.
+    //= rfc5040#section-7.1
+    //# 3.  For errors detected on an incoming RDMA Read Request Message
+    //#     (after the Message has been Delivered by DDP), the Terminate
+    //#     Message is sent at the earliest possible opportunity, preferably
+    //#     in the next outgoing RDMA Message.  In this case, the Error Type,
+    //#     Error Code, ULP PDU Length, Terminated DDP Header, and Terminated
+    //#     RDMA Header fields are included in the Terminate Message.
+    // Figure 10 of §4.8 lists no DDP header for LLP-layer (MPA) errors; this
+    // function still copies it for them whenever the segment decodes.
     pub fn for_segment(code: TerminateCode, ulpdu: Option<&[u8]>) -> Self {
         let mut t = TerminateMessage::new(code);
         if code.etype == 0 && code.layer != LAYER_LLP {
@@ -691,9 +734,14 @@ impl Segment {
         };
         match ddp {
             DdpHeader::Untagged(u) => {
-                //= rfc5041#section-5.3
-                //~ A segment whose QN is not valid for the stream is an
-                //~ Untagged Buffer Error, "Invalid QN" (paraphrased).
+                //= rfc5041#section-7.1
+                //# For non-zero-length Untagged DDP Segments, the DDP Segment MUST be
+                //# validated before Placement by verifying:
+                //#
+                //# 1.  The QN is valid for this stream.
+                // RDMAP streams have queues 0, 1 and 2 (RFC 5040 §3.1); any
+                // other QN is Untagged Buffer Error 0x01 "Invalid QN"
+                // (RFC 5041 §7.2), checked here for zero-length segments too.
                 if u.qn > QN_TERMINATE {
                     return Err(TerminateCode::DDP_UNTAGGED_INVALID_QN);
                 }
@@ -704,8 +752,16 @@ impl Segment {
                 match control.opcode {
                     Opcode::READ_REQUEST => {
                         //= rfc5040#section-4.4
-                        //~ The RDMA Read Request Message is a single DDP
-                        //~ Segment (paraphrased).
+                        //# The RDMA Read Request Header immediately follows the
+                        //# DDP header.
+                        // A Read Request carries no ULP payload (RFC 5040
+                        // §4.2, Figure 5), so its segment is the DDP header
+                        // plus the 28-octet Read Request header. No RFC
+                        // sentence requires it to be one segment (L set,
+                        // MO 0); this crate requires it, as the header always
+                        // fits (MULPDU is never below 128, RFC 5044 §4.5),
+                        // and answers anything else with Remote Operation
+                        // Error 0xff (unspecified).
                         if !u.last || u.mo != 0 || ulpdu_len != hlen + ReadRequest::LEN {
                             return Err(TerminateCode::RDMAP_OPERATION_UNSPECIFIED);
                         }
@@ -756,9 +812,10 @@ impl Segment {
     }
 }
 
-//= rfc5040#section-4.2
-//~ RDMA Version (RV): 2 bits. The RDMA Version of this specification
-//~ is 01b.
+//= rfc5040#section-7.2
+//# 2.  The RDMA OpCode MUST be valid.
+//#
+//# 3.  The RDMA Version MUST be valid.
 fn check_rdmap_version(c: RdmapControl) -> Result<(), TerminateCode> {
     if c.version != RDMAP_VERSION {
         return Err(TerminateCode::RDMAP_INVALID_VERSION);

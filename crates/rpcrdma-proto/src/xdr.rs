@@ -512,8 +512,12 @@ mod tests {
         );
     }
 
-    //= rfc4506#section-4.19
-    //# the boolean is TRUE if the data is present, and FALSE if not
+    //= rfc4506#section-4.4
+    //# This is equivalent to:
+    //#       enum { FALSE = 0, TRUE = 1 } identifier;
+    //= rfc4506#section-4.3
+    //# It is an error to encode as an enum any integer other than those that
+    //# have been given assignments in the enum declaration.
     #[test]
     fn rejects_bool_other_than_0_1() {
         for v in [2u32, 0x8000_0000, u32::MAX] {

@@ -165,10 +165,15 @@ fn receive_too_small_is_fatal_with_exact_statuses() {
     );
 }
 
-//= rfc5666#section-3.3
-//# RDMA receive operations will fail if a pre-posted
-//# receive buffer is not available to accept an incoming RDMA Send, and
-//# repeated occurrences of such errors can be fatal to the connection.
+//= rfc8166#section-3.3
+//# If any pre-posted Receive buffer on the connection is not large
+//# enough to accept an incoming RDMA Send, or if a pre-posted Receive
+//# buffer is not available to accept an incoming RDMA Send, the RDMA
+//# connection can be terminated.
+//= rfc5041#section-7.1
+//# If there is not an associated buffer, DDP implementations MAY choose
+//# to disable the stream for the reception and report an error to the
+//# ULP at the Data Sink.
 #[test]
 fn rnr_fails_the_send_and_flushes_both_sides() {
     let mut h = harness();
@@ -560,11 +565,9 @@ fn connection_setup_exchanges_private_data_both_ways() {
     assert_eq!(a.connection_state(), ConnectionState::Established);
 }
 
-//= rfc5044#section-7.1
-//# If the receiver detects that the Private Data Length field does not
-//# match the length of the Private Data field, or if the length of the
-//# Private Data field exceeds 512 octets, the receiver MUST close the
-//# connection.
+//= rfc5044#section-7.1.1
+//# The Private Data field MUST be between 0 and 512 octets in length.  ULPs
+//# define how to size, set, and validate this field within these limits.
 #[test]
 fn private_data_over_512_is_refused() {
     let too_long = ConnectParams {

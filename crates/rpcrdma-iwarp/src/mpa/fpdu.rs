@@ -33,16 +33,18 @@ pub const CRC_LEN: usize = 4;
 pub const MARKER_LEN: usize = 4;
 /// Marker spacing in the TCP stream.
 //= rfc5044#section-4.3
-//~ When Markers are enabled, a Marker is placed every 512 octets in the
-//~ TCP stream, relative to the first octet of the first FPDU
-//~ (paraphrased).
+//# When Markers are enabled, MPA senders MUST insert a Marker into the
+//# data stream at a 512-octet periodic interval in the TCP Sequence
+//# Number Space.
 pub const MARKER_INTERVAL: u64 = 512;
 
 /// Octets of PAD for a ULPDU of `ulpdu_len` octets.
 //= rfc5044#section-4.1
-//~ PAD: 0-3 octets so that the FPDU (ULPDU_Length, ULPDU and PAD) is a
-//~ multiple of 4 octets; PAD is zero on transmit, ignored on receive
-//~ except for the CRC (paraphrased).
+//# PAD: The PAD field trails the ULPDU and contains between 0 and 3
+//# octets of data.  The pad data MUST be set to zero by the sender and
+//# ignored by the receiver (except for CRC checking).  The length of the
+//# pad is set so as to make the size of the FPDU an integral multiple of
+//# four.
 pub const fn pad_len(ulpdu_len: usize) -> usize {
     (4 - (LENGTH_FIELD_LEN + ulpdu_len) % 4) % 4
 }
@@ -57,7 +59,10 @@ pub const fn fpdu_len_without_markers(ulpdu_len: usize) -> usize {
 /// `MULPDU = EMSS - (6 + 4 * Ceiling(EMSS / 512) + EMSS mod 4)`.
 /// Returns `None` when the EMSS is too small for any ULPDU; caps at 65535.
 //= rfc5044#section-4.5
-//~ MULPDU = EMSS - (6 + 4 * Ceiling(EMSS / 512) + EMSS mod 4)
+//# The maximum ULPDU Length for a single ULPDU when Markers are
+//# present MUST be computed as:
+//#
+//# MULPDU = EMSS - (6 + 4 * Ceiling(EMSS / 512) + EMSS mod 4)
 pub fn mulpdu(emss: u32) -> Option<u16> {
     let emss = u64::from(emss);
     let overhead = 6 + 4 * emss.div_ceil(512) + emss % 4;
@@ -71,6 +76,12 @@ pub fn mulpdu(emss: u32) -> Option<u16> {
 /// The exact largest ULPDU whose FPDU fits in `emss` octets when no Markers
 /// are used: `floor4(EMSS - 4) - 2` (Linux siw on a 1500-octet MTU,
 /// EMSS 1448, sends ULPDUs of 1442 octets).
+//= rfc5044#section-4.5
+//# The maximum ULPDU Length for a single ULPDU when Markers are NOT
+//# present MUST be computed as:
+//#
+//# MULPDU = EMSS - (6 + EMSS mod 4)
+// The same value: floor4(EMSS - 4) - 2 = 4 * floor(EMSS / 4) - 6.
 pub fn mulpdu_without_markers(emss: u32) -> Option<u16> {
     let room = u64::from(emss).checked_sub(CRC_LEN as u64)? & !3;
     let m = room.checked_sub(LENGTH_FIELD_LEN as u64)?;
@@ -306,8 +317,23 @@ pub enum FramingError {
 impl FramingError {
     /// The Terminate code (layer LLP, error type MPA).
     //= rfc5044#section-8
-    //~ MPA errors reported to the ULP: CRC error (0x02), Marker and
-    //~ ULPDU_Length mismatch (0x03) (paraphrased).
+    //# The following errors MUST be detected by MPA and the codes SHOULD be
+    //# provided to DDP or other Consumer:
+    //#
+    //# Code Error
+    //#
+    //# 1   TCP connection closed, terminated, or lost.  This includes lost
+    //#     by timeout, too many retries, RST received, or FIN received.
+    //#
+    //# 2   Received MPA CRC does not match the calculated value for the
+    //#     FPDU.
+    //#
+    //# 3   In the event that the CRC is valid, received MPA Marker (if
+    //#     enabled) and ULPDU Length fields do not agree on the start of an
+    //#     FPDU.
+    // A ULPDU_Length above the receiver's limit has no code of its own; this
+    // crate reports it with code 3 (the length does not delimit a valid
+    // FPDU).
     pub const fn terminate_code(&self) -> TerminateCode {
         match self {
             FramingError::BadCrc { .. } => TerminateCode::MPA_CRC,
@@ -511,9 +537,18 @@ impl FpduReceiver {
     /// from the front of its buffer before polling again. On an error the
     /// stream is dead.
     //= rfc5044#section-4.4
-    //~ When CRCs are enabled the receiver computes the CRC over the FPDU
-    //~ (ULPDU_Length, ULPDU, PAD and any Markers) and a mismatch is an
-    //~ error that terminates the connection (paraphrased).
+    //# When an FPDU is received, and CRC checking is enabled, the receiver
+    //# MUST first perform the following:
+    //#
+    //# 1)  Calculate the CRC of the incoming FPDU in the same fashion as
+    //#     defined above.
+    //#
+    //# 2)  Verify that the calculated CRC-32c value is the same as the
+    //#     received CRC-32c value found in the FPDU CRC field.  If not, the
+    //#     receiver MUST treat the FPDU as an invalid FPDU.
+    //= rfc5044#section-8
+    //# Once MPA delivers an error of any type, it MUST NOT pass or deliver
+    //# any additional FPDUs on that half connection.
     pub fn poll(&mut self, buf: &[u8]) -> Result<Received, FramingError> {
         let markers = self.cfg.markers;
         let lead = if markers && self.pos % MARKER_INTERVAL == 0 {
@@ -570,8 +605,14 @@ impl FpduReceiver {
     /// with FPDUPTR 0, as this crate's sender does) or at the ULPDU_Length
     /// field after a leading Marker (the other reading of RFC 5044 §4.2).
     //= rfc5044#section-4.2
-    //~ FPDUPTR: the number of octets in the TCP stream from the beginning
-    //~ of the FPDU to the first octet of the Marker (paraphrased).
+    //# FPDUPTR: The FPDU Pointer is a relative pointer, 16 bits long,
+    //# interpreted as an unsigned integer that indicates the number of
+    //# octets in the TCP stream from the beginning of the ULPDU Length field
+    //# to the first octet of the entire Marker.
+    //= rfc5044#section-4.3
+    //# If an FPDU is large enough to contain multiple Markers, they MUST all
+    //# point to the same point in the TCP stream: the first octet of the
+    //# ULPDU Length field for the FPDU.
     fn check_markers(&self, buf: &[u8], total: usize, lead: usize) -> Result<(), FramingError> {
         let start = self.pos;
         let end = start + total as u64;

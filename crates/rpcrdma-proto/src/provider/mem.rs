@@ -689,13 +689,19 @@ impl MemProvider {
         }
     }
 
-    //= rfc5666#section-3.3
-    //# RDMA receive operations will fail if a pre-posted
-    //# receive buffer is not available to accept an incoming RDMA Send, and
-    //# repeated occurrences of such errors can be fatal to the connection.
-    // On iWARP (and on InfiniBand with rnr_retry_count = 0, as Linux sets
-    // it) the first occurrence is fatal: an untagged message with no buffer,
-    // or a buffer too small, is a DDP error that terminates the stream.
+    //= rfc8166#section-3.3
+    //# If any pre-posted Receive buffer on the connection is not large
+    //# enough to accept an incoming RDMA Send, or if a pre-posted Receive
+    //# buffer is not available to accept an incoming RDMA Send, the RDMA
+    //# connection can be terminated.
+    //= rfc5041#section-7.1
+    //# If there is not an associated buffer, DDP implementations MAY choose
+    //# to disable the stream for the reception and report an error to the
+    //# ULP at the Data Sink.
+    // This provider terminates at the first occurrence, as iWARP does (and
+    // InfiniBand with rnr_retry_count = 0, as Linux sets it): an untagged
+    // message with no buffer, or a buffer too small, is a DDP error that
+    // terminates the stream.
     fn on_send(&mut self, seq: u64, data: Vec<u8>, invalidate: Option<Stag>) {
         let Some(recv) = self.rq.pop_front() else {
             self.fail_here(

@@ -75,11 +75,10 @@ pub mod conformance;
 pub mod fault;
 pub mod mem;
 
-//= rfc5044#section-7.1
-//# If the receiver detects that the Private Data Length field does not
-//# match the length of the Private Data field, or if the length of the
-//# Private Data field exceeds 512 octets, the receiver MUST close the
-//# connection.
+//= rfc5044#section-7.1.1
+//# Private Data: This field may contain any value defined by ULPs or may
+//# not be present.  The Private Data field MUST be between 0 and 512
+//# octets in length.
 /// Most private-data octets one connection-setup message carries (MPA,
 /// RFC 5044 §7.1). Providers whose CM allows less say so in
 /// [`Caps::max_private_data`].

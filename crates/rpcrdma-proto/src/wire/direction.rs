@@ -2,10 +2,10 @@
 //!
 //! On one connection a client receives forward-direction Replies and
 //! backward-direction (reverse-direction) Calls; a server receives
-//! forward-direction Calls and backward-direction Replies. Backward-direction
-//! messages are RDMA_MSG (v1) / RDMA2_MSG (v2) with three empty chunk lists,
-//! so the transport header has a fixed size and the RPC `msg_type` word sits
-//! at a fixed offset:
+//! forward-direction Calls and backward-direction Replies. In a Short Message
+//! (RDMA_MSG (v1) / RDMA2_MSG (v2) with three empty chunk lists, the common
+//! case in both directions) the transport header has a fixed size and the
+//! RPC `msg_type` word sits at a fixed offset:
 //!
 //! ```text
 //! v1 (RFC 8166 §4.3):
@@ -28,10 +28,9 @@
 //! too short, unknown version, a `msg_type` that is neither CALL nor REPLY)
 //! is [`Unclassifiable`]: the caller decodes it fully and routes it by XID.
 //!
-//! Spec text: RFC 8167 is not among the local spec files (the seed file for
-//! draft-ietf-nfsv4-rpcrdma-bidirection-02 is empty), so its quotations
-//! below are reproduced from the published RFC from memory and should be
-//! checked against the RFC text.
+//! Spec text: the quotations below are verbatim from RFC 8167
+//! (`specs/rfc8167.txt`, checked by `scripts/check-citations`), which calls
+//! the backward direction the "reverse direction".
 
 use core::fmt;
 
@@ -62,9 +61,14 @@ pub enum Role {
 }
 
 /// Forward or backward direction.
-//= rfc8167#section-3.2
-//# In the backward direction, an RPC-over-RDMA server endpoint acts as a
-//# requester, and an RPC-over-RDMA client endpoint acts as a responder.
+//= rfc8167#section-2.1
+//# Traditionally, an ONC RPC client acts as a Requester, while an ONC
+//# RPC service acts as a Responder.  This form of message passing is
+//# referred to as "forward-direction" operation.
+//= rfc8167#section-2.2
+//# An ONC RPC service endpoint can act as a Requester, in which case, an ONC
+//# RPC client endpoint acts as a Responder.  This form of message passing is
+//# referred to as "reverse-direction" operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
     /// Client is requester, server is responder.
@@ -247,13 +251,22 @@ fn word(buf: &[u8], off: usize) -> Result<u32, Unclassifiable> {
 
 /// Classifies a received message for an endpoint in `role`, reading only the
 /// fixed words listed in the module documentation. Never panics.
-//= rfc8167#section-3.3
-//# Backward-direction operation depends on the ability of the receiver
-//# to distinguish between incoming forward-direction Calls and incoming
-//# backward-direction Replies that use the same connection.
+//= rfc8167#section-5
+//# Certain fields in the RPC-over-RDMA header have a fixed position in
+//# all versions of RPC-over-RDMA.
 //= rfc8167#section-5.1
-//# The rdma_proc field MUST contain the value RDMA_MSG.  All three chunk
-//# lists MUST be empty.
+//# Whether presented inline or as a separate chunk, the ONC RPC Call header
+//# MUST start with the same XID value that is present in the RPC-over-RDMA
+//# header, and the RPC header's msg_type field MUST contain the value CALL.
+//= rfc8167#section-5.2
+//# Whether presented inline or as a separate chunk, the ONC RPC Reply header
+//# MUST start with the same XID value that is present in the RPC-over-RDMA
+//# header, and the RPC header's msg_type field MUST contain the value REPLY.
+// The fast path covers Short Messages only (RDMA_MSG / RDMA2_MSG with three
+// empty chunk lists, RFC 8166 §3.5.1): there the RPC header, and so
+// msg_type, sits at a fixed offset. Chunks MAY be used in the reverse
+// direction too (RFC 8167 §5.3); such messages are `Unclassifiable` here and
+// are routed after a full decode.
 pub fn classify(buf: &[u8], role: Role) -> Result<Classified, Unclassifiable> {
     let rdma_xid = word(buf, 0)?;
     let version = word(buf, 4)?;

@@ -807,7 +807,13 @@ fn read_reply(r: &mut Reader<'_>, limits: &Limits) -> Result<ReplyBody, DecodeEr
                 AcceptStat::SYSTEM_ERR => AcceptedStatus::SystemErr,
                 //= rfc5531#section-9
                 //# default:
+                //#    /*
+                //#     * Void.  Cases include PROG_UNAVAIL, PROC_UNAVAIL,
+                //#     * GARBAGE_ARGS, and SYSTEM_ERR.
+                //#     */
                 //#    void;
+                // An accept_stat this crate does not name takes the void
+                // default arm: it decodes, and re-encodes, as `Other`.
                 other => AcceptedStatus::Other(other),
             };
             Ok(ReplyBody::Accepted(AcceptedReply { verf, status }))
