@@ -547,11 +547,14 @@ impl TerminateMessage {
     //#     in the next outgoing RDMA Message.  In this case, the Error Type,
     //#     Error Code, ULP PDU Length, Terminated DDP Header, and Terminated
     //#     RDMA Header fields are included in the Terminate Message.
-    // Figure 10 of §4.8 lists no DDP header for LLP-layer (MPA) errors; this
-    // function still copies it for them whenever the segment decodes.
     pub fn for_segment(code: TerminateCode, ulpdu: Option<&[u8]>) -> Self {
         let mut t = TerminateMessage::new(code);
-        if code.etype == 0 && code.layer != LAYER_LLP {
+        // RFC 5040 Figure 10 (section 4.8): a Local Catastrophic RDMAP error
+        // and every LLP (MPA) error carry neither the DDP nor the RDMA
+        // header. The RDMA Read Request header is copied only for RDMAP-layer
+        // errors on a Read Request (section 7.1 item 3, quoted above; Figure
+        // 10 lists it for Remote Protection errors), never for DDP errors.
+        if code.layer == LAYER_LLP || (code.layer == LAYER_RDMAP && code.etype == 0) {
             return t;
         }
         let Some(seg) = ulpdu else { return t };
@@ -564,7 +567,8 @@ impl TerminateMessage {
             segment_length: seg_len,
             header: hdr,
         });
-        if let DdpHeader::Untagged(u) = hdr {
+        let rdmap_error = code.layer == LAYER_RDMAP;
+        if let (true, DdpHeader::Untagged(u)) = (rdmap_error, hdr) {
             if RdmapControl::from_byte(u.rsvd_ulp).opcode == Opcode::READ_REQUEST {
                 if let Some(rr) = seg.get(UNTAGGED_HEADER_LEN..UNTAGGED_HEADER_LEN + 28) {
                     let mut b = [0u8; 28];

@@ -291,6 +291,22 @@ fn terminate_vectors() {
     // CRC error on an unparsable segment: nothing to copy.
     let t = TerminateMessage::for_segment(TerminateCode::MPA_CRC, Some(&[0x41, 0x43]));
     assert_eq!(t.to_vec(), h("20 02 00 00"));
+    //= rfc5040#section-4.8
+    //# LLP      | See LLP Spec| No         | No         | Any
+    // An MPA-layer error copies nothing, even when the segment decodes.
+    let t = TerminateMessage::for_segment(TerminateCode::MPA_CRC, Some(&rr));
+    assert_eq!(t.to_vec(), h("20 02 00 00"));
+    assert!(t.ddp.is_none() && t.rdmap.is_none());
+    //= rfc5040#section-4.8
+    //# DDP      | See DDP Spec| Yes        | No         | Any
+    // A DDP-layer error on a Read Request copies the DDP header only.
+    let t = TerminateMessage::for_segment(TerminateCode::DDP_TAGGED_BASE_BOUNDS, Some(&rr));
+    assert!(t.ddp.is_some());
+    assert!(t.rdmap.is_none(), "DDP errors never carry the RDMA header");
+    // An RDMAP remote operation error on a Read Request (section 7.1 item 3)
+    // copies both.
+    let t = TerminateMessage::for_segment(TerminateCode::RDMAP_INVALID_VERSION, Some(&rr));
+    assert!(t.ddp.is_some() && t.rdmap.is_some());
     // Decode errors.
     assert!(TerminateMessage::decode(&h("11 01 40 00 0020 c140")).is_err());
     assert!(TerminateMessage::decode(&h("01 00 20 00")).is_err());
