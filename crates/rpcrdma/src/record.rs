@@ -166,6 +166,9 @@ impl RecordDecoder {
                     if input.len() < 4 {
                         return Ok(None);
                     }
+                    //= rfc5531#section-11
+                    //# A record fragment is a four-octet header followed by 0 to (2**31) - 1 octets of
+                    //# fragment data.
                     let word = input.get_u32();
                     let len = (word & MAX_FRAGMENT_LEN) as usize;
                     let last = word & LAST_FRAGMENT != 0;
@@ -277,6 +280,12 @@ mod tests {
         Ok(out)
     }
 
+    //= rfc5531#section-11
+    //# The number
+    //# encodes two values -- a boolean that indicates whether the fragment
+    //# is the last fragment of the record (bit value 1 implies the fragment
+    //# is the last fragment) and a 31-bit unsigned binary value that is the
+    //# length in bytes of the fragment's data.
     #[test]
     fn hand_checked_single_and_multi_fragment() {
         // One record "abcd" in one last fragment: 0x80000004.

@@ -663,3 +663,121 @@ async fn client_close_fails_later_calls() {
     .await
     .unwrap();
 }
+
+/// A hostile or unusual server written with raw sockets: for each call it
+/// receives it answers with `answer(xid)` (raw record bodies, possibly
+/// several, possibly none).
+async fn raw_server(
+    answer: impl Fn(u32) -> Vec<Vec<u8>> + Send + 'static,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let h = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        while let Some(call) = raw_recv(&mut s).await {
+            let xid = u32::from_be_bytes([call[0], call[1], call[2], call[3]]);
+            for body in answer(xid) {
+                if s.write_all(&body).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (addr, h)
+}
+
+fn rec(words: &[u32]) -> Vec<u8> {
+    let mut v = (0x8000_0000u32 | (words.len() * 4) as u32)
+        .to_be_bytes()
+        .to_vec();
+    for w in words {
+        v.extend_from_slice(&w.to_be_bytes());
+    }
+    v
+}
+
+#[tokio::test]
+async fn client_decodes_denied_and_odd_replies() {
+    timeout(T, async {
+        // Answers by procedure-independent XID order: the n-th call gets the
+        // n-th kind of reply.
+        let n = Arc::new(AtomicU32::new(0));
+        let (addr, _h) = raw_server(move |xid| {
+            match n.fetch_add(1, Ordering::SeqCst) {
+                // MSG_DENIED RPC_MISMATCH (2, 3)
+                0 => vec![rec(&[xid, 1, 1, 0, 2, 3])],
+                // MSG_DENIED AUTH_ERROR AUTH_TOOWEAK
+                1 => vec![rec(&[xid, 1, 1, 1, 5])],
+                // accept_stat 77 (unknown: default void arm)
+                2 => vec![rec(&[xid, 1, 0, 0, 0, 77])],
+                // reply_stat 9: undecodable reply header
+                3 => vec![rec(&[xid, 1, 9])],
+                // a reply to another XID first (dropped), a call to the
+                // client (no backchannel: dropped), then SUCCESS with a
+                // u32 result split over two fragments.
+                4 => vec![
+                    rec(&[xid ^ 0xffff, 1, 0, 0, 0, 0]),
+                    rec(&[77, 0, 2, 1, 1, 0, 0, 0, 0, 0]),
+                    {
+                        let mut v = vec![0, 0, 0, 8];
+                        for w in [xid, 1u32] {
+                            v.extend_from_slice(&w.to_be_bytes());
+                        }
+                        v.extend_from_slice(&[0, 0, 0, 16]);
+                        for w in [0u32, 0, 0, 0] {
+                            v.extend_from_slice(&w.to_be_bytes());
+                        }
+                        v.extend_from_slice(&[0x80, 0, 0, 4, 0, 0, 0x30, 0x39]);
+                        v
+                    },
+                ],
+                // a fragment header over the client's record limit
+                _ => vec![vec![0xff, 0xff, 0xff, 0xff]],
+            }
+        })
+        .await;
+        let c = client(addr).await;
+        let call = || c.call(1, 1, 1, Message::new(), &[]);
+        let e = call().await.unwrap_err();
+        assert_eq!(
+            e,
+            RpcError::Reply(ReplyError::RpcMismatch { low: 2, high: 3 })
+        );
+        assert_eq!(e.blame(), Blame::Peer);
+        let e = call().await.unwrap_err();
+        assert_eq!(
+            e,
+            RpcError::Reply(ReplyError::AuthError(
+                rpcrdma_proto::wire::rpc::AuthStat::AUTH_TOOWEAK
+            ))
+        );
+        let e = call().await.unwrap_err();
+        assert_eq!(
+            e,
+            RpcError::Reply(ReplyError::OtherAccept(
+                rpcrdma_proto::wire::rpc::AcceptStat(77)
+            ))
+        );
+        let e = call().await.unwrap_err();
+        assert!(matches!(e, RpcError::BadReply(_)), "{e}");
+        assert_eq!(e.blame(), Blame::Peer);
+        let r = call().await.unwrap();
+        let mut rd = r.reader();
+        assert_eq!(rd.u32("result").unwrap(), 12345);
+        rd.finish("end").unwrap();
+        let e = call().await.unwrap_err();
+        assert!(
+            matches!(e, RpcError::Transport(TransportError::Framing(_))),
+            "{e}"
+        );
+        let m = c.metrics();
+        assert_eq!(m.replies_unmatched, 1);
+        assert_eq!(m.backchannel_unsupported, 1);
+        assert_eq!(m.err_rpc_mismatch, 1);
+        assert_eq!(m.err_auth_error, 1);
+        assert_eq!(m.err_other, 1);
+        assert_eq!(m.transport_errors, 1);
+    })
+    .await
+    .unwrap();
+}

@@ -42,19 +42,38 @@ fn build_peer_once() -> Option<PathBuf> {
         .flatten()
         .find(|p| p.join("bench.x").exists())?;
     let dir = std::env::temp_dir().join("rpcrdma-tirpc-peer");
-    std::fs::create_dir_all(&dir).ok()?;
-    for f in ["Makefile", "bench.x", "bench_server.c", "bench_client.c"] {
-        std::fs::copy(src.join(f), dir.join(f)).ok()?;
+    if make_in(&src, &dir) {
+        return Some(dir);
     }
-    let ok = Command::new("make")
+    // A stale or broken build directory: start afresh once.
+    let _ = std::fs::remove_dir_all(&dir);
+    make_in(&src, &dir).then_some(dir)
+}
+
+/// Copies the sources that changed (so that make stays incremental) and
+/// runs make.
+fn make_in(src: &std::path::Path, dir: &std::path::Path) -> bool {
+    if std::fs::create_dir_all(dir).is_err() {
+        return false;
+    }
+    for f in ["Makefile", "bench.x", "bench_server.c", "bench_client.c"] {
+        let Ok(new) = std::fs::read(src.join(f)) else {
+            return false;
+        };
+        if std::fs::read(dir.join(f)).ok().as_deref() != Some(&new[..])
+            && std::fs::write(dir.join(f), &new).is_err()
+        {
+            return false;
+        }
+    }
+    Command::new("make")
         .arg("-s")
-        .current_dir(&dir)
+        .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .ok()?
-        .success();
-    ok.then_some(dir)
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 fn free_port() -> u16 {
