@@ -41,6 +41,6 @@ pub use metrics::{Metrics, MetricsSnapshot};
 pub use server::{CallContext, Handler, HandlerError, HandlerFuture, Server, ServerConfig};
 pub use tcp::{TcpClientTransport, TcpConfig, TcpServer};
 pub use transport::{
-    CallDispatcher, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall, ReplyReceiver,
-    ServerConnection, TransportError,
+    CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
+    ReplyReceiver, ServerConnection, TransportError,
 };

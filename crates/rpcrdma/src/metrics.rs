@@ -80,6 +80,8 @@ metrics! {
     transport_errors,
     /// Connections accepted or established.
     connections,
+    /// Connections closed at once because of `max_connections`.
+    connections_refused,
     /// Octets sent (record marks included).
     bytes_sent,
     /// Octets received (record marks included).

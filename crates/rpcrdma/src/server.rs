@@ -34,7 +34,7 @@ use crate::drc::{DrcKey, DrcLookup, DuplicateReplyCache};
 use crate::message::{Message, MessageReader};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::tcp::{TcpConfig, TcpServer};
-use crate::transport::{CallDispatcher, ClientIdentity, IncomingCall, ServerConnection};
+use crate::transport::{CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ServerConnection};
 
 /// Why a handler produced no results.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -261,16 +261,16 @@ impl Server {
         Err(Some((low, high)))
     }
 
-    fn send(&self, conn: &dyn ServerConnection, xid: u32, reply: Message) {
-        if let Err(e) = conn.send_reply(xid, reply) {
+    fn send(&self, conn: &dyn ServerConnection, xid: u32, reply: Message, guard: CallGuard) {
+        if let Err(e) = conn.send_reply(xid, reply, guard) {
             tracing::debug!(xid, error = %e, "reply not sent");
         }
     }
 
-    fn send_header(&self, conn: &dyn ServerConnection, msg: RpcMsg) {
+    fn send_header(&self, conn: &dyn ServerConnection, msg: RpcMsg, guard: CallGuard) {
         let xid = msg.xid;
         match msg.to_vec() {
-            Ok(v) => self.send(conn, xid, Message::inline(v)),
+            Ok(v) => self.send(conn, xid, Message::inline(v), guard),
             Err(e) => tracing::warn!(xid, error = %e, "cannot encode reply header"),
         }
     }
@@ -305,7 +305,7 @@ impl Server {
                     (Some(stat), Some(xid)) => {
                         Metrics::inc(&metrics.err_auth_error);
                         tracing::debug!(xid, error = %e, "bad credential");
-                        self.send_header(&*conn, RpcMsg::auth_error(xid, stat));
+                        self.send_header(&*conn, RpcMsg::auth_error(xid, stat), guard);
                     }
                     _ => {
                         Metrics::inc(&metrics.garbage_messages);
@@ -335,25 +335,29 @@ impl Server {
             if cb.rpcvers != RPC_VERSION {
                 Metrics::inc(&metrics.err_rpc_mismatch);
                 tracing::debug!(rpcvers = cb.rpcvers, "RPC_MISMATCH");
-                self.send_header(&*conn, RpcMsg::rpc_mismatch(xid));
+                self.send_header(&*conn, RpcMsg::rpc_mismatch(xid), guard);
                 return;
             }
             let flavor = cb.cred.flavor();
             if flavor != AuthFlavor::AUTH_NONE && flavor != AuthFlavor::AUTH_SYS {
                 Metrics::inc(&metrics.err_auth_error);
-                self.send_header(&*conn, RpcMsg::auth_error(xid, AuthStat::AUTH_BADCRED));
+                self.send_header(
+                    &*conn,
+                    RpcMsg::auth_error(xid, AuthStat::AUTH_BADCRED),
+                    guard,
+                );
                 return;
             }
             let handler = match self.lookup(cb.prog, cb.vers) {
                 Ok(h) => h,
                 Err(None) => {
                     Metrics::inc(&metrics.err_prog_unavail);
-                    self.send_header(&*conn, RpcMsg::prog_unavail(xid));
+                    self.send_header(&*conn, RpcMsg::prog_unavail(xid), guard);
                     return;
                 }
                 Err(Some((low, high))) => {
                     Metrics::inc(&metrics.err_prog_mismatch);
-                    self.send_header(&*conn, RpcMsg::prog_mismatch(xid, low, high));
+                    self.send_header(&*conn, RpcMsg::prog_mismatch(xid, low, high), guard);
                     return;
                 }
             };
@@ -381,7 +385,7 @@ impl Server {
                 DrcLookup::Replay(reply) => {
                     Metrics::inc(&metrics.drc_hits);
                     tracing::debug!("retransmission answered from the duplicate-reply cache");
-                    self.send(&*conn, xid, reply);
+                    self.send(&*conn, xid, reply, guard);
                     return;
                 }
             }
@@ -436,14 +440,13 @@ impl Server {
                 Some(reply) => {
                     drc.complete(&key, &reply);
                     drop(drc);
-                    self.send(&*conn, xid, reply);
+                    self.send(&*conn, xid, reply, guard);
                 }
                 None => drc.abandon(&key),
             }
         }
         .instrument(span)
         .await;
-        drop(guard);
     }
 }
 

@@ -31,8 +31,8 @@ use crate::message::{Message, Piece};
 use crate::metrics::Metrics;
 use crate::record::{fragment_plan, RecordDecoder, RecordError, RecordLimits};
 use crate::transport::{
-    CallDispatcher, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall, ReplyReceiver,
-    ServerConnection, TransportError,
+    CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
+    ReplyReceiver, ServerConnection, TransportError,
 };
 
 /// How a server names the client of a TCP connection for the duplicate-reply
@@ -53,6 +53,9 @@ pub struct TcpConfig {
     /// Server: how long a graceful shutdown waits for calls in flight.
     /// Default 5 s.
     pub shutdown_grace: Duration,
+    /// Server: most connections served at once; a connection accepted
+    /// beyond this is closed at once. Default 4096.
+    pub max_connections: usize,
     /// Set `TCP_NODELAY`. Default true.
     pub nodelay: bool,
     /// Server: the client identity of a connection. Default: the peer's IP
@@ -67,6 +70,7 @@ impl Default for TcpConfig {
             max_fragment: 1 << 20,
             max_in_flight: 128,
             shutdown_grace: Duration::from_secs(5),
+            max_connections: 4096,
             nodelay: true,
             identify: Arc::new(|a: SocketAddr| ClientIdentity(Bytes::from(a.ip().to_string()))),
         }
@@ -80,6 +84,7 @@ impl std::fmt::Debug for TcpConfig {
             .field("max_fragment", &self.max_fragment)
             .field("max_in_flight", &self.max_in_flight)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("max_connections", &self.max_connections)
             .field("nodelay", &self.nodelay)
             .finish()
     }
@@ -142,21 +147,29 @@ async fn write_record(
 /// The writer task: drains `rx`, flushing whenever the queue is empty. Ends
 /// when every sender is gone (graceful: the write half is shut down) or on
 /// an I/O error (returned).
+/// What the writer task sends: a message, and the in-flight guard of the
+/// call it answers (released once written and flushed).
+type Outgoing = (Message, CallGuard);
+
 async fn writer_task(
     wr: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Message>,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
     max_fragment: u32,
     metrics: Arc<Metrics>,
 ) -> io::Result<()> {
     let mut w = BufWriter::with_capacity(64 << 10, wr);
-    while let Some(m) = rx.recv().await {
+    let mut written = Vec::new();
+    while let Some((m, g)) = rx.recv().await {
         let n = write_record(&mut w, &m, max_fragment).await?;
         Metrics::add(&metrics.bytes_sent, n);
-        while let Ok(m) = rx.try_recv() {
+        written.push(g);
+        while let Ok((m, g)) = rx.try_recv() {
             let n = write_record(&mut w, &m, max_fragment).await?;
             Metrics::add(&metrics.bytes_sent, n);
+            written.push(g);
         }
         w.flush().await?;
+        written.clear();
     }
     w.shutdown().await
 }
@@ -197,7 +210,7 @@ fn peek(rec: &[u8]) -> Option<(u32, u32)> {
 struct ClientState {
     pending: HashMap<u32, oneshot::Sender<Result<Message, TransportError>>>,
     closed: Option<TransportError>,
-    tx: Option<mpsc::UnboundedSender<Message>>,
+    tx: Option<mpsc::UnboundedSender<Outgoing>>,
 }
 
 struct ClientShared {
@@ -347,7 +360,7 @@ impl ClientTransport for TcpClientTransport {
         }
         let (otx, orx) = oneshot::channel();
         st.pending.insert(call.xid, otx);
-        if tx.send(call.message).is_err() {
+        if tx.send((call.message, CallGuard::none())).is_err() {
             st.pending.remove(&call.xid);
             return Err(st
                 .closed
@@ -402,17 +415,22 @@ impl Drop for TcpClientTransport {
 // ---------------------------------------------------------------- server
 
 struct TcpServerConn {
-    tx: Mutex<Option<mpsc::UnboundedSender<Message>>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Outgoing>>>,
     peer: SocketAddr,
     metrics: Arc<Metrics>,
 }
 
 impl ServerConnection for TcpServerConn {
-    fn send_reply(&self, _xid: u32, reply: Message) -> Result<(), TransportError> {
+    fn send_reply(
+        &self,
+        _xid: u32,
+        reply: Message,
+        guard: CallGuard,
+    ) -> Result<(), TransportError> {
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
         match tx {
             Some(tx) => {
-                tx.send(reply)
+                tx.send((reply, guard))
                     .map_err(|_| TransportError::Lost("writer stopped".into()))?;
                 Metrics::inc(&self.metrics.replies_sent);
                 Ok(())
@@ -506,6 +524,11 @@ async fn accept_loop(
     loop {
         tokio::select! {
             r = listener.accept() => match r {
+                Ok((stream, peer)) if conns.len() >= config.max_connections => {
+                    Metrics::inc(&metrics.connections_refused);
+                    tracing::warn!(%peer, max = config.max_connections, "too many connections, closing");
+                    drop(stream);
+                }
                 Ok((stream, peer)) => {
                     Metrics::inc(&metrics.connections);
                     conns.spawn(
@@ -587,7 +610,7 @@ async fn serve_conn(
                     message: Message::inline(rec),
                     client: client.clone(),
                     conn: conn.clone(),
-                    guard: Some(Box::new(permit)),
+                    guard: CallGuard(Some(Box::new(permit))),
                 });
             }
             Some((xid, 1)) => {

@@ -19,8 +19,12 @@
 //!   [`CallDispatcher`] (the [`crate::Server`]) as an [`IncomingCall`],
 //!   which carries the [`ClientIdentity`] (supplied by the transport; never a
 //!   source port), and a [`ServerConnection`] to send the reply on. The
-//!   transport bounds the calls in flight per connection with a guard that
-//!   the call holds until it is answered or dropped.
+//!   transport bounds the calls in flight per connection with a
+//!   [`CallGuard`] that travels with the call and then with its reply
+//!   ([`ServerConnection::send_reply`]) until the reply has been written
+//!   (or is dropped with the call when there is no reply), so a peer that
+//!   sends calls but never reads replies cannot make the server queue
+//!   unbounded replies.
 //! * **Backchannel** (RFC 8167 over RDMA): a server reaches the client on
 //!   the same connection through [`ServerConnection::backchannel`], which is
 //!   a [`ClientTransport`]; a client serves backchannel calls by handing a
@@ -159,11 +163,34 @@ impl fmt::Display for ClientIdentity {
     }
 }
 
+/// The transport's in-flight accounting of one received call (for TCP a
+/// semaphore permit; for RDMA it may stand for a receive credit). Released
+/// when dropped.
+#[derive(Default)]
+pub struct CallGuard(pub Option<Box<dyn Any + Send + Sync>>);
+
+impl CallGuard {
+    /// A guard that accounts for nothing.
+    pub fn none() -> Self {
+        CallGuard(None)
+    }
+}
+
+impl fmt::Debug for CallGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CallGuard({})",
+            if self.0.is_some() { "held" } else { "none" }
+        )
+    }
+}
+
 /// The responder half of a connection, as a call sees it.
 pub trait ServerConnection: Send + Sync + 'static {
     /// Queues the reply (complete message: RPC header and results) to the
-    /// call `xid`.
-    fn send_reply(&self, xid: u32, reply: Message) -> Result<(), TransportError>;
+    /// call `xid`. The transport keeps `guard` until the reply is written.
+    fn send_reply(&self, xid: u32, reply: Message, guard: CallGuard) -> Result<(), TransportError>;
     /// A client transport for calls to the peer on this connection's
     /// backchannel.
     fn backchannel(&self) -> Result<Arc<dyn ClientTransport>, TransportError>;
@@ -181,9 +208,8 @@ pub struct IncomingCall {
     pub client: ClientIdentity,
     /// Where to answer.
     pub conn: Arc<dyn ServerConnection>,
-    /// Held until the call is answered or dropped (the transport's in-flight
-    /// accounting).
-    pub guard: Option<Box<dyn Any + Send + Sync>>,
+    /// The transport's in-flight accounting: hand it back with the reply.
+    pub guard: CallGuard,
 }
 
 impl fmt::Debug for IncomingCall {

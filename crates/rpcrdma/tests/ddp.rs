@@ -24,7 +24,12 @@ struct MemConn {
 }
 
 impl ServerConnection for MemConn {
-    fn send_reply(&self, xid: u32, reply: Message) -> Result<(), TransportError> {
+    fn send_reply(
+        &self,
+        xid: u32,
+        reply: Message,
+        _guard: rpcrdma::CallGuard,
+    ) -> Result<(), TransportError> {
         // An RDMA responder puts each DDP piece into the next offered Write
         // chunk; check they fit like it would.
         let offered = self
@@ -74,7 +79,7 @@ impl ClientTransport for MemTransport {
             message: call.message,
             client: ClientIdentity(bytes::Bytes::from_static(b"mem-client")),
             conn: self.conn.clone(),
-            guard: None,
+            guard: rpcrdma::CallGuard::none(),
         });
         Ok(rx)
     }

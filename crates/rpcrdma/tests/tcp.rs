@@ -781,3 +781,80 @@ async fn client_decodes_denied_and_odd_replies() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn a_peer_that_does_not_read_replies_is_not_served_unboundedly() {
+    timeout(T, async {
+        let f = start_with(TcpConfig {
+            max_in_flight: 4,
+            ..TcpConfig::default()
+        })
+        .await;
+        let mut s = TcpStream::connect(f.addr).await.unwrap();
+        let n = 64u32;
+        let mut all = Vec::new();
+        for xid in 0..n {
+            let mut args = Vec::new();
+            args.extend_from_slice(&(1u32 << 20).to_be_bytes());
+            args.extend_from_slice(&xid.to_be_bytes());
+            let body = raw_call(xid, 2, TEST_PROG, 1, testprog::PROC_READ, &args);
+            all.extend_from_slice(&(0x8000_0000u32 | body.len() as u32).to_be_bytes());
+            all.extend_from_slice(&body);
+        }
+        let (mut rd, mut wr) = s.split();
+        let writer = async { wr.write_all(&all).await.unwrap() };
+        let check = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            // Replies are only produced as fast as they are written: the
+            // server stopped reading calls (4 in flight plus what the socket
+            // buffers hold).
+            let served = f.server.metrics().calls_received;
+            assert!(
+                served < 40,
+                "server took {served} calls while replies were not read"
+            );
+        };
+        tokio::join!(writer, check);
+        // Now read every reply.
+        let mut got = 0;
+        let mut dec = RecordDecoder::new(RecordLimits::default());
+        let mut buf = bytes::BytesMut::new();
+        while got < n {
+            if let Some(r) = dec.decode(&mut buf).unwrap() {
+                assert_eq!(r.len(), 24 + 4 + (1 << 20));
+                got += 1;
+                continue;
+            }
+            let mut tmp = vec![0u8; 1 << 16];
+            let k = rd.read(&mut tmp).await.unwrap();
+            assert!(k > 0);
+            buf.extend_from_slice(&tmp[..k]);
+        }
+        assert_eq!(f.server.metrics().calls_received, n as u64);
+        drop(s);
+        f.tcp.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn connections_beyond_the_limit_are_closed() {
+    timeout(T, async {
+        let f = start_with(TcpConfig {
+            max_connections: 1,
+            ..TcpConfig::default()
+        })
+        .await;
+        let c = client(f.addr).await;
+        testprog::null(&c).await.unwrap();
+        let c2 = client(f.addr).await;
+        let e = testprog::null(&c2).await.unwrap_err();
+        assert_eq!(e.blame(), Blame::Transport, "{e}");
+        assert_eq!(f.server.metrics().connections_refused, 1);
+        testprog::null(&c).await.unwrap();
+        f.tcp.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
