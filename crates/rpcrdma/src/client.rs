@@ -308,6 +308,19 @@ impl Client {
         Ok(Client::new(t, config))
     }
 
+    /// ONC RPC over TCP that reconnects after a connection loss and sends
+    /// outstanding calls again with the same XIDs (see
+    /// [`crate::reconnect`]). Connects lazily, on the first call.
+    pub fn tcp_reconnecting(
+        addr: SocketAddr,
+        config: ClientConfig,
+        tcp: TcpConfig,
+        policy: crate::reconnect::ReconnectPolicy,
+    ) -> Client {
+        let t = crate::reconnect::ReconnectingTransport::tcp(addr, tcp, policy);
+        Client::new(Arc::new(t), config)
+    }
+
     /// The transport.
     pub fn transport(&self) -> &Arc<dyn ClientTransport> {
         &self.transport

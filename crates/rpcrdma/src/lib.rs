@@ -11,6 +11,7 @@
 //!   [`CallDispatcher`] traits (driver tasks + channels);
 //! * [`record`]: RFC 5531 record marking codec (sans-IO);
 //! * [`tcp`]: the TCP transport;
+//! * [`reconnect`]: reconnection with same-XID re-sends over any transport;
 //! * [`client`]: [`Client::call`], credentials, timeouts, errors by blame;
 //! * [`server`]: [`Server`], handler registry, RPC error replies;
 //! * [`drc`]: the duplicate-reply cache;
@@ -27,6 +28,7 @@ pub mod client;
 pub mod drc;
 pub mod message;
 pub mod metrics;
+pub mod reconnect;
 pub mod record;
 pub mod server;
 pub mod tcp;
@@ -38,6 +40,7 @@ pub use client::{
 };
 pub use message::{Message, MessageBuilder, MessageReader, Piece};
 pub use metrics::{Metrics, MetricsSnapshot};
+pub use reconnect::{Connector, ReconnectPolicy, ReconnectingTransport};
 pub use server::{CallContext, Handler, HandlerError, HandlerFuture, Server, ServerConfig};
 pub use tcp::{TcpClientTransport, TcpConfig, TcpServer};
 pub use transport::{

@@ -61,6 +61,10 @@ pub struct TcpConfig {
     /// Server: the client identity of a connection. Default: the peer's IP
     /// address without the port.
     pub identify: IdentifyFn,
+    /// Client: counters to share between connections (e.g. across
+    /// reconnections); default a fresh set per connection. A server uses
+    /// its own.
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl Default for TcpConfig {
@@ -73,6 +77,7 @@ impl Default for TcpConfig {
             max_connections: 4096,
             nodelay: true,
             identify: Arc::new(|a: SocketAddr| ClientIdentity(Bytes::from(a.ip().to_string()))),
+            metrics: None,
         }
     }
 }
@@ -263,7 +268,7 @@ impl TcpClientTransport {
         let peer = stream.peer_addr()?;
         let (rd, wr) = stream.into_split();
         let (tx, rx) = mpsc::unbounded_channel();
-        let metrics = Arc::new(Metrics::default());
+        let metrics = config.metrics.clone().unwrap_or_default();
         Metrics::inc(&metrics.connections);
         let shared = Arc::new(ClientShared {
             state: Mutex::new(ClientState {

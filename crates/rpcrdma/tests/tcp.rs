@@ -858,3 +858,109 @@ async fn connections_beyond_the_limit_are_closed() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn reconnecting_client_survives_a_server_restart() {
+    timeout(T, async {
+        let f = start().await;
+        let addr = f.addr;
+        let c = Client::tcp_reconnecting(
+            addr,
+            ClientConfig::default(),
+            TcpConfig::default(),
+            rpcrdma::ReconnectPolicy::default(),
+        );
+        testprog::null(&c).await.unwrap();
+        f.tcp.shutdown().await;
+        // A new server on the same port.
+        let server = Server::default();
+        testprog::register(&server);
+        let tcp = server.serve_tcp(addr, TcpConfig::default()).await.unwrap();
+        let data = pattern(9, 3000);
+        assert_eq!(&testprog::echo(&c, &data).await.unwrap()[..], &data[..]);
+        let m = c.metrics();
+        assert_eq!(m.connections, 2);
+        tcp.shutdown().await;
+        // Nobody listens: the call fails after the policy's attempts.
+        let c2 = Client::tcp_reconnecting(
+            addr,
+            ClientConfig::default(),
+            TcpConfig::default(),
+            rpcrdma::ReconnectPolicy {
+                initial_backoff: Duration::from_millis(5),
+                max_backoff: Duration::from_millis(10),
+                max_attempts: 3,
+            },
+        );
+        let e = testprog::null(&c2).await.unwrap_err();
+        assert!(
+            matches!(&e, RpcError::Transport(TransportError::Lost(s)) if s.contains("3 attempts")),
+            "{e}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn lost_call_is_resent_with_the_same_xid_and_answered_from_the_cache() {
+    timeout(T, async {
+        let f = start().await;
+        let real = f.addr;
+        // First connection: a proxy that forwards the call to the real
+        // server, swallows the reply and drops the client's connection.
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_addr = proxy.local_addr().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<Bytes>::new()));
+        let seen2 = seen.clone();
+        tokio::spawn(async move {
+            let (mut s, _) = proxy.accept().await.unwrap();
+            let call = raw_recv(&mut s).await.unwrap();
+            seen2.lock().unwrap().push(call.clone());
+            let mut up = TcpStream::connect(real).await.unwrap();
+            raw_send(&mut up, &call).await;
+            let reply = raw_recv(&mut up).await.unwrap();
+            seen2.lock().unwrap().push(reply);
+            drop(s); // the client never gets the reply
+        });
+        let attempts = Arc::new(AtomicU32::new(0));
+        let a2 = attempts.clone();
+        let metrics = Arc::new(rpcrdma::Metrics::default());
+        let m2 = metrics.clone();
+        let connector: rpcrdma::Connector = Arc::new(move || {
+            let n = a2.fetch_add(1, Ordering::SeqCst);
+            let addr = if n == 0 { proxy_addr } else { real };
+            let cfg = TcpConfig {
+                metrics: Some(m2.clone()),
+                ..TcpConfig::default()
+            };
+            Box::pin(async move {
+                let t: Arc<dyn rpcrdma::ClientTransport> =
+                    rpcrdma::TcpClientTransport::connect(addr, cfg).await?;
+                Ok(t)
+            })
+        });
+        let t = rpcrdma::ReconnectingTransport::new(
+            connector,
+            rpcrdma::ReconnectPolicy::default(),
+            metrics,
+        );
+        let c = Client::new(Arc::new(t), ClientConfig::default());
+        let r = c
+            .call(ERR_PROG, 2, P_COUNT, u32_args(0), &[])
+            .await
+            .unwrap();
+        assert_eq!(r.reader().u32("n").unwrap(), 1);
+        assert_eq!(f.count.load(Ordering::SeqCst), 1, "executed once");
+        assert_eq!(attempts.load(Ordering::SeqCst), 2);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        // The re-sent call had the XID of the lost one.
+        assert_eq!(u32::from_be_bytes(seen[0][..4].try_into().unwrap()), r.xid);
+        assert_eq!(f.server.metrics().drc_hits, 1);
+        assert_eq!(c.metrics().retransmits, 1);
+        f.tcp.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
