@@ -400,6 +400,31 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Records of random sizes in random fragment sizes, fed in random
+        /// chunks, come out as they went in.
+        #[test]
+        fn round_trip_any_fragmentation_and_chunking(
+            records in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300), 0..6),
+            max_fragment in 1u32..80,
+            chunk in 1usize..50,
+        ) {
+            let mut wire = BytesMut::new();
+            let mut expect_len = 0;
+            for r in &records {
+                encode_record(r, max_fragment, &mut wire);
+                let frags = fragment_plan(r.len(), max_fragment).len();
+                expect_len += r.len() + 4 * frags;
+                proptest::prop_assert_eq!(frags, r.len().div_ceil(max_fragment as usize).max(1));
+            }
+            proptest::prop_assert_eq!(wire.len(), expect_len);
+            let chunks: Vec<&[u8]> = wire.chunks(chunk).collect();
+            let got = feed_all(&mut dec(), &chunks).unwrap();
+            let want: Vec<Bytes> = records.iter().map(|r| Bytes::copy_from_slice(r)).collect();
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+
     #[test]
     fn fragment_plan_shapes() {
         assert_eq!(fragment_plan(0, 10), vec![(0x8000_0000, 0)]);

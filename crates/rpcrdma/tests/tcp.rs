@@ -584,6 +584,15 @@ async fn hostile_record_marks_close_only_that_connection() {
         #[rustfmt::skip]
         let expect = [0, 0, 0, 10, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1];
         assert_eq!(&r[..], &expect[..], "MSG_DENIED AUTH_ERROR AUTH_BADCRED");
+        // A credential flavor the server does not accept (AUTH_DH = 3, empty
+        // body): AUTH_ERROR(BADCRED) as well.
+        let mut dh = raw_call(11, 2, TEST_PROG, 1, 0, &[]);
+        dh[24..28].copy_from_slice(&3u32.to_be_bytes());
+        raw_send(&mut s, &dh[..]).await;
+        let r = raw_recv(&mut s).await.unwrap();
+        #[rustfmt::skip]
+        let expect = [0, 0, 0, 11, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1];
+        assert_eq!(&r[..], &expect[..], "AUTH_DH refused with AUTH_BADCRED");
         // Others were not affected.
         testprog::null(&good).await.unwrap();
         assert!(f.server.metrics().transport_errors >= 2);
