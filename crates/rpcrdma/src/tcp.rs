@@ -578,7 +578,7 @@ async fn serve_conn(
     let client = (config.identify)(peer);
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(writer_task(wr, rx, config.max_fragment, metrics.clone()));
+    let mut writer = tokio::spawn(writer_task(wr, rx, config.max_fragment, metrics.clone()));
     let conn = Arc::new(TcpServerConn {
         tx: Mutex::new(Some(tx)),
         peer,
@@ -639,9 +639,13 @@ async fn serve_conn(
     )
     .await;
     conn.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
-    match tokio::time::timeout(config.shutdown_grace, writer).await {
+    match tokio::time::timeout(config.shutdown_grace, &mut writer).await {
         Ok(Ok(Err(e))) => tracing::debug!(%peer, error = %e, "rpc/tcp writer ended"),
-        Err(_) => tracing::debug!(%peer, "rpc/tcp writer did not finish in time"),
+        Err(_) => {
+            // A peer that does not read its replies: give up on it.
+            writer.abort();
+            tracing::debug!(%peer, "rpc/tcp writer did not finish in time, aborted");
+        }
         _ => {}
     }
 }

@@ -973,3 +973,40 @@ async fn lost_call_is_resent_with_the_same_xid_and_answered_from_the_cache() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn shutdown_is_bounded_with_a_peer_that_does_not_read() {
+    timeout(T, async {
+        let f = start_with(TcpConfig {
+            max_in_flight: 4,
+            shutdown_grace: Duration::from_millis(200),
+            ..TcpConfig::default()
+        })
+        .await;
+        let mut s = TcpStream::connect(f.addr).await.unwrap();
+        for xid in 0..32u32 {
+            let mut args = (1u32 << 20).to_be_bytes().to_vec();
+            args.extend_from_slice(&xid.to_be_bytes());
+            raw_send(
+                &mut s,
+                &raw_call(xid, 2, TEST_PROG, 1, testprog::PROC_READ, &args),
+            )
+            .await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let t0 = std::time::Instant::now();
+        f.tcp.shutdown().await;
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        // The connection is gone: reading ends (EOF or reset) after at most
+        // the replies that were written.
+        let mut sink = vec![0u8; 1 << 16];
+        loop {
+            match s.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .unwrap();
+}
