@@ -21,6 +21,26 @@
 //!   generator documented there and in the crate README).
 //!
 //! This is the only crate of the project that uses an async runtime (tokio).
+//!
+//! ```
+//! use rpcrdma::{testprog, Client, ClientConfig, Server, TcpConfig};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let server = Server::default();
+//! testprog::register(&server);
+//! let tcp = server.serve_tcp("127.0.0.1:0", TcpConfig::default()).await?;
+//!
+//! let client =
+//!     Client::connect_tcp(tcp.local_addr(), ClientConfig::default(), TcpConfig::default()).await?;
+//! testprog::null(&client).await?;
+//! assert_eq!(&testprog::echo(&client, b"hi").await?[..], b"hi");
+//! let data = testprog::read(&client, 100, 7).await?; // DDP-eligible result
+//! assert_eq!(&data[..], &testprog::pattern(7, 100)[..]);
+//!
+//! tcp.shutdown().await;
+//! # Ok::<_, Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
