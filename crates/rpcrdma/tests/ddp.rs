@@ -16,8 +16,11 @@ use tokio::sync::oneshot;
 
 type Waiters = Mutex<HashMap<u32, oneshot::Sender<Result<Message, TransportError>>>>;
 
+#[derive(Default)]
 struct MemConn {
     waiters: Arc<Waiters>,
+    /// The client's backchannel server, once it set one.
+    bc: Mutex<Option<Arc<dyn CallDispatcher>>>,
     /// DDP result sizes the caller offered, per XID (what an RDMA
     /// transport turns into Write chunks).
     offered: Arc<Mutex<HashMap<u32, Vec<u32>>>>,
@@ -50,7 +53,17 @@ impl ServerConnection for MemConn {
         Ok(())
     }
     fn backchannel(&self) -> Result<Arc<dyn ClientTransport>, TransportError> {
-        Err(TransportError::Unsupported("mem"))
+        // The reverse direction: calls go to the client's backchannel
+        // server, replies come back on a connection of their own.
+        let bc = self.bc.lock().unwrap().clone();
+        match bc {
+            Some(d) => Ok(Arc::new(MemTransport {
+                conn: Arc::default(),
+                dispatcher: d,
+                metrics: Arc::default(),
+            })),
+            None => Err(TransportError::Unsupported("no backchannel server set")),
+        }
     }
     fn peer(&self) -> String {
         "mem".into()
@@ -86,8 +99,9 @@ impl ClientTransport for MemTransport {
     fn cancel(&self, xid: u32) {
         self.conn.waiters.lock().unwrap().remove(&xid);
     }
-    fn set_backchannel(&self, _: Arc<dyn CallDispatcher>) -> Result<(), TransportError> {
-        Err(TransportError::Unsupported("mem"))
+    fn set_backchannel(&self, d: Arc<dyn CallDispatcher>) -> Result<(), TransportError> {
+        *self.conn.bc.lock().unwrap() = Some(d);
+        Ok(())
     }
     fn close(&self) {}
     fn closed_reason(&self) -> Option<TransportError> {
@@ -103,10 +117,7 @@ impl ClientTransport for MemTransport {
 
 fn mem_client(server: &Server) -> Client {
     let t = MemTransport {
-        conn: Arc::new(MemConn {
-            waiters: Arc::default(),
-            offered: Arc::default(),
-        }),
+        conn: Arc::default(),
         dispatcher: server.dispatcher(),
         metrics: Arc::default(),
     };
@@ -179,6 +190,49 @@ async fn ddp_pieces_travel_end_to_end() {
             .await
             .unwrap();
         assert_eq!(r.reader().u32("count").unwrap(), 777);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn backchannel_hooks_carry_server_to_client_calls() {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        let server = Server::default();
+        // A forward procedure whose handler calls CB_NULL and CB_ECHO on the
+        // caller through the backchannel and returns the echo.
+        server.register(0x2000_6002, 1, |ctx: rpcrdma::CallContext| async move {
+            let data = ctx.reader().opaque(1 << 20, "max", "data")?;
+            let bc = ctx
+                .backchannel(ClientConfig::default())
+                .map_err(|e| rpcrdma::HandlerError::SystemErr(e.to_string()))?;
+            testprog::cb_null(&bc)
+                .await
+                .map_err(|e| rpcrdma::HandlerError::SystemErr(e.to_string()))?;
+            let echoed = testprog::cb_echo(&bc, &data)
+                .await
+                .map_err(|e| rpcrdma::HandlerError::SystemErr(e.to_string()))?;
+            let mut b = Message::builder();
+            b.put_opaque(&echoed).unwrap();
+            Ok(b.finish())
+        });
+        let c = mem_client(&server);
+        let mut args = Message::builder();
+        args.put_opaque(b"ping").unwrap();
+        // Without a backchannel server the handler fails: SYSTEM_ERR.
+        let e = c
+            .call(0x2000_6002, 1, 0, args.finish(), &[])
+            .await
+            .unwrap_err();
+        assert_eq!(e.reply_error(), Some(rpcrdma::ReplyError::SystemErr));
+        let cb = Server::default();
+        testprog::register_cb(&cb);
+        c.serve_backchannel(&cb).unwrap();
+        let mut args = Message::builder();
+        args.put_opaque(b"ping").unwrap();
+        let r = c.call(0x2000_6002, 1, 0, args.finish(), &[]).await.unwrap();
+        assert_eq!(&r.reader().opaque(100, "max", "r").unwrap()[..], b"ping");
+        assert_eq!(cb.metrics().calls_received, 2);
     })
     .await
     .unwrap();
