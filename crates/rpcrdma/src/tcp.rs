@@ -149,13 +149,13 @@ async fn write_record(
     Ok(written)
 }
 
-/// The writer task: drains `rx`, flushing whenever the queue is empty. Ends
-/// when every sender is gone (graceful: the write half is shut down) or on
-/// an I/O error (returned).
 /// What the writer task sends: a message, and the in-flight guard of the
 /// call it answers (released once written and flushed).
 type Outgoing = (Message, CallGuard);
 
+/// The writer task: drains `rx`, flushing whenever the queue is empty. Ends
+/// when every sender is gone (graceful: the write half is shut down) or on
+/// an I/O error (returned).
 async fn writer_task(
     wr: OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
