@@ -1,0 +1,539 @@
+//! The RPC client: credentials, XIDs, timeouts and retransmission, reply
+//! decoding, errors split by blame.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rpcrdma_proto::wire::rpc::{
+    AcceptStat, AcceptedStatus, AuthStat, AuthSysParms, MsgBody, OpaqueAuth, RejectedReply,
+    ReplyBody, RpcMsg,
+};
+use rpcrdma_proto::{DecodeError, EncodeError, Limits, XdrEncode};
+use tokio::net::ToSocketAddrs;
+use tracing::Instrument;
+
+use crate::message::{Message, MessageReader, Piece};
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::server::Server;
+use crate::tcp::{TcpClientTransport, TcpConfig};
+use crate::transport::{ClientTransport, OutgoingCall, TransportError};
+
+/// Credentials a client sends.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Auth {
+    /// AUTH_NONE.
+    #[default]
+    None,
+    /// AUTH_SYS with these parameters.
+    Sys(AuthSysParms),
+}
+
+impl Auth {
+    fn cred(&self) -> OpaqueAuth {
+        match self {
+            Auth::None => OpaqueAuth::none(),
+            Auth::Sys(p) => OpaqueAuth::Sys(p.clone()),
+        }
+    }
+}
+
+/// Client settings.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// How long to wait for a reply to one transmission. Default 30 s.
+    pub timeout: Duration,
+    /// Retransmissions (same XID, same connection) after a timeout before
+    /// giving up with [`RpcError::Timeout`]. Default 0: over a reliable
+    /// transport a retransmission only helps when the server dropped the
+    /// call; the server's duplicate-reply cache makes it safe.
+    pub retries: u32,
+    /// Credentials. Default AUTH_NONE.
+    pub auth: Auth,
+    /// Limits for decoding reply headers.
+    pub limits: Limits,
+    /// Largest reply expected, in octets (an RDMA transport sizes its Reply
+    /// chunk from it). Default 1 MiB + 4 KiB.
+    pub reply_max: u32,
+    /// First XID; default derived from the clock.
+    pub first_xid: Option<u32>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            timeout: Duration::from_secs(30),
+            retries: 0,
+            auth: Auth::None,
+            limits: Limits::DEFAULT,
+            reply_max: (1 << 20) + 4096,
+            first_xid: None,
+        }
+    }
+}
+
+/// Who is to blame for an [`RpcError`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blame {
+    /// The connection (lost, closed, timed out).
+    Transport,
+    /// The peer: it replied with an RPC error or sent an undecodable reply.
+    Peer,
+    /// The caller (bad arguments, message too large, ...).
+    Caller,
+}
+
+/// An RPC-level error the server replied with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyError {
+    /// PROG_UNAVAIL.
+    ProgUnavail,
+    /// PROG_MISMATCH with the server's supported versions.
+    ProgMismatch {
+        /// Lowest version supported.
+        low: u32,
+        /// Highest version supported.
+        high: u32,
+    },
+    /// PROC_UNAVAIL.
+    ProcUnavail,
+    /// GARBAGE_ARGS.
+    GarbageArgs,
+    /// SYSTEM_ERR.
+    SystemErr,
+    /// Another `accept_stat`.
+    OtherAccept(AcceptStat),
+    /// MSG_DENIED / RPC_MISMATCH.
+    RpcMismatch {
+        /// Lowest RPC version supported.
+        low: u32,
+        /// Highest RPC version supported.
+        high: u32,
+    },
+    /// MSG_DENIED / AUTH_ERROR.
+    AuthError(AuthStat),
+}
+
+impl fmt::Display for ReplyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplyError::ProgUnavail => write!(f, "PROG_UNAVAIL"),
+            ReplyError::ProgMismatch { low, high } => write!(f, "PROG_MISMATCH ({low}..={high})"),
+            ReplyError::ProcUnavail => write!(f, "PROC_UNAVAIL"),
+            ReplyError::GarbageArgs => write!(f, "GARBAGE_ARGS"),
+            ReplyError::SystemErr => write!(f, "SYSTEM_ERR"),
+            ReplyError::OtherAccept(s) => write!(f, "accept_stat {s}"),
+            ReplyError::RpcMismatch { low, high } => write!(f, "RPC_MISMATCH ({low}..={high})"),
+            ReplyError::AuthError(s) => write!(f, "AUTH_ERROR {s}"),
+        }
+    }
+}
+
+/// A caller error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallerError {
+    /// Encoding the call failed.
+    Encode(EncodeError),
+    /// The transport refused the call (too large, XID in use).
+    Refused(TransportError),
+    /// Invalid arguments to a stub.
+    BadArgument(String),
+}
+
+/// Why a call failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RpcError {
+    /// The connection failed (lost, closed, framing violation by the peer).
+    Transport(TransportError),
+    /// No reply within the timeout, after every retransmission.
+    Timeout {
+        /// The call's XID.
+        xid: u32,
+        /// Transmissions made.
+        attempts: u32,
+    },
+    /// The server replied with an RPC error.
+    Reply(ReplyError),
+    /// The reply (header or results) does not decode.
+    BadReply(DecodeError),
+    /// The caller's fault.
+    Caller(CallerError),
+}
+
+impl RpcError {
+    /// Who is to blame.
+    pub fn blame(&self) -> Blame {
+        match self {
+            RpcError::Transport(e) if e.is_callers() => Blame::Caller,
+            RpcError::Transport(_) | RpcError::Timeout { .. } => Blame::Transport,
+            RpcError::Reply(_) | RpcError::BadReply(_) => Blame::Peer,
+            RpcError::Caller(_) => Blame::Caller,
+        }
+    }
+
+    /// The reply error, if the server replied with one.
+    pub fn reply_error(&self) -> Option<ReplyError> {
+        match self {
+            RpcError::Reply(r) => Some(*r),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RpcError::Transport(e) => write!(f, "transport: {e}"),
+            RpcError::Timeout { xid, attempts } => write!(
+                f,
+                "no reply to xid 0x{xid:08x} after {attempts} transmission(s)"
+            ),
+            RpcError::Reply(e) => write!(f, "server replied {e}"),
+            RpcError::BadReply(e) => write!(f, "malformed reply: {e}"),
+            RpcError::Caller(CallerError::Encode(e)) => write!(f, "cannot encode call: {e}"),
+            RpcError::Caller(CallerError::Refused(e)) => write!(f, "call refused: {e}"),
+            RpcError::Caller(CallerError::BadArgument(s)) => write!(f, "bad argument: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+impl From<DecodeError> for RpcError {
+    fn from(e: DecodeError) -> Self {
+        RpcError::BadReply(e)
+    }
+}
+
+impl From<EncodeError> for RpcError {
+    fn from(e: EncodeError) -> Self {
+        RpcError::Caller(CallerError::Encode(e))
+    }
+}
+
+/// A successful reply.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// The XID.
+    pub xid: u32,
+    /// The server's verifier.
+    pub verf: OpaqueAuth,
+    results: Message,
+}
+
+impl Reply {
+    /// The procedure results (after the RPC header): inline XDR and, over
+    /// RDMA, DDP pieces holding data received by direct placement.
+    pub fn results(&self) -> &Message {
+        &self.results
+    }
+
+    /// A reader over the results.
+    pub fn reader(&self) -> MessageReader {
+        self.results.reader()
+    }
+
+    /// DDP-received result data, in order (empty over TCP, where it arrives
+    /// inline and [`MessageReader::opaque`] finds it there).
+    pub fn ddp_data(&self) -> impl Iterator<Item = &Bytes> {
+        self.results.ddp_data()
+    }
+
+    /// The results.
+    pub fn into_results(self) -> Message {
+        self.results
+    }
+}
+
+/// Per-call options beyond the procedure and arguments.
+#[derive(Clone, Debug, Default)]
+pub struct CallOptions {
+    /// Maximum lengths of the DDP-eligible results, in order (an RDMA
+    /// transport offers a Write chunk for each).
+    pub ddp_results: Vec<u32>,
+    /// Overrides [`ClientConfig::timeout`].
+    pub timeout: Option<Duration>,
+    /// Overrides [`ClientConfig::auth`].
+    pub auth: Option<Auth>,
+    /// Overrides [`ClientConfig::reply_max`].
+    pub reply_max: Option<u32>,
+}
+
+/// An RPC client on one transport connection. Cheap to share (`&self`
+/// methods); any number of calls may be in flight.
+pub struct Client {
+    transport: Arc<dyn ClientTransport>,
+    config: ClientConfig,
+    next_xid: AtomicU32,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("transport", &self.transport.name())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+fn clock_xid() -> u32 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(20)).wrapping_mul(0x9e37_79b1)
+}
+
+impl Client {
+    /// A client over `transport`.
+    pub fn new(transport: Arc<dyn ClientTransport>, config: ClientConfig) -> Self {
+        let first = config.first_xid.unwrap_or_else(clock_xid);
+        Client {
+            transport,
+            config,
+            next_xid: AtomicU32::new(first),
+        }
+    }
+
+    /// Connects over ONC RPC over TCP.
+    pub async fn connect_tcp(
+        addr: impl ToSocketAddrs,
+        config: ClientConfig,
+        tcp: TcpConfig,
+    ) -> std::io::Result<Client> {
+        let t = TcpClientTransport::connect(addr, tcp).await?;
+        Ok(Client::new(t, config))
+    }
+
+    /// ONC RPC over TCP that reconnects after a connection loss and sends
+    /// outstanding calls again with the same XIDs (see
+    /// [`crate::reconnect`]). Connects lazily, on the first call.
+    pub fn tcp_reconnecting(
+        addr: SocketAddr,
+        config: ClientConfig,
+        tcp: TcpConfig,
+        policy: crate::reconnect::ReconnectPolicy,
+    ) -> Client {
+        let t = crate::reconnect::ReconnectingTransport::tcp(addr, tcp, policy);
+        Client::new(Arc::new(t), config)
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &Arc<dyn ClientTransport> {
+        &self.transport
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// The connection's counters.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.transport.metrics().snapshot()
+    }
+
+    /// Closes the connection gracefully.
+    pub fn close(&self) {
+        self.transport.close()
+    }
+
+    /// Serves the peer's backchannel calls with `server`'s programs
+    /// ([`TransportError::Unsupported`] over TCP).
+    pub fn serve_backchannel(&self, server: &Server) -> Result<(), RpcError> {
+        self.transport
+            .set_backchannel(server.dispatcher())
+            .map_err(RpcError::Transport)
+    }
+
+    /// Calls `prog`/`vers`/`proc` with `args`. `ddp_results` gives the
+    /// maximum length of each DDP-eligible result (see
+    /// [`CallOptions::ddp_results`]).
+    pub async fn call(
+        &self,
+        prog: u32,
+        vers: u32,
+        proc: u32,
+        args: Message,
+        ddp_results: &[u32],
+    ) -> Result<Reply, RpcError> {
+        let opts = CallOptions {
+            ddp_results: ddp_results.to_vec(),
+            ..CallOptions::default()
+        };
+        self.call_with(prog, vers, proc, args, &opts).await
+    }
+
+    /// [`Client::call`] with per-call options.
+    pub async fn call_with(
+        &self,
+        prog: u32,
+        vers: u32,
+        proc: u32,
+        args: Message,
+        opts: &CallOptions,
+    ) -> Result<Reply, RpcError> {
+        let xid = self.next_xid.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::debug_span!(
+            "rpc.call",
+            xid,
+            prog,
+            vers,
+            proc,
+            transport = self.transport.name()
+        );
+        self.call_inner(xid, prog, vers, proc, args, opts)
+            .instrument(span)
+            .await
+    }
+
+    async fn call_inner(
+        &self,
+        xid: u32,
+        prog: u32,
+        vers: u32,
+        proc: u32,
+        args: Message,
+        opts: &CallOptions,
+    ) -> Result<Reply, RpcError> {
+        let cred = opts.auth.as_ref().unwrap_or(&self.config.auth).cred();
+        let header = RpcMsg::call_with(xid, prog, vers, proc, cred).to_vec()?;
+        let message = Message::with_header(header, args);
+        let timeout = opts.timeout.unwrap_or(self.config.timeout);
+        let metrics = self.transport.metrics();
+        let mut attempts = 0u32;
+        let reply = loop {
+            attempts += 1;
+            if attempts > 1 {
+                Metrics::inc(&metrics.retransmits);
+                tracing::debug!(attempts, "retransmitting");
+            }
+            let rx = self
+                .transport
+                .send_call(OutgoingCall {
+                    xid,
+                    message: message.clone(),
+                    reply_max: opts.reply_max.unwrap_or(self.config.reply_max),
+                    ddp_results: opts.ddp_results.clone(),
+                })
+                .map_err(|e| {
+                    if e.is_callers() {
+                        RpcError::Caller(CallerError::Refused(e))
+                    } else {
+                        RpcError::Transport(e)
+                    }
+                })?;
+            match tokio::time::timeout(timeout, rx).await {
+                Ok(Ok(Ok(m))) => break m,
+                Ok(Ok(Err(e))) => return Err(RpcError::Transport(e)),
+                Ok(Err(_)) => {
+                    return Err(RpcError::Transport(
+                        self.transport
+                            .closed_reason()
+                            .unwrap_or_else(|| TransportError::Lost("call dropped".into())),
+                    ))
+                }
+                Err(_) => {
+                    self.transport.cancel(xid);
+                    if attempts > self.config.retries {
+                        Metrics::inc(&metrics.timeouts);
+                        tracing::debug!(attempts, "timed out");
+                        return Err(RpcError::Timeout { xid, attempts });
+                    }
+                }
+            }
+        };
+        let r = decode_reply(xid, reply, &self.config.limits, &metrics);
+        if let Err(e) = &r {
+            tracing::debug!(error = %e, "call failed");
+        }
+        r
+    }
+}
+
+/// The inline octets before the first DDP piece (no copy for one piece).
+pub(crate) fn inline_prefix(m: &Message) -> Bytes {
+    let pieces = m.pieces();
+    let n = pieces.iter().take_while(|p| !p.is_ddp()).count();
+    match pieces.get(..n) {
+        Some([Piece::Inline(b)]) => b.clone(),
+        Some(ps) => {
+            let mut v = Vec::new();
+            for p in ps {
+                v.extend_from_slice(p.bytes());
+            }
+            Bytes::from(v)
+        }
+        None => Bytes::new(),
+    }
+}
+
+fn count_reply_error(metrics: &Metrics, e: &ReplyError) {
+    let c = match e {
+        ReplyError::ProgUnavail => &metrics.err_prog_unavail,
+        ReplyError::ProgMismatch { .. } => &metrics.err_prog_mismatch,
+        ReplyError::ProcUnavail => &metrics.err_proc_unavail,
+        ReplyError::GarbageArgs => &metrics.err_garbage_args,
+        ReplyError::SystemErr => &metrics.err_system_err,
+        ReplyError::OtherAccept(_) => &metrics.err_other,
+        ReplyError::RpcMismatch { .. } => &metrics.err_rpc_mismatch,
+        ReplyError::AuthError(_) => &metrics.err_auth_error,
+    };
+    Metrics::inc(c);
+}
+
+fn decode_reply(
+    xid: u32,
+    reply: Message,
+    limits: &Limits,
+    metrics: &Metrics,
+) -> Result<Reply, RpcError> {
+    let prefix = inline_prefix(&reply);
+    let (msg, hdr_len) = RpcMsg::decode(&prefix, limits)?;
+    let body = match msg.body {
+        MsgBody::Reply(b) => b,
+        MsgBody::Call(_) => {
+            return Err(RpcError::BadReply(DecodeError::new(
+                rpcrdma_proto::DecodeErrorKind::BadValue {
+                    what: "msg_type",
+                    detail: "a call where a reply was expected".into(),
+                },
+                4,
+                "msg_type",
+            )))
+        }
+    };
+    let err = match body {
+        ReplyBody::Accepted(a) => match a.status {
+            AcceptedStatus::Success => {
+                let results = reply.split_inline_prefix(hdr_len).unwrap_or_default();
+                return Ok(Reply {
+                    xid,
+                    verf: a.verf,
+                    results,
+                });
+            }
+            AcceptedStatus::ProgUnavail => ReplyError::ProgUnavail,
+            AcceptedStatus::ProgMismatch { low, high } => ReplyError::ProgMismatch { low, high },
+            AcceptedStatus::ProcUnavail => ReplyError::ProcUnavail,
+            AcceptedStatus::GarbageArgs => ReplyError::GarbageArgs,
+            AcceptedStatus::SystemErr => ReplyError::SystemErr,
+            AcceptedStatus::Other(s) => ReplyError::OtherAccept(s),
+        },
+        ReplyBody::Denied(RejectedReply::RpcMismatch { low, high }) => {
+            ReplyError::RpcMismatch { low, high }
+        }
+        ReplyBody::Denied(RejectedReply::AuthError(s)) => ReplyError::AuthError(s),
+    };
+    count_reply_error(metrics, &err);
+    Err(RpcError::Reply(err))
+}
+
+/// Connects a TCP client to `addr` with default settings (convenience for
+/// tools and tests).
+pub async fn connect_tcp_default(addr: SocketAddr) -> std::io::Result<Client> {
+    Client::connect_tcp(addr, ClientConfig::default(), TcpConfig::default()).await
+}

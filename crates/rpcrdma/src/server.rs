@@ -1,0 +1,457 @@
+//! The RPC server: program registry, dispatch, RPC error replies, the
+//! duplicate-reply cache.
+//!
+//! Handlers are registered per `(prog, vers)` and dispatch on the procedure
+//! number themselves (the [`CallContext`] has it). A handler returns the
+//! results as a [`Message`] (DDP-eligible results built with
+//! [`crate::MessageBuilder::put_ddp_opaque`]) or a [`HandlerError`]:
+//!
+//! | situation | reply |
+//! |---|---|
+//! | `rpcvers` ≠ 2 | MSG_DENIED / RPC_MISMATCH (2, 2) |
+//! | credential flavor other than AUTH_NONE / AUTH_SYS, or malformed | MSG_DENIED / AUTH_ERROR (AUTH_BADCRED) |
+//! | program not registered | PROG_UNAVAIL |
+//! | program registered, version not | PROG_MISMATCH (lowest, highest registered) |
+//! | [`HandlerError::ProcUnavail`] | PROC_UNAVAIL |
+//! | [`HandlerError::GarbageArgs`] (or a [`DecodeError`] via `?`) | GARBAGE_ARGS |
+//! | [`HandlerError::SystemErr`], or the handler panicked | SYSTEM_ERR |
+//! | [`HandlerError::AuthError`] | MSG_DENIED / AUTH_ERROR |
+//! | [`HandlerError::Drop`] | no reply |
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock};
+
+use rpcrdma_proto::wire::rpc::{AuthFlavor, AuthStat, MsgBody, OpaqueAuth, RpcMsg, RPC_VERSION};
+use rpcrdma_proto::{DecodeError, Limits, XdrEncode};
+use tokio::net::ToSocketAddrs;
+use tracing::Instrument;
+
+use crate::client::{inline_prefix, Client, ClientConfig, RpcError};
+use crate::drc::{DrcKey, DrcLookup, DuplicateReplyCache};
+use crate::message::{Message, MessageReader};
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::tcp::{TcpConfig, TcpServer};
+use crate::transport::{CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ServerConnection};
+
+/// Why a handler produced no results.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandlerError {
+    /// The procedure does not exist: PROC_UNAVAIL.
+    ProcUnavail,
+    /// The arguments do not decode: GARBAGE_ARGS.
+    GarbageArgs(String),
+    /// The handler failed: SYSTEM_ERR.
+    SystemErr(String),
+    /// Refuse the caller: MSG_DENIED / AUTH_ERROR.
+    AuthError(AuthStat),
+    /// Send no reply at all.
+    Drop,
+}
+
+impl From<DecodeError> for HandlerError {
+    fn from(e: DecodeError) -> Self {
+        HandlerError::GarbageArgs(e.to_string())
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HandlerError::ProcUnavail => write!(f, "PROC_UNAVAIL"),
+            HandlerError::GarbageArgs(s) => write!(f, "GARBAGE_ARGS: {s}"),
+            HandlerError::SystemErr(s) => write!(f, "SYSTEM_ERR: {s}"),
+            HandlerError::AuthError(s) => write!(f, "AUTH_ERROR {s}"),
+            HandlerError::Drop => write!(f, "dropped"),
+        }
+    }
+}
+
+/// Everything a handler knows about a call.
+pub struct CallContext {
+    /// XID.
+    pub xid: u32,
+    /// Program.
+    pub prog: u32,
+    /// Version.
+    pub vers: u32,
+    /// Procedure.
+    pub proc: u32,
+    /// The caller's credential (AUTH_NONE or a parsed AUTH_SYS).
+    pub cred: OpaqueAuth,
+    /// The client identity the transport supplied.
+    pub client: ClientIdentity,
+    /// The arguments: inline XDR and DDP pieces (DDP-eligible argument data
+    /// received by direct placement arrives as separate DDP pieces; over TCP
+    /// it is inline).
+    pub args: Message,
+    conn: Arc<dyn ServerConnection>,
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("xid", &self.xid)
+            .field("prog", &self.prog)
+            .field("vers", &self.vers)
+            .field("proc", &self.proc)
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+impl CallContext {
+    /// A reader over the arguments.
+    pub fn reader(&self) -> MessageReader {
+        self.args.reader()
+    }
+
+    /// The peer's address (for logs).
+    pub fn peer(&self) -> String {
+        self.conn.peer()
+    }
+
+    /// A client for calls to the caller over the connection's backchannel
+    /// (fails with `Unsupported` over TCP).
+    pub fn backchannel(&self, config: ClientConfig) -> Result<Client, RpcError> {
+        let t = self.conn.backchannel().map_err(RpcError::Transport)?;
+        Ok(Client::new(t, config))
+    }
+}
+
+/// The future a handler returns.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Message, HandlerError>> + Send>>;
+
+/// A program version's procedures.
+pub trait Handler: Send + Sync + 'static {
+    /// Executes `ctx.proc`.
+    fn call(&self, ctx: CallContext) -> HandlerFuture;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(CallContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Message, HandlerError>> + Send + 'static,
+{
+    fn call(&self, ctx: CallContext) -> HandlerFuture {
+        Box::pin(self(ctx))
+    }
+}
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Limits for decoding call headers.
+    pub limits: Limits,
+    /// Most entries of the duplicate-reply cache (0 disables it). Default
+    /// 1024.
+    pub drc_entries: usize,
+    /// Most octets of replies the duplicate-reply cache keeps. Default
+    /// 64 MiB.
+    pub drc_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            limits: Limits::DEFAULT,
+            drc_entries: 1024,
+            drc_bytes: 64 << 20,
+        }
+    }
+}
+
+type Registry = HashMap<u32, BTreeMap<u32, Arc<dyn Handler>>>;
+
+struct Inner {
+    programs: RwLock<Registry>,
+    drc: Mutex<DuplicateReplyCache>,
+    metrics: Arc<Metrics>,
+    config: ServerConfig,
+}
+
+/// An RPC server. Clones share the registry, the cache and the counters;
+/// it serves any number of transports at once.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server::new(ServerConfig::default())
+    }
+}
+
+impl Server {
+    /// A server with no programs.
+    pub fn new(config: ServerConfig) -> Self {
+        Server {
+            inner: Arc::new(Inner {
+                programs: RwLock::new(HashMap::new()),
+                drc: Mutex::new(DuplicateReplyCache::new(
+                    config.drc_entries,
+                    config.drc_bytes,
+                )),
+                metrics: Arc::new(Metrics::default()),
+                config,
+            }),
+        }
+    }
+
+    /// Registers (or replaces) the handler of `prog` version `vers`.
+    pub fn register(&self, prog: u32, vers: u32, handler: impl Handler) {
+        self.register_arc(prog, vers, Arc::new(handler));
+    }
+
+    /// [`Server::register`] with a shared handler.
+    pub fn register_arc(&self, prog: u32, vers: u32, handler: Arc<dyn Handler>) {
+        self.inner
+            .programs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(prog)
+            .or_default()
+            .insert(vers, handler);
+    }
+
+    /// The dispatcher to hand to a transport.
+    pub fn dispatcher(&self) -> Arc<dyn CallDispatcher> {
+        Arc::new(self.clone())
+    }
+
+    /// The server's counters (shared with the TCP transports it starts).
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.metrics.snapshot()
+    }
+
+    /// Serves ONC RPC over TCP on `addr`.
+    pub async fn serve_tcp(
+        &self,
+        addr: impl ToSocketAddrs,
+        config: TcpConfig,
+    ) -> std::io::Result<TcpServer> {
+        TcpServer::bind(addr, config, self.dispatcher(), self.inner.metrics.clone()).await
+    }
+
+    fn lookup(&self, prog: u32, vers: u32) -> Result<Arc<dyn Handler>, Option<(u32, u32)>> {
+        let reg = self
+            .inner
+            .programs
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let Some(versions) = reg.get(&prog) else {
+            return Err(None);
+        };
+        if let Some(h) = versions.get(&vers) {
+            return Ok(h.clone());
+        }
+        let low = versions.keys().next().copied().unwrap_or(0);
+        let high = versions.keys().next_back().copied().unwrap_or(0);
+        Err(Some((low, high)))
+    }
+
+    fn send(&self, conn: &dyn ServerConnection, xid: u32, reply: Message, guard: CallGuard) {
+        if let Err(e) = conn.send_reply(xid, reply, guard) {
+            tracing::debug!(xid, error = %e, "reply not sent");
+        }
+    }
+
+    fn send_header(&self, conn: &dyn ServerConnection, msg: RpcMsg, guard: CallGuard) {
+        let xid = msg.xid;
+        match msg.to_vec() {
+            Ok(v) => self.send(conn, xid, Message::inline(v), guard),
+            Err(e) => tracing::warn!(xid, error = %e, "cannot encode reply header"),
+        }
+    }
+
+    async fn handle(self, call: IncomingCall) {
+        let IncomingCall {
+            message,
+            client,
+            conn,
+            guard,
+        } = call;
+        let metrics = &self.inner.metrics;
+        Metrics::inc(&metrics.calls_received);
+        let prefix = inline_prefix(&message);
+        let (msg, hdr_len) = match RpcMsg::decode(&prefix, &self.inner.config.limits) {
+            Ok(x) => x,
+            Err(e) => {
+                // A bad credential or verifier is answered AUTH_ERROR when
+                // the XID and msg_type are readable; anything else is
+                // dropped (there is nothing to answer).
+                let stat = if e.field.starts_with("cred") || e.field.starts_with("authsys") {
+                    Some(AuthStat::AUTH_BADCRED)
+                } else if e.field.starts_with("verf") {
+                    Some(AuthStat::AUTH_BADVERF)
+                } else {
+                    None
+                };
+                let xid = prefix
+                    .get(0..4)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                match (stat, xid) {
+                    (Some(stat), Some(xid)) => {
+                        Metrics::inc(&metrics.err_auth_error);
+                        tracing::debug!(xid, error = %e, "bad credential");
+                        self.send_header(&*conn, RpcMsg::auth_error(xid, stat), guard);
+                    }
+                    _ => {
+                        Metrics::inc(&metrics.garbage_messages);
+                        tracing::debug!(error = %e, "undecodable call dropped");
+                    }
+                }
+                return;
+            }
+        };
+        let xid = msg.xid;
+        let MsgBody::Call(cb) = msg.body else {
+            Metrics::inc(&metrics.garbage_messages);
+            return;
+        };
+        let span = tracing::debug_span!(
+            "rpc.serve",
+            xid,
+            prog = cb.prog,
+            vers = cb.vers,
+            proc = cb.procedure,
+            client = %client,
+            transport = conn.name()
+        );
+        async {
+            //= rfc5531#section-9
+            //# unsigned int rpcvers;       /* must be equal to two (2) */
+            if cb.rpcvers != RPC_VERSION {
+                Metrics::inc(&metrics.err_rpc_mismatch);
+                tracing::debug!(rpcvers = cb.rpcvers, "RPC_MISMATCH");
+                self.send_header(&*conn, RpcMsg::rpc_mismatch(xid), guard);
+                return;
+            }
+            let flavor = cb.cred.flavor();
+            if flavor != AuthFlavor::AUTH_NONE && flavor != AuthFlavor::AUTH_SYS {
+                Metrics::inc(&metrics.err_auth_error);
+                self.send_header(
+                    &*conn,
+                    RpcMsg::auth_error(xid, AuthStat::AUTH_BADCRED),
+                    guard,
+                );
+                return;
+            }
+            let handler = match self.lookup(cb.prog, cb.vers) {
+                Ok(h) => h,
+                Err(None) => {
+                    Metrics::inc(&metrics.err_prog_unavail);
+                    self.send_header(&*conn, RpcMsg::prog_unavail(xid), guard);
+                    return;
+                }
+                Err(Some((low, high))) => {
+                    Metrics::inc(&metrics.err_prog_mismatch);
+                    self.send_header(&*conn, RpcMsg::prog_mismatch(xid, low, high), guard);
+                    return;
+                }
+            };
+            let key = DrcKey {
+                client: client.clone(),
+                xid,
+                prog: cb.prog,
+                vers: cb.vers,
+                proc: cb.procedure,
+                crc: message.crc32c(),
+            };
+            let lookup = self
+                .inner
+                .drc
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .begin(&key);
+            match lookup {
+                DrcLookup::New => {}
+                DrcLookup::InProgress => {
+                    Metrics::inc(&metrics.drc_in_progress);
+                    tracing::debug!("retransmission of a call in progress dropped");
+                    return;
+                }
+                DrcLookup::Replay(reply) => {
+                    Metrics::inc(&metrics.drc_hits);
+                    tracing::debug!("retransmission answered from the duplicate-reply cache");
+                    self.send(&*conn, xid, reply, guard);
+                    return;
+                }
+            }
+            let args = message.split_inline_prefix(hdr_len).unwrap_or_default();
+            let ctx = CallContext {
+                xid,
+                prog: cb.prog,
+                vers: cb.vers,
+                proc: cb.procedure,
+                cred: cb.cred,
+                client,
+                args,
+                conn: conn.clone(),
+            };
+            // Run the handler in its own task so that a panic becomes
+            // SYSTEM_ERR instead of killing the connection.
+            let result = match tokio::spawn(handler.call(ctx).in_current_span()).await {
+                Ok(r) => r,
+                Err(e) => Err(HandlerError::SystemErr(format!("handler task failed: {e}"))),
+            };
+            let reply = match result {
+                Ok(results) => match RpcMsg::success(xid).to_vec() {
+                    Ok(h) => Some(Message::with_header(h, results)),
+                    Err(_) => None,
+                },
+                Err(e) => {
+                    tracing::debug!(error = %e, "handler error");
+                    let hdr = match &e {
+                        HandlerError::ProcUnavail => {
+                            Metrics::inc(&metrics.err_proc_unavail);
+                            Some(RpcMsg::proc_unavail(xid))
+                        }
+                        HandlerError::GarbageArgs(_) => {
+                            Metrics::inc(&metrics.err_garbage_args);
+                            Some(RpcMsg::garbage_args(xid))
+                        }
+                        HandlerError::SystemErr(_) => {
+                            Metrics::inc(&metrics.err_system_err);
+                            Some(RpcMsg::system_err(xid))
+                        }
+                        HandlerError::AuthError(s) => {
+                            Metrics::inc(&metrics.err_auth_error);
+                            Some(RpcMsg::auth_error(xid, *s))
+                        }
+                        HandlerError::Drop => None,
+                    };
+                    hdr.and_then(|h| h.to_vec().ok()).map(Message::inline)
+                }
+            };
+            let mut drc = self.inner.drc.lock().unwrap_or_else(|p| p.into_inner());
+            match reply {
+                Some(reply) => {
+                    drc.complete(&key, &reply);
+                    drop(drc);
+                    self.send(&*conn, xid, reply, guard);
+                }
+                None => drc.abandon(&key),
+            }
+        }
+        .instrument(span)
+        .await;
+    }
+}
+
+impl CallDispatcher for Server {
+    fn dispatch(&self, call: IncomingCall) {
+        tokio::spawn(self.clone().handle(call));
+    }
+}

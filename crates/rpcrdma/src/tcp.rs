@@ -1,0 +1,655 @@
+//! ONC RPC over TCP with RFC 5531 §11 record marking.
+//!
+//! Each connection has a reader task (record decoding with
+//! [`RecordLimits`], XID matching on the client, dispatch on the server) and
+//! a writer task (record marking, fragments of at most
+//! [`TcpConfig::max_fragment`] octets, DDP pieces inline with their XDR
+//! pad). A framing violation or an I/O error closes the connection and
+//! fails every outstanding call with the same [`TransportError`].
+//!
+//! There is no backchannel over TCP in this project:
+//! [`ClientTransport::set_backchannel`] and
+//! [`ServerConnection::backchannel`] return
+//! [`TransportError::Unsupported`], and calls received on a client
+//! connection are dropped and counted.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::message::{Message, Piece};
+use crate::metrics::Metrics;
+use crate::record::{fragment_plan, RecordDecoder, RecordError, RecordLimits};
+use crate::transport::{
+    CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
+    ReplyReceiver, ServerConnection, TransportError,
+};
+
+/// How a server names the client of a TCP connection for the duplicate-reply
+/// cache.
+pub type IdentifyFn = Arc<dyn Fn(SocketAddr) -> ClientIdentity + Send + Sync>;
+
+/// Settings of the TCP transport.
+#[derive(Clone)]
+pub struct TcpConfig {
+    /// Limits on received records.
+    pub record_limits: RecordLimits,
+    /// Largest fragment sent (records larger than this are sent in several
+    /// fragments). Default 1 MiB.
+    pub max_fragment: u32,
+    /// Server: most calls of one connection being executed at once; the
+    /// connection stops reading while this many are outstanding. Default 128.
+    pub max_in_flight: usize,
+    /// Server: how long a graceful shutdown waits for calls in flight.
+    /// Default 5 s.
+    pub shutdown_grace: Duration,
+    /// Server: most connections served at once; a connection accepted
+    /// beyond this is closed at once. Default 4096.
+    pub max_connections: usize,
+    /// Set `TCP_NODELAY`. Default true.
+    pub nodelay: bool,
+    /// Server: the client identity of a connection. Default: the peer's IP
+    /// address without the port.
+    pub identify: IdentifyFn,
+    /// Client: counters to share between connections (e.g. across
+    /// reconnections); default a fresh set per connection. A server uses
+    /// its own.
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            record_limits: RecordLimits::default(),
+            max_fragment: 1 << 20,
+            max_in_flight: 128,
+            shutdown_grace: Duration::from_secs(5),
+            max_connections: 4096,
+            nodelay: true,
+            identify: Arc::new(|a: SocketAddr| ClientIdentity(Bytes::from(a.ip().to_string()))),
+            metrics: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for TcpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpConfig")
+            .field("record_limits", &self.record_limits)
+            .field("max_fragment", &self.max_fragment)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("max_connections", &self.max_connections)
+            .field("nodelay", &self.nodelay)
+            .finish()
+    }
+}
+
+/// The chunks of a message's contiguous XDR stream (pads included), as
+/// cheap `Bytes` handles.
+fn xdr_chunks(m: &Message) -> Vec<Bytes> {
+    static PAD: [u8; 3] = [0; 3];
+    let mut out = Vec::with_capacity(m.pieces().len() * 2);
+    for p in m.pieces() {
+        match p {
+            Piece::Inline(b) => out.push(b.clone()),
+            Piece::Ddp(b) => {
+                out.push(b.clone());
+                let pad = rpcrdma_proto::xdr::pad_len(b.len());
+                if pad != 0 {
+                    out.push(Bytes::from_static(&PAD[..pad]));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Writes one record (fragment headers and data) to `w`; returns the octets
+/// written.
+async fn write_record(
+    w: &mut BufWriter<OwnedWriteHalf>,
+    m: &Message,
+    max_fragment: u32,
+) -> io::Result<u64> {
+    let chunks = xdr_chunks(m);
+    let total: usize = chunks.iter().map(Bytes::len).sum();
+    let mut ci = 0usize; // chunk index
+    let mut co = 0usize; // offset in chunk
+    let mut written = 0u64;
+    for (hdr, n) in fragment_plan(total, max_fragment) {
+        w.write_all(&hdr.to_be_bytes()).await?;
+        written += 4;
+        let mut left = n;
+        while left > 0 {
+            let Some(c) = chunks.get(ci) else {
+                return Err(io::Error::other("record shorter than planned"));
+            };
+            let take = (c.len() - co).min(left);
+            w.write_all(&c[co..co + take]).await?;
+            co += take;
+            left -= take;
+            written += take as u64;
+            if co == c.len() {
+                ci += 1;
+                co = 0;
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// What the writer task sends: a message, and the in-flight guard of the
+/// call it answers (released once written and flushed).
+type Outgoing = (Message, CallGuard);
+
+/// The writer task: drains `rx`, flushing whenever the queue is empty. Ends
+/// when every sender is gone (graceful: the write half is shut down) or on
+/// an I/O error (returned).
+async fn writer_task(
+    wr: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    max_fragment: u32,
+    metrics: Arc<Metrics>,
+) -> io::Result<()> {
+    let mut w = BufWriter::with_capacity(64 << 10, wr);
+    let mut written = Vec::new();
+    while let Some((m, g)) = rx.recv().await {
+        let n = write_record(&mut w, &m, max_fragment).await?;
+        Metrics::add(&metrics.bytes_sent, n);
+        written.push(g);
+        while let Ok((m, g)) = rx.try_recv() {
+            let n = write_record(&mut w, &m, max_fragment).await?;
+            Metrics::add(&metrics.bytes_sent, n);
+            written.push(g);
+        }
+        w.flush().await?;
+        written.clear();
+    }
+    w.shutdown().await
+}
+
+/// Reads the next record. `Ok(None)` at a clean end of stream.
+async fn read_record(
+    rd: &mut OwnedReadHalf,
+    dec: &mut RecordDecoder,
+    buf: &mut BytesMut,
+    metrics: &Metrics,
+) -> Result<Option<Bytes>, TransportError> {
+    loop {
+        if let Some(r) = dec.decode(buf).map_err(TransportError::Framing)? {
+            return Ok(Some(r));
+        }
+        buf.reserve(64 << 10);
+        let n = rd
+            .read_buf(buf)
+            .await
+            .map_err(|e| TransportError::Lost(e.to_string()))?;
+        if n == 0 {
+            dec.finish(buf).map_err(TransportError::Framing)?;
+            return Ok(None);
+        }
+        Metrics::add(&metrics.bytes_received, n as u64);
+    }
+}
+
+/// `(xid, msg_type)` of a record, if it has 8 octets.
+fn peek(rec: &[u8]) -> Option<(u32, u32)> {
+    let xid = u32::from_be_bytes(rec.get(0..4)?.try_into().ok()?);
+    let mt = u32::from_be_bytes(rec.get(4..8)?.try_into().ok()?);
+    Some((xid, mt))
+}
+
+// ---------------------------------------------------------------- client
+
+struct ClientState {
+    pending: HashMap<u32, oneshot::Sender<Result<Message, TransportError>>>,
+    closed: Option<TransportError>,
+    tx: Option<mpsc::UnboundedSender<Outgoing>>,
+}
+
+struct ClientShared {
+    state: Mutex<ClientState>,
+    metrics: Arc<Metrics>,
+    max_record: usize,
+    peer: SocketAddr,
+}
+
+impl ClientShared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClientState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the connection unusable and fails every outstanding call.
+    fn fail_all(&self, err: TransportError) {
+        let pending = {
+            let mut st = self.lock();
+            if st.closed.is_none() {
+                st.closed = Some(err.clone());
+            }
+            st.tx = None;
+            std::mem::take(&mut st.pending)
+        };
+        if !matches!(err, TransportError::Closed) {
+            Metrics::inc(&self.metrics.transport_errors);
+            tracing::warn!(peer = %self.peer, error = %err, "rpc/tcp client connection closed");
+        }
+        for (_, tx) in pending {
+            let _ = tx.send(Err(err.clone()));
+        }
+    }
+}
+
+/// The client side of one ONC RPC over TCP connection.
+pub struct TcpClientTransport {
+    shared: Arc<ClientShared>,
+}
+
+impl TcpClientTransport {
+    /// Connects to `addr`.
+    pub async fn connect(addr: impl ToSocketAddrs, config: TcpConfig) -> io::Result<Arc<Self>> {
+        let stream = TcpStream::connect(addr).await?;
+        Self::from_stream(stream, config)
+    }
+
+    /// Runs the client side over an established stream.
+    pub fn from_stream(stream: TcpStream, config: TcpConfig) -> io::Result<Arc<Self>> {
+        stream.set_nodelay(config.nodelay)?;
+        let peer = stream.peer_addr()?;
+        let (rd, wr) = stream.into_split();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let metrics = config.metrics.clone().unwrap_or_default();
+        Metrics::inc(&metrics.connections);
+        let shared = Arc::new(ClientShared {
+            state: Mutex::new(ClientState {
+                pending: HashMap::new(),
+                closed: None,
+                tx: Some(tx),
+            }),
+            metrics: metrics.clone(),
+            max_record: config.record_limits.max_record_size,
+            peer,
+        });
+        let s2 = shared.clone();
+        let max_fragment = config.max_fragment;
+        tokio::spawn(async move {
+            if let Err(e) = writer_task(wr, rx, max_fragment, s2.metrics.clone()).await {
+                s2.fail_all(TransportError::Lost(format!("write: {e}")));
+            }
+        });
+        let s3 = shared.clone();
+        let limits = config.record_limits;
+        tokio::spawn(async move { client_reader(rd, limits, s3).await });
+        Ok(Arc::new(TcpClientTransport { shared }))
+    }
+
+    /// The server's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.shared.peer
+    }
+}
+
+async fn client_reader(mut rd: OwnedReadHalf, limits: RecordLimits, shared: Arc<ClientShared>) {
+    let mut dec = RecordDecoder::new(limits);
+    let mut buf = BytesMut::new();
+    let err = loop {
+        match read_record(&mut rd, &mut dec, &mut buf, &shared.metrics).await {
+            Ok(Some(rec)) => match peek(&rec) {
+                Some((xid, 1)) => {
+                    let waiter = shared.lock().pending.remove(&xid);
+                    match waiter {
+                        Some(tx) => {
+                            Metrics::inc(&shared.metrics.replies_received);
+                            let _ = tx.send(Ok(Message::inline(rec)));
+                        }
+                        None => {
+                            Metrics::inc(&shared.metrics.replies_unmatched);
+                            tracing::debug!(xid, "reply for no outstanding call dropped");
+                        }
+                    }
+                }
+                Some((xid, 0)) => {
+                    Metrics::inc(&shared.metrics.backchannel_unsupported);
+                    tracing::debug!(
+                        xid,
+                        "call on a TCP client connection dropped (no backchannel)"
+                    );
+                }
+                _ => {
+                    Metrics::inc(&shared.metrics.garbage_messages);
+                    tracing::debug!(len = rec.len(), "undecodable record dropped");
+                }
+            },
+            Ok(None) => {
+                let closing = shared.lock().tx.is_none();
+                break if closing {
+                    TransportError::Closed
+                } else {
+                    TransportError::Lost("peer closed the connection".into())
+                };
+            }
+            Err(e) => break e,
+        }
+    };
+    shared.fail_all(err);
+}
+
+impl ClientTransport for TcpClientTransport {
+    fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
+        let len = call.message.xdr_len();
+        if len > self.shared.max_record {
+            return Err(TransportError::TooLarge {
+                len,
+                max: self.shared.max_record,
+            });
+        }
+        let mut st = self.shared.lock();
+        if let Some(e) = &st.closed {
+            return Err(e.clone());
+        }
+        let Some(tx) = st.tx.clone() else {
+            return Err(TransportError::Closed);
+        };
+        if st.pending.contains_key(&call.xid) {
+            return Err(TransportError::XidInUse(call.xid));
+        }
+        let (otx, orx) = oneshot::channel();
+        st.pending.insert(call.xid, otx);
+        if tx.send((call.message, CallGuard::none())).is_err() {
+            st.pending.remove(&call.xid);
+            return Err(st
+                .closed
+                .clone()
+                .unwrap_or_else(|| TransportError::Lost("writer stopped".into())));
+        }
+        Metrics::inc(&self.shared.metrics.calls_sent);
+        Ok(orx)
+    }
+
+    fn cancel(&self, xid: u32) {
+        self.shared.lock().pending.remove(&xid);
+    }
+
+    fn set_backchannel(&self, _dispatcher: Arc<dyn CallDispatcher>) -> Result<(), TransportError> {
+        Err(TransportError::Unsupported(
+            "backchannel over ONC RPC over TCP",
+        ))
+    }
+
+    fn close(&self) {
+        // Dropping the sender lets the writer flush and shut down the write
+        // half; the reader then sees the server close and fails what is left
+        // with `Closed`.
+        self.shared.lock().tx = None;
+    }
+
+    fn closed_reason(&self) -> Option<TransportError> {
+        let st = self.shared.lock();
+        match (&st.closed, &st.tx) {
+            (Some(e), _) => Some(e.clone()),
+            (None, None) => Some(TransportError::Closed),
+            (None, Some(_)) => None,
+        }
+    }
+
+    fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+}
+
+impl Drop for TcpClientTransport {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+// ---------------------------------------------------------------- server
+
+struct TcpServerConn {
+    tx: Mutex<Option<mpsc::UnboundedSender<Outgoing>>>,
+    peer: SocketAddr,
+    metrics: Arc<Metrics>,
+}
+
+impl ServerConnection for TcpServerConn {
+    fn send_reply(
+        &self,
+        _xid: u32,
+        reply: Message,
+        guard: CallGuard,
+    ) -> Result<(), TransportError> {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match tx {
+            Some(tx) => {
+                tx.send((reply, guard))
+                    .map_err(|_| TransportError::Lost("writer stopped".into()))?;
+                Metrics::inc(&self.metrics.replies_sent);
+                Ok(())
+            }
+            None => Err(TransportError::Closed),
+        }
+    }
+
+    fn backchannel(&self) -> Result<Arc<dyn ClientTransport>, TransportError> {
+        Err(TransportError::Unsupported(
+            "backchannel over ONC RPC over TCP",
+        ))
+    }
+
+    fn peer(&self) -> String {
+        self.peer.to_string()
+    }
+
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+}
+
+/// A listening ONC RPC over TCP server transport. Dropping it without
+/// [`TcpServer::shutdown`] stops accepting but leaves connections to end on
+/// their own.
+pub struct TcpServer {
+    local: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    accept: Option<tokio::task::JoinHandle<()>>,
+    metrics: Arc<Metrics>,
+}
+
+impl TcpServer {
+    /// Binds `addr` and starts accepting connections; received calls go to
+    /// `dispatcher`.
+    pub async fn bind(
+        addr: impl ToSocketAddrs,
+        config: TcpConfig,
+        dispatcher: Arc<dyn CallDispatcher>,
+        metrics: Arc<Metrics>,
+    ) -> io::Result<TcpServer> {
+        let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let (stx, srx) = watch::channel(false);
+        let m2 = metrics.clone();
+        let accept = tokio::spawn(accept_loop(listener, config, dispatcher, m2, srx));
+        Ok(TcpServer {
+            local,
+            shutdown: stx,
+            accept: Some(accept),
+            metrics,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The server transport's counters (shared with the server it feeds).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Graceful shutdown: stop accepting, stop reading new calls, let calls
+    /// in flight finish and their replies be written (up to
+    /// [`TcpConfig::shutdown_grace`]), then close every connection.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(h) = self.accept.take() {
+            let _ = h.await;
+        }
+    }
+}
+
+impl Drop for TcpServer {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    config: TcpConfig,
+    dispatcher: Arc<dyn CallDispatcher>,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, peer)) if conns.len() >= config.max_connections => {
+                    Metrics::inc(&metrics.connections_refused);
+                    tracing::warn!(%peer, max = config.max_connections, "too many connections, closing");
+                    drop(stream);
+                }
+                Ok((stream, peer)) => {
+                    Metrics::inc(&metrics.connections);
+                    conns.spawn(
+                        serve_conn(
+                            stream,
+                            peer,
+                            config.clone(),
+                            dispatcher.clone(),
+                            metrics.clone(),
+                            shutdown.clone(),
+                        )
+                        .instrument(tracing::debug_span!("rpc.tcp.conn", %peer)),
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    let grace = config.shutdown_grace + Duration::from_secs(1);
+    let drained =
+        tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        conns.abort_all();
+    }
+}
+
+async fn serve_conn(
+    stream: TcpStream,
+    peer: SocketAddr,
+    config: TcpConfig,
+    dispatcher: Arc<dyn CallDispatcher>,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(config.nodelay);
+    let client = (config.identify)(peer);
+    let (mut rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut writer = tokio::spawn(writer_task(wr, rx, config.max_fragment, metrics.clone()));
+    let conn = Arc::new(TcpServerConn {
+        tx: Mutex::new(Some(tx)),
+        peer,
+        metrics: metrics.clone(),
+    });
+    let max_in_flight = config.max_in_flight.clamp(1, 1 << 16);
+    let in_flight = Arc::new(Semaphore::new(max_in_flight));
+    let mut dec = RecordDecoder::new(config.record_limits);
+    let mut buf = BytesMut::new();
+    loop {
+        let rec = tokio::select! {
+            r = read_record(&mut rd, &mut dec, &mut buf, &metrics) => r,
+            _ = shutdown.changed() => break,
+        };
+        let rec = match rec {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break,
+            Err(e) => {
+                Metrics::inc(&metrics.transport_errors);
+                tracing::warn!(%peer, error = %e, "closing rpc/tcp connection");
+                break;
+            }
+        };
+        match peek(&rec) {
+            Some((_, 0)) => {
+                let permit = tokio::select! {
+                    p = in_flight.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                    _ = shutdown.changed() => break,
+                };
+                dispatcher.dispatch(IncomingCall {
+                    message: Message::inline(rec),
+                    client: client.clone(),
+                    conn: conn.clone(),
+                    guard: CallGuard(Some(Box::new(permit))),
+                });
+            }
+            Some((xid, 1)) => {
+                Metrics::inc(&metrics.backchannel_unsupported);
+                tracing::debug!(
+                    xid,
+                    "reply on a TCP server connection dropped (no backchannel)"
+                );
+            }
+            _ => {
+                Metrics::inc(&metrics.garbage_messages);
+                tracing::debug!(len = rec.len(), "undecodable record dropped");
+            }
+        }
+    }
+    drop(rd);
+    // Drain: wait until every call in flight released its permit.
+    let _ = tokio::time::timeout(
+        config.shutdown_grace,
+        in_flight.acquire_many(max_in_flight as u32),
+    )
+    .await;
+    conn.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match tokio::time::timeout(config.shutdown_grace, &mut writer).await {
+        Ok(Ok(Err(e))) => tracing::debug!(%peer, error = %e, "rpc/tcp writer ended"),
+        Err(_) => {
+            // A peer that does not read its replies: give up on it.
+            writer.abort();
+            tracing::debug!(%peer, "rpc/tcp writer did not finish in time, aborted");
+        }
+        _ => {}
+    }
+}
+
+/// The record-marking error type, re-exported for matching on
+/// [`TransportError::Framing`].
+pub type FramingError = RecordError;

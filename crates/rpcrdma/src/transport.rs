@@ -1,0 +1,229 @@
+//! The transport abstraction between the RPC runtime and a connection.
+//!
+//! # Design: driver tasks and channels
+//!
+//! A transport runs its own tasks (for TCP: one reader and one writer task
+//! per connection) and talks to the RPC layer through plain, non-async
+//! methods and channels, so that the traits are object safe and an RPC
+//! client or server does not care which transport it sits on:
+//!
+//! * **Client side** ([`ClientTransport`]): [`ClientTransport::send_call`]
+//!   queues a complete call message ([`OutgoingCall`]: RPC header and
+//!   arguments as [`Message`] pieces, plus the DDP result buffer sizes an
+//!   RDMA transport needs to offer Write chunks) and returns a oneshot
+//!   receiver that the transport's reader task completes with the reply
+//!   whose XID matches. Any number of calls may be in flight on one
+//!   connection. On connection loss every outstanding receiver gets the
+//!   same [`TransportError`].
+//! * **Server side**: a transport hands each received call to a
+//!   [`CallDispatcher`] (the [`crate::Server`]) as an [`IncomingCall`],
+//!   which carries the [`ClientIdentity`] (supplied by the transport; never a
+//!   source port), and a [`ServerConnection`] to send the reply on. The
+//!   transport bounds the calls in flight per connection with a
+//!   [`CallGuard`] that travels with the call and then with its reply
+//!   ([`ServerConnection::send_reply`]) until the reply has been written
+//!   (or is dropped with the call when there is no reply), so a peer that
+//!   sends calls but never reads replies cannot make the server queue
+//!   unbounded replies.
+//! * **Backchannel** (RFC 8167 over RDMA): a server reaches the client on
+//!   the same connection through [`ServerConnection::backchannel`], which is
+//!   a [`ClientTransport`]; a client serves backchannel calls by handing a
+//!   [`CallDispatcher`] to [`ClientTransport::set_backchannel`]. ONC RPC over
+//!   TCP has no backchannel in this project: both return
+//!   [`TransportError::Unsupported`].
+//!
+//! DDP marking travels end to end: an RDMA transport moves [`crate::Piece::Ddp`]
+//! pieces by direct placement and delivers received DDP data as DDP pieces;
+//! a stream transport sends them inline with their XDR pad and delivers
+//! every received message as one inline piece.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::message::Message;
+use crate::metrics::Metrics;
+use crate::record::RecordError;
+
+/// A connection-level failure. Cloned to every call it fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// Closed locally (by [`ClientTransport::close`] or a server shutdown).
+    Closed,
+    /// The connection was lost (I/O error, or the peer closed it).
+    Lost(String),
+    /// The peer broke the framing (record marking); the connection was
+    /// closed.
+    Framing(RecordError),
+    /// The transport does not support this operation (e.g. the backchannel
+    /// over TCP).
+    Unsupported(&'static str),
+    /// The caller's message is larger than the transport accepts.
+    TooLarge {
+        /// XDR octets of the message.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The caller used an XID that already has a call outstanding.
+    XidInUse(u32),
+}
+
+impl TransportError {
+    /// True when the caller, not the connection or the peer, is to blame.
+    pub fn is_callers(&self) -> bool {
+        matches!(
+            self,
+            TransportError::TooLarge { .. } | TransportError::XidInUse(_)
+        )
+    }
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportError::Closed => write!(f, "connection closed locally"),
+            TransportError::Lost(why) => write!(f, "connection lost: {why}"),
+            TransportError::Framing(e) => write!(f, "connection closed: {e}"),
+            TransportError::Unsupported(what) => write!(f, "not supported by transport: {what}"),
+            TransportError::TooLarge { len, max } => {
+                write!(f, "message of {len} octets exceeds transport limit {max}")
+            }
+            TransportError::XidInUse(x) => write!(f, "xid 0x{x:08x} already outstanding"),
+        }
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+/// A call handed to a [`ClientTransport`].
+#[derive(Clone, Debug)]
+pub struct OutgoingCall {
+    /// The XID (also the first word of `message`).
+    pub xid: u32,
+    /// The complete call: RPC header and arguments.
+    pub message: Message,
+    /// Largest reply (XDR octets, DDP results excluded) the caller expects;
+    /// an RDMA transport sizes a Reply chunk from it. Stream transports
+    /// ignore it.
+    pub reply_max: u32,
+    /// Maximum length of each DDP-eligible result, in order; an RDMA
+    /// transport offers one Write chunk per entry. Stream transports ignore
+    /// it (the results arrive inline).
+    pub ddp_results: Vec<u32>,
+}
+
+/// Where a reply (the complete reply message: RPC header and results) or
+/// the connection's failure arrives.
+pub type ReplyReceiver = oneshot::Receiver<Result<Message, TransportError>>;
+
+/// The requester half of a connection.
+pub trait ClientTransport: Send + Sync + 'static {
+    /// Queues a call; the reply with the same XID completes the receiver.
+    fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError>;
+    /// Forgets an outstanding XID (after a timeout): a late reply is dropped
+    /// and counted.
+    fn cancel(&self, xid: u32);
+    /// Serves calls the peer makes on this connection's backchannel.
+    fn set_backchannel(&self, dispatcher: Arc<dyn CallDispatcher>) -> Result<(), TransportError>;
+    /// Closes the connection gracefully: queued calls are still sent,
+    /// outstanding calls fail with [`TransportError::Closed`] once the peer
+    /// closes.
+    fn close(&self);
+    /// Why the connection is unusable, `None` while it is up.
+    fn closed_reason(&self) -> Option<TransportError>;
+    /// The counters of this connection.
+    fn metrics(&self) -> Arc<Metrics>;
+    /// Short transport name (`"tcp"`).
+    fn name(&self) -> &'static str;
+}
+
+/// Who a call comes from, as the duplicate-reply cache keys it. The
+/// transport chooses it (for TCP by default the peer's IP address without
+/// the port; an RDMA transport may use the connection's identity); it is
+/// never the source port alone.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClientIdentity(pub Bytes);
+
+impl fmt::Display for ClientIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match std::str::from_utf8(&self.0) {
+            Ok(s) => f.write_str(s),
+            Err(_) => {
+                for b in self.0.iter() {
+                    write!(f, "{b:02x}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The transport's in-flight accounting of one received call (for TCP a
+/// semaphore permit; for RDMA it may stand for a receive credit). Released
+/// when dropped.
+#[derive(Default)]
+pub struct CallGuard(pub Option<Box<dyn Any + Send + Sync>>);
+
+impl CallGuard {
+    /// A guard that accounts for nothing.
+    pub fn none() -> Self {
+        CallGuard(None)
+    }
+}
+
+impl fmt::Debug for CallGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CallGuard({})",
+            if self.0.is_some() { "held" } else { "none" }
+        )
+    }
+}
+
+/// The responder half of a connection, as a call sees it.
+pub trait ServerConnection: Send + Sync + 'static {
+    /// Queues the reply (complete message: RPC header and results) to the
+    /// call `xid`. The transport keeps `guard` until the reply is written.
+    fn send_reply(&self, xid: u32, reply: Message, guard: CallGuard) -> Result<(), TransportError>;
+    /// A client transport for calls to the peer on this connection's
+    /// backchannel.
+    fn backchannel(&self) -> Result<Arc<dyn ClientTransport>, TransportError>;
+    /// The peer's address, for logs.
+    fn peer(&self) -> String;
+    /// Short transport name (`"tcp"`).
+    fn name(&self) -> &'static str;
+}
+
+/// A call received by a transport.
+pub struct IncomingCall {
+    /// The complete call message (RPC header and arguments).
+    pub message: Message,
+    /// Who sent it.
+    pub client: ClientIdentity,
+    /// Where to answer.
+    pub conn: Arc<dyn ServerConnection>,
+    /// The transport's in-flight accounting: hand it back with the reply.
+    pub guard: CallGuard,
+}
+
+impl fmt::Debug for IncomingCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IncomingCall")
+            .field("len", &self.message.xdr_len())
+            .field("client", &self.client)
+            .field("peer", &self.conn.peer())
+            .finish()
+    }
+}
+
+/// Receives calls from transports (implemented by [`crate::Server`]).
+pub trait CallDispatcher: Send + Sync + 'static {
+    /// Takes a received call; must not block (spawn to do work).
+    fn dispatch(&self, call: IncomingCall);
+}
