@@ -441,6 +441,8 @@ fn finish_conn(out: &mut Out, conn: &mut Conn) {
                     g.at, g.resumes
                 ),
             );
+            // What is buffered before the hole is incomplete because of it.
+            continue;
         }
         match state {
             St::Handshake(buf) if !buf.is_empty() => conn.error(
@@ -623,11 +625,17 @@ fn try_start(out: &mut Out, conn: &mut Conn, pkt: Pkt) {
         }
         return;
     }
-    //= rfc5044#section-7.1
-    //~ C: if either the Request or the Reply has C set, CRCs MUST be
-    //~ generated and checked by both sides (paraphrased).
+    //= rfc5044#section-7.1.1
+    //# When this bit is '1' in either the MPA Request Frame
+    //# or MPA Reply Frame, CRCs MUST be generated and checked by both
+    //# endpoints.
     let crc = req.flags.crc() || rep.flags.crc();
-    // M in a frame asks the peer to insert Markers in what it sends.
+    //= rfc5044#section-7.1.1
+    //# When this
+    //# bit is '1' in an MPA Request Frame, the Initiator declares that
+    //# Markers are REQUIRED in FPDUs sent from the Responder.  When set
+    //# to '1' in an MPA Reply Frame, this bit declares that Markers are
+    //# REQUIRED in FPDUs sent from the Initiator.
     let markers = [
         if f0.kind == FrameKind::Request {
             rep.flags.markers()
@@ -890,9 +898,10 @@ fn send_segment(
     });
     // Over MPA/TCP the segments of a message arrive in order: MO must be
     // where the previous segment ended.
-    //= rfc5041#section-5.1
-    //~ MO: the offset, in octets, from the start of the DDP Message of the
-    //~ first octet of this segment's payload (paraphrased).
+    //= rfc5041#section-4.3
+    //# The Message Offset specifies the offset, in octets, from the
+    //# start of the DDP Message represented by the MSN and Queue Number
+    //# on the DDP Stream associated with this DDP Segment.
     let problem = if usize::try_from(mo).ok() != Some(p.data.len()) {
         Some(format!(
             "Send MSN {msn}: segment at MO {mo}, expected MO {}",
