@@ -39,7 +39,7 @@ pub struct DecodeArgs {
     #[arg(long)]
     pub json: bool,
     /// Decode the RPC-over-RDMA traffic over iWARP (MPA/DDP/RDMAP over TCP)
-    /// in a classic pcap capture file (`-` for standard input).
+    /// in a capture file, pcap or pcapng (`-` for standard input).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["file", "raw", "what"])]
     pub pcap: Option<String>,
 }

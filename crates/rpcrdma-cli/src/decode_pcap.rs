@@ -272,13 +272,13 @@ impl Decoder {
         }
     }
 
-    fn packet(&mut self, linktype: u32, rec: &pcap::Record<'_>) {
+    fn packet(&mut self, rec: &pcap::Record<'_>) {
         self.stats.packets += 1;
         let pkt = Pkt {
             number: rec.number,
             time: rec.time(),
         };
-        match pcap::parse_packet(linktype, rec.data) {
+        match pcap::parse_packet(rec.linktype, rec.data) {
             Packet::Tcp(seg) => {
                 self.stats.tcp += 1;
                 self.tcp(&seg, pkt);
@@ -1003,11 +1003,10 @@ pub fn run(path: &str, json: bool) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(json, &e),
     };
-    let linktype = reader.linktype();
     let mut dec = Decoder::new(json);
     loop {
         match reader.next_record() {
-            Ok(Some(rec)) => dec.packet(linktype, &rec),
+            Ok(Some(rec)) => dec.packet(&rec),
             Ok(None) => break,
             Err(e) => {
                 dec.finish();

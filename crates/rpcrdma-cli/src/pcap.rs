@@ -1,14 +1,20 @@
-//! A bounded reader of classic libpcap files and a parser of the link,
-//! IP and TCP headers of the packets they hold.
+//! A bounded reader of classic libpcap and pcapng files and a parser of
+//! the link, IP and TCP headers of the packets they hold.
 //!
-//! File format: a 24-octet global header (magic `a1b2c3d4` for microsecond
-//! or `a1b23c4d` for nanosecond time stamps, in the writer's byte order,
-//! which the magic reveals), then records of a 16-octet header (seconds,
-//! fraction, captured length, original length) followed by the captured
-//! octets. A captured length above [`MAX_RECORD_LEN`] is refused before
-//! anything is allocated, a file that ends inside a header or a record is a
-//! [`PcapError`] naming the offset, and pcapng files are recognised and
-//! refused with a hint.
+//! Classic format: a 24-octet global header (magic `a1b2c3d4` for
+//! microsecond or `a1b23c4d` for nanosecond time stamps, in the writer's
+//! byte order, which the magic reveals), then records of a 16-octet header
+//! (seconds, fraction, captured length, original length) followed by the
+//! captured octets. A captured length above [`MAX_RECORD_LEN`] is refused
+//! before anything is allocated, and a file that ends inside a header or a
+//! record is a [`PcapError`] naming the offset.
+//!
+//! pcapng: Section Header Blocks (either byte order, several sections),
+//! Interface Description Blocks (link type, `if_tsresol`), Enhanced, Simple
+//! and obsolete Packet Blocks; other blocks are skipped. A block longer than
+//! [`MAX_BLOCK_LEN`], a block whose trailing length differs from its
+//! leading one, a packet overrunning its block or naming an undeclared
+//! interface are errors; so are more than [`MAX_INTERFACES`] interfaces.
 //!
 //! Link types: Ethernet (1, with 802.1Q / 802.1ad tags), BSD loopback /
 //! null (0, host byte order family) and OpenBSD loop (108, network order),
@@ -63,8 +69,9 @@ const SUPPORTED_LINKTYPES: [u32; 8] = [
 /// A malformed (or unreadable) capture file.
 #[derive(Debug)]
 pub struct PcapError {
-    /// Stable machine name: `io`, `truncated`, `bad-magic`,
-    /// `pcapng-unsupported`, `limit-exceeded`, `unsupported-linktype`.
+    /// Stable machine name: `io`, `truncated`, `bad-magic`, `bad-block`
+    /// (pcapng), `limit-exceeded`, `unsupported-linktype` (classic files;
+    /// a pcapng interface of an unsupported type is ignored).
     pub kind: &'static str,
     /// File offset of the header or record at fault.
     pub offset: u64,
@@ -83,8 +90,10 @@ impl std::fmt::Display for PcapError {
 pub struct Record<'a> {
     /// 1-based record number (Wireshark's frame number).
     pub number: u64,
+    /// Link type of the interface the packet was captured on.
+    pub linktype: u32,
     /// Time stamp, seconds.
-    pub ts_sec: u32,
+    pub ts_sec: u64,
     /// Time stamp, nanoseconds within the second.
     pub ts_nsec: u32,
     /// The captured octets.
@@ -94,16 +103,41 @@ pub struct Record<'a> {
 impl Record<'_> {
     /// Time stamp in seconds.
     pub fn time(&self) -> f64 {
-        f64::from(self.ts_sec) + f64::from(self.ts_nsec) / 1e9
+        self.ts_sec as f64 + f64::from(self.ts_nsec) / 1e9
     }
 }
 
-/// Streaming reader of a classic pcap file.
+/// Largest pcapng block accepted (a packet of [`MAX_RECORD_LEN`] octets
+/// plus room for options).
+pub const MAX_BLOCK_LEN: u32 = MAX_RECORD_LEN + 65_536;
+/// Largest number of interfaces (IDBs) in a pcapng section.
+pub const MAX_INTERFACES: usize = 1024;
+
+const NG_BOM: u32 = 0x1a2b_3c4d;
+const NG_IDB: u32 = 1;
+const NG_OPB: u32 = 2;
+const NG_SPB: u32 = 3;
+const NG_EPB: u32 = 6;
+
+/// A pcapng interface: its link type and time stamp units per second.
+#[derive(Clone, Copy, Debug)]
+struct Iface {
+    linktype: u32,
+    snaplen: u32,
+    /// Time stamp units per second (10^6 unless `if_tsresol` says).
+    units: u64,
+}
+
+enum Format {
+    Classic { nanos: bool, linktype: u32 },
+    Ng { ifaces: Vec<Iface> },
+}
+
+/// Streaming reader of a classic pcap or a pcapng file.
 pub struct PcapReader<R> {
     r: R,
     swapped: bool,
-    nanos: bool,
-    linktype: u32,
+    format: Format,
     snaplen: u32,
     offset: u64,
     number: u64,
@@ -132,21 +166,91 @@ fn io_err(offset: u64, e: io::Error) -> PcapError {
     }
 }
 
+fn bad_block(offset: u64, detail: String) -> PcapError {
+    PcapError {
+        kind: "bad-block",
+        offset,
+        detail,
+    }
+}
+
+fn u32_order(b: [u8; 4], swapped: bool) -> u32 {
+    if swapped {
+        u32::from_be_bytes(b)
+    } else {
+        u32::from_le_bytes(b)
+    }
+}
+
+/// `out[off..off + 4]` in the file's byte order (0 when out of range;
+/// callers check lengths first).
+fn get32(b: &[u8], off: usize, swapped: bool) -> u32 {
+    match b.get(off..off + 4) {
+        Some(s) => u32_order([s[0], s[1], s[2], s[3]], swapped),
+        None => 0,
+    }
+}
+
+fn get16(b: &[u8], off: usize, swapped: bool) -> u16 {
+    match b.get(off..off + 2) {
+        Some(s) if swapped => u16::from_be_bytes([s[0], s[1]]),
+        Some(s) => u16::from_le_bytes([s[0], s[1]]),
+        None => 0,
+    }
+}
+
+/// Splits a time stamp of `units` per second into (seconds, nanoseconds).
+fn split_ts(ts: u64, units: u64) -> (u64, u32) {
+    let units = units.max(1);
+    let frac = u128::from(ts % units) * 1_000_000_000 / u128::from(units);
+    // frac < 10^9.
+    (ts / units, u32::try_from(frac).unwrap_or(999_999_999))
+}
+
+/// Parses the `if_tsresol` option (code 9) of an IDB's options.
+fn tsresol(opts: &[u8], swapped: bool) -> u64 {
+    let mut off = 0usize;
+    // At most 256 options examined.
+    for _ in 0..256 {
+        let code = get16(opts, off, swapped);
+        let len = usize::from(get16(opts, off + 2, swapped));
+        if code == 0 || off + 4 + len > opts.len() {
+            break;
+        }
+        if code == 9 && len >= 1 {
+            let v = opts[off + 4];
+            let e = u32::from(v & 0x7f);
+            return if v & 0x80 != 0 {
+                1u64.checked_shl(e).unwrap_or(1_000_000)
+            } else {
+                10u64.checked_pow(e).unwrap_or(1_000_000)
+            };
+        }
+        off += 4 + len.div_ceil(4) * 4;
+    }
+    1_000_000
+}
+
 impl<R: Read> PcapReader<R> {
-    /// Reads and checks the global header.
+    /// Reads and checks the file header (classic) or the first Section
+    /// Header Block (pcapng).
     pub fn new(mut r: R) -> Result<Self, PcapError> {
         let mut h = [0u8; GLOBAL_HEADER_LEN];
-        let n = fill(&mut r, &mut h).map_err(|e| io_err(0, e))?;
-        if n >= 4 {
-            let m = [h[0], h[1], h[2], h[3]];
-            if u32::from_le_bytes(m) == MAGIC_PCAPNG {
-                return Err(PcapError {
-                    kind: "pcapng-unsupported",
-                    offset: 0,
-                    detail: "pcapng not supported, convert with editcap -F pcap".into(),
-                });
-            }
+        let n = fill(&mut r, &mut h[..4]).map_err(|e| io_err(0, e))?;
+        if n == 4 && u32::from_le_bytes([h[0], h[1], h[2], h[3]]) == MAGIC_PCAPNG {
+            let mut me = PcapReader {
+                r,
+                swapped: false,
+                format: Format::Ng { ifaces: Vec::new() },
+                snaplen: 0,
+                offset: 0,
+                number: 0,
+                buf: Vec::new(),
+            };
+            me.ng_block_after_type(MAGIC_PCAPNG)?;
+            return Ok(me);
         }
+        let n = n + fill(&mut r, &mut h[n..]).map_err(|e| io_err(0, e))?;
         if n < GLOBAL_HEADER_LEN {
             return Err(PcapError {
                 kind: "truncated",
@@ -167,48 +271,40 @@ impl<R: Read> PcapReader<R> {
                 return Err(PcapError {
                     kind: "bad-magic",
                     offset: 0,
-                    detail: format!("not a pcap file (magic {magic_be:08x})"),
+                    detail: format!("not a pcap or pcapng file (magic {magic_be:08x})"),
                 })
             }
         };
-        let mut me = PcapReader {
-            r,
-            swapped,
-            nanos,
-            linktype: 0,
-            snaplen: 0,
-            offset: GLOBAL_HEADER_LEN as u64,
-            number: 0,
-            buf: Vec::new(),
-        };
-        me.snaplen = me.u32_at(&h, 16);
-        // The upper 16 bits may hold an FCS length (pcap-linktype(7)).
-        me.linktype = me.u32_at(&h, 20) & 0x0fff_ffff;
-        if !SUPPORTED_LINKTYPES.contains(&me.linktype) {
+        let snaplen = get32(&h, 16, swapped);
+        // The upper bits may hold an FCS length (pcap-linktype(7)).
+        let linktype = get32(&h, 20, swapped) & 0x0fff_ffff;
+        if !SUPPORTED_LINKTYPES.contains(&linktype) {
             return Err(PcapError {
                 kind: "unsupported-linktype",
                 offset: 20,
                 detail: format!(
-                    "link type {} not supported (Ethernet, SLL, SLL2, raw IP, null/loop are)",
-                    me.linktype
+                    "link type {linktype} not supported (Ethernet, SLL, SLL2, raw IP, null/loop are)"
                 ),
             });
         }
-        Ok(me)
+        Ok(PcapReader {
+            r,
+            swapped,
+            format: Format::Classic { nanos, linktype },
+            snaplen,
+            offset: GLOBAL_HEADER_LEN as u64,
+            number: 0,
+            buf: Vec::new(),
+        })
     }
 
-    fn u32_at(&self, b: &[u8], off: usize) -> u32 {
-        let a = [b[off], b[off + 1], b[off + 2], b[off + 3]];
-        if self.swapped {
-            u32::from_be_bytes(a)
-        } else {
-            u32::from_le_bytes(a)
-        }
-    }
-
-    /// The file's link type.
+    /// The link type of a classic file (of the first interface of pcapng).
+    #[cfg(test)]
     pub fn linktype(&self) -> u32 {
-        self.linktype
+        match &self.format {
+            Format::Classic { linktype, .. } => *linktype,
+            Format::Ng { ifaces } => ifaces.first().map_or(0, |i| i.linktype),
+        }
     }
 
     /// The file's snapshot length (informative; not trusted).
@@ -219,6 +315,17 @@ impl<R: Read> PcapReader<R> {
 
     /// The next record, `None` at a clean end of file.
     pub fn next_record(&mut self) -> Result<Option<Record<'_>>, PcapError> {
+        match self.format {
+            Format::Classic { nanos, linktype } => self.next_classic(nanos, linktype),
+            Format::Ng { .. } => self.next_ng(),
+        }
+    }
+
+    fn next_classic(
+        &mut self,
+        nanos: bool,
+        linktype: u32,
+    ) -> Result<Option<Record<'_>>, PcapError> {
         let at = self.offset;
         let mut h = [0u8; RECORD_HEADER_LEN];
         let n = fill(&mut self.r, &mut h).map_err(|e| io_err(at, e))?;
@@ -235,9 +342,10 @@ impl<R: Read> PcapReader<R> {
                 ),
             });
         }
-        let ts_sec = self.u32_at(&h, 0);
-        let frac = self.u32_at(&h, 4);
-        let incl = self.u32_at(&h, 8);
+        let sw = self.swapped;
+        let ts_sec = get32(&h, 0, sw);
+        let frac = get32(&h, 4, sw);
+        let incl = get32(&h, 8, sw);
         if incl > MAX_RECORD_LEN {
             return Err(PcapError {
                 kind: "limit-exceeded",
@@ -248,7 +356,7 @@ impl<R: Read> PcapReader<R> {
                 ),
             });
         }
-        let ts_nsec = if self.nanos {
+        let ts_nsec = if nanos {
             frac.min(999_999_999)
         } else {
             frac.min(999_999).saturating_mul(1000)
@@ -271,10 +379,197 @@ impl<R: Read> PcapReader<R> {
         self.number += 1;
         Ok(Some(Record {
             number: self.number,
-            ts_sec,
+            linktype,
+            ts_sec: u64::from(ts_sec),
             ts_nsec,
             data: &self.buf,
         }))
+    }
+
+    /// Reads exactly `out.len()` octets of the block at `at`.
+    fn read_block_part(&mut self, at: u64, len: usize) -> Result<(), PcapError> {
+        self.buf.resize(len, 0);
+        let got = fill(&mut self.r, &mut self.buf).map_err(|e| io_err(at, e))?;
+        if got < len {
+            return Err(PcapError {
+                kind: "truncated",
+                offset: at,
+                detail: format!("file ends inside a pcapng block ({got} of {len} octets)"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads the rest of a block whose 4-octet type was read; leaves its
+    /// body (after type and length, before the trailing length) in
+    /// `self.buf` and returns the type. A Section Header Block sets the
+    /// byte order and forgets the interfaces.
+    fn ng_block_after_type(&mut self, btype: u32) -> Result<u32, PcapError> {
+        let at = self.offset;
+        let mut l = [0u8; 4];
+        let n = fill(&mut self.r, &mut l).map_err(|e| io_err(at, e))?;
+        let mut bom = [0u8; 4];
+        let mut nb = 0;
+        if btype == MAGIC_PCAPNG && n == 4 {
+            nb = fill(&mut self.r, &mut bom).map_err(|e| io_err(at, e))?;
+        }
+        if n < 4 || (btype == MAGIC_PCAPNG && nb < 4) {
+            return Err(PcapError {
+                kind: "truncated",
+                offset: at,
+                detail: "file ends inside a pcapng block header".into(),
+            });
+        }
+        if btype == MAGIC_PCAPNG {
+            self.swapped = match u32::from_le_bytes(bom) {
+                NG_BOM => false,
+                x if x.swap_bytes() == NG_BOM => true,
+                _ => {
+                    return Err(bad_block(
+                        at,
+                        "pcapng Section Header Block with a bad byte-order magic".into(),
+                    ))
+                }
+            };
+            self.format = Format::Ng { ifaces: Vec::new() };
+        }
+        let total = u32_order(l, self.swapped);
+        if total < 12 || total % 4 != 0 {
+            return Err(bad_block(
+                at,
+                format!("pcapng block length {total} is not a multiple of 4 of at least 12"),
+            ));
+        }
+        if total > MAX_BLOCK_LEN {
+            return Err(PcapError {
+                kind: "limit-exceeded",
+                offset: at,
+                detail: format!("pcapng block of {total} octets (limit {MAX_BLOCK_LEN})"),
+            });
+        }
+        // total <= MAX_BLOCK_LEN: bounded.
+        let already = if btype == MAGIC_PCAPNG { 12 } else { 8 };
+        let rest = (total as usize).saturating_sub(already);
+        if rest < 4 {
+            return Err(bad_block(
+                at,
+                "pcapng Section Header Block too short".into(),
+            ));
+        }
+        self.read_block_part(at, rest)?;
+        let trail_at = rest - 4;
+        let trailer = get32(&self.buf, trail_at, self.swapped);
+        if trailer != total {
+            return Err(bad_block(
+                at,
+                format!("pcapng block length {total} and trailing length {trailer} differ"),
+            ));
+        }
+        self.buf.truncate(trail_at);
+        self.offset = at + u64::from(total);
+        Ok(btype)
+    }
+
+    fn next_ng(&mut self) -> Result<Option<Record<'_>>, PcapError> {
+        loop {
+            let at = self.offset;
+            let mut t = [0u8; 4];
+            let n = fill(&mut self.r, &mut t).map_err(|e| io_err(at, e))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            if n < 4 {
+                return Err(PcapError {
+                    kind: "truncated",
+                    offset: at,
+                    detail: "file ends inside a pcapng block type".into(),
+                });
+            }
+            let raw = u32::from_le_bytes(t);
+            let btype = if raw == MAGIC_PCAPNG {
+                raw
+            } else {
+                u32_order(t, self.swapped)
+            };
+            // The block's offset for errors is `at`.
+            self.offset = at;
+            self.ng_block_after_type(btype)?;
+            let sw = self.swapped;
+            let Format::Ng { ifaces } = &mut self.format else {
+                return Ok(None);
+            };
+            let b = &self.buf;
+            match btype {
+                NG_IDB => {
+                    if b.len() < 8 {
+                        return Err(bad_block(
+                            at,
+                            "pcapng Interface Description Block too short".into(),
+                        ));
+                    }
+                    if ifaces.len() >= MAX_INTERFACES {
+                        return Err(PcapError {
+                            kind: "limit-exceeded",
+                            offset: at,
+                            detail: format!("more than {MAX_INTERFACES} pcapng interfaces"),
+                        });
+                    }
+                    ifaces.push(Iface {
+                        linktype: u32::from(get16(b, 0, sw)),
+                        snaplen: get32(b, 4, sw),
+                        units: tsresol(&b[8..], sw),
+                    });
+                    if ifaces.len() == 1 {
+                        self.snaplen = ifaces[0].snaplen;
+                    }
+                }
+                NG_EPB | NG_OPB | NG_SPB => {
+                    let (iface, ts, cap_off, caplen) = match btype {
+                        NG_SPB => {
+                            let orig = get32(b, 0, sw) as usize;
+                            let room = b.len().saturating_sub(4);
+                            (0u32, 0u64, 4usize, orig.min(room))
+                        }
+                        _ => {
+                            if b.len() < 20 {
+                                return Err(bad_block(at, "pcapng packet block too short".into()));
+                            }
+                            let iface = if btype == NG_EPB {
+                                get32(b, 0, sw)
+                            } else {
+                                u32::from(get16(b, 0, sw))
+                            };
+                            let ts =
+                                (u64::from(get32(b, 4, sw)) << 32) | u64::from(get32(b, 8, sw));
+                            (iface, ts, 20usize, get32(b, 12, sw) as usize)
+                        }
+                    };
+                    let Some(ifc) = ifaces.get(iface as usize).copied() else {
+                        return Err(bad_block(
+                            at,
+                            format!("pcapng packet for undeclared interface {iface}"),
+                        ));
+                    };
+                    if cap_off + caplen > b.len() {
+                        return Err(bad_block(
+                            at,
+                            format!("pcapng packet of {caplen} octets overruns its block"),
+                        ));
+                    }
+                    let (ts_sec, ts_nsec) = split_ts(ts, ifc.units);
+                    self.number += 1;
+                    return Ok(Some(Record {
+                        number: self.number,
+                        linktype: ifc.linktype,
+                        ts_sec,
+                        ts_nsec,
+                        data: &self.buf[cap_off..cap_off + caplen],
+                    }));
+                }
+                // Section headers, name resolution, statistics, …: skipped.
+                _ => {}
+            }
+        }
     }
 }
 
@@ -407,7 +702,12 @@ fn parse_ipv4(ip: &[u8]) -> Packet<'_> {
     if ihl < 20 || ip.len() < ihl {
         return Packet::Malformed("bad IPv4 header length");
     }
-    let total = usize::from(total);
+    // Total length 0: a segmentation-offload packet captured before the
+    // NIC split it (Wireshark reads it as "to the end of the capture").
+    let total = match usize::from(total) {
+        0 => ip.len(),
+        t => t,
+    };
     if total < ihl {
         return Packet::Malformed("IPv4 total length below header length");
     }
@@ -440,7 +740,11 @@ fn parse_ipv6(ip: &[u8]) -> Packet<'_> {
     d.copy_from_slice(&addrs[16..]);
     let src = IpAddr::V6(Ipv6Addr::from(s));
     let dst = IpAddr::V6(Ipv6Addr::from(d));
-    let total = 40 + usize::from(plen);
+    // Payload length 0 (offload or jumbogram): to the end of the capture.
+    let total = match usize::from(plen) {
+        0 => ip.len(),
+        n => 40 + n,
+    };
     let end = total.min(ip.len());
     let missing = total - end;
     let body = &ip[40..end];
@@ -565,7 +869,7 @@ mod tests {
         assert_eq!(err(&[0xd4, 0xc3, 0xb2]), "truncated");
         assert_eq!(err(&[0u8; 24]), "bad-magic");
         let ng = hex::decode("0a0d0d0a1c0000004d3c2b1a").unwrap();
-        assert_eq!(err(&ng), "pcapng-unsupported");
+        assert_eq!(err(&ng), "truncated");
         let g = global(MAGIC_USEC, false, LINKTYPE_ETHERNET);
         assert_eq!(err(&g), "ok");
         assert_eq!(err(&global(MAGIC_USEC, false, 147)), "unsupported-linktype");
@@ -585,6 +889,222 @@ mod tests {
         f.extend_from_slice(&(MAX_RECORD_LEN + 1).to_le_bytes());
         f.extend_from_slice(&[0; 4]);
         assert_eq!(err(&f), "limit-exceeded");
+    }
+
+    fn ng_block(be: bool, btype: u32, body: &[u8]) -> Vec<u8> {
+        let mut b = body.to_vec();
+        while b.len() % 4 != 0 {
+            b.push(0);
+        }
+        let total = (12 + b.len()) as u32;
+        let e = |x: u32| if be { x.to_be_bytes() } else { x.to_le_bytes() };
+        let mut v = e(btype).to_vec();
+        v.extend_from_slice(&e(total));
+        v.extend_from_slice(&b);
+        v.extend_from_slice(&e(total));
+        v
+    }
+
+    fn ng_shb(be: bool) -> Vec<u8> {
+        let mut body = if be {
+            NG_BOM.to_be_bytes().to_vec()
+        } else {
+            NG_BOM.to_le_bytes().to_vec()
+        };
+        body.extend_from_slice(if be { &[0, 1, 0, 0] } else { &[1, 0, 0, 0] });
+        body.extend_from_slice(&[0xff; 8]);
+        ng_block(be, MAGIC_PCAPNG, &body)
+    }
+
+    fn ng_idb(be: bool, linktype: u16, tsresol: Option<u8>) -> Vec<u8> {
+        let mut body = Vec::new();
+        let e16 = |x: u16| if be { x.to_be_bytes() } else { x.to_le_bytes() };
+        body.extend_from_slice(&e16(linktype));
+        body.extend_from_slice(&[0, 0]);
+        body.extend_from_slice(&if be {
+            65535u32.to_be_bytes()
+        } else {
+            65535u32.to_le_bytes()
+        });
+        if let Some(r) = tsresol {
+            body.extend_from_slice(&e16(9));
+            body.extend_from_slice(&e16(1));
+            body.extend_from_slice(&[r, 0, 0, 0]);
+            body.extend_from_slice(&[0, 0, 0, 0]);
+        }
+        ng_block(be, NG_IDB, &body)
+    }
+
+    fn ng_epb(be: bool, iface: u32, ts: u64, data: &[u8]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for x in [
+            iface,
+            (ts >> 32) as u32,
+            ts as u32,
+            data.len() as u32,
+            data.len() as u32,
+        ] {
+            body.extend_from_slice(&if be { x.to_be_bytes() } else { x.to_le_bytes() });
+        }
+        body.extend_from_slice(data);
+        ng_block(be, NG_EPB, &body)
+    }
+
+    /// (number, linktype, seconds, nanoseconds, octets) of a record.
+    type Rec = (u64, u32, u64, u32, Vec<u8>);
+
+    fn read_all(f: &[u8]) -> Result<Vec<Rec>, &'static str> {
+        let mut r = PcapReader::new(f).map_err(|e| e.kind)?;
+        let mut v = Vec::new();
+        while let Some(rec) = r.next_record().map_err(|e| e.kind)? {
+            v.push((
+                rec.number,
+                rec.linktype,
+                rec.ts_sec,
+                rec.ts_nsec,
+                rec.data.to_vec(),
+            ));
+        }
+        Ok(v)
+    }
+
+    #[test]
+    fn pcapng_hand_written() {
+        // SHB (LE, 28 octets), IDB Ethernet (20), EPB iface 0, time stamp
+        // 0x00000001_00000002 µs, 3 octets "abc" padded (36).
+        let f = hex::decode(concat!(
+            "0a0d0d0a",
+            "1c000000",
+            "4d3c2b1a",
+            "01000000",
+            "ffffffffffffffff",
+            "1c000000",
+            "01000000",
+            "14000000",
+            "0100",
+            "0000",
+            "ffff0000",
+            "14000000",
+            "06000000",
+            "24000000",
+            "00000000",
+            "01000000",
+            "02000000",
+            "03000000",
+            "03000000",
+            "61626300",
+            "24000000",
+        ))
+        .unwrap();
+        let recs = read_all(&f).unwrap();
+        // 0x1_00000002 µs = 4294967298 µs = 4294 s + 967298 µs.
+        assert_eq!(recs, vec![(1, 1, 4294, 967_298_000, b"abc".to_vec())]);
+    }
+
+    #[test]
+    fn pcapng_both_byte_orders_interfaces_and_resolution() {
+        for be in [false, true] {
+            let mut f = ng_shb(be);
+            f.extend(ng_idb(be, 1, None));
+            f.extend(ng_epb(be, 0, 1_700_000_000_250_000, b"abc"));
+            f.extend(ng_block(be, 5, &[0; 12])); // statistics: skipped
+            let mut spb = if be {
+                3u32.to_be_bytes()
+            } else {
+                3u32.to_le_bytes()
+            }
+            .to_vec();
+            spb.extend_from_slice(b"xyz");
+            f.extend(ng_block(be, NG_SPB, &spb));
+            f.extend(ng_idb(be, 101, Some(9))); // raw IP, nanoseconds
+            f.extend(ng_epb(be, 1, 1_700_000_000_123_456_789, b"q"));
+            f.extend(ng_idb(be, 1, Some(0x80 | 10))); // 2^-10 s
+            f.extend(ng_epb(be, 2, 1024 * 5 + 512, b"r"));
+            let recs = read_all(&f).unwrap();
+            assert_eq!(
+                recs,
+                vec![
+                    (1, 1, 1_700_000_000, 250_000_000, b"abc".to_vec()),
+                    (2, 1, 0, 0, b"xyz".to_vec()),
+                    (3, 101, 1_700_000_000, 123_456_789, b"q".to_vec()),
+                    (4, 1, 5, 500_000_000, b"r".to_vec()),
+                ],
+                "be {be}"
+            );
+            // A second section in the other byte order resets interfaces.
+            let mut g = f.clone();
+            g.extend(ng_shb(!be));
+            g.extend(ng_epb(!be, 0, 0, b"z"));
+            assert_eq!(read_all(&g), Err("bad-block"));
+            let mut g = f.clone();
+            g.extend(ng_shb(!be));
+            g.extend(ng_idb(!be, 113, None));
+            g.extend(ng_epb(!be, 0, 7_000_000, b"z"));
+            let recs = read_all(&g).unwrap();
+            assert_eq!(recs[4], (5, 113, 7, 0, b"z".to_vec()));
+            // Cut anywhere: a clean end at block boundaries, else truncated.
+            let mut bounds = Vec::new();
+            let mut off = 0;
+            while off < f.len() {
+                bounds.push(off);
+                let l = f[off + 4..off + 8].try_into().unwrap();
+                off += u32_order(l, be) as usize;
+            }
+            for cut in 1..f.len() {
+                let r = read_all(&f[..cut]);
+                if bounds.contains(&cut) {
+                    assert!(r.is_ok(), "cut {cut}");
+                } else {
+                    assert_eq!(r.err(), Some("truncated"), "cut {cut}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pcapng_malformed_blocks() {
+        let mut base = ng_shb(false);
+        base.extend(ng_idb(false, 1, None));
+        // Trailing length differs.
+        let mut f = base.clone();
+        let mut b = ng_epb(false, 0, 0, b"abcd");
+        let n = b.len();
+        b[n - 4] ^= 4;
+        f.extend(b);
+        assert_eq!(read_all(&f), Err("bad-block"));
+        // Length not a multiple of 4, or below 12.
+        for len in [13u32, 8] {
+            let mut f = base.clone();
+            f.extend_from_slice(&6u32.to_le_bytes());
+            f.extend_from_slice(&len.to_le_bytes());
+            f.extend_from_slice(&[0; 16]);
+            assert_eq!(read_all(&f), Err("bad-block"));
+        }
+        // Absurd length: refused before allocation.
+        let mut f = base.clone();
+        f.extend_from_slice(&6u32.to_le_bytes());
+        f.extend_from_slice(&0xffff_fff0u32.to_le_bytes());
+        assert_eq!(read_all(&f), Err("limit-exceeded"));
+        // Captured length overruns the block.
+        let mut f = base.clone();
+        let mut b = ng_epb(false, 0, 0, b"abcd");
+        b[20..24].copy_from_slice(&100u32.to_le_bytes());
+        f.extend(b);
+        assert_eq!(read_all(&f), Err("bad-block"));
+        // Undeclared interface.
+        let mut f = base.clone();
+        f.extend(ng_epb(false, 3, 0, b"abcd"));
+        assert_eq!(read_all(&f), Err("bad-block"));
+        // Bad byte-order magic.
+        let mut f = ng_shb(false);
+        f[8] = 0;
+        assert_eq!(read_all(&f), Err("bad-block"));
+        // Too many interfaces.
+        let mut f = ng_shb(false);
+        for _ in 0..=MAX_INTERFACES {
+            f.extend(ng_idb(false, 1, None));
+        }
+        assert_eq!(read_all(&f), Err("limit-exceeded"));
     }
 
     /// IPv4 (hand-written) + TCP header with 4 payload octets.
@@ -665,6 +1185,13 @@ mod tests {
             panic!()
         };
         assert_eq!((t.payload.len(), t.missing), (2, 2));
+        // Total length 0 (TSO): the captured octets are the packet.
+        let mut tso = ip.clone();
+        tso[2..4].copy_from_slice(&[0, 0]);
+        let Packet::Tcp(t) = parse_packet(LINKTYPE_RAW, &tso) else {
+            panic!()
+        };
+        assert_eq!((t.payload.len(), t.missing), (4, 0));
         let mut frag = ip.clone();
         frag[6] = 0x20; // MF
         assert_eq!(parse_packet(LINKTYPE_RAW, &frag), Packet::Other);
