@@ -1197,6 +1197,40 @@ mod tests {
         assert_eq!(parse_packet(LINKTYPE_RAW, &frag), Packet::Other);
     }
 
+    proptest::proptest! {
+        /// Arbitrary octets as a file or as a packet: an answer, no panic.
+        #[test]
+        fn arbitrary_input_never_panics(
+            data in proptest::collection::vec(proptest::num::u8::ANY, 0..400),
+            linktype in proptest::sample::select(SUPPORTED_LINKTYPES.to_vec()),
+            as_classic in proptest::bool::ANY,
+        ) {
+            let _ = parse_packet(linktype, &data);
+            let mut f = if as_classic {
+                let mut g = Vec::new();
+                g.extend_from_slice(&MAGIC_USEC.to_le_bytes());
+                g.extend_from_slice(&[2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0]);
+                g.extend_from_slice(&linktype.to_le_bytes());
+                g
+            } else {
+                let mut g = ng_shb(false);
+                g.extend(ng_idb(false, linktype as u16, None));
+                g
+            };
+            f.extend_from_slice(&data);
+            if let Ok(mut r) = PcapReader::new(&f[..]) {
+                for _ in 0..1000 {
+                    match r.next_record() {
+                        Ok(Some(rec)) => {
+                            let _ = parse_packet(rec.linktype, rec.data);
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn never_panics_on_prefixes() {
         let ip = ipv4_tcp();

@@ -222,6 +222,51 @@ mod tests {
         assert_eq!(out, b"abcde");
     }
 
+    proptest::proptest! {
+        /// Any split of a stream into segments, delivered in any order
+        /// within a window, with duplicates and overlapping
+        /// retransmissions, reassembles to the stream.
+        #[test]
+        fn any_order_reassembles(
+            data in proptest::collection::vec(proptest::num::u8::ANY, 1..600),
+            isn in proptest::num::u32::ANY,
+            cuts in proptest::collection::vec(1usize..40, 1..60),
+            swaps in proptest::collection::vec((0usize..80, 0usize..4), 0..40),
+            dups in proptest::collection::vec((0usize..80, 0usize..20), 0..10),
+        ) {
+            let mut segs: Vec<(usize, usize)> = Vec::new();
+            let mut at = 0;
+            let mut i = 0;
+            while at < data.len() {
+                let n = cuts[i % cuts.len()].min(data.len() - at);
+                segs.push((at, at + n));
+                at += n;
+                i += 1;
+            }
+            for (a, d) in swaps {
+                let a = a % segs.len();
+                let b = (a + d).min(segs.len() - 1);
+                segs.swap(a, b);
+            }
+            for (a, extra) in dups {
+                let (s, e) = segs[a % segs.len()];
+                // A retransmission that may also cover the next octets.
+                let e2 = (e + extra).min(data.len());
+                segs.push((s.saturating_sub(extra), e2));
+            }
+            let mut r = Reassembler::new();
+            r.syn(isn);
+            let mut out = Vec::new();
+            for (s, e) in segs {
+                let seq = isn.wrapping_add(1).wrapping_add(s as u32);
+                r.push(seq, &data[s..e], &mut out).unwrap();
+            }
+            proptest::prop_assert_eq!(&out, &data);
+            proptest::prop_assert_eq!(r.gap(), None);
+            proptest::prop_assert_eq!(r.ooo_bytes, 0);
+        }
+    }
+
     #[test]
     fn gap_reported_and_bounded() {
         let mut r = Reassembler::new();
