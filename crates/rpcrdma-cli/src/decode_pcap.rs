@@ -37,12 +37,13 @@
 //!   null);
 //! * `error`: `error` (a stable name: `mpa-bad-frame`, `mpa-unexpected-frame`,
 //!   `mpa-crc`, `mpa-marker`, `mpa-length`, `ddp-rdmap`, `ddp-reassembly`,
-//!   `tcp-gap`, `capture-truncated`, `incomplete-fpdu`, `incomplete-send`,
+//!   `ddp-msn` (an untagged message whose MSN is not the next on its
+//!   queue; informative), `tcp-gap`, `capture-truncated`, `incomplete-fpdu`, `incomplete-send`,
 //!   `incomplete-mpa-frame`, `no-peer-mpa-frame`, `buffer-limit`) and
 //!   `detail`. After `mpa-*`, `tcp-gap`, `capture-truncated` and
 //!   `buffer-limit` errors the rest of that direction is skipped; a
 //!   `ddp-rdmap` or `ddp-reassembly` error skips only the segment or
-//!   message at fault.
+//!   message at fault, and a `ddp-msn` error skips nothing.
 //!
 //! Exit status: 0 when the file parsed (whatever the streams contained), 2
 //! for a malformed capture file (after the lines decoded so far, one JSON
@@ -117,6 +118,8 @@ struct FpduState {
     rx: FpduReceiver,
     buf: Vec<u8>,
     sends: BTreeMap<u32, Partial>,
+    /// The MSN of the next message on queues 0, 1 and 2.
+    next_msn: [u32; 3],
 }
 
 struct Dir {
@@ -656,6 +659,7 @@ fn try_start(out: &mut Out, conn: &mut Conn, pkt: Pkt) {
                     rx: FpduReceiver::new(FramingConfig { crc, markers: m }),
                     buf: Vec::new(),
                     sends: BTreeMap::new(),
+                    next_msn: [1; 3],
                 }));
                 feed(out, conn, d, &pending, pkt);
             }
@@ -759,7 +763,7 @@ fn run_fpdus(out: &mut Out, conn: &mut Conn, d: usize, fs: &mut FpduState, pkt: 
                 let mut u = Vec::with_capacity(usize::from(f.ulpdu_len));
                 f.extend_ulpdu(avail, &mut u);
                 start += f.consumed;
-                ulpdu(out, conn, d, &mut fs.sends, &u, pkt);
+                ulpdu(out, conn, d, fs, &u, pkt);
             }
             Ok(Received::NeedMore(_)) => break true,
             Err(e) => {
@@ -798,14 +802,7 @@ fn send_opcode_name(op: Opcode) -> &'static str {
 }
 
 /// Handles one verified ULPDU (a DDP segment).
-fn ulpdu(
-    out: &mut Out,
-    conn: &Conn,
-    d: usize,
-    sends: &mut BTreeMap<u32, Partial>,
-    u: &[u8],
-    pkt: Pkt,
-) {
+fn ulpdu(out: &mut Out, conn: &Conn, d: usize, fs: &mut FpduState, u: &[u8], pkt: Pkt) {
     let seg = match Segment::parse(u) {
         Ok(s) => s,
         Err(code) => {
@@ -818,6 +815,32 @@ fn ulpdu(
     };
     let payload = u.get(seg.payload.clone()).unwrap_or(&[]);
     let op = seg.control.opcode;
+    // Segment::parse checked that QN is 0, 1 or 2.
+    let untagged = match seg.ddp {
+        DdpHeader::Untagged(h) => Some(h),
+        DdpHeader::Tagged(_) => None,
+    };
+    if let Some((h, next)) =
+        untagged.and_then(|h| Some((h, fs.next_msn.get_mut(usize::try_from(h.qn).ok()?)?)))
+    {
+        //= rfc5041#section-4.3
+        //# The Message Sequence Number specifies a sequence number that MUST
+        //# be increased by one (modulo 2^32) with each DDP Message targeting
+        //# the specific Queue Number on the DDP Stream associated with this
+        //# DDP Segment.  The initial value for MSN MUST be one.
+        if h.last {
+            if h.msn != *next {
+                let detail = format!(
+                    "queue {}: message with MSN {} where MSN {} was expected \
+                     (messages missing from the capture, or a peer bug)",
+                    h.qn, h.msn, *next
+                );
+                conn.error(out, d, Some(pkt), "ddp-msn", detail);
+            }
+            *next = h.msn.wrapping_add(1);
+        }
+    }
+    let sends = &mut fs.sends;
     match (seg.ddp, op) {
         (DdpHeader::Tagged(t), Opcode::WRITE | Opcode::READ_RESPONSE) => {
             let (frame, name) = if op == Opcode::WRITE {

@@ -1106,6 +1106,55 @@ fn ddp_rdmap_errors_terminate_and_odd_payloads() {
 }
 
 #[test]
+fn msn_sequence_is_checked_per_queue() {
+    let mut t = Tcp::new(40350);
+    t.handshake();
+    t.send(true, &mpa(true, 0x40, 1, &PD));
+    t.send(false, &mpa(false, 0x40, 1, &PD));
+    t.send(
+        true,
+        &fpdu(&untagged(3, 0, 1, 0, true, 0, &rdma_msg(0xd1, 0)), true),
+    );
+    // MSN 2 is not in the capture.
+    t.send(
+        true,
+        &fpdu(&untagged(3, 0, 3, 0, true, 0, &rdma_msg(0xd3, 0)), true),
+    );
+    t.send(
+        true,
+        &fpdu(&untagged(3, 0, 4, 0, true, 0, &rdma_msg(0xd4, 0)), true),
+    );
+    // Queue 1 counts on its own: its first Read Request must have MSN 1.
+    let mut rr = Vec::new();
+    for x in [0x11u32, 0, 0, 8, 0x22, 0, 0] {
+        rr.extend_from_slice(&x.to_be_bytes());
+    }
+    t.send(true, &fpdu(&untagged(1, 1, 2, 0, true, 0, &rr), true));
+    let v = decode_ok(&pcap_of(&t, ETH, false));
+    assert_eq!(
+        frames(&v),
+        [
+            "mpa-request",
+            "mpa-reply",
+            "send",
+            "error",
+            "send",
+            "send",
+            "error",
+            "read-request"
+        ]
+    );
+    assert_eq!(v[3]["error"], "ddp-msn");
+    assert!(v[3]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("queue 0: message with MSN 3 where MSN 2 was expected"));
+    assert_eq!(v[4]["header"]["xid"], 0xd3);
+    assert!(v[6]["detail"].as_str().unwrap().contains("queue 1"));
+    assert_eq!(v[7]["size"], 8);
+}
+
+#[test]
 fn mpa_reject_and_not_mpa_connections() {
     let mut t = Tcp::new(40400);
     t.handshake();
