@@ -1,4 +1,5 @@
-//! `rpcrdma decode --pcap FILE`: RPC-over-RDMA over iWARP in a capture.
+//! `rpcrdma decode --pcap FILE`: RPC-over-RDMA over iWARP in a capture
+//! (classic pcap or pcapng).
 //!
 //! Every TCP connection of the capture is reassembled per direction
 //! ([`crate::tcp_reassembly`]); a connection whose streams start with the
@@ -35,15 +36,29 @@
 //!   `src_to`;
 //! * `terminate`: `msn`, `layer`, `etype`, `ecode`, `description` (or
 //!   null);
-//! * `error`: `error` (a stable name: `mpa-bad-frame`, `mpa-unexpected-frame`,
-//!   `mpa-crc`, `mpa-marker`, `mpa-length`, `ddp-rdmap`, `ddp-reassembly`,
-//!   `ddp-msn` (an untagged message whose MSN is not the next on its
-//!   queue; informative), `tcp-gap`, `capture-truncated`, `incomplete-fpdu`, `incomplete-send`,
-//!   `incomplete-mpa-frame`, `no-peer-mpa-frame`, `buffer-limit`) and
-//!   `detail`. After `mpa-*`, `tcp-gap`, `capture-truncated` and
-//!   `buffer-limit` errors the rest of that direction is skipped; a
-//!   `ddp-rdmap` or `ddp-reassembly` error skips only the segment or
-//!   message at fault, and a `ddp-msn` error skips nothing.
+//! * `error`: `error` (a stable name, below) and `detail`; the framing
+//!   errors and `ddp-rdmap` also carry the Terminate a peer would send
+//!   (`layer`, `etype`, `ecode`, `description`), the framing errors the
+//!   `stream_offset` of the FPDU at fault.
+//!
+//! | `error` | meaning | then |
+//! |---|---|---|
+//! | `mpa-bad-frame` | no MPA key, or PD_Length over 512 | direction skipped |
+//! | `mpa-unexpected-frame` | both sides sent a Request (or a Reply) | direction skipped |
+//! | `mpa-crc`, `mpa-marker`, `mpa-length` | FPDU CRC, Marker or ULPDU_Length check failed | direction skipped |
+//! | `ddp-rdmap` | DDP / RDMAP header rejected | that segment skipped |
+//! | `ddp-reassembly` | Send segment at the wrong MO, opcode change, too long, too many in progress | that message dropped |
+//! | `ddp-msn` | untagged message whose MSN is not the next on its queue | informative |
+//! | `tcp-gap` | octets missing from the capture | direction skipped |
+//! | `capture-truncated` | a segment cut by the snaplen | direction skipped |
+//! | `buffer-limit` | too much FPDU data before the peer's MPA frame | direction skipped |
+//! | `incomplete-mpa-frame`, `incomplete-fpdu`, `incomplete-send` | the capture ends inside one | end of capture |
+//! | `no-peer-mpa-frame` | FPDU data, but the peer's MPA frame is not in the capture | end of capture |
+//!
+//! Without `--json` the same items are listed per connection (MPA frames
+//! with their decoded private data, each Send with the `rpcrdma decode`
+//! tree of its header, one line per other RDMAP message), then a summary
+//! line.
 //!
 //! Exit status: 0 when the file parsed (whatever the streams contained), 2
 //! for a malformed capture file (after the lines decoded so far, one JSON
