@@ -406,6 +406,27 @@ fn oracle_crc_variants() {
         .contains("received 0x00000000"));
 }
 
+/// The oracle captures rewritten by Wireshark's editcap 4.0.17 (an
+/// independent writer): as pcapng (`-F pcapng`), with nanosecond time
+/// stamps (`-F nsecpcap`), and cut to 120 octets per packet (`-s 120`).
+#[test]
+fn editcap_rewrites() {
+    let classic = oracle("v1_all_rev1_crc.pcap");
+    assert_eq!(oracle("v1_all_rev1_crc.pcapng"), classic);
+    assert_eq!(
+        oracle("segmentation-nsec.pcap"),
+        oracle("segmentation.pcap")
+    );
+    let v = oracle("v1_all_snap120.pcap");
+    assert_eq!(frames(&v), ["mpa-request", "mpa-reply", "error", "error"]);
+    assert_eq!(v[2]["error"], "capture-truncated");
+    assert_eq!(v[2]["from"], "initiator");
+    assert_eq!(v[2]["packet"], 6);
+    assert_eq!(v[3]["error"], "capture-truncated");
+    assert_eq!(v[3]["from"], "responder");
+    assert_eq!(v[3]["packet"], 7);
+}
+
 #[test]
 fn oracle_text_listing() {
     let out = run_file(&format!("{DATA}/v1_all_rev1_crc.pcap"), false);
