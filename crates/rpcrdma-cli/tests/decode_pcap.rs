@@ -427,6 +427,54 @@ fn editcap_rewrites() {
     assert_eq!(v[3]["packet"], 7);
 }
 
+/// MPA Markers with CRC (`tests/data/gen_markers.py`, built with the
+/// oracle's generator; the one-FPDU-per-segment file is decoded by tshark
+/// with 8 good CRCs and FPDUPTRs 0, 104, 208, 312).
+#[test]
+fn markers_with_crc() {
+    let xids: Vec<(String, String, u64)> = (0..8u64)
+        .map(|i| {
+            let from = if i < 4 { "initiator" } else { "responder" };
+            s(from, "RDMA_MSG", 0x4d00_0001 + i % 4)
+        })
+        .collect();
+    for name in ["markers_crc.pcap", "markers_crc_segmented.pcap"] {
+        let v = oracle(name);
+        assert_eq!(v[0]["markers"], true, "{name}");
+        assert_eq!(v[1]["markers"], true, "{name}");
+        assert_eq!(v.len(), 10, "{name}: {v:?}");
+        assert_eq!(sends(&v), xids, "{name}");
+        assert!(v[2..]
+            .iter()
+            .filter(|l| l["from"] == "initiator")
+            .all(|l| l["length"] == 380));
+    }
+    // Corrupt the second Marker of the initiator (FPDUPTR 104 in packet 7):
+    // the Marker check (made before the CRC check) fails.
+    let mut p = std::fs::read(format!("{DATA}/markers_crc.pcap")).unwrap();
+    let pos = p
+        .windows(4)
+        .position(|w| w == [0, 0, 0, 104])
+        .expect("the Marker");
+    p[pos + 3] = 108;
+    let v = decode_ok(&p);
+    let e = v.iter().find(|l| l["frame"] == "error").unwrap();
+    assert_eq!(e["error"], "mpa-marker");
+    assert_eq!(e["packet"], 7);
+    assert_eq!(sends(&v).len(), 1 + 4);
+    // A payload octet flipped in the first FPDU: CRC error.
+    let mut p = std::fs::read(format!("{DATA}/markers_crc.pcap")).unwrap();
+    let pos = p
+        .windows(4)
+        .position(|w| w == 0x4d00_0001u32.to_be_bytes())
+        .unwrap();
+    p[pos + 60] ^= 1;
+    let v = decode_ok(&p);
+    let e = v.iter().find(|l| l["frame"] == "error").unwrap();
+    assert_eq!((&e["error"], &e["packet"]), (&json!("mpa-crc"), &json!(6)));
+    assert_eq!(sends(&v).len(), 4);
+}
+
 #[test]
 fn oracle_text_listing() {
     let out = run_file(&format!("{DATA}/v1_all_rev1_crc.pcap"), false);
