@@ -34,9 +34,14 @@ pub struct DecodeArgs {
     /// What the input holds.
     #[arg(long, value_enum, default_value_t = What::Header)]
     pub what: What,
-    /// Print exactly one JSON object instead of a readable tree.
+    /// Print exactly one JSON object instead of a readable tree (with
+    /// `--pcap`: one JSON object per line).
     #[arg(long)]
     pub json: bool,
+    /// Decode the RPC-over-RDMA traffic over iWARP (MPA/DDP/RDMAP over TCP)
+    /// in a capture file, pcap or pcapng (`-` for standard input).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["file", "raw", "what"])]
+    pub pcap: Option<String>,
 }
 
 /// A decode that went wrong, with the `"error"` kind printed under `--json`.
@@ -58,6 +63,9 @@ impl From<DecodeError> for Failure {
 
 /// Runs the subcommand.
 pub fn run(args: DecodeArgs) -> ExitCode {
+    if let Some(path) = &args.pcap {
+        return crate::decode_pcap::run(path, args.json);
+    }
     let bytes = match read_input(&args.file, args.raw) {
         Ok(b) => b,
         Err(InputError::Io(e)) => {

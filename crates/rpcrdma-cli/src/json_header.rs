@@ -50,6 +50,22 @@ fn peek_rpc(payload: &[u8]) -> Option<RpcPeek> {
 
 /// Decodes a transport header; returns the text to print.
 pub fn decode_header(bytes: &[u8], json: bool) -> Result<String, Failure> {
+    if json {
+        Ok(header_json(bytes)?.to_string())
+    } else {
+        header_tree(bytes)
+    }
+}
+
+/// A decoded header with what is needed to render it.
+struct Decoded<'a> {
+    hdr: TransportHeader,
+    header_len: usize,
+    payload: &'a [u8],
+    rpc: Option<RpcPeek>,
+}
+
+fn decode_parts(bytes: &[u8]) -> Result<Decoded<'_>, Failure> {
     let (hdr, header_len) = header::decode(bytes, &Limits::default()).map_err(|e| Failure {
         kind: e.error.kind.name().to_string(),
         offset: e.error.offset,
@@ -61,11 +77,34 @@ pub fn decode_header(bytes: &[u8], json: bool) -> Result<String, Failure> {
     } else {
         None
     };
-    if json {
-        Ok(to_json(&hdr, header_len, payload.len(), rpc.as_ref()).to_string())
-    } else {
-        Ok(to_tree(&hdr, header_len, payload.len(), rpc.as_ref()))
-    }
+    Ok(Decoded {
+        hdr,
+        header_len,
+        payload,
+        rpc,
+    })
+}
+
+/// The JSON object `rpcrdma decode --json` prints for a transport header.
+pub fn header_json(bytes: &[u8]) -> Result<Value, Failure> {
+    let d = decode_parts(bytes)?;
+    Ok(to_json(
+        &d.hdr,
+        d.header_len,
+        d.payload.len(),
+        d.rpc.as_ref(),
+    ))
+}
+
+/// The readable tree `rpcrdma decode` prints for a transport header.
+pub fn header_tree(bytes: &[u8]) -> Result<String, Failure> {
+    let d = decode_parts(bytes)?;
+    Ok(to_tree(
+        &d.hdr,
+        d.header_len,
+        d.payload.len(),
+        d.rpc.as_ref(),
+    ))
 }
 
 fn to_tree(

@@ -4,9 +4,12 @@
 //! RFC 8797 private data and ONC RPC message headers from hex or raw bytes.
 
 mod decode;
+mod decode_pcap;
 mod input;
 mod json_header;
 mod json_misc;
+mod pcap;
+mod tcp_reassembly;
 
 use std::process::ExitCode;
 
