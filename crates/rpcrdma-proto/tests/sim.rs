@@ -1,0 +1,344 @@
+//! Two-peer simulations of the RPC-over-RDMA v1 engine over the in-memory
+//! provider: every message class, credits, errors, backchannel, loss.
+
+mod util;
+
+use rpcrdma_proto::engine::{
+    CallError, CallFailure, Config, Event, OutgoingCall, OutgoingReply, Piece, RdmaErrorReport,
+    ReplyForm,
+};
+use util::*;
+
+fn replies(events: &[Event]) -> Vec<&rpcrdma_proto::engine::Reply> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ReplyReceived(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+fn simple_reply(xid: u32, body: &[u8]) -> OutgoingReply {
+    let mut m = reply_header(xid);
+    m.extend_from_slice(body);
+    OutgoingReply {
+        message: vec![Piece::Inline(m)],
+    }
+}
+
+#[test]
+fn negotiates_linux_defaults() {
+    let p = Pair::new(Config::client(), Config::server());
+    let n = p.c.conn.negotiated().unwrap();
+    assert_eq!((n.send_threshold, n.recv_threshold), (4096, 4096));
+    //= rfc8797#section-4.1
+    //# When either peer on a connection clears this flag, the responder MUST
+    //# use only RDMA Send when transmitting RPC Replies.
+    assert!(!n.remote_invalidation, "the server clears R by default");
+    assert_eq!(p.c.conn.credits(), 1, "credits start at one");
+    assert_eq!(p.s.conn.grant(), 64);
+}
+
+#[test]
+fn short_inline_call_and_reply() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let msg = opaque_call(1, &data(100, 1), false);
+    let id = p.call(OutgoingCall {
+        message: msg.clone(),
+        reply_max: 512,
+        ddp_results: vec![],
+    });
+    let calls = p.server_calls();
+    assert_eq!(calls.len(), 1);
+    let c = &calls[0];
+    assert_eq!(c.message, stream(&msg, c.xid), "byte for byte");
+    assert!(c.ddp.is_empty() && !c.long && !c.backchannel);
+    assert!(c.write_chunks.is_empty() && c.reply_chunk.is_none());
+    let body = data(64, 2);
+    assert_eq!(
+        p.reply(c.handle, simple_reply(c.xid, &body)),
+        ReplyForm::Inline
+    );
+    let ev = p.client_events();
+    let r = replies(&ev);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].id, id);
+    assert_eq!(r[0].xid, c.xid);
+    let mut want = reply_header(c.xid);
+    want.extend_from_slice(&body);
+    assert_eq!(r[0].message, want);
+    assert!(!r[0].long && r[0].results.is_empty());
+    // The grant of 64 arrived with the reply.
+    assert!(ev.contains(&Event::CreditsChanged { credits: 64 }));
+    assert_eq!(p.c.conn.credits(), 64);
+    assert_eq!(p.c.conn.metrics().credits_granted, 64);
+    assert_eq!(p.c.conn.outstanding(), 0);
+    // Everything was deregistered and no work request is left.
+    assert_eq!(p.c.conn.inflight_work_requests(), 0);
+    // The server keeps one receive per credit it grants.
+    assert_eq!(p.s.conn.inflight_work_requests(), 64);
+}
+
+#[test]
+fn read_chunk_call() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let arg = data(9001, 3);
+    let msg = opaque_call(7, &arg, true);
+    p.call(OutgoingCall {
+        message: msg.clone(),
+        reply_max: 256,
+        ddp_results: vec![],
+    });
+    let calls = p.server_calls();
+    let c = &calls[0];
+    assert_eq!(c.message, stream(&msg, c.xid));
+    assert!(!c.long);
+    // The DDP data sits right after the header and its length word.
+    let pos = match &msg[0] {
+        Piece::Inline(b) => b.len(),
+        _ => unreachable!(),
+    };
+    assert_eq!(c.ddp, vec![pos..pos + 9001]);
+    assert_eq!(&c.message[pos..pos + 9001], &arg[..]);
+    assert_eq!(&c.message[pos + 9001..pos + 9004], &[0, 0, 0], "XDR pad");
+    let m = p.c.conn.metrics();
+    assert_eq!(
+        (m.read_chunks, m.read_chunk_bytes, m.long_calls),
+        (1, 9001, 0)
+    );
+    assert_eq!(p.s.conn.metrics().rdma_read_bytes, 9001);
+    p.reply(c.handle, simple_reply(c.xid, &[0, 0, 0, 0]));
+    assert_eq!(replies(&p.client_events()).len(), 1);
+}
+
+#[test]
+fn long_call_in_a_position_zero_read_chunk() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let arg = data(20_000, 4);
+    let msg = opaque_call(8, &arg, false);
+    p.call(OutgoingCall {
+        message: msg.clone(),
+        reply_max: 256,
+        ddp_results: vec![],
+    });
+    let calls = p.server_calls();
+    let c = &calls[0];
+    assert!(c.long, "RDMA_NOMSG + Position-Zero Read chunk");
+    assert_eq!(c.message, stream(&msg, c.xid));
+    assert!(c.ddp.is_empty());
+    assert_eq!(p.c.conn.metrics().long_calls, 1);
+    assert_eq!(p.s.conn.metrics().long_calls_received, 1);
+    p.reply(c.handle, simple_reply(c.xid, &[1, 2, 3, 4]));
+    let ev = p.client_events();
+    assert_eq!(replies(&ev)[0].message[24..], [1, 2, 3, 4]);
+}
+
+#[test]
+fn write_chunk_reply_returns_actual_length() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let msg = opaque_call(6, &data(16, 5), false);
+    p.call(OutgoingCall {
+        message: msg,
+        reply_max: 9000,
+        ddp_results: vec![8192],
+    });
+    let calls = p.server_calls();
+    let c = &calls[0];
+    assert_eq!(c.write_chunks, vec![8192]);
+    assert_eq!(c.reply_chunk, None, "the rest fits inline");
+    let result = data(5001, 6);
+    let mut head = reply_header(c.xid);
+    head.extend(word(5001));
+    let tail = word(0xabcd_ef01);
+    let r = OutgoingReply {
+        message: vec![
+            Piece::Inline(head.clone()),
+            Piece::Ddp(result.clone()),
+            Piece::Inline(tail.clone()),
+        ],
+    };
+    assert_eq!(p.reply(c.handle, r), ReplyForm::Inline);
+    let ev = p.client_events();
+    let r = replies(&ev);
+    //= rfc8166#section-3.4.6
+    //# the Responder MUST NOT write XDR padding into a Write chunk
+    // (quoted from memory)
+    assert_eq!(r[0].results, vec![result], "actual length, no pad");
+    let mut want = head;
+    want.extend(tail);
+    assert_eq!(r[0].message, want, "the DDP item is not inline");
+    let m = p.c.conn.metrics();
+    assert_eq!((m.write_chunks, m.write_chunk_bytes), (1, 5001));
+    assert_eq!(p.s.conn.metrics().rdma_write_bytes, 5001);
+}
+
+#[test]
+fn long_reply_in_the_reply_chunk() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    p.call(OutgoingCall {
+        message: opaque_call(9, &data(8, 7), false),
+        reply_max: 30_000,
+        ddp_results: vec![],
+    });
+    let calls = p.server_calls();
+    let c = &calls[0];
+    assert_eq!(c.reply_chunk, Some(30_000));
+    let body = data(12_345, 8);
+    assert_eq!(
+        p.reply(c.handle, simple_reply(c.xid, &body)),
+        ReplyForm::ReplyChunk
+    );
+    let ev = p.client_events();
+    let r = replies(&ev);
+    assert!(r[0].long);
+    let mut want = reply_header(c.xid);
+    want.extend_from_slice(&body);
+    assert_eq!(r[0].message, want);
+    let m = p.c.conn.metrics();
+    assert_eq!((m.reply_chunks, m.long_replies), (1, 1));
+    assert_eq!(m.reply_chunk_bytes, want.len() as u64);
+}
+
+#[test]
+fn reply_too_big_for_reply_chunk_fails_only_that_xid() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let a = p.call(OutgoingCall {
+        message: opaque_call(1, &data(8, 1), false),
+        reply_max: 6000,
+        ddp_results: vec![],
+    });
+    // Credits are 64 after the first reply; send the second once A is out.
+    let calls = p.server_calls();
+    let ca = calls[0].clone();
+    assert_eq!(ca.reply_chunk, Some(6000));
+    // Reply too large for the 6000-octet Reply chunk: ERR_CHUNK.
+    //= rfc8166#section-4.5.2
+    //# If the Requester does not provide a large enough Reply chunk
+    // (quoted from memory)
+    assert_eq!(
+        p.reply(ca.handle, simple_reply(ca.xid, &data(7000, 2))),
+        ReplyForm::ErrChunk
+    );
+    let b = p.call(OutgoingCall {
+        message: opaque_call(2, &data(8, 1), false),
+        reply_max: 512,
+        ddp_results: vec![],
+    });
+    let cb = p.server_calls().remove(0);
+    p.reply(cb.handle, simple_reply(cb.xid, &[9, 9, 9, 9]));
+    let ev = p.client_events();
+    assert!(ev.iter().any(|e| matches!(e,
+        Event::CallFailed { id, error: CallFailure::RdmaError(RdmaErrorReport::Chunk), retransmit: false, .. }
+        if *id == a)));
+    assert_eq!(replies(&ev).len(), 1);
+    assert_eq!(replies(&ev)[0].id, b);
+    assert!(!p.c.conn.is_closed());
+    assert_eq!(p.s.conn.metrics().err_chunk_sent, 1);
+    assert_eq!(p.c.conn.metrics().err_chunk_received, 1);
+    // The error carried the grant too.
+    assert_eq!(p.c.conn.credits(), 64);
+}
+
+#[test]
+fn credits_limit_outstanding_calls_and_queue_drains() {
+    let mut s = Config::server();
+    s.credits_granted = 3;
+    let mut p = Pair::new(Config::client(), s);
+    let mut ids = Vec::new();
+    for i in 0..10u8 {
+        let id =
+            p.c.conn
+                .start_call(
+                    p.now,
+                    &mut p.c.prov,
+                    OutgoingCall::inline(stream(&opaque_call(1, &[i; 4], false), 0), 256),
+                )
+                .unwrap();
+        ids.push(id);
+    }
+    p.run();
+    // Credits start at one: exactly one call reached the server.
+    assert_eq!(p.c.conn.outstanding(), 1);
+    assert_eq!(p.c.conn.queued(), 9);
+    let mut done = 0;
+    let mut max_seen = 0;
+    while done < 10 {
+        let calls = p.server_calls();
+        assert!(!calls.is_empty(), "progress");
+        max_seen = max_seen.max(p.s.conn.pending_incoming());
+        //= rfc8166#section-3.3.1
+        //# A requester MUST NOT send unacknowledged requests in excess of
+        //# this granted responder credit limit.
+        assert!(p.s.conn.pending_incoming() <= 3);
+        for c in calls {
+            p.s.conn
+                .send_reply(p.now, &mut p.s.prov, c.handle, simple_reply(c.xid, &[]))
+                .unwrap();
+        }
+        p.run();
+        done += replies(&p.client_events()).len();
+    }
+    assert_eq!(max_seen, 3, "the grant is used once it arrived");
+    assert_eq!(p.c.conn.credits(), 3);
+    assert_eq!(p.c.conn.metrics().credit_waits, 9);
+}
+
+#[test]
+fn backchannel_calls_both_directions() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    p.c.conn.enable_backchannel(&mut p.c.prov, 4);
+    p.run();
+    // Reverse call from the server.
+    let bmsg = opaque_call(3, &data(40, 9), false);
+    let bid = p.server_call(OutgoingCall {
+        message: bmsg.clone(),
+        reply_max: 256,
+        ddp_results: vec![],
+    });
+    // A forward call at the same time.
+    let fid = p.call(OutgoingCall::inline(
+        stream(&opaque_call(4, &[1; 8], false), 0),
+        256,
+    ));
+    let bc = p.client_calls();
+    assert_eq!(bc.len(), 1);
+    assert!(bc[0].backchannel);
+    assert_eq!(bc[0].message, stream(&bmsg, bc[0].xid));
+    let fc = p.server_calls();
+    assert_eq!(fc.len(), 1);
+    assert!(!fc[0].backchannel);
+    // Separate XID spaces.
+    assert_ne!(bc[0].xid >> 28, fc[0].xid >> 28);
+    // Client answers the reverse call; server answers the forward call.
+    p.c.conn
+        .send_reply(
+            p.now,
+            &mut p.c.prov,
+            bc[0].handle,
+            simple_reply(bc[0].xid, &[5; 8]),
+        )
+        .unwrap();
+    p.reply(fc[0].handle, simple_reply(fc[0].xid, &[6; 8]));
+    let sev = std::mem::take(&mut p.s.events);
+    let r = replies(&sev);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].id, bid);
+    assert_eq!(r[0].message[24..], [5; 8]);
+    // The client granted 4 backchannel credits.
+    assert_eq!(p.s.conn.credits(), 4);
+    let cev = p.client_events();
+    assert_eq!(replies(&cev)[0].id, fid);
+}
+
+#[test]
+fn reverse_call_larger_than_inline_is_refused_locally() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    p.c.conn.enable_backchannel(&mut p.c.prov, 4);
+    let big = OutgoingCall::inline(stream(&opaque_call(3, &data(5000, 1), false), 0), 256);
+    let r = p.s.conn.start_call(p.now, &mut p.s.prov, big);
+    assert!(
+        matches!(r, Err(CallError::TooLarge { max: 4096, .. })),
+        "{r:?}"
+    );
+}
