@@ -177,7 +177,7 @@ mod tests {
         assert!(check_positions(12, &[(16, 5)], 1 << 20).is_err());
         assert_eq!(check_positions(12, &[(12, 4)], 1 << 20), Ok(16));
         // Two chunks: 4 inline, chunk A (8 octets), 4 inline, chunk B.
-        assert_eq!(check_positions(8, &[(4, 8), (16, 3)], 1 << 20), Ok(24));
+        assert_eq!(check_positions(8, &[(4, 8), (16, 3)], 1 << 20), Ok(20));
         assert!(check_positions(8, &[(16, 3), (4, 8)], 1 << 20).is_err());
         assert!(check_positions(8, &[(4, 8)], 15).is_err());
         assert!(check_positions(0, &[(0, u64::from(u32::MAX))], u64::MAX).is_ok());

@@ -469,7 +469,11 @@ mod tests {
                     && !name.starts_with("rpc_")
             })
             .count();
-        assert_eq!(on_disk, ALL_SAMPLES.len(), "a header sample is not listed here");
+        assert_eq!(
+            on_disk,
+            ALL_SAMPLES.len(),
+            "a header sample is not listed here"
+        );
         for name in ALL_SAMPLES {
             let text = std::fs::read_to_string(format!("{dir}/{name}.hex")).unwrap();
             assert!(text.starts_with("# "), "{name}: first line is a comment");
