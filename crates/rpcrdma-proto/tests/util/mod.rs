@@ -305,3 +305,162 @@ pub fn stream(pieces: &[Piece], xid: u32) -> Vec<u8> {
 pub fn provider_of(side: &mut Side) -> &mut dyn Provider {
     &mut side.prov
 }
+
+/// Big-endian words to bytes (for hand-built headers).
+pub fn words(w: &[u32]) -> Vec<u8> {
+    w.iter().flat_map(|x| x.to_be_bytes()).collect()
+}
+
+/// A peer driven by hand: raw Sends and Receives, no engine.
+pub struct Raw {
+    pub prov: MemProvider,
+    pub got: Vec<Vec<u8>>,
+    pub completions: Vec<Completion>,
+    recvs: std::collections::HashMap<u64, rpcrdma_proto::provider::MemoryRegion>,
+    next: u64,
+}
+
+impl Raw {
+    fn new(prov: MemProvider) -> Raw {
+        Raw {
+            prov,
+            got: Vec::new(),
+            completions: Vec::new(),
+            recvs: Default::default(),
+            next: 1000,
+        }
+    }
+
+    /// Posts `n` receives of 64 KiB.
+    pub fn post_recvs(&mut self, n: usize) {
+        use rpcrdma_proto::provider::{Access, RecvWr};
+        for _ in 0..n {
+            let mr = self
+                .prov
+                .register(vec![0u8; 65536].into_boxed_slice(), Access::LOCAL_WRITE)
+                .unwrap();
+            self.next += 1;
+            self.recvs.insert(self.next, mr);
+            self.prov
+                .post_recv(RecvWr {
+                    wr_id: self.next,
+                    sge: mr.sge(0, 65536),
+                })
+                .unwrap();
+        }
+    }
+
+    /// Sends `bytes` in one RDMA Send.
+    pub fn send(&mut self, bytes: &[u8]) {
+        use rpcrdma_proto::provider::{Access, SendOp, SendWr};
+        let mr = self
+            .prov
+            .register(bytes.to_vec().into_boxed_slice(), Access::NONE)
+            .unwrap();
+        self.next += 1;
+        self.prov
+            .post_send(SendWr {
+                wr_id: self.next,
+                op: SendOp::Send { solicited: true },
+                sges: vec![mr.sge(0, bytes.len() as u32)],
+            })
+            .unwrap();
+    }
+
+    fn poll(&mut self) -> bool {
+        let mut out = Vec::new();
+        while self.prov.poll_event().is_some() {}
+        self.prov.poll_completions(&mut out);
+        let busy = !out.is_empty();
+        for c in out {
+            if let Some(mr) = self.recvs.remove(&c.wr_id) {
+                if c.status.is_ok() {
+                    let b = self.prov.region(&mr).unwrap();
+                    self.got.push(b[..c.byte_len as usize].to_vec());
+                }
+            }
+            self.completions.push(c);
+        }
+        busy
+    }
+}
+
+/// An engine facing a hand-driven peer.
+pub struct RawPair {
+    pub now: Instant,
+    pub raw: Raw,
+    pub side: Side,
+}
+
+impl RawPair {
+    /// A server engine; the raw peer connected as a client with Linux
+    /// client private data.
+    pub fn server(scfg: Config) -> RawPair {
+        let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
+        a.connect(Config::client().connect_params()).unwrap();
+        assert!(matches!(
+            b.poll_event(),
+            Some(ConnectionEvent::ConnectRequest { .. })
+        ));
+        let mut conn = Connection::new(scfg.clone());
+        conn.prepare_receives(&mut b);
+        b.accept(scfg.connect_params()).unwrap();
+        let mut p = RawPair {
+            now: base_instant(),
+            raw: Raw::new(a),
+            side: Side {
+                conn,
+                prov: FaultInjector::new(b, FaultConfig::default()),
+                events: Vec::new(),
+            },
+        };
+        p.run();
+        p
+    }
+
+    /// A client engine; the raw peer accepted it as a server with `pd`
+    /// as its private data.
+    pub fn client(ccfg: Config, pd: Vec<u8>) -> RawPair {
+        let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
+        a.connect(ccfg.connect_params()).unwrap();
+        assert!(matches!(
+            b.poll_event(),
+            Some(ConnectionEvent::ConnectRequest { .. })
+        ));
+        b.accept(rpcrdma_proto::provider::ConnectParams {
+            private_data: pd,
+            ird: 0,
+            ord: 16,
+        })
+        .unwrap();
+        let mut p = RawPair {
+            now: base_instant(),
+            raw: Raw::new(b),
+            side: Side {
+                conn: Connection::new(ccfg),
+                prov: FaultInjector::new(a, FaultConfig::default()),
+                events: Vec::new(),
+            },
+        };
+        p.run();
+        p
+    }
+
+    pub fn run(&mut self) {
+        let mut idle = 0;
+        for _ in 0..1_000_000 {
+            let a = self.side.step(self.now);
+            let b = self.raw.poll();
+            let pending = self.raw.prov.pending_work() + self.side.prov.inner().pending_work();
+            if !a && !b && pending == 0 {
+                idle += 1;
+                if idle >= 2 {
+                    return;
+                }
+            } else {
+                idle = 0;
+            }
+        }
+        panic!("raw pair does not quiesce");
+    }
+}
