@@ -342,3 +342,76 @@ fn reverse_call_larger_than_inline_is_refused_locally() {
         "{r:?}"
     );
 }
+
+/// Runs one call with a Write chunk (and optionally a Read chunk) between a
+/// client and a server with the given R flags; returns (server SWI count,
+/// client remote invalidations, client local invalidations).
+fn swi_case(
+    client_r: bool,
+    server_r: bool,
+    read_chunk: bool,
+    write_chunk: bool,
+) -> (u64, u64, u64) {
+    let mut c = Config::client();
+    c.remote_invalidation = client_r;
+    let mut s = Config::server();
+    s.remote_invalidation = server_r;
+    let mut p = Pair::new(c, s);
+    let arg = data(if read_chunk { 6000 } else { 16 }, 1);
+    let (reply_max, ddp_results) = if write_chunk {
+        (9000, vec![8192])
+    } else {
+        (512, vec![])
+    };
+    p.call(OutgoingCall {
+        message: opaque_call(1, &arg, read_chunk),
+        reply_max,
+        ddp_results,
+    });
+    let call = p.server_calls().remove(0);
+    assert_eq!(&call.message[44..44 + arg.len()], &arg[..]);
+    let result = data(3000, 2);
+    let mut head = reply_header(call.xid);
+    head.extend(word(3000));
+    p.reply(
+        call.handle,
+        OutgoingReply {
+            message: vec![Piece::Inline(head), Piece::Ddp(result.clone())],
+        },
+    );
+    let ev = p.client_events();
+    let r = replies(&ev);
+    assert_eq!(r.len(), 1);
+    if write_chunk {
+        assert_eq!(r[0].results, vec![result]);
+    } else {
+        assert_eq!(&r[0].message[28..], &result[..]);
+    }
+    let (sm, cm) = (p.s.conn.metrics(), p.c.conn.metrics());
+    (
+        sm.send_with_invalidate,
+        cm.remote_invalidations,
+        cm.local_invalidations,
+    )
+}
+
+//= rfc8797#section-4.1
+//# When both connection peers have set this bit
+//# flag in their CM Private Data, the responder MAY use RDMA Send
+//# with Invalidate operations when transmitting RPC Replies.
+//= rfc8797#section-4.1
+//# When either peer on a connection clears this flag, the responder MUST
+//# use only RDMA Send when transmitting RPC Replies.
+#[test]
+fn send_with_invalidate_exactly_when_both_set_r_and_one_handle() {
+    // Both R, one handle (the Write chunk): remote invalidation.
+    assert_eq!(swi_case(true, true, false, true), (1, 1, 0));
+    // Server clears R (Linux default): plain Send, local invalidation.
+    assert_eq!(swi_case(true, false, false, true), (0, 0, 1));
+    // Client clears R.
+    assert_eq!(swi_case(false, true, false, true), (0, 0, 1));
+    // Two distinct handles (Read chunk + Write chunk): plain Send.
+    assert_eq!(swi_case(true, true, true, true), (0, 0, 2));
+    // No handle at all.
+    assert_eq!(swi_case(true, true, false, false), (0, 0, 0));
+}

@@ -155,6 +155,9 @@ pub struct Connection {
     retransmits: Vec<OutCall>,
     // responder
     grant: u32,
+    /// The largest grant this connection ever advertised: a requester may
+    /// still be using it.
+    max_grant: u32,
     next_handle: u64,
     incoming: HashMap<u64, InCall>,
     reads: VecDeque<PendingRead>,
@@ -196,6 +199,7 @@ impl Connection {
             outstanding: 0,
             retransmits: Vec::new(),
             grant,
+            max_grant: grant,
             next_handle: 1,
             incoming: HashMap::new(),
             reads: VecDeque::new(),
@@ -226,7 +230,7 @@ impl Connection {
         next.metrics.credits_granted = 0;
         for c in self.retransmits.drain(..) {
             next.queue
-                .push_back(OutCall::new(c.id, c.xid, c.call, true));
+                .push_back(OutCall::new(c.id, c.xid, c.call, c.retransmit));
         }
         next
     }
@@ -297,8 +301,13 @@ impl Connection {
     //= rfc8166#section-3.3.1
     //# A responder MUST NOT grant zero credits
     // (quoted from memory; Linux clients also floor a zero grant to one.)
-    pub fn set_credit_grant(&mut self, credits: u32) {
+    ///
+    /// Receives for a larger grant are posted here, before any reply
+    /// advertises it.
+    pub fn set_credit_grant(&mut self, p: &mut dyn Provider, credits: u32) {
         self.grant = credits.max(1);
+        self.max_grant = self.max_grant.max(self.grant);
+        self.refill(p);
     }
 
     // ------------------------------------------------------------------
@@ -1468,7 +1477,9 @@ impl Connection {
         payload: &[u8],
         backchannel: bool,
     ) {
-        let grant = self.responder_grant() as usize;
+        // A requester may still use the largest grant we ever advertised;
+        // twice that is a protocol violation (and a memory bound).
+        let grant = self.responder_grant().max(self.max_grant) as usize;
         if self.incoming.len() >= grant.saturating_mul(2) {
             self.fatal(
                 p,
@@ -1788,6 +1799,8 @@ impl Connection {
                 continue;
             }
             self.zombies.extend(call.all_mrs());
+            // It was sent: sending it again is a retransmission.
+            call.retransmit = true;
             call.pending_inv = 0;
             call.send_done = false;
             call.remotely_invalidated.clear();
