@@ -161,9 +161,8 @@ fn write_chunk_reply_returns_actual_length() {
     assert_eq!(p.reply(c.handle, r), ReplyForm::Inline);
     let ev = p.client_events();
     let r = replies(&ev);
-    //= rfc8166#section-3.4.6
-    //# the Responder MUST NOT write XDR padding into a Write chunk
-    // (quoted from memory)
+    // RFC 8166 §3.4.6 (paraphrased): no XDR roundup in Write chunks; the
+    // returned length is the actual length.
     assert_eq!(r[0].results, vec![result], "actual length, no pad");
     let mut want = head;
     want.extend(tail);
@@ -213,9 +212,8 @@ fn reply_too_big_for_reply_chunk_fails_only_that_xid() {
     let ca = calls[0].clone();
     assert_eq!(ca.reply_chunk, Some(6000));
     // Reply too large for the 6000-octet Reply chunk: ERR_CHUNK.
-    //= rfc8166#section-4.5.2
-    //# If the Requester does not provide a large enough Reply chunk
-    // (quoted from memory)
+    // A reply that fits neither inline nor the Reply chunk: ERR_CHUNK,
+    // never truncation.
     assert_eq!(
         p.reply(ca.handle, simple_reply(ca.xid, &data(7000, 2))),
         ReplyForm::ErrChunk

@@ -217,10 +217,10 @@ impl Connection {
     /// their original [`CallId`]s and XIDs, credits start again at one,
     /// XID and id counters and metrics carry on. The old provider should be
     /// dropped (its registrations die with it).
-    //= rfc8166#section-3.3.3
-    //# the requester MUST NOT retransmit on the same connection
-    // (quoted from memory: a retransmitted Call is sent on a new
-    // connection only; Linux drops the connection to retransmit.)
+    // RFC 8166 §3.3 (paraphrased): credits cannot be recovered for a Call
+    // retransmitted on the same connection, so a retransmission goes on a
+    // new connection only (Linux xprt_rdma_send_request drops the
+    // connection to retransmit; rpcrdma_reset_cwnd cites §3.3.3).
     pub fn reconnect(mut self, config: Config) -> Connection {
         let mut next = Connection::new(config);
         next.next_xid = self.next_xid;
@@ -299,8 +299,12 @@ impl Connection {
     /// Changes the grant we send as forward responder (server; Linux keeps
     /// it static). Zero is treated as one.
     //= rfc8166#section-3.3.1
-    //# A responder MUST NOT grant zero credits
-    // (quoted from memory; Linux clients also floor a zero grant to one.)
+    //# Also note that the never-zero requirement implies that a responder
+    //# MUST always provide at least one credit to each connected requester
+    //# from which no requests are outstanding.
+    // (RFC 8166 wording recalled from memory; RFC 5666 §3.3 has the same
+    // sentence with "RPC server"/"RPC client". Linux clients also floor a
+    // zero grant to one.)
     ///
     /// Receives for a larger grant are posted here, before any reply
     /// advertises it.
@@ -470,11 +474,10 @@ impl Connection {
         }
         if self.backchannel_requester() {
             //= rfc8167#section-5.1
-            //# Backward-direction RPC-over-RDMA messages MUST be
-            //# sent inline
-            // (quoted from memory: RFC 8167 has no chunks in the backward
-            // direction, so a reverse call larger than the inline threshold
-            // cannot be sent.)
+            //# The rdma_proc field MUST contain the value RDMA_MSG.  All three chunk
+            //# lists MUST be empty.
+            // (as quoted in wire::direction, from memory) So a reverse call
+            // larger than the inline threshold cannot be sent at all.
             let thr = self.send_threshold();
             let need = self.framing.min_msg_header_len() + len;
             if need > thr {
@@ -546,10 +549,10 @@ impl Connection {
         let grant = self.responder_grant();
 
         // DDP results into the Write chunks, in order.
-        //= rfc8166#section-3.4.6
-        //# The Responder MUST NOT write XDR padding into a Write chunk
-        // (quoted from memory: only the data octets are written and the
-        // returned segment lengths are the octets actually written.)
+        // RFC 8166 §3.4.6 (paraphrased): XDR roundup is never written into a
+        // Write chunk; the returned segment lengths are the octets actually
+        // written (Linux pcl_process_nonpayloads). Unused chunks come back
+        // with zero-length segments.
         let mut echo: Vec<WriteChunk> = call
             .writes
             .iter()
@@ -614,12 +617,9 @@ impl Connection {
                     marshal::spread(inline.len(), &lens).map(|parts| (rc, parts))
                 });
                 let Some((rc, parts)) = parts else {
-                    //= rfc8166#section-4.5.2
-                    //# If the Requester does not provide a large enough
-                    //# Reply chunk
-                    // (quoted from memory: a reply that fits neither inline
-                    // nor the Reply chunk is answered with ERR_CHUNK; libevpl
-                    // found silent truncation here.)
+                    // A reply that fits neither inline nor the Reply chunk
+                    // is answered with ERR_CHUNK (Linux svcrdma; libevpl
+                    // found silent truncation here), never truncated.
                     self.send_error(p, xid, ErrorReply::Chunk);
                     return Ok(ReplyForm::ErrChunk);
                 };
@@ -698,10 +698,9 @@ impl Connection {
 
     /// Client: accept backchannel calls, granting `slots` credits; posts
     /// their receives (never before this call).
-    //= rfc8167#section-4.1
-    //# the requester MUST NOT send more backward-direction Calls than
-    //# the responder has granted
-    // (quoted from memory.)
+    // RFC 8167 §4 (paraphrased): backward-direction credits work as forward
+    // ones, and receives for backward Calls must be posted before any
+    // backward credit is granted.
     pub fn enable_backchannel(&mut self, p: &mut dyn Provider, slots: u32) {
         if self.config.role != Role::Client {
             return;
@@ -790,10 +789,9 @@ impl Connection {
     // ------------------------------------------------------------------
     // receives
 
-    //= rfc8166#section-3.3.1
-    //# the responder MUST have posted a receive
-    // (quoted from memory: receives are posted before credits are granted;
-    // the target is the responder budget plus one per outstanding call.)
+    // RFC 8166 §3.3.1 (paraphrased): a credit is a receive posted for the
+    // peer's Send. Receives are posted before the credits are granted; the
+    // target is the responder budget plus one per outstanding call of ours.
     fn refill(&mut self, p: &mut dyn Provider) {
         if self.error.is_some() {
             return;
@@ -857,10 +855,8 @@ impl Connection {
                     RdmaErrorReport::Chunk => self.metrics.err_chunk_received += 1,
                     RdmaErrorReport::Other(_) => self.metrics.err_other_received += 1,
                 }
-                //= rfc8166#section-4.5
-                //# the Requester MUST NOT retry the RPC
-                // (quoted from memory: an RDMA_ERROR fails only that XID;
-                // the connection stays up.)
+                // An RDMA_ERROR fails only that XID; the connection stays
+                // up (Linux rpcrdma_decode_error).
                 self.requester_reply(
                     now,
                     p,
@@ -971,11 +967,9 @@ impl Connection {
         let placeholder = |len: u32| WriteChunk::new(vec![Segment::new(0, len, 0)]);
         let mut write_lens: Vec<u32> = Vec::new();
         let mut reply_len: Option<u32> = None;
-        //= rfc8166#section-3.5.3
-        //# the requester MUST provide a Reply chunk
-        // (quoted from memory: when the reply may not fit the receive
-        // threshold. Linux: Write chunk for DDP-eligible results, Reply
-        // chunk for the rest when it may not fit.)
+        // RFC 8166 §3.5 (paraphrased): reply resources are provided when the
+        // reply may not fit the receive threshold. Linux: a Write chunk for
+        // DDP-eligible results, a Reply chunk when the rest may not fit.
         if !backchannel && min_hdr + reply_max as usize > recv_thr {
             write_lens = call.call.ddp_results.clone();
             let echo = ChunkLists {
@@ -1006,11 +1000,9 @@ impl Connection {
             c.reads = vec![ReadSegment::default(); n];
             c
         };
-        //= rfc8166#section-3.5.1
-        //# the Requester MUST use a Read chunk
-        // (quoted from memory: a Call that does not fit the send threshold
-        // moves its DDP-eligible data to Read chunks, or becomes a Long
-        // Call in a Position-Zero Read chunk.)
+        // RFC 8166 §3.5 (paraphrased): a Call that does not fit the send
+        // threshold moves its DDP-eligible data to Read chunks, or becomes a
+        // Long Call (RDMA_NOMSG, Position-Zero Read chunk).
         let form = if self.framing.header_len(Shape::Msg, &base) + stream.len() <= send_thr {
             Form::Inline
         } else if backchannel {
@@ -1043,9 +1035,8 @@ impl Connection {
                             .get(d.position..d.position + d.len)
                             .unwrap_or(&[])
                             .to_vec();
-                        //= rfc8166#section-3.4.5.2
-                        //# the Requester SHOULD NOT include the XDR roundup
-                        // (quoted from memory; Linux does not send it.)
+                        // No XDR roundup in Read chunks (RFC 8166
+                        // §3.4.5.2 recommends leaving it out; Linux does).
                         let mr = self.register(p, data, Access::REMOTE_READ, &mut mrs)?;
                         reads.push(ReadSegment::new(
                             d.position as u32,
@@ -1174,9 +1165,8 @@ impl Connection {
         let Some(call) = self.by_xid.get(&xid).and_then(|id| self.calls.get(id)) else {
             return Err(CallFailure::BadReply("unknown XID"));
         };
-        //= rfc8166#section-3.4.5
-        //# The Read list MUST be empty in an RPC Reply
-        // (quoted from memory; Linux rejects such replies.)
+        // A reply carries no Read list (RFC 8166 §3.4.5, paraphrased);
+        // Linux fails such replies with -EIO.
         if !chunks.reads.is_empty() {
             return Err(CallFailure::BadReply("Read list in a reply"));
         }
@@ -1270,10 +1260,9 @@ impl Connection {
                     call.remotely_invalidated.push(stag);
                 }
             }
-            //= rfc8166#section-3.4.2
-            //# the Requester MUST invalidate
-            // (quoted from memory: every chunk STag is invalidated, locally
-            // or by Send With Invalidate, before the reply is delivered.)
+            // RFC 8166 §3.4.2/§8.1 (paraphrased): every chunk STag is
+            // invalidated, locally or by Send With Invalidate, before the
+            // reply is delivered to the caller.
             for mr in &call.chunk_mrs {
                 if !call.remotely_invalidated.contains(&mr.stag()) {
                     invs.push(mr.stag());
@@ -1430,10 +1419,8 @@ impl Connection {
         let mut data = Vec::new();
         for (i, (pos, _, len)) in groups.iter().enumerate() {
             if *pos == 0 {
-                //= rfc8166#section-3.5.3
-                //# a Position-Zero Read chunk
-                // (quoted from memory: the Position-Zero Read chunk carries a
-                // Long Call, which is always RDMA_NOMSG.)
+                // The Position-Zero Read chunk carries a Long Call, which
+                // is always RDMA_NOMSG (RFC 8166 §3.5.3, paraphrased).
                 if shape == Shape::Msg {
                     return Err("Position-Zero Read chunk in an RDMA_MSG call");
                 }
@@ -1664,11 +1651,9 @@ impl Connection {
             .filter(|c| c.position != 0)
             .map(|c| (c.position, std::mem::take(&mut c.data)))
             .collect();
-        //= rfc8166#section-3.4.5.2
-        //# the XDR roundup
-        // (quoted from memory: a Read chunk of unaligned length is followed
-        // in the XDR stream by its pad, whether or not the requester sent
-        // it; the reassembly inserts zero octets.)
+        // RFC 8166 §3.4.5.2 (paraphrased): a Read chunk of unaligned length
+        // is followed in the XDR stream by its pad, whether or not the
+        // requester sent it; the reassembly inserts zero octets.
         let (message, ddp) = marshal::reassemble(&base, &data);
         call.delivered = true;
         let ev = IncomingCall {

@@ -146,10 +146,11 @@ impl Framing {
     /// The credit rule: what a received header's credit word says about the
     /// grant (`None`: it says nothing). Version 1: every reply, including
     /// RDMA_ERROR, carries the responder's current grant.
-    //= rfc8166#section-3.3.1
-    //# When sending RPC Replies, the responder MUST grant credits
-    //# to the requester
-    // (quoted from memory)
+    //= rfc8166#section-4.2.1
+    //# When sent with an RPC Call message, the requested credit value is
+    //# provided.  When sent with an RPC Reply message, the granted credit
+    //# value is returned.
+    // (RFC 8166 wording recalled from memory; RFC 5666 §4.1 says the same.)
     pub(crate) fn grant(self, credit: u32) -> Option<u32> {
         match self {
             Framing::V1 => Some(credit),

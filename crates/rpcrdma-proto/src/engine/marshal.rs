@@ -77,9 +77,8 @@ pub(crate) fn check_positions(
     let mut inline_at: u64 = 0; // octets of the base consumed so far
     for &(pos, len) in chunks {
         let pos = u64::from(pos);
-        //= rfc8166#section-3.4.5
-        //# Position is the XDR position of the data item in the XDR stream
-        // (quoted from memory); XDR items are 4-aligned.
+        // RFC 8166 §3.4.5 (paraphrased): the position is the offset of the
+        // data item in the XDR stream; XDR items are 4-aligned.
         if pos % 4 != 0 {
             return Err("read chunk position not 4-aligned");
         }
