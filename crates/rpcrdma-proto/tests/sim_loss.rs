@@ -321,3 +321,50 @@ fn fault_injection_every_call_completes_exactly_once() {
     assert!(reconnects >= 6, "{reconnects}");
     assert!(retransmits > 0);
 }
+
+#[test]
+fn tiny_queues_backlog_sends_and_clamp_the_grant() {
+    let mut mem = MemConfig::DEFAULT;
+    mem.caps.max_send_wr = 3;
+    mem.caps.max_recv_wr = 8;
+    let mut s = Config::server();
+    s.backchannel_slots = 2;
+    let mut p = Pair::with_faults(
+        Config::client(),
+        s,
+        mem,
+        FaultConfig::default(),
+        FaultConfig::default(),
+    );
+    // The server grants no more than its receive queue holds.
+    assert_eq!(p.s.conn.grant(), 6);
+    let mut args = BTreeMap::new();
+    for k in 0..25 {
+        let (call, arg) = workload_call(k);
+        let id = p.c.conn.start_call(p.now, &mut p.c.prov, call).unwrap();
+        args.insert(id, arg);
+    }
+    p.run();
+    let mut done = 0;
+    for _ in 0..100 {
+        serve(&mut p);
+        for e in p.client_events() {
+            match e {
+                Event::ReplyReceived(r) => {
+                    check_echo(&r, &args[&r.id]);
+                    done += 1;
+                }
+                other => assert!(matches!(other, Event::CreditsChanged { .. }), "{other:?}"),
+            }
+        }
+        if done == 25 {
+            break;
+        }
+    }
+    assert_eq!(done, 25);
+    assert!(!p.c.conn.is_closed() && !p.s.conn.is_closed());
+    assert_eq!(p.c.conn.credits(), 6);
+    // The send queue really was the bottleneck.
+    assert!(p.c.conn.metrics().send_queue_waits > 0);
+    assert!(p.s.conn.metrics().send_queue_waits > 0);
+}

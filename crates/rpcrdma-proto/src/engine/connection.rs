@@ -164,6 +164,9 @@ pub struct Connection {
     reads_outstanding: usize,
     next_job: u64,
     jobs: HashMap<u64, ReplyJob>,
+    /// Send-queue WRs refused with QueueFull, posted in order as the queue
+    /// drains.
+    backlog: VecDeque<SendWr>,
     // teardown
     zombies: Vec<MemoryRegion>,
     events: VecDeque<Event>,
@@ -206,6 +209,7 @@ impl Connection {
             reads_outstanding: 0,
             next_job: 1,
             jobs: HashMap::new(),
+            backlog: VecDeque::new(),
             zombies: Vec::new(),
             events: VecDeque::new(),
             metrics: Metrics::default(),
@@ -310,6 +314,7 @@ impl Connection {
     /// advertises it.
     pub fn set_credit_grant(&mut self, p: &mut dyn Provider, credits: u32) {
         self.grant = credits.max(1);
+        self.clamp_grant(p);
         self.max_grant = self.max_grant.max(self.grant);
         self.refill(p);
     }
@@ -320,6 +325,7 @@ impl Connection {
     /// Posts the receives a responder needs before the peer can send (call
     /// before accepting; [`Connection::handle_established`] does it too).
     pub fn prepare_receives(&mut self, p: &mut dyn Provider) {
+        self.clamp_grant(p);
         self.refill(p);
     }
 
@@ -338,6 +344,7 @@ impl Connection {
         self.negotiated = Some(negotiate(&self.config.private_data_struct(), peer.data()));
         self.info = Some(info.clone());
         self.established = true;
+        self.clamp_grant(p);
         self.refill(p);
         self.pump(now, p);
     }
@@ -418,6 +425,7 @@ impl Connection {
             Op::Reply(job) => self.job_step(p, job),
             Op::Bare(mr) => self.release(p, mr),
         }
+        self.drain_backlog(p);
         self.reap(p);
     }
 
@@ -786,6 +794,55 @@ impl Connection {
         id
     }
 
+    /// Posts a Send-queue WR, or keeps it (in order) while the queue is
+    /// full.
+    fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
+        if !self.backlog.is_empty() {
+            self.metrics.send_queue_waits += 1;
+            self.backlog.push_back(wr);
+            return Ok(());
+        }
+        match p.post_send(wr.clone()) {
+            Err(ProviderError::QueueFull) => {
+                self.metrics.send_queue_waits += 1;
+                self.backlog.push_back(wr);
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    fn drain_backlog(&mut self, p: &mut dyn Provider) {
+        while self.error.is_none() {
+            let Some(wr) = self.backlog.pop_front() else {
+                break;
+            };
+            match p.post_send(wr.clone()) {
+                Ok(()) => {}
+                Err(ProviderError::QueueFull) => {
+                    self.backlog.push_front(wr);
+                    break;
+                }
+                Err(e) => {
+                    self.backlog.push_front(wr);
+                    self.fatal(p, ConnectionError::Provider(e));
+                }
+            }
+        }
+    }
+
+    /// A server never grants more than its receive queue holds.
+    fn clamp_grant(&mut self, p: &mut dyn Provider) {
+        if self.config.role == Role::Server {
+            let room = p
+                .caps()
+                .max_recv_wr
+                .saturating_sub(self.config.backchannel_slots)
+                .max(1);
+            self.grant = self.grant.min(room);
+        }
+    }
+
     // ------------------------------------------------------------------
     // receives
 
@@ -811,11 +868,18 @@ impl Connection {
             };
             let sge = mr.sge(0, mr.len() as u32);
             let wr_id = self.wr(Op::Recv(mr));
-            if let Err(e) = p.post_recv(RecvWr { wr_id, sge }) {
-                self.ops.remove(&wr_id);
-                self.recv_free.push(mr);
-                self.fatal(p, ConnectionError::Provider(e));
-                return;
+            match p.post_recv(RecvWr { wr_id, sge }) {
+                Ok(()) => {}
+                Err(e) => {
+                    self.ops.remove(&wr_id);
+                    self.recv_free.push(mr);
+                    // A full receive queue: the grant is clamped to it
+                    // (clamp_grant), so this only delays our own calls.
+                    if e != ProviderError::QueueFull {
+                        self.fatal(p, ConnectionError::Provider(e));
+                    }
+                    return;
+                }
             }
             self.recv_posted += 1;
         }
@@ -1144,11 +1208,14 @@ impl Connection {
         }
         let wr_id = self.wr(Op::CallSend(id));
         let sge = send_mr.sge(0, send_mr.len() as u32);
-        if let Err(e) = p.post_send(SendWr {
-            wr_id,
-            op: SendOp::Send { solicited: true },
-            sges: vec![sge],
-        }) {
+        if let Err(e) = self.post(
+            p,
+            SendWr {
+                wr_id,
+                op: SendOp::Send { solicited: true },
+                sges: vec![sge],
+            },
+        ) {
             self.ops.remove(&wr_id);
             self.fatal(p, ConnectionError::Provider(e));
         }
@@ -1273,7 +1340,12 @@ impl Connection {
         for stag in invs {
             let wr_id = self.wr(Op::CallInv(id));
             self.metrics.local_invalidations += 1;
-            if let Err(e) = p.invalidate(wr_id, stag) {
+            let wr = SendWr {
+                wr_id,
+                op: SendOp::LocalInvalidate { stag },
+                sges: Vec::new(),
+            };
+            if let Err(e) = self.post(p, wr) {
                 self.ops.remove(&wr_id);
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
@@ -1386,11 +1458,12 @@ impl Connection {
         };
         let wr_id = self.wr(Op::Bare(mr));
         self.metrics.replies_sent += 1;
-        if let Err(e) = p.post_send(SendWr {
+        let wr = SendWr {
             wr_id,
             op: SendOp::Send { solicited: true },
             sges: vec![mr.sge(0, mr.len() as u32)],
-        }) {
+        };
+        if let Err(e) = self.post(p, wr) {
             self.ops.remove(&wr_id);
             self.zombies.push(mr);
             self.fatal(p, ConnectionError::Provider(e));
@@ -1602,16 +1675,19 @@ impl Connection {
             let wr_id = self.wr(Op::Read(r.handle));
             self.metrics.rdma_reads += 1;
             self.metrics.rdma_read_bytes += u64::from(r.seg.length);
-            let res = p.post_send(SendWr {
-                wr_id,
-                op: SendOp::Read {
-                    remote: RemoteAddr {
-                        stag: Stag(r.seg.handle),
-                        offset: r.seg.offset,
+            let res = self.post(
+                p,
+                SendWr {
+                    wr_id,
+                    op: SendOp::Read {
+                        remote: RemoteAddr {
+                            stag: Stag(r.seg.handle),
+                            offset: r.seg.offset,
+                        },
                     },
+                    sges: vec![sink.sge(r.sink_offset, r.seg.length)],
                 },
-                sges: vec![sink.sge(r.sink_offset, r.seg.length)],
-            });
+            );
             if let Err(e) = res {
                 self.ops.remove(&wr_id);
                 self.fatal(p, ConnectionError::Provider(e));
@@ -1720,7 +1796,7 @@ impl Connection {
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.pending += 1;
             }
-            if let Err(e) = p.post_send(SendWr { wr_id, op, sges }) {
+            if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
                 self.ops.remove(&wr_id);
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.pending -= 1;
@@ -1817,6 +1893,11 @@ impl Connection {
             self.zombies.extend(j.mrs);
         }
         self.zombies.append(&mut self.recv_free);
+        for wr in std::mem::take(&mut self.backlog) {
+            if let Some(op) = self.ops.remove(&wr.wr_id) {
+                self.cleanup_dead(op);
+            }
+        }
         self.events.push_back(Event::ConnectionLost(err));
         self.reap(p);
     }

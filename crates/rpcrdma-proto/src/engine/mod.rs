@@ -471,4 +471,6 @@ pub struct Metrics {
     pub remote_invalidations: u64,
     /// Local Invalidates we posted.
     pub local_invalidations: u64,
+    /// Work requests that waited because the send queue was full.
+    pub send_queue_waits: u64,
 }
