@@ -413,3 +413,23 @@ fn send_with_invalidate_exactly_when_both_set_r_and_one_handle() {
     // No handle at all.
     assert_eq!(swi_case(true, true, false, false), (0, 0, 0));
 }
+
+#[test]
+fn oversized_descriptions_are_refused_synchronously() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let huge = OutgoingCall {
+        message: opaque_call(1, &[0; 4], false),
+        reply_max: 256,
+        ddp_results: vec![u32::MAX],
+    };
+    let r = p.c.conn.start_call(p.now, &mut p.c.prov, huge);
+    assert!(matches!(r, Err(CallError::TooLarge { .. })), "{r:?}");
+    let no_header = OutgoingCall {
+        message: vec![Piece::Ddp(vec![1, 2, 3, 4, 5, 6, 7, 8])],
+        reply_max: 256,
+        ddp_results: vec![],
+    };
+    let r = p.c.conn.start_call(p.now, &mut p.c.prov, no_header);
+    assert!(matches!(r, Err(CallError::BadMessage(_))), "{r:?}");
+    assert!(!p.c.conn.is_closed());
+}

@@ -3,6 +3,7 @@
 mod util;
 
 use rpcrdma_proto::engine::{CallFailure, Config, Event, OutgoingCall, RdmaErrorReport};
+use rpcrdma_proto::provider::Provider;
 use rpcrdma_proto::wire::private_data::{InlineSize, PrivateData};
 use util::*;
 
@@ -246,4 +247,146 @@ fn absent_private_data_means_1024() {
     pd.extend(linux_server_pd());
     let p = RawPair::client(Config::client(), pd);
     assert_eq!(p.side.conn.negotiated().unwrap().send_threshold, 4096);
+}
+
+fn delivered(p: &mut RawPair) -> rpcrdma_proto::engine::IncomingCall {
+    let mut calls = take_calls(&mut p.side.events);
+    assert_eq!(
+        calls.len(),
+        1,
+        "{:?} / sent back {:02x?}",
+        p.side.events,
+        p.raw.got
+    );
+    calls.remove(0)
+}
+
+#[test]
+fn several_read_chunks_multi_segment_and_included_roundup() {
+    let mut p = server();
+    let a = [1u8, 2, 3, 4, 5];
+    let b = [6u8, 7, 8, 9, 10, 11, 0, 0]; // roundup included by this requester
+    let a1 = p.raw.expose(&a[..3]);
+    let a2 = p.raw.expose(&a[3..]);
+    let hb = p.raw.expose(&b);
+    // Inline: RPC header (40) + len 5 + len 6 + trailer.
+    let mut inline = rpc_call(30);
+    inline.extend(words(&[5, 6, 0xfeed_f00d]));
+    // Read list: chunk at 44 in two segments, chunk at 56 in one.
+    let mut m = words(&[30, 1, 8, 0]);
+    m.extend(words(&[1, 44, a1, 3, 0, 0]));
+    m.extend(words(&[1, 44, a2, 2, 0, 0]));
+    m.extend(words(&[1, 56, hb, 8, 0, 0]));
+    m.extend(words(&[0, 0, 0]));
+    m.extend(&inline);
+    p.raw.send(&m);
+    p.run();
+    let c = delivered(&mut p);
+    let mut want = rpc_call(30);
+    want.extend(words(&[5]));
+    want.extend([1, 2, 3, 4, 5, 0, 0, 0]);
+    want.extend(words(&[6]));
+    want.extend([6, 7, 8, 9, 10, 11, 0, 0]);
+    want.extend(words(&[0xfeed_f00d]));
+    assert_eq!(c.message, want);
+    assert_eq!(c.ddp, vec![44..49, 56..64]);
+    assert!(!c.long);
+    assert_eq!(p.side.conn.metrics().rdma_reads, 3);
+}
+
+#[test]
+fn position_zero_read_chunk_with_a_data_chunk() {
+    let mut p = server();
+    // The Long Call without its DDP item, and the item itself.
+    let mut pz = rpc_call(31);
+    pz.extend(words(&[5, 0xfeed_f00d]));
+    let hpz = p.raw.expose(&pz);
+    let hd = p.raw.expose(&[9, 9, 9, 9, 9]);
+    let mut m = words(&[31, 1, 8, 1]);
+    m.extend(words(&[1, 0, hpz, pz.len() as u32, 0, 0]));
+    m.extend(words(&[1, 44, hd, 5, 0, 0]));
+    m.extend(words(&[0, 0, 0]));
+    p.raw.send(&m);
+    p.run();
+    let c = delivered(&mut p);
+    let mut want = rpc_call(31);
+    want.extend(words(&[5]));
+    want.extend([9, 9, 9, 9, 9, 0, 0, 0]);
+    want.extend(words(&[0xfeed_f00d]));
+    assert_eq!(c.message, want);
+    assert_eq!(c.ddp, vec![44..49]);
+    assert!(c.long);
+}
+
+#[test]
+fn write_chunk_reply_bytes_by_hand() {
+    use rpcrdma_proto::engine::{OutgoingReply, Piece, ReplyForm};
+    let mut p = server();
+    let s1 = p.raw.sink(3000);
+    let s2 = p.raw.sink(3000);
+    // RDMA_MSG call with one Write chunk of two segments (offsets 0x10, 0x20
+    // into regions that start at 0: the engine must use them as given).
+    let mut m = words(&[32, 1, 8, 0, 0]);
+    m.extend(words(&[
+        1,
+        2,
+        s1.stag().0,
+        3000 - 16,
+        0,
+        0x10,
+        s2.stag().0,
+        3000 - 32,
+        0,
+        0x20,
+        0,
+    ]));
+    m.extend(words(&[0]));
+    m.extend(rpc_call(32));
+    p.raw.send(&m);
+    p.run();
+    let c = delivered(&mut p);
+    assert_eq!(c.write_chunks, vec![(3000 - 16) + (3000 - 32)]);
+    let result = data(5001, 9);
+    let mut head = words(&[32, 1, 0, 0, 0, 0]);
+    head.extend(words(&[5001]));
+    let form = p
+        .side
+        .conn
+        .send_reply(
+            p.now,
+            &mut p.side.prov,
+            c.handle,
+            OutgoingReply {
+                message: vec![Piece::Inline(head.clone()), Piece::Ddp(result.clone())],
+            },
+        )
+        .unwrap();
+    p.run();
+    assert_eq!(form, ReplyForm::Inline);
+    // xid, vers, grant 64, RDMA_MSG, no Read list, Write list with one
+    // chunk of 2 segments and their actual lengths (2984 + 2017 = 5001, no
+    // pad), end of Write list, no Reply chunk; then the RPC reply without
+    // the DDP data.
+    let mut want = words(&[32, 1, GRANT, 0, 0]);
+    want.extend(words(&[
+        1,
+        2,
+        s1.stag().0,
+        2984,
+        0,
+        0x10,
+        s2.stag().0,
+        2017,
+        0,
+        0x20,
+        0,
+    ]));
+    want.extend(words(&[0]));
+    want.extend(head);
+    assert_eq!(p.raw.got, vec![want]);
+    let r1 = p.raw.prov.region(&s1).unwrap()[0x10..0x10 + 2984].to_vec();
+    let r2 = p.raw.prov.region(&s2).unwrap()[0x20..0x20 + 2017].to_vec();
+    assert_eq!([r1, r2].concat(), result);
+    // Nothing written past the data (no XDR pad).
+    assert_eq!(p.raw.prov.region(&s2).unwrap()[0x20 + 2017], 0);
 }

@@ -480,6 +480,17 @@ impl Connection {
         if len > max {
             return Err(CallError::TooLarge { len, max });
         }
+        // Reply buffers are allocated from these: bounded like messages.
+        let biggest = call
+            .ddp_results
+            .iter()
+            .copied()
+            .chain([call.reply_max])
+            .max()
+            .unwrap_or(0) as usize;
+        if biggest > max {
+            return Err(CallError::TooLarge { len: biggest, max });
+        }
         if self.backchannel_requester() {
             //= rfc8167#section-5.1
             //# The rdma_proc field MUST contain the value RDMA_MSG.  All three chunk

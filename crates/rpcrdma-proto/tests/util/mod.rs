@@ -367,6 +367,27 @@ impl Raw {
             .unwrap();
     }
 
+    /// Registers `data` for the peer to read; returns the STag.
+    pub fn expose(&mut self, data: &[u8]) -> u32 {
+        use rpcrdma_proto::provider::Access;
+        let mr = self
+            .prov
+            .register(data.to_vec().into_boxed_slice(), Access::REMOTE_READ)
+            .unwrap();
+        mr.stag().0
+    }
+
+    /// Registers `len` octets for the peer to write.
+    pub fn sink(&mut self, len: usize) -> rpcrdma_proto::provider::MemoryRegion {
+        use rpcrdma_proto::provider::Access;
+        self.prov
+            .register(
+                vec![0u8; len].into_boxed_slice(),
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            )
+            .unwrap()
+    }
+
     fn poll(&mut self) -> bool {
         let mut out = Vec::new();
         while self.prov.poll_event().is_some() {}
