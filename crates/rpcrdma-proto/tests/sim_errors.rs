@@ -390,3 +390,108 @@ fn write_chunk_reply_bytes_by_hand() {
     // Nothing written past the data (no XDR pad).
     assert_eq!(p.raw.prov.region(&s2).unwrap()[0x20 + 2017], 0);
 }
+
+#[test]
+fn rdma_reads_never_exceed_the_ord() {
+    let mut s = Config::server();
+    s.ord = 2;
+    let mut p = RawPair::server(s);
+    p.raw.post_recvs(2);
+    // One Read chunk in 7 segments of 100 octets.
+    let arg = data(700, 3);
+    let mut m = words(&[40, 1, 8, 0]);
+    for i in 0..7 {
+        let h = p.raw.expose(&arg[i * 100..(i + 1) * 100]);
+        m.extend(words(&[1, 44, h, 100, 0, 0]));
+    }
+    m.extend(words(&[0, 0, 0]));
+    let mut inline = rpc_call(40);
+    inline.extend(words(&[700]));
+    m.extend(&inline);
+    p.raw.send(&m);
+    p.run();
+    let c = delivered(&mut p);
+    assert_eq!(&c.message[44..744], &arg[..]);
+    let mt = p.side.conn.metrics();
+    assert_eq!(mt.rdma_reads, 7);
+    assert_eq!(mt.max_reads_in_flight, 2);
+}
+
+#[test]
+fn chunks_are_invalidated_before_the_reply_is_delivered() {
+    use rpcrdma_proto::provider::Status;
+    let mut p = RawPair::client(Config::client(), linux_server_pd());
+    p.side
+        .conn
+        .start_call(
+            p.now,
+            &mut p.side.prov,
+            OutgoingCall {
+                message: vec![rpcrdma_proto::engine::Piece::Inline(rpc_call(0))],
+                reply_max: 9000,
+                ddp_results: vec![8192],
+            },
+        )
+        .unwrap();
+    p.raw.post_recvs(1);
+    p.run();
+    let call = p.raw.got.remove(0);
+    // xid, 1, 128, RDMA_MSG, no reads, write list: 1, count 1, handle...
+    let w = |i: usize| u32::from_be_bytes(call[i * 4..i * 4 + 4].try_into().unwrap());
+    let xid = w(0);
+    assert_eq!((w(3), w(4), w(5), w(6)), (0, 0, 1, 1));
+    let stag = w(7);
+    assert_eq!(w(8), 8192);
+    // The responder writes the result, then replies.
+    p.raw.write(stag, 0, &[7; 100]);
+    let mut reply = words(&[xid, 1, 8, 0, 0, 1, 1, stag, 100, 0, 0, 0, 0]);
+    reply.extend(words(&[xid, 1, 0, 0, 0, 0, 100]));
+    p.raw.send(&reply);
+    p.run();
+    let r = match p
+        .side
+        .events
+        .iter()
+        .find(|e| matches!(e, Event::ReplyReceived(_)))
+    {
+        Some(Event::ReplyReceived(r)) => r.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(r.results, vec![vec![7; 100]]);
+    assert_eq!(p.side.conn.metrics().local_invalidations, 1);
+    // Once delivered, the STag is dead: a late Write is refused by the
+    // client's side (and, as on iWARP, ends the connection).
+    p.raw.completions.clear();
+    p.raw.write(stag, 0, &[8; 4]);
+    p.run();
+    assert!(
+        p.raw
+            .completions
+            .iter()
+            .any(|c| c.status == Status::RemoteAccess),
+        "{:?}",
+        p.raw.completions
+    );
+}
+
+#[test]
+fn backchannel_receives_only_after_enable() {
+    let mut p = RawPair::client(Config::client(), linux_server_pd());
+    assert_eq!(
+        p.side.conn.inflight_work_requests(),
+        0,
+        "no receive before enable"
+    );
+    p.side.conn.enable_backchannel(&mut p.side.prov, 3);
+    p.run();
+    assert_eq!(p.side.conn.inflight_work_requests(), 3);
+    // A reverse call arrives and is delivered as a backchannel call.
+    let mut m = words(&[0x9000_0001, 1, 2, 0, 0, 0, 0]);
+    m.extend(rpc_call(0x9000_0001));
+    p.raw.send(&m);
+    p.run();
+    let c = delivered(&mut p);
+    assert!(c.backchannel);
+    // Its receive was reposted.
+    assert_eq!(p.side.conn.inflight_work_requests(), 3);
+}

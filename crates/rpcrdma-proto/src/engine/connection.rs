@@ -1670,6 +1670,9 @@ impl Connection {
     }
 
     fn issue_reads(&mut self, p: &mut dyn Provider) {
+        // Never more RDMA Reads outstanding than the ORD the connection
+        // negotiated (the peer's IRD): an excess Read Request is fatal at
+        // the peer's RNIC.
         let ord = self.info.as_ref().map_or(0, |i| usize::from(i.ord));
         while self.error.is_none() && self.reads_outstanding < ord {
             let Some(r) = self.reads.pop_front() else {
@@ -1705,6 +1708,10 @@ impl Connection {
                 return;
             }
             self.reads_outstanding += 1;
+            self.metrics.max_reads_in_flight = self
+                .metrics
+                .max_reads_in_flight
+                .max(self.reads_outstanding as u64);
         }
     }
 

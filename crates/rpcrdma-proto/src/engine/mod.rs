@@ -438,6 +438,8 @@ pub struct Metrics {
     pub rdma_reads: u64,
     /// Octets read by RDMA Read.
     pub rdma_read_bytes: u64,
+    /// Most RDMA Reads ever outstanding at once (never above the ORD).
+    pub max_reads_in_flight: u64,
     /// RDMA Writes we issued as responder.
     pub rdma_writes: u64,
     /// Octets written by RDMA Write.

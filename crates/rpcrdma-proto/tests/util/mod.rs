@@ -367,6 +367,28 @@ impl Raw {
             .unwrap();
     }
 
+    /// RDMA Writes `bytes` at the peer's `stag` + `offset`.
+    pub fn write(&mut self, stag: u32, offset: u64, bytes: &[u8]) {
+        use rpcrdma_proto::provider::{Access, RemoteAddr, SendOp, SendWr, Stag};
+        let mr = self
+            .prov
+            .register(bytes.to_vec().into_boxed_slice(), Access::NONE)
+            .unwrap();
+        self.next += 1;
+        self.prov
+            .post_send(SendWr {
+                wr_id: self.next,
+                op: SendOp::Write {
+                    remote: RemoteAddr {
+                        stag: Stag(stag),
+                        offset,
+                    },
+                },
+                sges: vec![mr.sge(0, bytes.len() as u32)],
+            })
+            .unwrap();
+    }
+
     /// Registers `data` for the peer to read; returns the STag.
     pub fn expose(&mut self, data: &[u8]) -> u32 {
         use rpcrdma_proto::provider::Access;
