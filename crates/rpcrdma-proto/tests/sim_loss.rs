@@ -232,12 +232,22 @@ fn faults(seed: u64, attempt: u64, client: bool) -> FaultConfig {
     let mix = seed
         .wrapping_mul(0x9e37_79b9)
         .wrapping_add(attempt * 7919 + client as u64);
+    let n = 10 + mix % 90;
+    // Each kind of fault in turn: connection loss after posts, QP failure,
+    // connection loss after completions; bad STags at the server's RDMA
+    // Reads/Writes and swallowed receives at the client throughout.
+    let (lose_posts, fail_posts, lose_completions) = match (seed + attempt) % 3 {
+        0 => (Some(n), None, None),
+        1 => (None, Some(n), None),
+        _ => (None, None, Some(n)),
+    };
     FaultConfig {
         seed: mix,
-        lose_connection_after_posts: Some(10 + mix % 90),
+        lose_connection_after_posts: lose_posts,
+        fail_after_posts: fail_posts,
+        lose_connection_after_completions: lose_completions,
         remote_access_error_chance: if client { 0.0 } else { 0.01 },
         drop_recv_chance: if client { 0.005 } else { 0.0 },
-        ..FaultConfig::default()
     }
 }
 
@@ -311,7 +321,7 @@ fn fault_run(seed: u64) -> (u64, u64) {
 fn fault_injection_every_call_completes_exactly_once() {
     let mut reconnects = 0;
     let mut retransmits = 0;
-    for seed in 1..=6 {
+    for seed in 1..=8 {
         let (a, r) = fault_run(seed);
         eprintln!("seed {seed}: {a} reconnects, {r} retransmits");
         reconnects += a;

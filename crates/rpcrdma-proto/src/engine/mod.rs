@@ -476,3 +476,34 @@ pub struct Metrics {
     /// Work requests that waited because the send queue was full.
     pub send_queue_waits: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_data_bytes_by_hand() {
+        //= rfc8797#section-4
+        //# Senders MUST set these bits
+        //# to zero, and receivers MUST ignore their value.
+        // Format identifier f6ab0e18, version 1, flags (R for the client,
+        // none for the server), sizes 4096 = code 3.
+        assert_eq!(
+            Config::client().private_data(),
+            [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x03]
+        );
+        assert_eq!(
+            Config::server().private_data(),
+            [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x03, 0x03]
+        );
+        // Sizes round down to what the format can say; below 1024 is 1024.
+        let mut c = Config::client();
+        c.inline_send = 5000;
+        c.inline_recv = 100;
+        assert_eq!(&c.private_data()[6..], &[0x03, 0x00]);
+        let p = c.connect_params();
+        assert_eq!((p.ird, p.ord, p.private_data.len()), (16, 0, 8));
+        let s = Config::server().connect_params();
+        assert_eq!((s.ird, s.ord), (0, 16));
+    }
+}
