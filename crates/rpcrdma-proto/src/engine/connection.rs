@@ -390,6 +390,10 @@ impl Connection {
                     }
                     _ => None,
                 };
+                // Repost first: whatever this message makes us send (a
+                // reply, an error, a queued call) may let the peer send
+                // again before we come back here.
+                self.refill(p);
                 match data {
                     Some(d) => self.on_message(now, p, &d, inv),
                     None => self.metrics.dropped += 1,
@@ -1550,7 +1554,10 @@ impl Connection {
     ) {
         // A requester may still use the largest grant we ever advertised;
         // twice that is a protocol violation (and a memory bound).
-        let grant = self.responder_grant().max(self.max_grant) as usize;
+        let grant = match self.config.role {
+            Role::Server => self.responder_grant().max(self.max_grant),
+            Role::Client => self.responder_grant(),
+        } as usize;
         if self.incoming.len() >= grant.saturating_mul(2) {
             self.fatal(
                 p,
