@@ -434,3 +434,68 @@ fn oversized_descriptions_are_refused_synchronously() {
     assert!(matches!(r, Err(CallError::BadMessage(_))), "{r:?}");
     assert!(!p.c.conn.is_closed());
 }
+
+#[test]
+fn long_call_with_write_chunk_and_reply_chunk_together() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    // Inline part alone exceeds the threshold: Long Call, even with DDP.
+    let mut head = call_header(100_003, 3);
+    head.extend(data(5000, 1));
+    head.extend(word(10_000));
+    let ddp = data(10_000, 2);
+    let msg = vec![
+        Piece::Inline(head),
+        Piece::Ddp(ddp.clone()),
+        Piece::Inline(word(1)),
+    ];
+    p.call(OutgoingCall {
+        message: msg.clone(),
+        reply_max: 30_000,
+        ddp_results: vec![8192],
+    });
+    let c = p.server_calls().remove(0);
+    assert!(c.long);
+    assert_eq!(c.message, stream(&msg, c.xid));
+    assert_eq!(c.write_chunks, vec![8192]);
+    assert_eq!(c.reply_chunk, Some(30_000));
+    let result = data(6001, 3);
+    let mut rhead = reply_header(c.xid);
+    rhead.extend(data(9000, 4));
+    rhead.extend(word(6001));
+    let form = p.reply(
+        c.handle,
+        OutgoingReply {
+            message: vec![Piece::Inline(rhead.clone()), Piece::Ddp(result.clone())],
+        },
+    );
+    assert_eq!(form, ReplyForm::ReplyChunk);
+    let ev = p.client_events();
+    let r = replies(&ev);
+    assert!(r[0].long);
+    assert_eq!(r[0].message, rhead);
+    assert_eq!(r[0].results, vec![result]);
+}
+
+#[test]
+fn megabyte_read_and_write_chunks() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let arg = data(1 << 20, 5);
+    p.call(OutgoingCall {
+        message: opaque_call(38, &arg, true),
+        reply_max: (1 << 20) + 512,
+        ddp_results: vec![1 << 20],
+    });
+    let c = p.server_calls().remove(0);
+    assert_eq!(c.ddp.len(), 1);
+    assert_eq!(&c.message[c.ddp[0].clone()], &arg[..]);
+    let mut head = reply_header(c.xid);
+    head.extend(word(1 << 20));
+    p.reply(
+        c.handle,
+        OutgoingReply {
+            message: vec![Piece::Inline(head), Piece::Ddp(arg.clone())],
+        },
+    );
+    let ev = p.client_events();
+    assert_eq!(replies(&ev)[0].results[0], arg);
+}
