@@ -499,3 +499,26 @@ fn megabyte_read_and_write_chunks() {
     let ev = p.client_events();
     assert_eq!(replies(&ev)[0].results[0], arg);
 }
+
+#[test]
+fn unaligned_write_chunks_leave_room_for_a_legacy_pad() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    p.call(OutgoingCall {
+        message: opaque_call(1, &[0; 4], false),
+        reply_max: 6000,
+        ddp_results: vec![5001],
+    });
+    let c = p.server_calls().remove(0);
+    assert_eq!(c.write_chunks, vec![5004]);
+    let result = data(5001, 1);
+    let mut head = reply_header(c.xid);
+    head.extend(word(5001));
+    p.reply(
+        c.handle,
+        OutgoingReply {
+            message: vec![Piece::Inline(head), Piece::Ddp(result.clone())],
+        },
+    );
+    let ev = p.client_events();
+    assert_eq!(replies(&ev)[0].results, vec![result]);
+}

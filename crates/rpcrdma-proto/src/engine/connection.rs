@@ -1158,6 +1158,11 @@ impl Connection {
         let mut reply_mr = None;
         let mut failed = None;
         for &l in &write_lens {
+            // Room for the XDR pad: a legacy responder that writes the
+            // roundup of an unaligned result (Solaris; the reason for Linux's
+            // 4-octet pad segment) stays inside the chunk. A conforming one
+            // never writes it, and only the returned length is read back.
+            let l = l.saturating_add(pad4(l as usize) as u32);
             match self.register(p, vec![0u8; l as usize], rw, &mut mrs) {
                 Ok(mr) => {
                     writes.push(WriteChunk::new(vec![Segment::new(mr.stag().0, l, 0)]));
