@@ -378,3 +378,42 @@ fn tiny_queues_backlog_sends_and_clamp_the_grant() {
     assert!(p.c.conn.metrics().send_queue_waits > 0);
     assert!(p.s.conn.metrics().send_queue_waits > 0);
 }
+
+/// Registrations held by one end (from the provider's Debug output).
+fn registered(p: &rpcrdma_proto::provider::mem::MemProvider) -> usize {
+    let d = format!("{p:?}");
+    let at = d.find("registered: ").unwrap() + "registered: ".len();
+    d[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn no_registration_leaks_and_send_buffers_are_reused() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let run = |p: &mut Pair, k: usize| {
+        let (call, arg) = workload_call(k);
+        let id = p.call(call);
+        serve(p);
+        let ev = p.client_events();
+        let r = ev.iter().find_map(|e| match e {
+            Event::ReplyReceived(r) if r.id == id => Some(r),
+            _ => None,
+        });
+        check_echo(r.expect("reply"), &arg);
+    };
+    for k in 0..5 {
+        run(&mut p, k);
+    }
+    let (c0, s0) = (registered(p.c.prov.inner()), registered(p.s.prov.inner()));
+    for k in 5..60 {
+        run(&mut p, k);
+    }
+    // Every chunk, sink and source region was deregistered; Send buffers
+    // and receive buffers are reused.
+    assert_eq!(registered(p.c.prov.inner()), c0);
+    assert_eq!(registered(p.s.prov.inner()), s0);
+}

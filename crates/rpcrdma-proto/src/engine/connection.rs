@@ -167,11 +167,16 @@ pub struct Connection {
     /// Send-queue WRs refused with QueueFull, posted in order as the queue
     /// drains.
     backlog: VecDeque<SendWr>,
+    /// Registered Send buffers of `send_buffer_size()` octets, reused.
+    send_pool: Vec<MemoryRegion>,
     // teardown
     zombies: Vec<MemoryRegion>,
     events: VecDeque<Event>,
     metrics: Metrics,
 }
+
+/// Send buffers kept registered for reuse.
+const SEND_POOL_MAX: usize = 256;
 
 fn ok_or_fatal<T>(r: Result<T, ProviderError>) -> Result<T, ConnectionError> {
     r.map_err(ConnectionError::Provider)
@@ -210,6 +215,7 @@ impl Connection {
             next_job: 1,
             jobs: HashMap::new(),
             backlog: VecDeque::new(),
+            send_pool: Vec::new(),
             zombies: Vec::new(),
             events: VecDeque::new(),
             metrics: Metrics::default(),
@@ -1194,13 +1200,12 @@ impl Connection {
             .framing
             .encode_data(call.xid, self.requested(), shape, chunks, None);
         msg.extend_from_slice(&inline);
-        let mut send_mrs = Vec::new();
         let send_mr = match failed {
             Some(e) => Err(e),
-            None => self.register(p, msg, Access::NONE, &mut send_mrs),
+            None => self.message_buffer(p, msg),
         };
-        let send_mr = match send_mr {
-            Ok(mr) => mr,
+        let (send_mr, send_len) = match send_mr {
+            Ok(x) => x,
             Err(e) => {
                 self.zombies.extend(mrs);
                 self.reap(p);
@@ -1227,7 +1232,7 @@ impl Connection {
             return;
         }
         let wr_id = self.wr(Op::CallSend(id));
-        let sge = send_mr.sge(0, send_mr.len() as u32);
+        let sge = send_mr.sge(0, send_len);
         if let Err(e) = self.post(
             p,
             SendWr {
@@ -1440,8 +1445,58 @@ impl Connection {
     }
 
     fn release(&mut self, p: &mut dyn Provider, mr: MemoryRegion) {
+        // Local-only buffers of the pool size go back to the Send pool;
+        // anything that was ever exposed remotely is deregistered.
+        if self.error.is_none()
+            && mr.access() == Access::NONE
+            && mr.len() == self.send_buffer_size() as u64
+            && self.send_pool.len() < SEND_POOL_MAX
+        {
+            self.send_pool.push(mr);
+            return;
+        }
         if p.deregister(&mr).is_err() {
             self.zombies.push(mr);
+        }
+    }
+
+    fn send_buffer_size(&self) -> usize {
+        self.config.inline_send.max(1024) as usize
+    }
+
+    /// A registered buffer holding `msg`, and its length: a pooled buffer
+    /// when the message fits (every inline message does), else a fresh
+    /// registration.
+    fn message_buffer(
+        &mut self,
+        p: &mut dyn Provider,
+        msg: Vec<u8>,
+    ) -> Result<(MemoryRegion, u32), ProviderError> {
+        let len = msg.len();
+        let size = self.send_buffer_size();
+        if len > size {
+            let mr = p
+                .register(msg.into_boxed_slice(), Access::NONE)
+                .map_err(|e| e.error)?;
+            return Ok((mr, len as u32));
+        }
+        let mr = match self.send_pool.pop() {
+            Some(mr) => mr,
+            None => p
+                .register(vec![0u8; size].into_boxed_slice(), Access::NONE)
+                .map_err(|e| e.error)?,
+        };
+        match p.region_mut(&mr) {
+            Ok(buf) => {
+                if let Some(d) = buf.get_mut(..len) {
+                    d.copy_from_slice(&msg);
+                }
+                Ok((mr, len as u32))
+            }
+            Err(e) => {
+                self.zombies.push(mr);
+                Err(e)
+            }
         }
     }
 
@@ -1468,9 +1523,8 @@ impl Connection {
             ErrorReply::Chunk => self.metrics.err_chunk_sent += 1,
         }
         let msg = self.framing.encode_error(xid, self.responder_grant(), e);
-        let mut v = Vec::new();
-        let mr = match self.register(p, msg, Access::NONE, &mut v) {
-            Ok(mr) => mr,
+        let (mr, len) = match self.message_buffer(p, msg) {
+            Ok(x) => x,
             Err(e) => {
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
@@ -1481,7 +1535,7 @@ impl Connection {
         let wr = SendWr {
             wr_id,
             op: SendOp::Send { solicited: true },
-            sges: vec![mr.sge(0, mr.len() as u32)],
+            sges: vec![mr.sge(0, len)],
         };
         if let Err(e) = self.post(p, wr) {
             self.ops.remove(&wr_id);
@@ -1801,13 +1855,14 @@ impl Connection {
                 &mut mrs,
             ))?)
         };
-        let send_mr = match self.register(p, msg, Access::NONE, &mut mrs) {
-            Ok(mr) => mr,
+        let (send_mr, send_len) = match self.message_buffer(p, msg) {
+            Ok(x) => x,
             Err(e) => {
                 self.zombies.extend(mrs);
                 return Err(ConnectionError::Provider(e));
             }
         };
+        mrs.push(send_mr);
         self.jobs.insert(job, ReplyJob { mrs, pending: 0 });
         let mut wrs = Vec::new();
         if let Some(src) = src {
@@ -1820,7 +1875,7 @@ impl Connection {
                 ));
             }
         }
-        wrs.push((op, vec![send_mr.sge(0, send_mr.len() as u32)]));
+        wrs.push((op, vec![send_mr.sge(0, send_len)]));
         for (op, sges) in wrs {
             let wr_id = self.wr(Op::Reply(job));
             if let Some(j) = self.jobs.get_mut(&job) {
@@ -1923,6 +1978,7 @@ impl Connection {
             self.zombies.extend(j.mrs);
         }
         self.zombies.append(&mut self.recv_free);
+        self.zombies.append(&mut self.send_pool);
         for wr in std::mem::take(&mut self.backlog) {
             if let Some(op) = self.ops.remove(&wr.wr_id) {
                 self.cleanup_dead(op);
