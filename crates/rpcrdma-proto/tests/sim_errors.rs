@@ -495,3 +495,52 @@ fn backchannel_receives_only_after_enable() {
     // Its receive was reposted.
     assert_eq!(p.side.conn.inflight_work_requests(), 3);
 }
+
+#[test]
+fn grants_are_clamped_to_one_and_to_the_request() {
+    let mut cfg = Config::client();
+    cfg.credits_requested = 10;
+    let mut p = RawPair::client(cfg, linux_server_pd());
+    let mut xids = Vec::new();
+    let reply = |xid: u32, credit: u32| {
+        let mut m = words(&[xid, 1, credit, 0, 0, 0, 0]);
+        m.extend(words(&[xid, 1, 0, 0, 0, 0]));
+        m
+    };
+    let call = |p: &mut RawPair| {
+        p.side
+            .conn
+            .start_call(
+                p.now,
+                &mut p.side.prov,
+                OutgoingCall::inline(rpc_call(0), 256),
+            )
+            .unwrap();
+    };
+    call(&mut p);
+    p.raw.post_recvs(8);
+    p.run();
+    xids.push(u32::from_be_bytes(p.raw.got[0][..4].try_into().unwrap()));
+    // A grant above the request is clamped to it.
+    p.raw.send(&reply(xids[0], 1000));
+    p.run();
+    assert_eq!(p.side.conn.credits(), 10);
+    assert_eq!(p.side.conn.metrics().credits_granted, 1000);
+    // A zero grant is treated as one (Linux: "don't deadlock").
+    call(&mut p);
+    p.run();
+    let x = u32::from_be_bytes(p.raw.got[1][..4].try_into().unwrap());
+    p.raw.send(&reply(x, 0));
+    p.run();
+    assert_eq!(p.side.conn.credits(), 1);
+    let changes: Vec<_> = p
+        .side
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::CreditsChanged { credits } => Some(*credits),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(changes, vec![10, 1]);
+}
