@@ -38,6 +38,12 @@ pub struct Limits {
     pub max_machine_name_len: u32,
     /// Supplementary group ids in AUTH_SYS credentials. RFC 5531 App. A: 16.
     pub max_auth_sys_gids: u32,
+    /// Octets of one reassembled RPC message a responder accepts: inline
+    /// part plus every Read chunk (and, at a requester, the largest Reply or
+    /// Write chunk it offers). Default 4 MiB: Linux moves at most about
+    /// 1 MiB of payload per RPC (`RPCRDMA_MAX_DATA_SEGS`), and a responder
+    /// allocates RDMA Read sinks of this size before any data arrives.
+    pub max_message_len: u32,
 }
 
 impl Limits {
@@ -53,6 +59,7 @@ impl Limits {
         max_auth_len: 400,
         max_machine_name_len: 255,
         max_auth_sys_gids: 16,
+        max_message_len: 4 << 20,
     };
 }
 

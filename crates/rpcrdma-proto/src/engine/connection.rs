@@ -1,0 +1,1990 @@
+//! [`Connection`]: the per-connection state machine.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::Instant;
+
+use super::framing::{ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
+use super::marshal::{self, pad4, DdpItem};
+use super::{
+    CallError, CallFailure, CallHandle, CallId, Config, ConnectionError, Event, IncomingCall,
+    Metrics, OutgoingCall, OutgoingReply, PeerError, Piece, Reply, ReplyForm, Role,
+};
+use crate::provider::{
+    Access, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode, Provider,
+    ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Stag, Status,
+};
+use crate::wire::chunk::{ChunkLists, ReadSegment, Segment, WriteChunk};
+use crate::wire::direction::{classify, MessageClass};
+use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
+
+/// What a work request id stands for.
+#[derive(Debug)]
+enum Op {
+    /// A posted receive into this buffer.
+    Recv(MemoryRegion),
+    /// The Send of one of our calls.
+    CallSend(u64),
+    /// A Local Invalidate of one of our call's chunks.
+    CallInv(u64),
+    /// An RDMA Read for a received call.
+    Read(u64),
+    /// A Write or Send of one of our replies.
+    Reply(u64),
+    /// A Send whose buffer is freed on completion (error replies).
+    Bare(MemoryRegion),
+}
+
+#[derive(Debug)]
+struct ReplyData {
+    inline: Vec<u8>,
+    write_lens: Vec<u32>,
+    reply_len: Option<u32>,
+}
+
+/// One of our calls.
+#[derive(Debug)]
+struct OutCall {
+    id: CallId,
+    xid: u32,
+    call: OutgoingCall,
+    retransmit: bool,
+    /// Every chunk region (Read, Write, Reply chunks), for invalidation.
+    chunk_mrs: Vec<MemoryRegion>,
+    write_mrs: Vec<MemoryRegion>,
+    reply_mr: Option<MemoryRegion>,
+    send_mr: Option<MemoryRegion>,
+    send_done: bool,
+    remotely_invalidated: Vec<Stag>,
+    pending_inv: usize,
+    reply: Option<Result<ReplyData, CallFailure>>,
+    deadline: Option<Instant>,
+}
+
+impl OutCall {
+    fn new(id: CallId, xid: u32, call: OutgoingCall, retransmit: bool) -> Self {
+        OutCall {
+            id,
+            xid,
+            call,
+            retransmit,
+            chunk_mrs: Vec::new(),
+            write_mrs: Vec::new(),
+            reply_mr: None,
+            send_mr: None,
+            send_done: false,
+            remotely_invalidated: Vec::new(),
+            pending_inv: 0,
+            reply: None,
+            deadline: None,
+        }
+    }
+
+    fn all_mrs(&mut self) -> Vec<MemoryRegion> {
+        let mut v: Vec<MemoryRegion> = self.chunk_mrs.drain(..).collect();
+        v.extend(self.send_mr.take());
+        self.write_mrs.clear();
+        self.reply_mr = None;
+        v
+    }
+}
+
+#[derive(Debug)]
+struct ReadChunk {
+    position: u32,
+    segments: Vec<Segment>,
+    len: usize,
+    sink: Option<MemoryRegion>,
+    data: Vec<u8>,
+}
+
+/// A call we received.
+#[derive(Debug)]
+struct InCall {
+    xid: u32,
+    backchannel: bool,
+    long: bool,
+    base: Vec<u8>,
+    /// Index of the Position-Zero Read chunk in `chunks`.
+    pz: Option<usize>,
+    chunks: Vec<ReadChunk>,
+    reads_left: usize,
+    writes: Vec<WriteChunk>,
+    reply: Option<WriteChunk>,
+    inv: Option<u32>,
+    delivered: bool,
+}
+
+#[derive(Debug)]
+struct PendingRead {
+    handle: u64,
+    chunk: usize,
+    seg: Segment,
+    sink_offset: u64,
+}
+
+#[derive(Debug)]
+struct ReplyJob {
+    mrs: Vec<MemoryRegion>,
+    pending: usize,
+}
+
+/// One RPC-over-RDMA connection: requester and responder at once. See the
+/// [module docs](super).
+#[derive(Debug)]
+pub struct Connection {
+    config: Config,
+    framing: Framing,
+    negotiated: Option<Negotiated>,
+    info: Option<ConnectionInfo>,
+    established: bool,
+    error: Option<ConnectionError>,
+    next_wr: u64,
+    ops: HashMap<u64, Op>,
+    // receives
+    recv_posted: usize,
+    recv_free: Vec<MemoryRegion>,
+    backchannel_enabled: bool,
+    // requester
+    credits: u32,
+    next_xid: u32,
+    next_id: u64,
+    queue: VecDeque<OutCall>,
+    calls: BTreeMap<u64, OutCall>,
+    by_xid: HashMap<u32, u64>,
+    outstanding: usize,
+    retransmits: Vec<OutCall>,
+    // responder
+    grant: u32,
+    /// The largest grant this connection ever advertised: a requester may
+    /// still be using it.
+    max_grant: u32,
+    next_handle: u64,
+    incoming: HashMap<u64, InCall>,
+    reads: VecDeque<PendingRead>,
+    reads_outstanding: usize,
+    next_job: u64,
+    jobs: HashMap<u64, ReplyJob>,
+    /// Send-queue WRs refused with QueueFull, posted in order as the queue
+    /// drains.
+    backlog: VecDeque<SendWr>,
+    /// Registered Send buffers of `send_buffer_size()` octets, reused.
+    send_pool: Vec<MemoryRegion>,
+    // teardown
+    zombies: Vec<MemoryRegion>,
+    events: VecDeque<Event>,
+    metrics: Metrics,
+}
+
+/// Send buffers kept registered for reuse.
+const SEND_POOL_MAX: usize = 256;
+
+fn ok_or_fatal<T>(r: Result<T, ProviderError>) -> Result<T, ConnectionError> {
+    r.map_err(ConnectionError::Provider)
+}
+
+impl Connection {
+    /// A connection engine for a connection that is being set up.
+    pub fn new(config: Config) -> Connection {
+        let grant = config.credits_granted.max(1);
+        Connection {
+            next_xid: config.first_xid,
+            config,
+            framing: Framing::V1,
+            negotiated: None,
+            info: None,
+            established: false,
+            error: None,
+            next_wr: 1,
+            ops: HashMap::new(),
+            recv_posted: 0,
+            recv_free: Vec::new(),
+            backchannel_enabled: false,
+            credits: 1,
+            next_id: 1,
+            queue: VecDeque::new(),
+            calls: BTreeMap::new(),
+            by_xid: HashMap::new(),
+            outstanding: 0,
+            retransmits: Vec::new(),
+            grant,
+            max_grant: grant,
+            next_handle: 1,
+            incoming: HashMap::new(),
+            reads: VecDeque::new(),
+            reads_outstanding: 0,
+            next_job: 1,
+            jobs: HashMap::new(),
+            backlog: VecDeque::new(),
+            send_pool: Vec::new(),
+            zombies: Vec::new(),
+            events: VecDeque::new(),
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// The engine for the next connection after this one was lost: the
+    /// calls that failed with `retransmit: true` are queued again with
+    /// their original [`CallId`]s and XIDs, credits start again at one,
+    /// XID and id counters and metrics carry on. The old provider should be
+    /// dropped (its registrations die with it).
+    // RFC 8166 §3.3 (paraphrased): credits cannot be recovered for a Call
+    // retransmitted on the same connection, so a retransmission goes on a
+    // new connection only (Linux xprt_rdma_send_request drops the
+    // connection to retransmit; rpcrdma_reset_cwnd cites §3.3.3).
+    pub fn reconnect(mut self, config: Config) -> Connection {
+        let mut next = Connection::new(config);
+        next.next_xid = self.next_xid;
+        next.next_id = self.next_id;
+        next.next_handle = self.next_handle;
+        next.metrics = self.metrics;
+        next.metrics.credits_granted = 0;
+        for c in self.retransmits.drain(..) {
+            next.queue
+                .push_back(OutCall::new(c.id, c.xid, c.call, c.retransmit));
+        }
+        next
+    }
+
+    /// Gives up the calls kept for retransmission (instead of
+    /// [`Connection::reconnect`]): `(id, xid, call)`.
+    pub fn take_retransmits(&mut self) -> Vec<(CallId, u32, OutgoingCall)> {
+        self.retransmits
+            .drain(..)
+            .map(|c| (c.id, c.xid, c.call))
+            .collect()
+    }
+
+    // ------------------------------------------------------------------
+    // A. getters
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    /// Client or server.
+    pub fn role(&self) -> Role {
+        self.config.role
+    }
+    /// Inline thresholds and remote invalidation, once established.
+    pub fn negotiated(&self) -> Option<Negotiated> {
+        self.negotiated
+    }
+    /// Calls we may have outstanding (the peer's grant, clamped).
+    pub fn credits(&self) -> u32 {
+        self.credits
+    }
+    /// Our calls sent and not yet answered.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+    /// Our calls waiting for a credit (or for the connection).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+    /// Received calls not yet answered.
+    pub fn pending_incoming(&self) -> usize {
+        self.incoming.len()
+    }
+    /// The credit grant we send as responder.
+    pub fn grant(&self) -> u32 {
+        self.responder_grant()
+    }
+    /// Counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+    /// True once the connection has failed or been closed.
+    pub fn is_closed(&self) -> bool {
+        self.error.is_some()
+    }
+    /// The sticky connection error.
+    pub fn error(&self) -> Option<&ConnectionError> {
+        self.error.as_ref()
+    }
+    /// Work requests posted and not completed yet.
+    pub fn inflight_work_requests(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Changes the grant we send as forward responder (server; Linux keeps
+    /// it static). Zero is treated as one.
+    //= rfc8166#section-3.3.1
+    //# Also note that the never-zero requirement implies that a responder
+    //# MUST always provide at least one credit to each connected requester
+    //# from which no requests are outstanding.
+    // (RFC 8166 wording recalled from memory; RFC 5666 §3.3 has the same
+    // sentence with "RPC server"/"RPC client". Linux clients also floor a
+    // zero grant to one.)
+    ///
+    /// Receives for a larger grant are posted here, before any reply
+    /// advertises it.
+    pub fn set_credit_grant(&mut self, p: &mut dyn Provider, credits: u32) {
+        self.grant = credits.max(1);
+        self.clamp_grant(p);
+        self.max_grant = self.max_grant.max(self.grant);
+        self.refill(p);
+    }
+
+    // ------------------------------------------------------------------
+    // B. inputs
+
+    /// Posts the receives a responder needs before the peer can send (call
+    /// before accepting; [`Connection::handle_established`] does it too).
+    pub fn prepare_receives(&mut self, p: &mut dyn Provider) {
+        self.clamp_grant(p);
+        self.refill(p);
+    }
+
+    /// The connection is up: applies the peer's RFC 8797 private data,
+    /// posts receives, sends queued calls.
+    pub fn handle_established(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        info: &ConnectionInfo,
+    ) {
+        if self.error.is_some() || self.established {
+            return;
+        }
+        let peer = PeerPrivateData::find(&info.peer_private_data);
+        self.negotiated = Some(negotiate(&self.config.private_data_struct(), peer.data()));
+        self.info = Some(info.clone());
+        self.established = true;
+        self.clamp_grant(p);
+        self.refill(p);
+        self.pump(now, p);
+    }
+
+    /// The provider reported the end of the connection.
+    pub fn handle_disconnected(&mut self, p: &mut dyn Provider, reason: DisconnectReason) {
+        self.fatal(p, ConnectionError::Disconnected(reason));
+    }
+
+    /// Every completion the provider returns goes here.
+    pub fn handle_completion(&mut self, now: Instant, p: &mut dyn Provider, c: Completion) {
+        let Some(op) = self.ops.remove(&c.wr_id) else {
+            return;
+        };
+        if !c.status.is_ok() && c.status != Status::Flushed {
+            self.fatal(
+                p,
+                ConnectionError::Completion {
+                    status: c.status,
+                    blame: c.status.blame(),
+                },
+            );
+        }
+        if !c.status.is_ok() || self.error.is_some() {
+            self.cleanup_dead(op);
+            self.reap(p);
+            return;
+        }
+        match op {
+            Op::Recv(mr) => {
+                self.recv_posted = self.recv_posted.saturating_sub(1);
+                let len = c.byte_len as usize;
+                let data = p
+                    .region(&mr)
+                    .ok()
+                    .and_then(|b| b.get(..len))
+                    .map(<[u8]>::to_vec);
+                self.recv_free.push(mr);
+                let inv = match c.opcode {
+                    Opcode::RecvWithInvalidate { stag } => {
+                        self.metrics.remote_invalidations += 1;
+                        Some(stag)
+                    }
+                    _ => None,
+                };
+                // Repost first: whatever this message makes us send (a
+                // reply, an error, a queued call) may let the peer send
+                // again before we come back here.
+                self.refill(p);
+                match data {
+                    Some(d) => self.on_message(now, p, &d, inv),
+                    None => self.metrics.dropped += 1,
+                }
+                self.refill(p);
+            }
+            Op::CallSend(id) => {
+                if let Some(call) = self.calls.get_mut(&id) {
+                    call.send_done = true;
+                }
+                self.try_finish(p, id);
+            }
+            Op::CallInv(id) => {
+                if let Some(call) = self.calls.get_mut(&id) {
+                    call.pending_inv = call.pending_inv.saturating_sub(1);
+                }
+                self.try_finish(p, id);
+            }
+            Op::Read(handle) => {
+                self.reads_outstanding = self.reads_outstanding.saturating_sub(1);
+                let done = match self.incoming.get_mut(&handle) {
+                    Some(call) => {
+                        call.reads_left = call.reads_left.saturating_sub(1);
+                        call.reads_left == 0
+                    }
+                    None => false,
+                };
+                if done {
+                    self.reads_done(p, handle);
+                }
+                self.issue_reads(p);
+            }
+            Op::Reply(job) => self.job_step(p, job),
+            Op::Bare(mr) => self.release(p, mr),
+        }
+        self.drain_backlog(p);
+        self.reap(p);
+    }
+
+    /// Fires expired timers: a call without a reply past its deadline ends
+    /// the connection (RDMA has no keepalive; as Linux, a timeout forces a
+    /// disconnect and the call is retransmitted on the next connection).
+    pub fn handle_timeout(&mut self, now: Instant, p: &mut dyn Provider) {
+        if self.error.is_some() {
+            return;
+        }
+        let expired = self
+            .calls
+            .values()
+            .any(|c| c.reply.is_none() && c.deadline.is_some_and(|d| d <= now));
+        if expired {
+            self.fatal(p, ConnectionError::Timeout);
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // C. commands
+
+    /// Starts a call (a forward call at a client, a backchannel call at a
+    /// server). It is queued until the connection is established and a
+    /// credit is free.
+    pub fn start_call(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        call: OutgoingCall,
+    ) -> Result<CallId, CallError> {
+        if let Some(e) = &self.error {
+            return Err(CallError::Closed(e.clone()));
+        }
+        match call.message.first() {
+            Some(Piece::Inline(b)) if b.len() >= 8 => {}
+            _ => {
+                return Err(CallError::BadMessage(
+                    "the first piece must be inline and hold the RPC header",
+                ))
+            }
+        }
+        let len: usize = call
+            .message
+            .iter()
+            .map(|p| match p {
+                Piece::Inline(b) => b.len(),
+                Piece::Ddp(b) => b.len() + pad4(b.len()),
+            })
+            .sum();
+        let max = self.config.limits.max_message_len as usize;
+        if len > max {
+            return Err(CallError::TooLarge { len, max });
+        }
+        // Reply buffers are allocated from these: bounded like messages.
+        let biggest = call
+            .ddp_results
+            .iter()
+            .copied()
+            .chain([call.reply_max])
+            .max()
+            .unwrap_or(0) as usize;
+        if biggest > max {
+            return Err(CallError::TooLarge { len: biggest, max });
+        }
+        if self.backchannel_requester() {
+            //= rfc8167#section-5.1
+            //# The rdma_proc field MUST contain the value RDMA_MSG.  All three chunk
+            //# lists MUST be empty.
+            // (as quoted in wire::direction, from memory) So a reverse call
+            // larger than the inline threshold cannot be sent at all.
+            let thr = self.send_threshold();
+            let need = self.framing.min_msg_header_len() + len;
+            if need > thr {
+                return Err(CallError::TooLarge {
+                    len: need,
+                    max: thr,
+                });
+            }
+        }
+        if self.queue.len() >= self.config.max_queued {
+            return Err(CallError::QueueFull);
+        }
+        let id = CallId(self.next_id);
+        self.next_id += 1;
+        let xid = self.next_xid;
+        self.next_xid = self.next_xid.wrapping_add(1);
+        self.queue.push_back(OutCall::new(id, xid, call, false));
+        self.pump(now, p);
+        if self.queue.iter().any(|c| c.id == id) {
+            self.metrics.credit_waits += 1;
+        }
+        Ok(id)
+    }
+
+    /// Answers a received call.
+    pub fn send_reply(
+        &mut self,
+        _now: Instant,
+        p: &mut dyn Provider,
+        handle: CallHandle,
+        reply: OutgoingReply,
+    ) -> Result<ReplyForm, CallError> {
+        if let Some(e) = &self.error {
+            return Err(CallError::Closed(e.clone()));
+        }
+        match self.incoming.get(&handle.0) {
+            Some(c) if c.delivered => {}
+            _ => return Err(CallError::UnknownHandle),
+        }
+        match reply.message.first() {
+            Some(Piece::Inline(b)) if b.len() >= 4 => {}
+            _ => {
+                return Err(CallError::BadMessage(
+                    "the first piece must be inline and hold the RPC header",
+                ))
+            }
+        }
+        let thr = self.send_threshold();
+        let (mut stream, ddp) = marshal::flatten(&reply.message);
+        let Some(call) = self.incoming.get(&handle.0) else {
+            return Err(CallError::UnknownHandle);
+        };
+        let xid = call.xid;
+        if let Some(w) = stream.get_mut(..4) {
+            w.copy_from_slice(&xid.to_be_bytes());
+        }
+        if call.backchannel {
+            let need = self.framing.min_msg_header_len() + stream.len();
+            if need > thr {
+                return Err(CallError::TooLarge {
+                    len: need,
+                    max: thr,
+                });
+            }
+        }
+        let Some(call) = self.incoming.remove(&handle.0) else {
+            return Err(CallError::UnknownHandle);
+        };
+        let grant = self.responder_grant();
+
+        // DDP results into the Write chunks, in order.
+        // RFC 8166 §3.4.6 (paraphrased): XDR roundup is never written into a
+        // Write chunk; the returned segment lengths are the octets actually
+        // written (Linux pcl_process_nonpayloads). Unused chunks come back
+        // with zero-length segments.
+        let mut echo: Vec<WriteChunk> = call
+            .writes
+            .iter()
+            .map(|w| {
+                WriteChunk::new(
+                    w.segments
+                        .iter()
+                        .map(|s| Segment::new(s.handle, 0, s.offset))
+                        .collect(),
+                )
+            })
+            .collect();
+        let mut written: Vec<DdpItem> = Vec::new();
+        // (remote, stream range)
+        let mut plan: Vec<(RemoteAddr, usize, usize)> = Vec::new();
+        let ddp: Vec<DdpItem> = ddp.into_iter().filter(|d| d.len > 0).collect();
+        for (k, d) in ddp.iter().enumerate() {
+            let Some(chunk) = call.writes.get(k) else {
+                break; // no Write chunk left: the item goes inline
+            };
+            let lens: Vec<u32> = chunk.segments.iter().map(|s| s.length).collect();
+            let Some(parts) = marshal::spread(d.len, &lens) else {
+                // The result does not fit the Write chunk offered for it.
+                self.send_error(p, xid, ErrorReply::Chunk);
+                return Ok(ReplyForm::ErrChunk);
+            };
+            for (si, off, n) in parts {
+                let (Some(seg), Some(e)) = (
+                    chunk.segments.get(si),
+                    echo.get_mut(k).and_then(|c| c.segments.get_mut(si)),
+                ) else {
+                    continue;
+                };
+                e.length = n as u32;
+                plan.push((
+                    RemoteAddr {
+                        stag: Stag(seg.handle),
+                        offset: seg.offset,
+                    },
+                    d.position + off,
+                    n,
+                ));
+            }
+            written.push(*d);
+        }
+        let inline = marshal::strip(&stream, &written);
+        let msg_chunks = ChunkLists {
+            reads: Vec::new(),
+            writes: echo.clone(),
+            reply: None,
+        };
+        let (form, header, body) =
+            if self.framing.header_len(Shape::Msg, &msg_chunks) + inline.len() <= thr {
+                let h = self
+                    .framing
+                    .encode_data(xid, grant, Shape::Msg, msg_chunks, None);
+                (ReplyForm::Inline, h, inline)
+            } else {
+                // Long Reply: the rest goes into the Reply chunk.
+                let parts = call.reply.as_ref().and_then(|rc| {
+                    let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
+                    marshal::spread(inline.len(), &lens).map(|parts| (rc, parts))
+                });
+                let Some((rc, parts)) = parts else {
+                    // A reply that fits neither inline nor the Reply chunk
+                    // is answered with ERR_CHUNK (Linux svcrdma; libevpl
+                    // found silent truncation here), never truncated.
+                    self.send_error(p, xid, ErrorReply::Chunk);
+                    return Ok(ReplyForm::ErrChunk);
+                };
+                let mut rc_echo = WriteChunk::new(
+                    rc.segments
+                        .iter()
+                        .map(|s| Segment::new(s.handle, 0, s.offset))
+                        .collect(),
+                );
+                // The inline part is appended after the DDP data in the
+                // source buffer: offsets are shifted below.
+                let base = stream.len();
+                for (si, off, n) in parts {
+                    let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
+                    else {
+                        continue;
+                    };
+                    e.length = n as u32;
+                    plan.push((
+                        RemoteAddr {
+                            stag: Stag(seg.handle),
+                            offset: seg.offset,
+                        },
+                        base + off,
+                        n,
+                    ));
+                }
+                stream.extend_from_slice(&inline);
+                let chunks = ChunkLists {
+                    reads: Vec::new(),
+                    writes: echo,
+                    reply: Some(rc_echo),
+                };
+                if self.framing.header_len(Shape::Nomsg, &chunks) > thr {
+                    self.send_error(p, xid, ErrorReply::Chunk);
+                    return Ok(ReplyForm::ErrChunk);
+                }
+                let h = self
+                    .framing
+                    .encode_data(xid, grant, Shape::Nomsg, chunks, None);
+                (ReplyForm::ReplyChunk, h, Vec::new())
+            };
+        let mut msg = header;
+        msg.extend_from_slice(&body);
+
+        //= rfc8797#section-4.1
+        //# When both connection peers have set this bit
+        //# flag in their CM Private Data, the responder MAY use RDMA Send
+        //# with Invalidate operations when transmitting RPC Replies.
+        // Only when the call carried exactly one distinct handle (Linux
+        // svc_rdma_get_inv_rkey), never on an error reply.
+        let remote_inv = self.negotiated.is_some_and(|n| n.remote_invalidation);
+        let op = match (remote_inv, call.inv) {
+            (true, Some(h)) => {
+                self.metrics.send_with_invalidate += 1;
+                SendOp::SendWithInvalidate {
+                    invalidate: Stag(h),
+                    solicited: true,
+                }
+            }
+            _ => SendOp::Send { solicited: true },
+        };
+        let r = self.post_reply(p, stream, plan, msg, op);
+        if let Err(e) = r {
+            self.fatal(p, e);
+            return Err(CallError::Closed(
+                self.error.clone().unwrap_or(ConnectionError::LocalClose),
+            ));
+        }
+        self.metrics.replies_sent += 1;
+        if form == ReplyForm::ReplyChunk {
+            self.metrics.long_replies_sent += 1;
+        }
+        Ok(form)
+    }
+
+    /// Client: accept backchannel calls, granting `slots` credits; posts
+    /// their receives (never before this call).
+    // RFC 8167 §4 (paraphrased): backward-direction credits work as forward
+    // ones, and receives for backward Calls must be posted before any
+    // backward credit is granted.
+    pub fn enable_backchannel(&mut self, p: &mut dyn Provider, slots: u32) {
+        if self.config.role != Role::Client {
+            return;
+        }
+        self.config.backchannel_slots = slots.max(1);
+        self.backchannel_enabled = true;
+        self.refill(p);
+    }
+
+    /// Closes the connection: outstanding calls fail with
+    /// `retransmit: true`.
+    pub fn close(&mut self, p: &mut dyn Provider) {
+        self.fatal(p, ConnectionError::LocalClose);
+    }
+
+    // ------------------------------------------------------------------
+    // D. outputs
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Connection::handle_timeout`] should run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.error.is_some() {
+            return None;
+        }
+        self.calls
+            .values()
+            .filter(|c| c.reply.is_none())
+            .filter_map(|c| c.deadline)
+            .min()
+    }
+
+    // ------------------------------------------------------------------
+    // internals: roles and thresholds
+
+    fn backchannel_requester(&self) -> bool {
+        self.config.role == Role::Server
+    }
+
+    fn requested(&self) -> u32 {
+        match self.config.role {
+            Role::Client => self.config.credits_requested.max(1),
+            Role::Server => self.config.backchannel_slots.max(1),
+        }
+    }
+
+    fn responder_grant(&self) -> u32 {
+        match self.config.role {
+            Role::Server => self.grant,
+            Role::Client => self.config.backchannel_slots.max(1),
+        }
+    }
+
+    fn responder_budget(&self) -> usize {
+        match self.config.role {
+            Role::Server => self.grant as usize,
+            Role::Client if self.backchannel_enabled => self.config.backchannel_slots as usize,
+            Role::Client => 0,
+        }
+    }
+
+    fn send_threshold(&self) -> usize {
+        match self.negotiated {
+            Some(n) => n.send_threshold as usize,
+            None => negotiate(&self.config.private_data_struct(), None).send_threshold as usize,
+        }
+    }
+
+    fn recv_threshold(&self) -> usize {
+        match self.negotiated {
+            Some(n) => n.recv_threshold as usize,
+            None => negotiate(&self.config.private_data_struct(), None).recv_threshold as usize,
+        }
+    }
+
+    fn wr(&mut self, op: Op) -> u64 {
+        let id = self.next_wr;
+        self.next_wr += 1;
+        self.ops.insert(id, op);
+        id
+    }
+
+    /// Posts a Send-queue WR, or keeps it (in order) while the queue is
+    /// full.
+    fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
+        if !self.backlog.is_empty() {
+            self.metrics.send_queue_waits += 1;
+            self.backlog.push_back(wr);
+            return Ok(());
+        }
+        match p.post_send(wr.clone()) {
+            Err(ProviderError::QueueFull) => {
+                self.metrics.send_queue_waits += 1;
+                self.backlog.push_back(wr);
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    fn drain_backlog(&mut self, p: &mut dyn Provider) {
+        while self.error.is_none() {
+            let Some(wr) = self.backlog.pop_front() else {
+                break;
+            };
+            match p.post_send(wr.clone()) {
+                Ok(()) => {}
+                Err(ProviderError::QueueFull) => {
+                    self.backlog.push_front(wr);
+                    break;
+                }
+                Err(e) => {
+                    self.backlog.push_front(wr);
+                    self.fatal(p, ConnectionError::Provider(e));
+                }
+            }
+        }
+    }
+
+    /// A server never grants more than its receive queue holds.
+    fn clamp_grant(&mut self, p: &mut dyn Provider) {
+        if self.config.role == Role::Server {
+            let room = p
+                .caps()
+                .max_recv_wr
+                .saturating_sub(self.config.backchannel_slots)
+                .max(1);
+            self.grant = self.grant.min(room);
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // receives
+
+    // RFC 8166 §3.3.1 (paraphrased): a credit is a receive posted for the
+    // peer's Send. Receives are posted before the credits are granted; the
+    // target is the responder budget plus one per outstanding call of ours.
+    fn refill(&mut self, p: &mut dyn Provider) {
+        if self.error.is_some() {
+            return;
+        }
+        let target = self.responder_budget() + self.outstanding;
+        let size = self.config.inline_recv.max(1024) as usize;
+        while self.recv_posted < target {
+            let mr = match self.recv_free.pop() {
+                Some(mr) => mr,
+                None => match p.register(vec![0u8; size].into_boxed_slice(), Access::LOCAL_WRITE) {
+                    Ok(mr) => mr,
+                    Err(e) => {
+                        self.fatal(p, ConnectionError::Provider(e.error));
+                        return;
+                    }
+                },
+            };
+            let sge = mr.sge(0, mr.len() as u32);
+            let wr_id = self.wr(Op::Recv(mr));
+            match p.post_recv(RecvWr { wr_id, sge }) {
+                Ok(()) => {}
+                Err(e) => {
+                    self.ops.remove(&wr_id);
+                    self.recv_free.push(mr);
+                    // A full receive queue: the grant is clamped to it
+                    // (clamp_grant), so this only delays our own calls.
+                    if e != ProviderError::QueueFull {
+                        self.fatal(p, ConnectionError::Provider(e));
+                    }
+                    return;
+                }
+            }
+            self.recv_posted += 1;
+        }
+    }
+
+    fn on_message(&mut self, now: Instant, p: &mut dyn Provider, data: &[u8], inv: Option<Stag>) {
+        let limits = self.config.limits.clone();
+        match self.framing.decode(data, &limits) {
+            Incoming::Drop { .. } => self.metrics.dropped += 1,
+            Incoming::Reject {
+                xid,
+                answer,
+                reason,
+            } => match self.config.role {
+                Role::Server => self.send_error(p, xid, answer),
+                // A requester never sends RDMA_ERROR; an unusable reply to
+                // an outstanding call fails that call (Linux: -EIO).
+                Role::Client => {
+                    if self.by_xid.contains_key(&xid) {
+                        self.metrics.bad_replies += 1;
+                        self.requester_reply(
+                            now,
+                            p,
+                            xid,
+                            None,
+                            inv,
+                            Err(CallFailure::BadReply(reason)),
+                        );
+                    } else {
+                        self.metrics.dropped += 1;
+                    }
+                }
+            },
+            Incoming::Error { xid, credit, error } => {
+                match error {
+                    RdmaErrorReport::Vers { .. } => self.metrics.err_vers_received += 1,
+                    RdmaErrorReport::Chunk => self.metrics.err_chunk_received += 1,
+                    RdmaErrorReport::Other(_) => self.metrics.err_other_received += 1,
+                }
+                // An RDMA_ERROR fails only that XID; the connection stays
+                // up (Linux rpcrdma_decode_error).
+                self.requester_reply(
+                    now,
+                    p,
+                    xid,
+                    Some(credit),
+                    inv,
+                    Err(CallFailure::RdmaError(error)),
+                );
+            }
+            Incoming::Data {
+                xid,
+                credit,
+                shape,
+                chunks,
+                payload_offset,
+            } => {
+                let payload = data.get(payload_offset..).unwrap_or(&[]);
+                let class = if shape == Shape::Msg && chunks.is_empty() {
+                    classify(data, self.config.role).ok().map(|c| c.class)
+                } else {
+                    None
+                };
+                match (self.config.role, class) {
+                    (Role::Client, Some(MessageClass::BackwardCall)) => {
+                        if self.backchannel_enabled {
+                            self.on_call(p, xid, shape, chunks, payload, true);
+                        } else {
+                            self.metrics.dropped += 1;
+                        }
+                    }
+                    (Role::Client, _) | (Role::Server, Some(MessageClass::BackwardReply)) => {
+                        let r = self.parse_reply(xid, shape, &chunks, payload);
+                        self.requester_reply(now, p, xid, Some(credit), inv, r);
+                    }
+                    (Role::Server, _) => self.on_call(p, xid, shape, chunks, payload, false),
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // requester
+
+    fn pump(&mut self, now: Instant, p: &mut dyn Provider) {
+        //= rfc8166#section-3.3.1
+        //# A requester MUST NOT send unacknowledged requests in excess of
+        //# this granted responder credit limit.
+        while self.established && self.error.is_none() && self.outstanding < self.credits as usize {
+            let Some(call) = self.queue.pop_front() else {
+                break;
+            };
+            self.send_call(now, p, call);
+        }
+    }
+
+    fn fail_local(&mut self, call: OutCall, e: CallError) {
+        self.events.push_back(Event::CallFailed {
+            id: call.id,
+            xid: call.xid,
+            error: CallFailure::Local(e),
+            retransmit: false,
+        });
+    }
+
+    fn register(
+        &mut self,
+        p: &mut dyn Provider,
+        data: Vec<u8>,
+        access: Access,
+        into: &mut Vec<MemoryRegion>,
+    ) -> Result<MemoryRegion, ProviderError> {
+        match p.register(data.into_boxed_slice(), access) {
+            Ok(mr) => {
+                into.push(mr);
+                Ok(mr)
+            }
+            Err(e) => Err(e.error),
+        }
+    }
+
+    fn send_call(&mut self, now: Instant, p: &mut dyn Provider, mut call: OutCall) {
+        let backchannel = self.backchannel_requester();
+        let (mut stream, ddp) = marshal::flatten(&call.call.message);
+        if let Some(w) = stream.get_mut(..4) {
+            w.copy_from_slice(&call.xid.to_be_bytes());
+        }
+        let ddp: Vec<DdpItem> = ddp.into_iter().filter(|d| d.len > 0).collect();
+        let reply_max = match call.call.reply_max {
+            0 => self.config.default_reply_max,
+            n => n,
+        };
+        let send_thr = self.send_threshold();
+        let recv_thr = self.recv_threshold();
+        let min_hdr = self.framing.min_msg_header_len();
+        if reply_max > self.config.limits.max_message_len {
+            let max = self.config.limits.max_message_len as usize;
+            self.fail_local(
+                call,
+                CallError::TooLarge {
+                    len: reply_max as usize,
+                    max,
+                },
+            );
+            return;
+        }
+
+        // Reply resources.
+        let placeholder = |len: u32| WriteChunk::new(vec![Segment::new(0, len, 0)]);
+        let mut write_lens: Vec<u32> = Vec::new();
+        let mut reply_len: Option<u32> = None;
+        // RFC 8166 §3.5 (paraphrased): reply resources are provided when the
+        // reply may not fit the receive threshold. Linux: a Write chunk for
+        // DDP-eligible results, a Reply chunk when the rest may not fit.
+        if !backchannel && min_hdr + reply_max as usize > recv_thr {
+            write_lens = call.call.ddp_results.clone();
+            let echo = ChunkLists {
+                reads: Vec::new(),
+                writes: write_lens.iter().map(|&l| placeholder(l)).collect(),
+                reply: None,
+            };
+            let ddp_total: u64 = write_lens.iter().map(|&l| u64::from(l)).sum();
+            let rest = u64::from(reply_max).saturating_sub(ddp_total);
+            if self.framing.header_len(Shape::Msg, &echo) as u64 + rest > recv_thr as u64 {
+                reply_len = Some(reply_max);
+            }
+        }
+        let base = ChunkLists {
+            reads: Vec::new(),
+            writes: write_lens.iter().map(|&l| placeholder(l)).collect(),
+            reply: reply_len.map(placeholder),
+        };
+
+        enum Form {
+            Inline,
+            Reads,
+            Long,
+        }
+        let stripped = marshal::strip(&stream, &ddp);
+        let with_reads = |n: usize| {
+            let mut c = base.clone();
+            c.reads = vec![ReadSegment::default(); n];
+            c
+        };
+        // RFC 8166 §3.5 (paraphrased): a Call that does not fit the send
+        // threshold moves its DDP-eligible data to Read chunks, or becomes a
+        // Long Call (RDMA_NOMSG, Position-Zero Read chunk).
+        let form = if self.framing.header_len(Shape::Msg, &base) + stream.len() <= send_thr {
+            Form::Inline
+        } else if backchannel {
+            let len = self.framing.header_len(Shape::Msg, &base) + stream.len();
+            self.fail_local(call, CallError::TooLarge { len, max: send_thr });
+            return;
+        } else if !ddp.is_empty()
+            && self.framing.header_len(Shape::Msg, &with_reads(ddp.len())) + stripped.len()
+                <= send_thr
+        {
+            Form::Reads
+        } else if self.framing.header_len(Shape::Nomsg, &with_reads(1)) <= send_thr {
+            Form::Long
+        } else {
+            let len = self.framing.header_len(Shape::Nomsg, &with_reads(1));
+            self.fail_local(call, CallError::TooLarge { len, max: send_thr });
+            return;
+        };
+
+        // Registration: every chunk region per call.
+        let mut mrs: Vec<MemoryRegion> = Vec::new();
+        let mut reads: Vec<ReadSegment> = Vec::new();
+        let mut shape = Shape::Msg;
+        let r: Result<Vec<u8>, ProviderError> = (|| {
+            let inline = match form {
+                Form::Inline => stream,
+                Form::Reads => {
+                    for d in &ddp {
+                        let data = stream
+                            .get(d.position..d.position + d.len)
+                            .unwrap_or(&[])
+                            .to_vec();
+                        // No XDR roundup in Read chunks (RFC 8166
+                        // §3.4.5.2 recommends leaving it out; Linux does).
+                        let mr = self.register(p, data, Access::REMOTE_READ, &mut mrs)?;
+                        reads.push(ReadSegment::new(
+                            d.position as u32,
+                            Segment::new(mr.stag().0, d.len as u32, 0),
+                        ));
+                        self.metrics.read_chunks += 1;
+                        self.metrics.read_chunk_bytes += d.len as u64;
+                    }
+                    stripped
+                }
+                Form::Long => {
+                    let len = stream.len();
+                    let mr = self.register(p, stream, Access::REMOTE_READ, &mut mrs)?;
+                    reads.push(ReadSegment::new(
+                        0,
+                        Segment::new(mr.stag().0, len as u32, 0),
+                    ));
+                    shape = Shape::Nomsg;
+                    self.metrics.long_calls += 1;
+                    self.metrics.read_chunks += 1;
+                    self.metrics.read_chunk_bytes += len as u64;
+                    Vec::new()
+                }
+            };
+            Ok(inline)
+        })();
+        let inline = match r {
+            Ok(i) => i,
+            Err(e) => {
+                self.zombies.extend(mrs);
+                self.reap(p);
+                self.fail_local(call, CallError::Provider(e));
+                return;
+            }
+        };
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let mut writes = Vec::new();
+        let mut write_mrs = Vec::new();
+        let mut reply = None;
+        let mut reply_mr = None;
+        let mut failed = None;
+        for &l in &write_lens {
+            // Room for the XDR pad: a legacy responder that writes the
+            // roundup of an unaligned result (Solaris; the reason for Linux's
+            // 4-octet pad segment) stays inside the chunk. A conforming one
+            // never writes it, and only the returned length is read back.
+            let l = l.saturating_add(pad4(l as usize) as u32);
+            match self.register(p, vec![0u8; l as usize], rw, &mut mrs) {
+                Ok(mr) => {
+                    writes.push(WriteChunk::new(vec![Segment::new(mr.stag().0, l, 0)]));
+                    write_mrs.push(mr);
+                    self.metrics.write_chunks += 1;
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let (None, Some(l)) = (&failed, reply_len) {
+            match self.register(p, vec![0u8; l as usize], rw, &mut mrs) {
+                Ok(mr) => {
+                    reply = Some(WriteChunk::new(vec![Segment::new(mr.stag().0, l, 0)]));
+                    reply_mr = Some(mr);
+                    self.metrics.reply_chunks += 1;
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        let chunks = ChunkLists {
+            reads,
+            writes,
+            reply,
+        };
+        let mut msg = self
+            .framing
+            .encode_data(call.xid, self.requested(), shape, chunks, None);
+        msg.extend_from_slice(&inline);
+        let send_mr = match failed {
+            Some(e) => Err(e),
+            None => self.message_buffer(p, msg),
+        };
+        let (send_mr, send_len) = match send_mr {
+            Ok(x) => x,
+            Err(e) => {
+                self.zombies.extend(mrs);
+                self.reap(p);
+                self.fail_local(call, CallError::Provider(e));
+                return;
+            }
+        };
+        call.chunk_mrs = mrs;
+        call.write_mrs = write_mrs;
+        call.reply_mr = reply_mr;
+        call.send_mr = Some(send_mr);
+        call.deadline = self.config.call_timeout.map(|d| now + d);
+        let id = call.id.0;
+        self.by_xid.insert(call.xid, id);
+        if call.retransmit {
+            self.metrics.retransmits += 1;
+        }
+        self.calls.insert(id, call);
+        self.outstanding += 1;
+        self.metrics.calls_sent += 1;
+        // The receive for the reply is posted before the call is sent.
+        self.refill(p);
+        if self.error.is_some() {
+            return;
+        }
+        let wr_id = self.wr(Op::CallSend(id));
+        let sge = send_mr.sge(0, send_len);
+        if let Err(e) = self.post(
+            p,
+            SendWr {
+                wr_id,
+                op: SendOp::Send { solicited: true },
+                sges: vec![sge],
+            },
+        ) {
+            self.ops.remove(&wr_id);
+            self.fatal(p, ConnectionError::Provider(e));
+        }
+    }
+
+    /// Checks a reply's chunk lists against what the call offered.
+    fn parse_reply(
+        &self,
+        xid: u32,
+        shape: Shape,
+        chunks: &ChunkLists,
+        payload: &[u8],
+    ) -> Result<ReplyData, CallFailure> {
+        let Some(call) = self.by_xid.get(&xid).and_then(|id| self.calls.get(id)) else {
+            return Err(CallFailure::BadReply("unknown XID"));
+        };
+        // A reply carries no Read list (RFC 8166 §3.4.5, paraphrased);
+        // Linux fails such replies with -EIO.
+        if !chunks.reads.is_empty() {
+            return Err(CallFailure::BadReply("Read list in a reply"));
+        }
+        if chunks.writes.len() > call.write_mrs.len() {
+            return Err(CallFailure::BadReply("more Write chunks than offered"));
+        }
+        let check = |ours: &MemoryRegion, theirs: &WriteChunk| -> Result<u32, CallFailure> {
+            let mut total: u64 = 0;
+            for s in &theirs.segments {
+                if s.handle != ours.stag().0 {
+                    return Err(CallFailure::BadReply("returned segment handle not offered"));
+                }
+                total += u64::from(s.length);
+            }
+            if total > ours.len() {
+                return Err(CallFailure::BadReply("returned chunk longer than offered"));
+            }
+            Ok(total as u32)
+        };
+        let mut write_lens = vec![0u32; call.write_mrs.len()];
+        for (i, w) in chunks.writes.iter().enumerate() {
+            if let (Some(mr), Some(l)) = (call.write_mrs.get(i), write_lens.get_mut(i)) {
+                *l = check(mr, w)?;
+            }
+        }
+        match shape {
+            Shape::Msg => {
+                if chunks.reply.is_some() {
+                    return Err(CallFailure::BadReply("Reply chunk in an RDMA_MSG reply"));
+                }
+                Ok(ReplyData {
+                    inline: payload.to_vec(),
+                    write_lens,
+                    reply_len: None,
+                })
+            }
+            Shape::Nomsg => {
+                let (Some(ours), Some(theirs)) = (call.reply_mr.as_ref(), chunks.reply.as_ref())
+                else {
+                    return Err(CallFailure::BadReply(
+                        "RDMA_NOMSG reply without our Reply chunk",
+                    ));
+                };
+                let len = check(ours, theirs)?;
+                Ok(ReplyData {
+                    inline: Vec::new(),
+                    write_lens,
+                    reply_len: Some(len),
+                })
+            }
+        }
+    }
+
+    fn requester_reply(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        xid: u32,
+        credit: Option<u32>,
+        inv: Option<Stag>,
+        result: Result<ReplyData, CallFailure>,
+    ) {
+        let Some(id) = self.by_xid.remove(&xid) else {
+            self.metrics.bad_xids += 1;
+            return;
+        };
+        if let Some(g) = credit.and_then(|c| self.framing.grant(c)) {
+            self.metrics.credits_granted = g;
+            //= rfc8166#section-3.3.1
+            //# A requester MUST NOT send unacknowledged requests in excess of
+            //# this granted responder credit limit.
+            // Clamped to [1, requested] as Linux does: a zero grant would
+            // deadlock the connection.
+            let new = g.clamp(1, self.requested());
+            if new != self.credits {
+                self.credits = new;
+                self.events
+                    .push_back(Event::CreditsChanged { credits: new });
+            }
+        }
+        if result.is_err() && matches!(result, Err(CallFailure::BadReply(_))) {
+            self.metrics.bad_replies += 1;
+        }
+        self.metrics.replies_received += 1;
+        self.outstanding = self.outstanding.saturating_sub(1);
+        let mut invs = Vec::new();
+        if let Some(call) = self.calls.get_mut(&id) {
+            call.reply = Some(result);
+            if let Some(stag) = inv {
+                if call.chunk_mrs.iter().any(|m| m.stag() == stag) {
+                    call.remotely_invalidated.push(stag);
+                }
+            }
+            // RFC 8166 §3.4.2/§8.1 (paraphrased): every chunk STag is
+            // invalidated, locally or by Send With Invalidate, before the
+            // reply is delivered to the caller.
+            for mr in &call.chunk_mrs {
+                if !call.remotely_invalidated.contains(&mr.stag()) {
+                    invs.push(mr.stag());
+                }
+            }
+            call.pending_inv = invs.len();
+        }
+        for stag in invs {
+            let wr_id = self.wr(Op::CallInv(id));
+            self.metrics.local_invalidations += 1;
+            let wr = SendWr {
+                wr_id,
+                op: SendOp::LocalInvalidate { stag },
+                sges: Vec::new(),
+            };
+            if let Err(e) = self.post(p, wr) {
+                self.ops.remove(&wr_id);
+                self.fatal(p, ConnectionError::Provider(e));
+                return;
+            }
+        }
+        self.try_finish(p, id);
+        self.pump(now, p);
+    }
+
+    /// Completes a call once the reply is in, its Send completed and every
+    /// chunk is invalidated: copies the data out and deregisters.
+    fn try_finish(&mut self, p: &mut dyn Provider, id: u64) {
+        let ready = self
+            .calls
+            .get(&id)
+            .is_some_and(|c| c.reply.is_some() && c.send_done && c.pending_inv == 0);
+        if !ready {
+            return;
+        }
+        let Some(mut call) = self.calls.remove(&id) else {
+            return;
+        };
+        let event = self.finish(p, &mut call);
+        self.events.push_back(event);
+        for mr in call.all_mrs() {
+            self.release(p, mr);
+        }
+    }
+
+    fn finish(&mut self, p: &mut dyn Provider, call: &mut OutCall) -> Event {
+        let result = call
+            .reply
+            .take()
+            .unwrap_or(Err(CallFailure::BadReply("no reply")));
+        match result {
+            Ok(data) => {
+                let read = |mr: &MemoryRegion, len: usize| -> Vec<u8> {
+                    p.region(mr)
+                        .ok()
+                        .and_then(|b| b.get(..len))
+                        .map(<[u8]>::to_vec)
+                        .unwrap_or_default()
+                };
+                let mut results = Vec::with_capacity(call.write_mrs.len());
+                for (mr, &l) in call.write_mrs.iter().zip(&data.write_lens) {
+                    self.metrics.write_chunk_bytes += u64::from(l);
+                    results.push(read(mr, l as usize));
+                }
+                let (message, long) = match (data.reply_len, call.reply_mr.as_ref()) {
+                    (Some(l), Some(mr)) => {
+                        self.metrics.long_replies += 1;
+                        self.metrics.reply_chunk_bytes += u64::from(l);
+                        (read(mr, l as usize), true)
+                    }
+                    _ => (data.inline, false),
+                };
+                Event::ReplyReceived(Reply {
+                    id: call.id,
+                    xid: call.xid,
+                    message,
+                    results,
+                    long,
+                })
+            }
+            Err(error) => Event::CallFailed {
+                id: call.id,
+                xid: call.xid,
+                error,
+                retransmit: false,
+            },
+        }
+    }
+
+    fn release(&mut self, p: &mut dyn Provider, mr: MemoryRegion) {
+        // Local-only buffers of the pool size go back to the Send pool;
+        // anything that was ever exposed remotely is deregistered.
+        if self.error.is_none()
+            && mr.access() == Access::NONE
+            && mr.len() == self.send_buffer_size() as u64
+            && self.send_pool.len() < SEND_POOL_MAX
+        {
+            self.send_pool.push(mr);
+            return;
+        }
+        if p.deregister(&mr).is_err() {
+            self.zombies.push(mr);
+        }
+    }
+
+    fn send_buffer_size(&self) -> usize {
+        self.config.inline_send.max(1024) as usize
+    }
+
+    /// A registered buffer holding `msg`, and its length: a pooled buffer
+    /// when the message fits (every inline message does), else a fresh
+    /// registration.
+    fn message_buffer(
+        &mut self,
+        p: &mut dyn Provider,
+        msg: Vec<u8>,
+    ) -> Result<(MemoryRegion, u32), ProviderError> {
+        let len = msg.len();
+        let size = self.send_buffer_size();
+        if len > size {
+            let mr = p
+                .register(msg.into_boxed_slice(), Access::NONE)
+                .map_err(|e| e.error)?;
+            return Ok((mr, len as u32));
+        }
+        let mr = match self.send_pool.pop() {
+            Some(mr) => mr,
+            None => p
+                .register(vec![0u8; size].into_boxed_slice(), Access::NONE)
+                .map_err(|e| e.error)?,
+        };
+        match p.region_mut(&mr) {
+            Ok(buf) => {
+                if let Some(d) = buf.get_mut(..len) {
+                    d.copy_from_slice(&msg);
+                }
+                Ok((mr, len as u32))
+            }
+            Err(e) => {
+                self.zombies.push(mr);
+                Err(e)
+            }
+        }
+    }
+
+    /// Retries deregistration of regions that were still held.
+    fn reap(&mut self, p: &mut dyn Provider) {
+        if self.zombies.is_empty() {
+            return;
+        }
+        let z = std::mem::take(&mut self.zombies);
+        for mr in z {
+            match p.deregister(&mr) {
+                Ok(_) | Err(ProviderError::InvalidHandle) => {}
+                Err(_) => self.zombies.push(mr),
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // responder
+
+    fn send_error(&mut self, p: &mut dyn Provider, xid: u32, e: ErrorReply) {
+        match e {
+            ErrorReply::Vers => self.metrics.err_vers_sent += 1,
+            ErrorReply::Chunk => self.metrics.err_chunk_sent += 1,
+        }
+        let msg = self.framing.encode_error(xid, self.responder_grant(), e);
+        let (mr, len) = match self.message_buffer(p, msg) {
+            Ok(x) => x,
+            Err(e) => {
+                self.fatal(p, ConnectionError::Provider(e));
+                return;
+            }
+        };
+        let wr_id = self.wr(Op::Bare(mr));
+        self.metrics.replies_sent += 1;
+        let wr = SendWr {
+            wr_id,
+            op: SendOp::Send { solicited: true },
+            sges: vec![mr.sge(0, len)],
+        };
+        if let Err(e) = self.post(p, wr) {
+            self.ops.remove(&wr_id);
+            self.zombies.push(mr);
+            self.fatal(p, ConnectionError::Provider(e));
+        }
+    }
+
+    /// Validates a received call's chunk lists; returns the Read chunks
+    /// (position, segments, length) and the index of the Position-Zero
+    /// Read chunk.
+    #[allow(clippy::type_complexity)]
+    fn validate_call(
+        &self,
+        shape: Shape,
+        chunks: &ChunkLists,
+        payload_len: usize,
+    ) -> Result<(Vec<(u32, Vec<Segment>, u64)>, Option<usize>), &'static str> {
+        let groups: Vec<(u32, Vec<Segment>, u64)> = chunks
+            .read_chunks()
+            .into_iter()
+            .map(|(pos, segs)| {
+                let len = segs.iter().map(|s| u64::from(s.length)).sum();
+                (pos, segs, len)
+            })
+            .collect();
+        let mut pz = None;
+        let mut data = Vec::new();
+        for (i, (pos, _, len)) in groups.iter().enumerate() {
+            if *pos == 0 {
+                // The Position-Zero Read chunk carries a Long Call, which
+                // is always RDMA_NOMSG (RFC 8166 §3.5.3, paraphrased).
+                if shape == Shape::Msg {
+                    return Err("Position-Zero Read chunk in an RDMA_MSG call");
+                }
+                if pz.is_some() {
+                    return Err("two Position-Zero Read chunks");
+                }
+                pz = Some(i);
+            } else {
+                data.push((*pos, *len));
+            }
+        }
+        let max = u64::from(self.config.limits.max_message_len);
+        let base_len = match (shape, pz) {
+            (Shape::Msg, _) => payload_len as u64,
+            (Shape::Nomsg, Some(i)) => groups.get(i).map_or(0, |g| g.2),
+            (Shape::Nomsg, None) => {
+                return Err("RDMA_NOMSG call without a Position-Zero Read chunk")
+            }
+        };
+        if base_len > max {
+            return Err("call exceeds max_message_len");
+        }
+        marshal::check_positions(base_len as usize, &data, max)?;
+        for w in &chunks.writes {
+            if w.segments.is_empty() {
+                return Err("empty Write chunk");
+            }
+        }
+        if !groups.is_empty() && self.info.as_ref().map_or(0, |i| i.ord) == 0 {
+            return Err("Read chunks but no RDMA Read resources (ORD 0)");
+        }
+        Ok((groups, pz))
+    }
+
+    fn on_call(
+        &mut self,
+        p: &mut dyn Provider,
+        xid: u32,
+        shape: Shape,
+        chunks: ChunkLists,
+        payload: &[u8],
+        backchannel: bool,
+    ) {
+        // A requester may still use the largest grant we ever advertised;
+        // twice that is a protocol violation (and a memory bound).
+        let grant = match self.config.role {
+            Role::Server => self.responder_grant().max(self.max_grant),
+            Role::Client => self.responder_grant(),
+        } as usize;
+        if self.incoming.len() >= grant.saturating_mul(2) {
+            self.fatal(
+                p,
+                ConnectionError::Peer(PeerError::CreditOverrun {
+                    outstanding: self.incoming.len() + 1,
+                    granted: grant as u32,
+                }),
+            );
+            return;
+        }
+        //= rfc8166#section-4.5.2
+        //# If the rdma_vers field contains a recognized value, but an XDR
+        //# parsing error occurs, the Responder MUST reply with an
+        //# RDMA_ERROR procedure and set the rdma_err value to ERR_CHUNK.
+        let (groups, pz) = match self.validate_call(shape, &chunks, payload.len()) {
+            Ok(x) => x,
+            Err(_why) => {
+                self.send_error(p, xid, ErrorReply::Chunk);
+                return;
+            }
+        };
+        // One distinct handle in the whole call: the only case where Send
+        // With Invalidate is used (Linux svc_rdma_get_inv_rkey).
+        let mut handles = HashSet::new();
+        for r in &chunks.reads {
+            handles.insert(r.target.handle);
+        }
+        for w in chunks.writes.iter().chain(chunks.reply.iter()) {
+            for s in &w.segments {
+                handles.insert(s.handle);
+            }
+        }
+        let inv = if handles.len() == 1 {
+            handles.into_iter().next()
+        } else {
+            None
+        };
+        let handle = self.next_handle;
+        self.next_handle += 1;
+        let sink_access = if p.caps().read_sink_needs_remote_write {
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        } else {
+            Access::LOCAL_WRITE
+        };
+        let mut reads = Vec::new();
+        let mut rchunks = Vec::with_capacity(groups.len());
+        let mut failed = false;
+        for (ci, (position, segments, len)) in groups.into_iter().enumerate() {
+            let len = len as usize;
+            let mut sink = None;
+            if len > 0 {
+                let mut v = Vec::new();
+                match self.register(p, vec![0u8; len], sink_access, &mut v) {
+                    Ok(mr) => sink = Some(mr),
+                    Err(_) => failed = true,
+                }
+            }
+            let mut off = 0u64;
+            for s in &segments {
+                if s.length > 0 {
+                    reads.push(PendingRead {
+                        handle,
+                        chunk: ci,
+                        seg: *s,
+                        sink_offset: off,
+                    });
+                }
+                off += u64::from(s.length);
+            }
+            rchunks.push(ReadChunk {
+                position,
+                segments,
+                len,
+                sink,
+                data: Vec::new(),
+            });
+        }
+        if failed {
+            for c in &mut rchunks {
+                if let Some(mr) = c.sink.take() {
+                    self.zombies.push(mr);
+                }
+            }
+            self.reap(p);
+            self.send_error(p, xid, ErrorReply::Chunk);
+            return;
+        }
+        let long = pz.is_some();
+        if long {
+            self.metrics.long_calls_received += 1;
+        }
+        let call = InCall {
+            xid,
+            backchannel,
+            long,
+            base: if shape == Shape::Msg {
+                payload.to_vec()
+            } else {
+                Vec::new()
+            },
+            pz,
+            chunks: rchunks,
+            reads_left: reads.len(),
+            writes: chunks.writes,
+            reply: chunks.reply,
+            inv,
+            delivered: false,
+        };
+        let nreads = reads.len();
+        self.incoming.insert(handle, call);
+        if nreads == 0 {
+            self.reads_done(p, handle);
+        } else {
+            self.reads.extend(reads);
+            self.issue_reads(p);
+        }
+    }
+
+    fn issue_reads(&mut self, p: &mut dyn Provider) {
+        // Never more RDMA Reads outstanding than the ORD the connection
+        // negotiated (the peer's IRD): an excess Read Request is fatal at
+        // the peer's RNIC.
+        let ord = self.info.as_ref().map_or(0, |i| usize::from(i.ord));
+        while self.error.is_none() && self.reads_outstanding < ord {
+            let Some(r) = self.reads.pop_front() else {
+                break;
+            };
+            let Some(sink) = self
+                .incoming
+                .get(&r.handle)
+                .and_then(|c| c.chunks.get(r.chunk))
+                .and_then(|c| c.sink)
+            else {
+                continue;
+            };
+            let wr_id = self.wr(Op::Read(r.handle));
+            self.metrics.rdma_reads += 1;
+            self.metrics.rdma_read_bytes += u64::from(r.seg.length);
+            let res = self.post(
+                p,
+                SendWr {
+                    wr_id,
+                    op: SendOp::Read {
+                        remote: RemoteAddr {
+                            stag: Stag(r.seg.handle),
+                            offset: r.seg.offset,
+                        },
+                    },
+                    sges: vec![sink.sge(r.sink_offset, r.seg.length)],
+                },
+            );
+            if let Err(e) = res {
+                self.ops.remove(&wr_id);
+                self.fatal(p, ConnectionError::Provider(e));
+                return;
+            }
+            self.reads_outstanding += 1;
+            self.metrics.max_reads_in_flight = self
+                .metrics
+                .max_reads_in_flight
+                .max(self.reads_outstanding as u64);
+        }
+    }
+
+    fn reads_done(&mut self, p: &mut dyn Provider, handle: u64) {
+        let mut sinks = Vec::new();
+        let Some(call) = self.incoming.get_mut(&handle) else {
+            return;
+        };
+        for c in &mut call.chunks {
+            if let Some(mr) = c.sink.take() {
+                c.data = p
+                    .region(&mr)
+                    .ok()
+                    .and_then(|b| b.get(..c.len))
+                    .map(<[u8]>::to_vec)
+                    .unwrap_or_default();
+                sinks.push(mr);
+            }
+        }
+        let base = match call.pz {
+            Some(i) => call
+                .chunks
+                .get_mut(i)
+                .map(|c| std::mem::take(&mut c.data))
+                .unwrap_or_default(),
+            None => std::mem::take(&mut call.base),
+        };
+        let data: Vec<(u32, Vec<u8>)> = call
+            .chunks
+            .iter_mut()
+            .filter(|c| c.position != 0)
+            .map(|c| (c.position, std::mem::take(&mut c.data)))
+            .collect();
+        // RFC 8166 §3.4.5.2 (paraphrased): a Read chunk of unaligned length
+        // is followed in the XDR stream by its pad, whether or not the
+        // requester sent it; the reassembly inserts zero octets.
+        let (message, ddp) = marshal::reassemble(&base, &data);
+        call.delivered = true;
+        let ev = IncomingCall {
+            handle: CallHandle(handle),
+            xid: call.xid,
+            backchannel: call.backchannel,
+            message,
+            ddp,
+            long: call.long,
+            write_chunks: call.writes.iter().map(WriteChunk::total_len).collect(),
+            reply_chunk: call.reply.as_ref().map(WriteChunk::total_len),
+        };
+        let _ = call.chunks.iter().map(|c| c.segments.len()).sum::<usize>();
+        self.metrics.calls_received += 1;
+        self.events.push_back(Event::CallReceived(ev));
+        for mr in sinks {
+            self.release(p, mr);
+        }
+    }
+
+    fn post_reply(
+        &mut self,
+        p: &mut dyn Provider,
+        source: Vec<u8>,
+        plan: Vec<(RemoteAddr, usize, usize)>,
+        msg: Vec<u8>,
+        op: SendOp,
+    ) -> Result<(), ConnectionError> {
+        let job = self.next_job;
+        self.next_job += 1;
+        let mut mrs = Vec::new();
+        let src = if plan.is_empty() {
+            None
+        } else {
+            Some(ok_or_fatal(self.register(
+                p,
+                source,
+                Access::NONE,
+                &mut mrs,
+            ))?)
+        };
+        let (send_mr, send_len) = match self.message_buffer(p, msg) {
+            Ok(x) => x,
+            Err(e) => {
+                self.zombies.extend(mrs);
+                return Err(ConnectionError::Provider(e));
+            }
+        };
+        mrs.push(send_mr);
+        self.jobs.insert(job, ReplyJob { mrs, pending: 0 });
+        let mut wrs = Vec::new();
+        if let Some(src) = src {
+            for (remote, off, n) in plan {
+                self.metrics.rdma_writes += 1;
+                self.metrics.rdma_write_bytes += n as u64;
+                wrs.push((
+                    SendOp::Write { remote },
+                    vec![src.sge(off as u64, n as u32)],
+                ));
+            }
+        }
+        wrs.push((op, vec![send_mr.sge(0, send_len)]));
+        for (op, sges) in wrs {
+            let wr_id = self.wr(Op::Reply(job));
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.pending += 1;
+            }
+            if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
+                self.ops.remove(&wr_id);
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.pending -= 1;
+                }
+                return Err(ConnectionError::Provider(e));
+            }
+        }
+        Ok(())
+    }
+
+    fn job_step(&mut self, p: &mut dyn Provider, job: u64) {
+        let done = match self.jobs.get_mut(&job) {
+            Some(j) => {
+                j.pending = j.pending.saturating_sub(1);
+                j.pending == 0
+            }
+            None => false,
+        };
+        if done {
+            if let Some(j) = self.jobs.remove(&job) {
+                for mr in j.mrs {
+                    self.release(p, mr);
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // failure
+
+    /// Resources of a WR that completed after the connection failed.
+    fn cleanup_dead(&mut self, op: Op) {
+        match op {
+            Op::Recv(mr) => {
+                self.recv_posted = self.recv_posted.saturating_sub(1);
+                self.zombies.push(mr);
+            }
+            Op::Bare(mr) => self.zombies.push(mr),
+            Op::Read(_) => self.reads_outstanding = self.reads_outstanding.saturating_sub(1),
+            Op::CallSend(_) | Op::CallInv(_) | Op::Reply(_) => {}
+        }
+    }
+
+    /// Ends the connection (sticky): calls without a reply are kept for
+    /// retransmission, calls whose reply arrived complete now (the peer can
+    /// no longer touch their memory), everything else is released.
+    fn fatal(&mut self, p: &mut dyn Provider, err: ConnectionError) {
+        if self.error.is_some() {
+            return;
+        }
+        self.error = Some(err.clone());
+        p.disconnect();
+        let calls = std::mem::take(&mut self.calls);
+        self.by_xid.clear();
+        self.outstanding = 0;
+        for (_, mut call) in calls {
+            if call.reply.is_some() {
+                let ev = self.finish(p, &mut call);
+                self.events.push_back(ev);
+                self.zombies.extend(call.all_mrs());
+                continue;
+            }
+            self.zombies.extend(call.all_mrs());
+            // It was sent: sending it again is a retransmission.
+            call.retransmit = true;
+            call.pending_inv = 0;
+            call.send_done = false;
+            call.remotely_invalidated.clear();
+            self.events.push_back(Event::CallFailed {
+                id: call.id,
+                xid: call.xid,
+                error: CallFailure::ConnectionLost(err.clone()),
+                retransmit: true,
+            });
+            self.retransmits.push(call);
+        }
+        for call in std::mem::take(&mut self.queue) {
+            self.events.push_back(Event::CallFailed {
+                id: call.id,
+                xid: call.xid,
+                error: CallFailure::ConnectionLost(err.clone()),
+                retransmit: true,
+            });
+            self.retransmits.push(call);
+        }
+        self.retransmits.sort_by_key(|c| c.id);
+        for (_, mut c) in std::mem::take(&mut self.incoming) {
+            for rc in &mut c.chunks {
+                self.zombies.extend(rc.sink.take());
+            }
+        }
+        self.reads.clear();
+        for (_, j) in std::mem::take(&mut self.jobs) {
+            self.zombies.extend(j.mrs);
+        }
+        self.zombies.append(&mut self.recv_free);
+        self.zombies.append(&mut self.send_pool);
+        for wr in std::mem::take(&mut self.backlog) {
+            if let Some(op) = self.ops.remove(&wr.wr_id) {
+                self.cleanup_dead(op);
+            }
+        }
+        self.events.push_back(Event::ConnectionLost(err));
+        self.reap(p);
+    }
+}

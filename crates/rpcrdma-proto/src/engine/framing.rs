@@ -1,0 +1,373 @@
+//! The version seam: everything that differs between RPC-over-RDMA
+//! versions goes through [`Framing`]. The call and reply machinery in
+//! [`super::connection`] never looks at a version number.
+//!
+//! Version 1 (RFC 8166) is implemented. Version 2 slots in as another
+//! variant: its header prefix carries `rdma_flags` and `rdma_inv_handle`,
+//! its credit word is a grant only in responses, its errors are richer, and
+//! it exchanges CONNPROP messages at connection start.
+
+use crate::wire::chunk::ChunkLists;
+use crate::wire::header::{self, TransportHeader, WireAnswer};
+use crate::wire::v1;
+use crate::xdr::XdrEncode;
+use crate::Limits;
+
+/// Shape of a data-carrying header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// The RPC message follows the header in the same Send.
+    Msg,
+    /// The RPC message travels in chunks only.
+    Nomsg,
+}
+
+/// An RDMA_ERROR as received, version independent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RdmaErrorReport {
+    /// The peer does not support our version; it supports `low..=high`.
+    Vers {
+        /// Lowest version the peer supports.
+        low: u32,
+        /// Highest version the peer supports.
+        high: u32,
+    },
+    /// The peer could not parse or use our chunks (ERR_CHUNK).
+    Chunk,
+    /// An error code the version does not define.
+    Other(u32),
+}
+
+/// Error replies a responder sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ErrorReply {
+    /// Unsupported version (v1: ERR_VERS with our range).
+    Vers,
+    /// Malformed or unusable header (v1: ERR_CHUNK).
+    Chunk,
+}
+
+/// What a received message is, before any direction is applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Incoming {
+    /// A call or reply: RDMA_MSG (payload at `payload_offset`) or
+    /// RDMA_NOMSG.
+    Data {
+        xid: u32,
+        credit: u32,
+        shape: Shape,
+        chunks: ChunkLists,
+        payload_offset: usize,
+    },
+    /// An RDMA_ERROR report.
+    Error {
+        xid: u32,
+        credit: u32,
+        error: RdmaErrorReport,
+    },
+    /// Not answered and not used (too short, deprecated RDMA_DONE, an
+    /// undecodable error report).
+    Drop { reason: &'static str },
+    /// A responder answers this with an error; a requester treats it as an
+    /// unusable reply to `xid`.
+    Reject {
+        xid: u32,
+        answer: ErrorReply,
+        reason: &'static str,
+    },
+}
+
+/// The framing of one connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// RPC-over-RDMA version 1 (RFC 8166).
+    V1,
+}
+
+impl Framing {
+    /// The inclusive range of versions this endpoint supports, for ERR_VERS.
+    pub(crate) fn versions(self) -> (u32, u32) {
+        match self {
+            Framing::V1 => (v1::RPCRDMA_VERSION, v1::RPCRDMA_VERSION),
+        }
+    }
+
+    /// Octets of a data header of `shape` with these chunk lists.
+    pub(crate) fn header_len(self, shape: Shape, chunks: &ChunkLists) -> usize {
+        let _ = shape;
+        match self {
+            Framing::V1 => v1::FIXED_PREFIX_LEN + chunks.encoded_len(),
+        }
+    }
+
+    /// Octets of a header with three empty lists (the smallest RDMA_MSG).
+    pub(crate) fn min_msg_header_len(self) -> usize {
+        self.header_len(Shape::Msg, &ChunkLists::empty())
+    }
+
+    /// Encodes a data header. `inv_handle` is the STag the sender
+    /// invalidates remotely (v2 puts it in the header; v1 does not carry it).
+    pub(crate) fn encode_data(
+        self,
+        xid: u32,
+        credit: u32,
+        shape: Shape,
+        chunks: ChunkLists,
+        inv_handle: Option<u32>,
+    ) -> Vec<u8> {
+        let _ = inv_handle;
+        match self {
+            Framing::V1 => {
+                let body = match shape {
+                    Shape::Msg => v1::Body::Msg(chunks),
+                    Shape::Nomsg => v1::Body::Nomsg(chunks),
+                };
+                let h = v1::Header { xid, credit, body };
+                // Encoding into an exactly sized vector cannot fail.
+                h.to_vec().unwrap_or_default()
+            }
+        }
+    }
+
+    /// Encodes an error reply.
+    pub(crate) fn encode_error(self, xid: u32, credit: u32, e: ErrorReply) -> Vec<u8> {
+        let answer = match e {
+            ErrorReply::Vers => WireAnswer::ErrVers { xid },
+            ErrorReply::Chunk => WireAnswer::ErrChunk { xid },
+        };
+        match self {
+            Framing::V1 => answer
+                .to_header(credit, self.versions())
+                .and_then(|h| h.to_vec().ok())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The credit rule: what a received header's credit word says about the
+    /// grant (`None`: it says nothing). Version 1: every reply, including
+    /// RDMA_ERROR, carries the responder's current grant.
+    //= rfc8166#section-4.2.1
+    //# When sent with an RPC Call message, the requested credit value is
+    //# provided.  When sent with an RPC Reply message, the granted credit
+    //# value is returned.
+    // (RFC 8166 wording recalled from memory; RFC 5666 §4.1 says the same.)
+    pub(crate) fn grant(self, credit: u32) -> Option<u32> {
+        match self {
+            Framing::V1 => Some(credit),
+        }
+    }
+
+    /// Decodes one received message.
+    pub(crate) fn decode(self, buf: &[u8], limits: &Limits) -> Incoming {
+        match self {
+            Framing::V1 => decode_v1(buf, limits),
+        }
+    }
+}
+
+fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
+    // A message shorter than the fixed words: its XID and version cannot be
+    // trusted, so nothing in it is used, not even to answer it.
+    if buf.len() < header::FIXED_PREFIX_LEN {
+        return Incoming::Drop {
+            reason: "shorter than the transport header prefix",
+        };
+    }
+    let (h, hlen) = match header::decode(buf, limits) {
+        Ok(x) => x,
+        Err(e) => {
+            return match e.answer() {
+                WireAnswer::Drop => Incoming::Drop {
+                    reason: "undecodable error report",
+                },
+                WireAnswer::ErrVers { xid }
+                | WireAnswer::V2BadXdr { xid }
+                | WireAnswer::V2InvalHtype { xid } => Incoming::Reject {
+                    xid,
+                    answer: ErrorReply::Vers,
+                    reason: "unsupported version",
+                },
+                WireAnswer::ErrChunk { xid } => Incoming::Reject {
+                    xid,
+                    answer: ErrorReply::Chunk,
+                    reason: "malformed transport header",
+                },
+            };
+        }
+    };
+    let h = match h {
+        TransportHeader::V1(h) => h,
+        //= rfc8166#section-4.5.1
+        //# When a Responder detects an RPC-over-RDMA header version that
+        //# it does not support (currently this document defines only
+        //# version 1), it MUST reply with an RDMA_ERROR procedure and set
+        //# the rdma_err value to ERR_VERS, also providing the low and high
+        //# inclusive version numbers it does, in fact, support.
+        other => {
+            return Incoming::Reject {
+                xid: other.xid(),
+                answer: ErrorReply::Vers,
+                reason: "unsupported version",
+            }
+        }
+    };
+    let (xid, credit) = (h.xid, h.credit);
+    match h.body {
+        v1::Body::Msg(chunks) => Incoming::Data {
+            xid,
+            credit,
+            shape: Shape::Msg,
+            chunks,
+            payload_offset: hlen,
+        },
+        v1::Body::Nomsg(chunks) => Incoming::Data {
+            xid,
+            credit,
+            shape: Shape::Nomsg,
+            chunks,
+            payload_offset: hlen,
+        },
+        //= rfc8166#section-4.5.2
+        //# Examples of such errors include an invalid value in the
+        //# rdma_proc field;
+        // RDMA_MSGP is deprecated: Linux svcrdma answers ERR_CHUNK
+        // (anchors §1.3), and so do we.
+        v1::Body::Msgp(_) => Incoming::Reject {
+            xid,
+            answer: ErrorReply::Chunk,
+            reason: "RDMA_MSGP is not supported",
+        },
+        v1::Body::Unknown { .. } => Incoming::Reject {
+            xid,
+            answer: ErrorReply::Chunk,
+            reason: "unknown rdma_proc",
+        },
+        // RDMA_DONE is deprecated (Responder-provided Read chunks are gone):
+        // dropped, as Linux svcrdma does.
+        v1::Body::Done => Incoming::Drop {
+            reason: "RDMA_DONE is deprecated",
+        },
+        v1::Body::Error(e) => Incoming::Error {
+            xid,
+            credit,
+            error: match e {
+                v1::RdmaError::Vers { low, high } => RdmaErrorReport::Vers { low, high },
+                v1::RdmaError::Chunk => RdmaErrorReport::Chunk,
+                v1::RdmaError::Unknown { code, .. } => RdmaErrorReport::Other(code.0),
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hx(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn err_vers_bytes_by_hand() {
+        // xid 0x11223344, vers 1, credit 64, RDMA_ERROR(4), ERR_VERS(1), 1, 1
+        let want = hx("11223344 00000001 00000040 00000004 00000001 00000001 00000001");
+        assert_eq!(
+            Framing::V1.encode_error(0x1122_3344, 64, ErrorReply::Vers),
+            want
+        );
+        let want = hx("11223344 00000001 00000040 00000004 00000002");
+        assert_eq!(
+            Framing::V1.encode_error(0x1122_3344, 64, ErrorReply::Chunk),
+            want
+        );
+    }
+
+    #[test]
+    fn msg_header_bytes_by_hand() {
+        let want = hx("00000007 00000001 00000080 00000000 00000000 00000000 00000000");
+        let got = Framing::V1.encode_data(7, 128, Shape::Msg, ChunkLists::empty(), None);
+        assert_eq!(got, want);
+        assert_eq!(Framing::V1.min_msg_header_len(), 28);
+    }
+
+    #[test]
+    fn decode_classes() {
+        let l = Limits::DEFAULT;
+        assert!(matches!(
+            Framing::V1.decode(&[0; 15], &l),
+            Incoming::Drop { .. }
+        ));
+        // vers = 2, a hand-built v2 call prefix (xid 5): ERR_VERS.
+        let v2 =
+            hx("00000005 00000002 00000010 00000000 00000000 00000000 00000000 00000000 00000000");
+        assert_eq!(
+            Framing::V1.decode(&v2, &l),
+            Incoming::Reject {
+                xid: 5,
+                answer: ErrorReply::Vers,
+                reason: "unsupported version"
+            }
+        );
+        // vers = 7: ERR_VERS.
+        let v7 = hx("00000006 00000007 00000010 00000000");
+        assert!(matches!(
+            Framing::V1.decode(&v7, &l),
+            Incoming::Reject {
+                xid: 6,
+                answer: ErrorReply::Vers,
+                ..
+            }
+        ));
+        // RDMA_MSGP: ERR_CHUNK.
+        let msgp =
+            hx("00000008 00000001 00000010 00000002 00000004 00000400 00000000 00000000 00000000");
+        assert!(matches!(
+            Framing::V1.decode(&msgp, &l),
+            Incoming::Reject {
+                xid: 8,
+                answer: ErrorReply::Chunk,
+                ..
+            }
+        ));
+        // RDMA_DONE: dropped.
+        let done = hx("00000009 00000001 00000010 00000003");
+        assert!(matches!(
+            Framing::V1.decode(&done, &l),
+            Incoming::Drop { .. }
+        ));
+        // Unknown proc 9: ERR_CHUNK.
+        let unk = hx("0000000a 00000001 00000010 00000009");
+        assert!(matches!(
+            Framing::V1.decode(&unk, &l),
+            Incoming::Reject {
+                xid: 10,
+                answer: ErrorReply::Chunk,
+                ..
+            }
+        ));
+        // Malformed list discriminant (2): ERR_CHUNK.
+        let bad = hx("0000000b 00000001 00000010 00000000 00000002 00000000 00000000");
+        assert!(matches!(
+            Framing::V1.decode(&bad, &l),
+            Incoming::Reject {
+                xid: 11,
+                answer: ErrorReply::Chunk,
+                ..
+            }
+        ));
+        // RDMA_ERROR / ERR_VERS 1..3.
+        let ev = hx("0000000c 00000001 00000003 00000004 00000001 00000001 00000003");
+        assert_eq!(
+            Framing::V1.decode(&ev, &l),
+            Incoming::Error {
+                xid: 12,
+                credit: 3,
+                error: RdmaErrorReport::Vers { low: 1, high: 3 }
+            }
+        );
+    }
+}

@@ -1,0 +1,205 @@
+//! Pure helpers for laying out RPC messages: flattening pieces into the XDR
+//! stream, removing DDP items, checking Read chunk positions and
+//! reassembling a call from its inline part and its Read chunks.
+
+use core::ops::Range;
+
+use super::Piece;
+
+/// XDR roundup of `n` to a multiple of four, minus `n`.
+pub(crate) const fn pad4(n: usize) -> usize {
+    (4 - n % 4) % 4
+}
+
+/// A DDP-eligible item in the flattened stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DdpItem {
+    /// Offset of its data in the full XDR stream (its Read chunk position).
+    pub position: usize,
+    /// Octets of data (no pad).
+    pub len: usize,
+}
+
+/// The full XDR stream of `pieces` (DDP items followed by their XDR pad)
+/// and where the DDP items are.
+pub(crate) fn flatten(pieces: &[Piece]) -> (Vec<u8>, Vec<DdpItem>) {
+    let total: usize = pieces
+        .iter()
+        .map(|p| match p {
+            Piece::Inline(b) => b.len(),
+            Piece::Ddp(b) => b.len() + pad4(b.len()),
+        })
+        .sum();
+    let mut stream = Vec::with_capacity(total);
+    let mut ddp = Vec::new();
+    for p in pieces {
+        match p {
+            Piece::Inline(b) => stream.extend_from_slice(b),
+            Piece::Ddp(b) => {
+                ddp.push(DdpItem {
+                    position: stream.len(),
+                    len: b.len(),
+                });
+                stream.extend_from_slice(b);
+                stream.resize(stream.len() + pad4(b.len()), 0);
+            }
+        }
+    }
+    (stream, ddp)
+}
+
+/// The stream with the listed DDP items (data and XDR pad) removed.
+pub(crate) fn strip(stream: &[u8], items: &[DdpItem]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(stream.len());
+    let mut at = 0;
+    for it in items {
+        out.extend_from_slice(stream.get(at..it.position).unwrap_or(&[]));
+        at = it.position + it.len + pad4(it.len);
+    }
+    out.extend_from_slice(stream.get(at..).unwrap_or(&[]));
+    out
+}
+
+/// Checks the data Read chunks (`(position, length)`, in wire order) of a
+/// call whose inline part (or Position-Zero Read chunk) is `base_len`
+/// octets; returns the reassembled length.
+///
+/// Positions are offsets in the reassembled XDR stream: 4-aligned,
+/// increasing, each inside the inline part that is left. A chunk whose
+/// length is not a multiple of four is followed by an XDR pad that the
+/// requester did not send (RFC 8166 §3.4.5.2 permits both forms).
+pub(crate) fn check_positions(
+    base_len: usize,
+    chunks: &[(u32, u64)],
+    max_len: u64,
+) -> Result<u64, &'static str> {
+    let mut out: u64 = 0; // octets of the reassembled stream so far
+    let mut inline_at: u64 = 0; // octets of the base consumed so far
+    for &(pos, len) in chunks {
+        let pos = u64::from(pos);
+        // RFC 8166 §3.4.5 (paraphrased): the position is the offset of the
+        // data item in the XDR stream; XDR items are 4-aligned.
+        if pos % 4 != 0 {
+            return Err("read chunk position not 4-aligned");
+        }
+        if pos < out {
+            return Err("read chunk positions overlap or are out of order");
+        }
+        let inline_off = inline_at + (pos - out);
+        if inline_off > base_len as u64 {
+            return Err("read chunk position beyond the end of the message");
+        }
+        out = pos + len + pad4((len % 4) as usize) as u64;
+        inline_at = inline_off;
+        if out > max_len {
+            return Err("reassembled call exceeds max_message_len");
+        }
+    }
+    let total = out + (base_len as u64 - inline_at);
+    if total > max_len {
+        return Err("reassembled call exceeds max_message_len");
+    }
+    Ok(total)
+}
+
+/// Reassembles a call: `base` with each chunk's data (plus XDR pad)
+/// inserted at its position. Returns the message and the ranges of chunk
+/// data. `chunks` must have passed [`check_positions`].
+pub(crate) fn reassemble(base: &[u8], chunks: &[(u32, Vec<u8>)]) -> (Vec<u8>, Vec<Range<usize>>) {
+    let mut out = Vec::new();
+    let mut ranges = Vec::with_capacity(chunks.len());
+    let mut inline_at = 0usize;
+    for (pos, data) in chunks {
+        let pos = *pos as usize;
+        let inline_off = inline_at + pos.saturating_sub(out.len());
+        out.extend_from_slice(base.get(inline_at..inline_off).unwrap_or(&[]));
+        inline_at = inline_off.min(base.len());
+        let start = out.len();
+        out.extend_from_slice(data);
+        ranges.push(start..out.len());
+        out.resize(out.len() + pad4(data.len()), 0);
+    }
+    out.extend_from_slice(base.get(inline_at..).unwrap_or(&[]));
+    (out, ranges)
+}
+
+/// How `len` octets spread over segments of the given lengths:
+/// `(segment index, offset in the data, octets)`, or `None` if they do not
+/// fit.
+pub(crate) fn spread(len: usize, segs: &[u32]) -> Option<Vec<(usize, usize, usize)>> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    for (i, &s) in segs.iter().enumerate() {
+        if at == len {
+            break;
+        }
+        let n = (s as usize).min(len - at);
+        if n > 0 {
+            out.push((i, at, n));
+        }
+        at += n;
+    }
+    (at == len).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flatten_and_strip() {
+        let pieces = vec![
+            Piece::Inline(vec![1, 2, 3, 4, 0, 0, 0, 5]),
+            Piece::Ddp(vec![9, 9, 9, 9, 9]),
+            Piece::Inline(vec![7, 7, 7, 7]),
+        ];
+        let (s, d) = flatten(&pieces);
+        assert_eq!(
+            s,
+            vec![1, 2, 3, 4, 0, 0, 0, 5, 9, 9, 9, 9, 9, 0, 0, 0, 7, 7, 7, 7]
+        );
+        assert_eq!(
+            d,
+            vec![DdpItem {
+                position: 8,
+                len: 5
+            }]
+        );
+        assert_eq!(strip(&s, &d), vec![1, 2, 3, 4, 0, 0, 0, 5, 7, 7, 7, 7]);
+    }
+
+    #[test]
+    fn positions() {
+        // Inline 12 octets, one chunk of 5 at 8: 8 + 5 + 3 + 4 = 20.
+        assert_eq!(check_positions(12, &[(8, 5)], 1 << 20), Ok(20));
+        assert!(check_positions(12, &[(6, 5)], 1 << 20).is_err());
+        assert!(check_positions(12, &[(16, 5)], 1 << 20).is_err());
+        assert_eq!(check_positions(12, &[(12, 4)], 1 << 20), Ok(16));
+        // Two chunks: 4 inline, chunk A (8 octets), 4 inline, chunk B.
+        assert_eq!(check_positions(8, &[(4, 8), (16, 3)], 1 << 20), Ok(20));
+        assert!(check_positions(8, &[(16, 3), (4, 8)], 1 << 20).is_err());
+        assert!(check_positions(8, &[(4, 8)], 15).is_err());
+        assert!(check_positions(0, &[(0, u64::from(u32::MAX))], u64::MAX).is_ok());
+    }
+
+    #[test]
+    fn reassemble_inserts_data_and_pad() {
+        let base = [1u8, 1, 1, 1, 2, 2, 2, 2];
+        let (m, r) = reassemble(&base, &[(4, vec![9, 9, 9, 9, 9, 9, 9, 9]), (16, vec![8])]);
+        assert_eq!(
+            m,
+            vec![1, 1, 1, 1, 9, 9, 9, 9, 9, 9, 9, 9, 2, 2, 2, 2, 8, 0, 0, 0]
+        );
+        assert_eq!(r, vec![4..12, 16..17]);
+    }
+
+    #[test]
+    fn spread_over_segments() {
+        assert_eq!(
+            spread(10, &[4, 4, 4]),
+            Some(vec![(0, 0, 4), (1, 4, 4), (2, 8, 2)])
+        );
+        assert_eq!(spread(0, &[4]), Some(vec![]));
+        assert_eq!(spread(13, &[4, 4, 4]), None);
+    }
+}

@@ -1,0 +1,509 @@
+//! The RPC-over-RDMA transport engine (sans-IO): one [`Connection`] per RDMA
+//! connection, requester and responder at once.
+//!
+//! The engine owns no provider, no clock and no thread. Operations that
+//! need the RDMA provider take it as an argument; `now` is an argument
+//! (used as an opaque value, never read from a clock); timers are data
+//! ([`Connection::poll_timeout`], [`Connection::handle_timeout`]).
+//!
+//! A driver loop:
+//!
+//! 1. connect / accept with [`Config::connect_params`] (our RFC 8797
+//!    private data and IRD/ORD); a server calls
+//!    [`Connection::prepare_receives`] before accepting;
+//! 2. on the provider's `Established` event call
+//!    [`Connection::handle_established`], on `Disconnected`
+//!    [`Connection::handle_disconnected`];
+//! 3. feed every completion from `poll_completions` to
+//!    [`Connection::handle_completion`];
+//! 4. issue commands ([`Connection::start_call`], [`Connection::send_reply`],
+//!    [`Connection::enable_backchannel`], [`Connection::close`]);
+//! 5. drain [`Connection::poll_event`], sleep until
+//!    [`Connection::poll_timeout`] or provider readiness.
+//!
+//! After the connection is lost, [`Connection::reconnect`] builds the
+//! engine for the next connection with the interrupted calls queued again
+//! under their original XIDs.
+//!
+//! Directions (RFC 8167): a client is the forward-channel requester and the
+//! backchannel responder; a server is the forward-channel responder and the
+//! backchannel requester. Which direction a received message belongs to
+//! follows from the role and [`crate::wire::direction::classify`].
+
+use core::fmt;
+use core::ops::Range;
+use std::time::Duration;
+
+use crate::provider::{Blame, ConnectParams, DisconnectReason, ProviderError, Status};
+use crate::wire::private_data::{InlineSize, PrivateData};
+use crate::Limits;
+
+mod connection;
+mod framing;
+mod marshal;
+
+pub use crate::wire::direction::Role;
+pub use connection::Connection;
+pub use framing::RdmaErrorReport;
+
+/// Engine configuration. Defaults follow Linux (anchors §1).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    /// Client (active side, forward requester) or server.
+    pub role: Role,
+    /// Credits we request as a requester (the Call credit word). Default 128
+    /// (Linux `RPCRDMA_DEF_SLOT_TABLE`); backchannel calls request
+    /// [`Config::backchannel_slots`].
+    pub credits_requested: u32,
+    /// Credits we grant as forward responder, in every reply. Default 64
+    /// (Linux svcrdma `RPCRDMA_MAX_REQUESTS`). Zero is treated as one.
+    pub credits_granted: u32,
+    /// Largest message we send (our RFC 8797 Send Size). Default 4096.
+    pub inline_send: u32,
+    /// Largest message we receive (our RFC 8797 Receive Size, and the size
+    /// of every receive buffer). Default 4096.
+    pub inline_recv: u32,
+    /// The R flag of our private data. Default: set by a client, clear by a
+    /// server (as Linux).
+    pub remote_invalidation: bool,
+    /// Backchannel slots: a client grants this many (after
+    /// [`Connection::enable_backchannel`]); a server requests this many.
+    /// Default 16 (Linux `xprt_rdma_bc_max_slots`).
+    pub backchannel_slots: u32,
+    /// Limits on peer-controlled values.
+    pub limits: Limits,
+    /// Reply size assumed when [`OutgoingCall::reply_max`] is 0. Default
+    /// 4096.
+    pub default_reply_max: u32,
+    /// RDMA Reads we accept at once (CM responder resources). Default: 16
+    /// for a client (it serves Read chunks), 0 for a server.
+    pub ird: u8,
+    /// RDMA Reads we issue at once (CM initiator depth). Default: 0 for a
+    /// client (it never reads, like Linux), 16 for a server.
+    pub ord: u8,
+    /// A sent call without a reply after this long ends the connection
+    /// (Linux: a timeout forces a disconnect; the call is retransmitted on
+    /// the next connection). Default 60 s. `None`: no timer.
+    pub call_timeout: Option<Duration>,
+    /// Calls waiting for a credit before [`CallError::QueueFull`]. Default
+    /// 1024.
+    pub max_queued: usize,
+    /// First XID this endpoint uses as a requester.
+    pub first_xid: u32,
+}
+
+impl Config {
+    /// Client defaults.
+    pub fn client() -> Config {
+        Config {
+            role: Role::Client,
+            credits_requested: 128,
+            credits_granted: 64,
+            inline_send: 4096,
+            inline_recv: 4096,
+            remote_invalidation: true,
+            backchannel_slots: 16,
+            limits: Limits::DEFAULT,
+            default_reply_max: 4096,
+            ird: 16,
+            ord: 0,
+            call_timeout: Some(Duration::from_secs(60)),
+            max_queued: 1024,
+            first_xid: 0x1000_0000,
+        }
+    }
+
+    /// Server defaults.
+    pub fn server() -> Config {
+        Config {
+            role: Role::Server,
+            remote_invalidation: false,
+            ird: 0,
+            ord: 16,
+            first_xid: 0x8000_0000,
+            ..Config::client()
+        }
+    }
+
+    /// Our RFC 8797 private data (sizes rounded down to what the format can
+    /// say; at least 1024).
+    pub fn private_data(&self) -> [u8; 8] {
+        self.private_data_struct().to_bytes()
+    }
+
+    pub(crate) fn private_data_struct(&self) -> PrivateData {
+        let size = |b: u32| InlineSize::from_bytes_round_down(b).unwrap_or(InlineSize::MIN);
+        PrivateData::new(
+            size(self.inline_send),
+            size(self.inline_recv),
+            self.remote_invalidation,
+        )
+    }
+
+    /// What to pass to the provider's connect or accept.
+    pub fn connect_params(&self) -> ConnectParams {
+        ConnectParams {
+            private_data: self.private_data().to_vec(),
+            ird: self.ird,
+            ord: self.ord,
+        }
+    }
+}
+
+/// One piece of an RPC message's XDR stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// Octets sent inline (or in a Position-Zero Read chunk / Reply chunk).
+    Inline(Vec<u8>),
+    /// The data of a DDP-eligible opaque (its length word stays in the
+    /// preceding inline piece), without XDR pad. Conveyed by a Read chunk
+    /// (calls) or a Write chunk (replies) when it does not fit inline.
+    Ddp(Vec<u8>),
+}
+
+/// A call to send. The first piece must be inline and start with the RPC
+/// header; its first word (the XID) is overwritten with the XID the engine
+/// assigns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutgoingCall {
+    /// The whole RPC call message.
+    pub message: Vec<Piece>,
+    /// Largest possible reply in octets, DDP results included (0: the
+    /// configured default).
+    pub reply_max: u32,
+    /// One entry per DDP-eligible result (e.g. NFS READ data): its largest
+    /// length. Each gets a Write chunk when the reply may not fit inline.
+    pub ddp_results: Vec<u32>,
+}
+
+impl OutgoingCall {
+    /// A call whose message is one inline piece.
+    pub fn inline(message: Vec<u8>, reply_max: u32) -> Self {
+        OutgoingCall {
+            message: vec![Piece::Inline(message)],
+            reply_max,
+            ddp_results: Vec::new(),
+        }
+    }
+}
+
+/// A reply to send. Its DDP pieces go into the call's Write chunks, in
+/// order; the first word (XID) is overwritten with the call's XID.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutgoingReply {
+    /// The whole RPC reply message.
+    pub message: Vec<Piece>,
+}
+
+/// Identifies a call we started (stable across [`Connection::reconnect`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallId(pub u64);
+
+/// Identifies a call we received and have not answered yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallHandle(pub u64);
+
+/// A call received from the peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IncomingCall {
+    /// Answer with [`Connection::send_reply`].
+    pub handle: CallHandle,
+    /// The transport header XID.
+    pub xid: u32,
+    /// True for a backchannel (RFC 8167) call.
+    pub backchannel: bool,
+    /// The complete reassembled RPC call.
+    pub message: Vec<u8>,
+    /// Ranges of `message` that arrived by RDMA Read (data of DDP-eligible
+    /// items, pads excluded).
+    pub ddp: Vec<Range<usize>>,
+    /// The call arrived as a Long Call (RDMA_NOMSG + Position-Zero Read
+    /// chunk).
+    pub long: bool,
+    /// Result octets the requester can take in each of its Write chunks.
+    pub write_chunks: Vec<u64>,
+    /// Octets of the Reply chunk, if the requester provided one.
+    pub reply_chunk: Option<u64>,
+}
+
+/// A reply to one of our calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// Our call.
+    pub id: CallId,
+    /// Its XID.
+    pub xid: u32,
+    /// The RPC reply without the DDP results that arrived in Write chunks
+    /// (their length words are in place, their data is in `results`).
+    pub message: Vec<u8>,
+    /// Data written into each Write chunk we offered (actual lengths; empty
+    /// for a chunk the responder did not use, in which case the result is
+    /// inline in `message`).
+    pub results: Vec<Vec<u8>>,
+    /// The reply came in the Reply chunk (RDMA_NOMSG).
+    pub long: bool,
+}
+
+/// Why one of our calls failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallFailure {
+    /// The responder answered RDMA_ERROR.
+    RdmaError(RdmaErrorReport),
+    /// The reply broke RFC 8166 (e.g. a Read list in a reply, a Write
+    /// chunk longer than offered, RDMA_MSGP).
+    BadReply(&'static str),
+    /// The call could not be marshalled (too large for every form, or a
+    /// registration failed).
+    Local(CallError),
+    /// The connection ended before the reply arrived.
+    ConnectionLost(ConnectionError),
+}
+
+impl fmt::Display for CallFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallFailure::RdmaError(e) => write!(f, "RDMA_ERROR {e:?}"),
+            CallFailure::BadReply(why) => write!(f, "bad reply: {why}"),
+            CallFailure::Local(e) => write!(f, "{e}"),
+            CallFailure::ConnectionLost(e) => write!(f, "connection lost: {e}"),
+        }
+    }
+}
+
+/// Engine output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A call arrived (forward at a server, backchannel at a client).
+    CallReceived(IncomingCall),
+    /// One of our calls completed; its memory is invalidated and
+    /// deregistered.
+    ReplyReceived(Reply),
+    /// One of our calls failed. With `retransmit` the call is kept:
+    /// [`Connection::reconnect`] sends it again, with the same XID, on the
+    /// new connection (never on this one).
+    CallFailed {
+        /// Our call.
+        id: CallId,
+        /// Its XID.
+        xid: u32,
+        /// Why.
+        error: CallFailure,
+        /// The call may be retransmitted on a new connection.
+        retransmit: bool,
+    },
+    /// The requester's credit grant changed.
+    CreditsChanged {
+        /// New number of calls we may have outstanding.
+        credits: u32,
+    },
+    /// The connection is finished (sticky); every later command fails.
+    ConnectionLost(ConnectionError),
+}
+
+/// A command the caller got wrong, or cannot be carried out now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallError {
+    /// The connection is finished.
+    Closed(ConnectionError),
+    /// The message is too large for any form allowed here.
+    TooLarge {
+        /// Octets needed.
+        len: usize,
+        /// Octets allowed.
+        max: usize,
+    },
+    /// Too many calls wait for credits.
+    QueueFull,
+    /// No such received call (already answered, or lost).
+    UnknownHandle,
+    /// The message description is unusable.
+    BadMessage(&'static str),
+    /// The provider refused a registration.
+    Provider(ProviderError),
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::Closed(e) => write!(f, "connection closed: {e}"),
+            CallError::TooLarge { len, max } => {
+                write!(f, "message of {len} octets exceeds {max}")
+            }
+            CallError::QueueFull => f.write_str("call queue full"),
+            CallError::UnknownHandle => f.write_str("unknown call handle"),
+            CallError::BadMessage(why) => write!(f, "bad message: {why}"),
+            CallError::Provider(e) => write!(f, "provider: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+/// The peer broke the protocol in a way that ends the connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerError {
+    /// More calls outstanding than twice our grant.
+    CreditOverrun {
+        /// Calls received and not answered.
+        outstanding: usize,
+        /// Our grant.
+        granted: u32,
+    },
+}
+
+/// Why a connection ended (sticky).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectionError {
+    /// A work request failed.
+    Completion {
+        /// Its status.
+        status: Status,
+        /// Whose fault.
+        blame: Blame,
+    },
+    /// The provider reported the end of the connection.
+    Disconnected(DisconnectReason),
+    /// The provider refused a post.
+    Provider(ProviderError),
+    /// The peer broke the protocol.
+    Peer(PeerError),
+    /// A call timed out.
+    Timeout,
+    /// [`Connection::close`] was called.
+    LocalClose,
+}
+
+impl fmt::Display for ConnectionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectionError::Completion { status, blame } => {
+                write!(f, "work request failed: {} ({blame:?})", status.name())
+            }
+            ConnectionError::Disconnected(r) => write!(f, "disconnected: {r:?}"),
+            ConnectionError::Provider(e) => write!(f, "provider refused a post: {e}"),
+            ConnectionError::Peer(p) => write!(f, "protocol violation: {p:?}"),
+            ConnectionError::Timeout => f.write_str("call timed out"),
+            ConnectionError::LocalClose => f.write_str("closed locally"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectionError {}
+
+/// How [`Connection::send_reply`] conveyed the reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyForm {
+    /// RDMA_MSG (DDP results, if any, in Write chunks).
+    Inline,
+    /// RDMA_NOMSG: the reply went into the Reply chunk.
+    ReplyChunk,
+    /// Neither fitted: RDMA_ERROR / ERR_CHUNK went to the requester.
+    ErrChunk,
+}
+
+/// Counters, in the spirit of Linux's mountstats `xprt: rdma` line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Calls sent (retransmissions included).
+    pub calls_sent: u64,
+    /// Calls sent again on a new connection.
+    pub retransmits: u64,
+    /// Calls that waited for a credit.
+    pub credit_waits: u64,
+    /// Replies received for our calls.
+    pub replies_received: u64,
+    /// Calls received from the peer.
+    pub calls_received: u64,
+    /// Replies we sent (error replies included).
+    pub replies_sent: u64,
+    /// Read chunks we offered, and their octets.
+    pub read_chunks: u64,
+    /// Octets in Read chunks we offered.
+    pub read_chunk_bytes: u64,
+    /// Write chunks we offered.
+    pub write_chunks: u64,
+    /// Octets the responder wrote into our Write chunks.
+    pub write_chunk_bytes: u64,
+    /// Reply chunks we offered.
+    pub reply_chunks: u64,
+    /// Octets the responder wrote into our Reply chunks.
+    pub reply_chunk_bytes: u64,
+    /// Long Calls we sent (RDMA_NOMSG + Position-Zero Read chunk).
+    pub long_calls: u64,
+    /// Long Replies we received (RDMA_NOMSG + Reply chunk).
+    pub long_replies: u64,
+    /// RDMA Reads we issued as responder, and their octets.
+    pub rdma_reads: u64,
+    /// Octets read by RDMA Read.
+    pub rdma_read_bytes: u64,
+    /// Most RDMA Reads ever outstanding at once (never above the ORD).
+    pub max_reads_in_flight: u64,
+    /// RDMA Writes we issued as responder.
+    pub rdma_writes: u64,
+    /// Octets written by RDMA Write.
+    pub rdma_write_bytes: u64,
+    /// Long Calls received.
+    pub long_calls_received: u64,
+    /// Long Replies sent.
+    pub long_replies_sent: u64,
+    /// RDMA_ERROR / ERR_VERS sent.
+    pub err_vers_sent: u64,
+    /// RDMA_ERROR / ERR_CHUNK sent.
+    pub err_chunk_sent: u64,
+    /// RDMA_ERROR / ERR_VERS received.
+    pub err_vers_received: u64,
+    /// RDMA_ERROR / ERR_CHUNK received.
+    pub err_chunk_received: u64,
+    /// RDMA_ERROR with an unknown code received.
+    pub err_other_received: u64,
+    /// The last credit grant the peer sent us (raw, before clamping).
+    pub credits_granted: u32,
+    /// Replies whose XID matched no outstanding call (dropped).
+    pub bad_xids: u64,
+    /// Replies that broke RFC 8166 (the call failed).
+    pub bad_replies: u64,
+    /// Messages dropped without an answer (too short, RDMA_DONE,
+    /// unexpected backchannel calls, ...).
+    pub dropped: u64,
+    /// Replies sent with Send With Invalidate.
+    pub send_with_invalidate: u64,
+    /// Our STags the peer invalidated (RecvWithInvalidate).
+    pub remote_invalidations: u64,
+    /// Local Invalidates we posted.
+    pub local_invalidations: u64,
+    /// Work requests that waited because the send queue was full.
+    pub send_queue_waits: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_data_bytes_by_hand() {
+        //= rfc8797#section-4
+        //# Senders MUST set these bits
+        //# to zero, and receivers MUST ignore their value.
+        // Format identifier f6ab0e18, version 1, flags (R for the client,
+        // none for the server), sizes 4096 = code 3.
+        assert_eq!(
+            Config::client().private_data(),
+            [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x03]
+        );
+        assert_eq!(
+            Config::server().private_data(),
+            [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x03, 0x03]
+        );
+        // Sizes round down to what the format can say; below 1024 is 1024.
+        let mut c = Config::client();
+        c.inline_send = 5000;
+        c.inline_recv = 100;
+        assert_eq!(&c.private_data()[6..], &[0x03, 0x00]);
+        let p = c.connect_params();
+        assert_eq!((p.ird, p.ord, p.private_data.len()), (16, 0, 8));
+        let s = Config::server().connect_params();
+        assert_eq!((s.ird, s.ord), (0, 16));
+    }
+}

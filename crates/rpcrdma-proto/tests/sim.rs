@@ -1,0 +1,524 @@
+//! Two-peer simulations of the RPC-over-RDMA v1 engine over the in-memory
+//! provider: every message class, credits, errors, backchannel, loss.
+
+mod util;
+
+use rpcrdma_proto::engine::{
+    CallError, CallFailure, Config, Event, OutgoingCall, OutgoingReply, Piece, RdmaErrorReport,
+    ReplyForm,
+};
+use util::*;
+
+fn replies(events: &[Event]) -> Vec<&rpcrdma_proto::engine::Reply> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ReplyReceived(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+fn simple_reply(xid: u32, body: &[u8]) -> OutgoingReply {
+    let mut m = reply_header(xid);
+    m.extend_from_slice(body);
+    OutgoingReply {
+        message: vec![Piece::Inline(m)],
+    }
+}
+
+#[test]
+fn negotiates_linux_defaults() {
+    let p = Pair::new(Config::client(), Config::server());
+    let n = p.c.conn.negotiated().unwrap();
+    assert_eq!((n.send_threshold, n.recv_threshold), (4096, 4096));
+    //= rfc8797#section-4.1
+    //# When either peer on a connection clears this flag, the responder MUST
+    //# use only RDMA Send when transmitting RPC Replies.
+    assert!(!n.remote_invalidation, "the server clears R by default");
+    assert_eq!(p.c.conn.credits(), 1, "credits start at one");
+    assert_eq!(p.s.conn.grant(), 64);
+}
+
+#[test]
+fn short_inline_call_and_reply() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let msg = opaque_call(1, &data(100, 1), false);
+    let id = p.call(OutgoingCall {
+        message: msg.clone(),
+        reply_max: 512,
+        ddp_results: vec![],
+    });
+    let calls = p.server_calls();
+    assert_eq!(calls.len(), 1);
+    let c = &calls[0];
+    assert_eq!(c.message, stream(&msg, c.xid), "byte for byte");
+    assert!(c.ddp.is_empty() && !c.long && !c.backchannel);
+    assert!(c.write_chunks.is_empty() && c.reply_chunk.is_none());
+    let body = data(64, 2);
+    assert_eq!(
+        p.reply(c.handle, simple_reply(c.xid, &body)),
+        ReplyForm::Inline
+    );
+    let ev = p.client_events();
+    let r = replies(&ev);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].id, id);
+    assert_eq!(r[0].xid, c.xid);
+    let mut want = reply_header(c.xid);
+    want.extend_from_slice(&body);
+    assert_eq!(r[0].message, want);
+    assert!(!r[0].long && r[0].results.is_empty());
+    // The grant of 64 arrived with the reply.
+    assert!(ev.contains(&Event::CreditsChanged { credits: 64 }));
+    assert_eq!(p.c.conn.credits(), 64);
+    assert_eq!(p.c.conn.metrics().credits_granted, 64);
+    assert_eq!(p.c.conn.outstanding(), 0);
+    // Everything was deregistered and no work request is left.
+    // Only the receive reposted before the reply was processed remains.
+    assert_eq!(p.c.conn.inflight_work_requests(), 1);
+    // The server keeps one receive per credit it grants.
+    assert_eq!(p.s.conn.inflight_work_requests(), 64);
+}
+
+#[test]
+fn read_chunk_call() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let arg = data(9001, 3);
+    let msg = opaque_call(7, &arg, true);
+    p.call(OutgoingCall {
+        message: msg.clone(),
+        reply_max: 256,
+        ddp_results: vec![],
+    });
+    let calls = p.server_calls();
+    let c = &calls[0];
+    assert_eq!(c.message, stream(&msg, c.xid));
+    assert!(!c.long);
+    // The DDP data sits right after the header and its length word.
+    let pos = match &msg[0] {
+        Piece::Inline(b) => b.len(),
+        _ => unreachable!(),
+    };
+    assert_eq!(c.ddp, vec![pos..pos + 9001]);
+    assert_eq!(&c.message[pos..pos + 9001], &arg[..]);
+    assert_eq!(&c.message[pos + 9001..pos + 9004], &[0, 0, 0], "XDR pad");
+    let m = p.c.conn.metrics();
+    assert_eq!(
+        (m.read_chunks, m.read_chunk_bytes, m.long_calls),
+        (1, 9001, 0)
+    );
+    assert_eq!(p.s.conn.metrics().rdma_read_bytes, 9001);
+    p.reply(c.handle, simple_reply(c.xid, &[0, 0, 0, 0]));
+    assert_eq!(replies(&p.client_events()).len(), 1);
+}
+
+#[test]
+fn long_call_in_a_position_zero_read_chunk() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let arg = data(20_000, 4);
+    let msg = opaque_call(8, &arg, false);
+    p.call(OutgoingCall {
+        message: msg.clone(),
+        reply_max: 256,
+        ddp_results: vec![],
+    });
+    let calls = p.server_calls();
+    let c = &calls[0];
+    assert!(c.long, "RDMA_NOMSG + Position-Zero Read chunk");
+    assert_eq!(c.message, stream(&msg, c.xid));
+    assert!(c.ddp.is_empty());
+    assert_eq!(p.c.conn.metrics().long_calls, 1);
+    assert_eq!(p.s.conn.metrics().long_calls_received, 1);
+    p.reply(c.handle, simple_reply(c.xid, &[1, 2, 3, 4]));
+    let ev = p.client_events();
+    assert_eq!(replies(&ev)[0].message[24..], [1, 2, 3, 4]);
+}
+
+#[test]
+fn write_chunk_reply_returns_actual_length() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let msg = opaque_call(6, &data(16, 5), false);
+    p.call(OutgoingCall {
+        message: msg,
+        reply_max: 9000,
+        ddp_results: vec![8192],
+    });
+    let calls = p.server_calls();
+    let c = &calls[0];
+    assert_eq!(c.write_chunks, vec![8192]);
+    assert_eq!(c.reply_chunk, None, "the rest fits inline");
+    let result = data(5001, 6);
+    let mut head = reply_header(c.xid);
+    head.extend(word(5001));
+    let tail = word(0xabcd_ef01);
+    let r = OutgoingReply {
+        message: vec![
+            Piece::Inline(head.clone()),
+            Piece::Ddp(result.clone()),
+            Piece::Inline(tail.clone()),
+        ],
+    };
+    assert_eq!(p.reply(c.handle, r), ReplyForm::Inline);
+    let ev = p.client_events();
+    let r = replies(&ev);
+    // RFC 8166 §3.4.6 (paraphrased): no XDR roundup in Write chunks; the
+    // returned length is the actual length.
+    assert_eq!(r[0].results, vec![result], "actual length, no pad");
+    let mut want = head;
+    want.extend(tail);
+    assert_eq!(r[0].message, want, "the DDP item is not inline");
+    let m = p.c.conn.metrics();
+    assert_eq!((m.write_chunks, m.write_chunk_bytes), (1, 5001));
+    assert_eq!(p.s.conn.metrics().rdma_write_bytes, 5001);
+}
+
+#[test]
+fn long_reply_in_the_reply_chunk() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    p.call(OutgoingCall {
+        message: opaque_call(9, &data(8, 7), false),
+        reply_max: 30_000,
+        ddp_results: vec![],
+    });
+    let calls = p.server_calls();
+    let c = &calls[0];
+    assert_eq!(c.reply_chunk, Some(30_000));
+    let body = data(12_345, 8);
+    assert_eq!(
+        p.reply(c.handle, simple_reply(c.xid, &body)),
+        ReplyForm::ReplyChunk
+    );
+    let ev = p.client_events();
+    let r = replies(&ev);
+    assert!(r[0].long);
+    let mut want = reply_header(c.xid);
+    want.extend_from_slice(&body);
+    assert_eq!(r[0].message, want);
+    let m = p.c.conn.metrics();
+    assert_eq!((m.reply_chunks, m.long_replies), (1, 1));
+    assert_eq!(m.reply_chunk_bytes, want.len() as u64);
+}
+
+#[test]
+fn reply_too_big_for_reply_chunk_fails_only_that_xid() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let a = p.call(OutgoingCall {
+        message: opaque_call(1, &data(8, 1), false),
+        reply_max: 6000,
+        ddp_results: vec![],
+    });
+    // Credits are 64 after the first reply; send the second once A is out.
+    let calls = p.server_calls();
+    let ca = calls[0].clone();
+    assert_eq!(ca.reply_chunk, Some(6000));
+    // Reply too large for the 6000-octet Reply chunk: ERR_CHUNK.
+    // A reply that fits neither inline nor the Reply chunk: ERR_CHUNK,
+    // never truncation.
+    assert_eq!(
+        p.reply(ca.handle, simple_reply(ca.xid, &data(7000, 2))),
+        ReplyForm::ErrChunk
+    );
+    let b = p.call(OutgoingCall {
+        message: opaque_call(2, &data(8, 1), false),
+        reply_max: 512,
+        ddp_results: vec![],
+    });
+    let cb = p.server_calls().remove(0);
+    p.reply(cb.handle, simple_reply(cb.xid, &[9, 9, 9, 9]));
+    let ev = p.client_events();
+    assert!(ev.iter().any(|e| matches!(e,
+        Event::CallFailed { id, error: CallFailure::RdmaError(RdmaErrorReport::Chunk), retransmit: false, .. }
+        if *id == a)));
+    assert_eq!(replies(&ev).len(), 1);
+    assert_eq!(replies(&ev)[0].id, b);
+    assert!(!p.c.conn.is_closed());
+    assert_eq!(p.s.conn.metrics().err_chunk_sent, 1);
+    assert_eq!(p.c.conn.metrics().err_chunk_received, 1);
+    // The error carried the grant too.
+    assert_eq!(p.c.conn.credits(), 64);
+}
+
+#[test]
+fn credits_limit_outstanding_calls_and_queue_drains() {
+    let mut s = Config::server();
+    s.credits_granted = 3;
+    let mut p = Pair::new(Config::client(), s);
+    let mut ids = Vec::new();
+    for i in 0..10u8 {
+        let id =
+            p.c.conn
+                .start_call(
+                    p.now,
+                    &mut p.c.prov,
+                    OutgoingCall::inline(stream(&opaque_call(1, &[i; 4], false), 0), 256),
+                )
+                .unwrap();
+        ids.push(id);
+    }
+    p.run();
+    // Credits start at one: exactly one call reached the server.
+    assert_eq!(p.c.conn.outstanding(), 1);
+    assert_eq!(p.c.conn.queued(), 9);
+    let mut done = 0;
+    let mut max_seen = 0;
+    while done < 10 {
+        let calls = p.server_calls();
+        assert!(!calls.is_empty(), "progress");
+        max_seen = max_seen.max(p.s.conn.pending_incoming());
+        //= rfc8166#section-3.3.1
+        //# A requester MUST NOT send unacknowledged requests in excess of
+        //# this granted responder credit limit.
+        assert!(p.s.conn.pending_incoming() <= 3);
+        for c in calls {
+            p.s.conn
+                .send_reply(p.now, &mut p.s.prov, c.handle, simple_reply(c.xid, &[]))
+                .unwrap();
+        }
+        p.run();
+        done += replies(&p.client_events()).len();
+    }
+    assert_eq!(max_seen, 3, "the grant is used once it arrived");
+    assert_eq!(p.c.conn.credits(), 3);
+    assert_eq!(p.c.conn.metrics().credit_waits, 9);
+}
+
+#[test]
+fn backchannel_calls_both_directions() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    p.c.conn.enable_backchannel(&mut p.c.prov, 4);
+    p.run();
+    // Reverse call from the server.
+    let bmsg = opaque_call(3, &data(40, 9), false);
+    let bid = p.server_call(OutgoingCall {
+        message: bmsg.clone(),
+        reply_max: 256,
+        ddp_results: vec![],
+    });
+    // A forward call at the same time.
+    let fid = p.call(OutgoingCall::inline(
+        stream(&opaque_call(4, &[1; 8], false), 0),
+        256,
+    ));
+    let bc = p.client_calls();
+    assert_eq!(bc.len(), 1);
+    assert!(bc[0].backchannel);
+    assert_eq!(bc[0].message, stream(&bmsg, bc[0].xid));
+    let fc = p.server_calls();
+    assert_eq!(fc.len(), 1);
+    assert!(!fc[0].backchannel);
+    // Separate XID spaces.
+    assert_ne!(bc[0].xid >> 28, fc[0].xid >> 28);
+    // Client answers the reverse call; server answers the forward call.
+    p.c.conn
+        .send_reply(
+            p.now,
+            &mut p.c.prov,
+            bc[0].handle,
+            simple_reply(bc[0].xid, &[5; 8]),
+        )
+        .unwrap();
+    p.reply(fc[0].handle, simple_reply(fc[0].xid, &[6; 8]));
+    let sev = std::mem::take(&mut p.s.events);
+    let r = replies(&sev);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].id, bid);
+    assert_eq!(r[0].message[24..], [5; 8]);
+    // The client granted 4 backchannel credits.
+    assert_eq!(p.s.conn.credits(), 4);
+    let cev = p.client_events();
+    assert_eq!(replies(&cev)[0].id, fid);
+}
+
+#[test]
+fn reverse_call_larger_than_inline_is_refused_locally() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    p.c.conn.enable_backchannel(&mut p.c.prov, 4);
+    let big = OutgoingCall::inline(stream(&opaque_call(3, &data(5000, 1), false), 0), 256);
+    let r = p.s.conn.start_call(p.now, &mut p.s.prov, big);
+    assert!(
+        matches!(r, Err(CallError::TooLarge { max: 4096, .. })),
+        "{r:?}"
+    );
+}
+
+/// Runs one call with a Write chunk (and optionally a Read chunk) between a
+/// client and a server with the given R flags; returns (server SWI count,
+/// client remote invalidations, client local invalidations).
+fn swi_case(
+    client_r: bool,
+    server_r: bool,
+    read_chunk: bool,
+    write_chunk: bool,
+) -> (u64, u64, u64) {
+    let mut c = Config::client();
+    c.remote_invalidation = client_r;
+    let mut s = Config::server();
+    s.remote_invalidation = server_r;
+    let mut p = Pair::new(c, s);
+    let arg = data(if read_chunk { 6000 } else { 16 }, 1);
+    let (reply_max, ddp_results) = if write_chunk {
+        (9000, vec![8192])
+    } else {
+        (512, vec![])
+    };
+    p.call(OutgoingCall {
+        message: opaque_call(1, &arg, read_chunk),
+        reply_max,
+        ddp_results,
+    });
+    let call = p.server_calls().remove(0);
+    assert_eq!(&call.message[44..44 + arg.len()], &arg[..]);
+    let result = data(3000, 2);
+    let mut head = reply_header(call.xid);
+    head.extend(word(3000));
+    p.reply(
+        call.handle,
+        OutgoingReply {
+            message: vec![Piece::Inline(head), Piece::Ddp(result.clone())],
+        },
+    );
+    let ev = p.client_events();
+    let r = replies(&ev);
+    assert_eq!(r.len(), 1);
+    if write_chunk {
+        assert_eq!(r[0].results, vec![result]);
+    } else {
+        assert_eq!(&r[0].message[28..], &result[..]);
+    }
+    let (sm, cm) = (p.s.conn.metrics(), p.c.conn.metrics());
+    (
+        sm.send_with_invalidate,
+        cm.remote_invalidations,
+        cm.local_invalidations,
+    )
+}
+
+//= rfc8797#section-4.1
+//# When both connection peers have set this bit
+//# flag in their CM Private Data, the responder MAY use RDMA Send
+//# with Invalidate operations when transmitting RPC Replies.
+//= rfc8797#section-4.1
+//# When either peer on a connection clears this flag, the responder MUST
+//# use only RDMA Send when transmitting RPC Replies.
+#[test]
+fn send_with_invalidate_exactly_when_both_set_r_and_one_handle() {
+    // Both R, one handle (the Write chunk): remote invalidation.
+    assert_eq!(swi_case(true, true, false, true), (1, 1, 0));
+    // Server clears R (Linux default): plain Send, local invalidation.
+    assert_eq!(swi_case(true, false, false, true), (0, 0, 1));
+    // Client clears R.
+    assert_eq!(swi_case(false, true, false, true), (0, 0, 1));
+    // Two distinct handles (Read chunk + Write chunk): plain Send.
+    assert_eq!(swi_case(true, true, true, true), (0, 0, 2));
+    // No handle at all.
+    assert_eq!(swi_case(true, true, false, false), (0, 0, 0));
+}
+
+#[test]
+fn oversized_descriptions_are_refused_synchronously() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let huge = OutgoingCall {
+        message: opaque_call(1, &[0; 4], false),
+        reply_max: 256,
+        ddp_results: vec![u32::MAX],
+    };
+    let r = p.c.conn.start_call(p.now, &mut p.c.prov, huge);
+    assert!(matches!(r, Err(CallError::TooLarge { .. })), "{r:?}");
+    let no_header = OutgoingCall {
+        message: vec![Piece::Ddp(vec![1, 2, 3, 4, 5, 6, 7, 8])],
+        reply_max: 256,
+        ddp_results: vec![],
+    };
+    let r = p.c.conn.start_call(p.now, &mut p.c.prov, no_header);
+    assert!(matches!(r, Err(CallError::BadMessage(_))), "{r:?}");
+    assert!(!p.c.conn.is_closed());
+}
+
+#[test]
+fn long_call_with_write_chunk_and_reply_chunk_together() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    // Inline part alone exceeds the threshold: Long Call, even with DDP.
+    let mut head = call_header(100_003, 3);
+    head.extend(data(5000, 1));
+    head.extend(word(10_000));
+    let ddp = data(10_000, 2);
+    let msg = vec![
+        Piece::Inline(head),
+        Piece::Ddp(ddp.clone()),
+        Piece::Inline(word(1)),
+    ];
+    p.call(OutgoingCall {
+        message: msg.clone(),
+        reply_max: 30_000,
+        ddp_results: vec![8192],
+    });
+    let c = p.server_calls().remove(0);
+    assert!(c.long);
+    assert_eq!(c.message, stream(&msg, c.xid));
+    assert_eq!(c.write_chunks, vec![8192]);
+    assert_eq!(c.reply_chunk, Some(30_000));
+    let result = data(6001, 3);
+    let mut rhead = reply_header(c.xid);
+    rhead.extend(data(9000, 4));
+    rhead.extend(word(6001));
+    let form = p.reply(
+        c.handle,
+        OutgoingReply {
+            message: vec![Piece::Inline(rhead.clone()), Piece::Ddp(result.clone())],
+        },
+    );
+    assert_eq!(form, ReplyForm::ReplyChunk);
+    let ev = p.client_events();
+    let r = replies(&ev);
+    assert!(r[0].long);
+    assert_eq!(r[0].message, rhead);
+    assert_eq!(r[0].results, vec![result]);
+}
+
+#[test]
+fn megabyte_read_and_write_chunks() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let arg = data(1 << 20, 5);
+    p.call(OutgoingCall {
+        message: opaque_call(38, &arg, true),
+        reply_max: (1 << 20) + 512,
+        ddp_results: vec![1 << 20],
+    });
+    let c = p.server_calls().remove(0);
+    assert_eq!(c.ddp.len(), 1);
+    assert_eq!(&c.message[c.ddp[0].clone()], &arg[..]);
+    let mut head = reply_header(c.xid);
+    head.extend(word(1 << 20));
+    p.reply(
+        c.handle,
+        OutgoingReply {
+            message: vec![Piece::Inline(head), Piece::Ddp(arg.clone())],
+        },
+    );
+    let ev = p.client_events();
+    assert_eq!(replies(&ev)[0].results[0], arg);
+}
+
+#[test]
+fn unaligned_write_chunks_leave_room_for_a_legacy_pad() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    p.call(OutgoingCall {
+        message: opaque_call(1, &[0; 4], false),
+        reply_max: 6000,
+        ddp_results: vec![5001],
+    });
+    let c = p.server_calls().remove(0);
+    assert_eq!(c.write_chunks, vec![5004]);
+    let result = data(5001, 1);
+    let mut head = reply_header(c.xid);
+    head.extend(word(5001));
+    p.reply(
+        c.handle,
+        OutgoingReply {
+            message: vec![Piece::Inline(head), Piece::Ddp(result.clone())],
+        },
+    );
+    let ev = p.client_events();
+    assert_eq!(replies(&ev)[0].results, vec![result]);
+}
