@@ -267,8 +267,8 @@ fn credits_limit_outstanding_calls_and_queue_drains() {
         assert!(!calls.is_empty(), "progress");
         max_seen = max_seen.max(p.s.conn.pending_incoming());
         //= rfc8166#section-3.3.1
-        //# A requester MUST NOT send unacknowledged requests in excess of
-        //# this granted responder credit limit.
+        //# A Requester MUST NOT send unacknowledged requests in excess of the
+        //# Responder's granted credit limit.
         assert!(p.s.conn.pending_incoming() <= 3);
         for c in calls {
             p.s.conn

@@ -29,8 +29,8 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
     //= rfc8166#section-3.3.1
-    //# A requester MUST NOT send unacknowledged requests in excess of
-    //# this granted responder credit limit.
+    //# A Requester MUST NOT send unacknowledged requests in excess of the
+    //# Responder's granted credit limit.
     #[test]
     fn outstanding_never_exceeds_the_grant(ops in proptest::collection::vec(op(), 1..60), first in 1u32..6) {
         let mut s = Config::server();

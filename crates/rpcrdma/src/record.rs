@@ -34,8 +34,8 @@ use core::fmt;
 //# record.
 //#
 //# A record is composed of one or more record fragments.  A record
-//# fragment is a four-octet header followed by 0 to (2**31) - 1 octets of
-//# fragment data.  The octets encode an unsigned binary number; as with
+//# fragment is a four-byte header followed by 0 to (2**31) - 1 bytes of
+//# fragment data.  The bytes encode an unsigned binary number; as with
 //# XDR integers, the byte order is from highest to lowest.  The number
 //# encodes two values -- a boolean that indicates whether the fragment
 //# is the last fragment of the record (bit value 1 implies the fragment
@@ -167,7 +167,7 @@ impl RecordDecoder {
                         return Ok(None);
                     }
                     //= rfc5531#section-11
-                    //# A record fragment is a four-octet header followed by 0 to (2**31) - 1 octets of
+                    //# A record fragment is a four-byte header followed by 0 to (2**31) - 1 bytes of
                     //# fragment data.
                     let word = input.get_u32();
                     let len = (word & MAX_FRAGMENT_LEN) as usize;

@@ -309,12 +309,9 @@ impl Connection {
     /// Changes the grant we send as forward responder (server; Linux keeps
     /// it static). Zero is treated as one.
     //= rfc8166#section-3.3.1
-    //# Also note that the never-zero requirement implies that a responder
-    //# MUST always provide at least one credit to each connected requester
-    //# from which no requests are outstanding.
-    // (RFC 8166 wording recalled from memory; RFC 5666 §3.3 has the same
-    // sentence with "RPC server"/"RPC client". Linux clients also floor a
-    // zero grant to one.)
+    //# The granted value MUST NOT be zero, since such a value
+    //# would result in deadlock.
+    // (Linux clients also floor a zero grant to one.)
     ///
     /// Receives for a larger grant are posted here, before any reply
     /// advertises it.
@@ -502,10 +499,12 @@ impl Connection {
             return Err(CallError::TooLarge { len: biggest, max });
         }
         if self.backchannel_requester() {
-            //= rfc8167#section-5.1
-            //# The rdma_proc field MUST contain the value RDMA_MSG.  All three chunk
-            //# lists MUST be empty.
-            // (as quoted in wire::direction, from memory) So a reverse call
+            //= rfc8167#section-4.2
+            //# Forward- and reverse-direction operation on the same connection share
+            //# the same Receive buffers.
+            // This implementation carries reverse-direction messages inline
+            // only (no chunks: RFC 8167 section 5.3 leaves chunk use to the
+            // ULB, and the NFSv4.1 backchannel needs none), so a reverse call
             // larger than the inline threshold cannot be sent at all.
             let thr = self.send_threshold();
             let need = self.framing.min_msg_header_len() + len;
@@ -987,8 +986,8 @@ impl Connection {
 
     fn pump(&mut self, now: Instant, p: &mut dyn Provider) {
         //= rfc8166#section-3.3.1
-        //# A requester MUST NOT send unacknowledged requests in excess of
-        //# this granted responder credit limit.
+        //# A Requester MUST NOT send unacknowledged requests in excess of the
+        //# Responder's granted credit limit.
         while self.established && self.error.is_none() && self.outstanding < self.credits as usize {
             let Some(call) = self.queue.pop_front() else {
                 break;
@@ -1328,8 +1327,8 @@ impl Connection {
         if let Some(g) = credit.and_then(|c| self.framing.grant(c)) {
             self.metrics.credits_granted = g;
             //= rfc8166#section-3.3.1
-            //# A requester MUST NOT send unacknowledged requests in excess of
-            //# this granted responder credit limit.
+            //# A Requester MUST NOT send unacknowledged requests in excess of the
+            //# Responder's granted credit limit.
             // Clamped to [1, requested] as Linux does: a zero grant would
             // deadlock the connection.
             let new = g.clamp(1, self.requested());

@@ -146,7 +146,7 @@ impl Framing {
     /// The credit rule: what a received header's credit word says about the
     /// grant (`None`: it says nothing). Version 1: every reply, including
     /// RDMA_ERROR, carries the responder's current grant.
-    //= rfc8166#section-4.2.1
+    //= rfc8166#section-4.2.3
     //# When sent with an RPC Call message, the requested credit value is
     //# provided.  When sent with an RPC Reply message, the granted credit
     //# value is returned.
