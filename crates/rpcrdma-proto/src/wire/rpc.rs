@@ -65,38 +65,6 @@ pub const MAX_MACHINE_NAME: usize = 255;
 /// RFC 5531 App. A bound of `gids<16>`.
 pub const MAX_AUTH_SYS_GIDS: usize = 16;
 
-macro_rules! open_enum {
-    (
-        $(#[$m:meta])*
-        $name:ident { $( $(#[$cm:meta])* $c:ident = $v:literal ),* $(,)? }
-    ) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-        pub struct $name(pub u32);
-
-        impl $name {
-            $( $(#[$cm])* pub const $c: $name = $name($v); )*
-
-            /// The RFC name of the value, `None` for a value without one.
-            pub const fn name(self) -> Option<&'static str> {
-                match self.0 {
-                    $( $v => Some(stringify!($c)), )*
-                    _ => None,
-                }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                match self.name() {
-                    Some(n) => f.write_str(n),
-                    None => write!(f, "{}({})", stringify!($name), self.0),
-                }
-            }
-        }
-    };
-}
-
 open_enum! {
     /// `msg_type`.
     MsgType {

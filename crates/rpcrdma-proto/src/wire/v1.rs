@@ -42,70 +42,29 @@ pub const RPCRDMA_VERSION: u32 = 1;
 /// `rdma_vers`, `rdma_credit`, `rdma_proc`.
 pub const FIXED_PREFIX_LEN: usize = 16;
 
-/// `rdma_proc`: the message type (an open enumeration).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Proc(pub u32);
-
-impl Proc {
-    /// An RPC call or reply follows the chunk lists.
-    pub const RDMA_MSG: Proc = Proc(0);
-    /// The RPC message is conveyed entirely by chunks; nothing follows.
-    pub const RDMA_NOMSG: Proc = Proc(1);
-    /// RPC message with padding (deprecated by RFC 8166).
-    pub const RDMA_MSGP: Proc = Proc(2);
-    /// Signals completion of a Responder-provided Read chunk (deprecated).
-    pub const RDMA_DONE: Proc = Proc(3);
-    /// Reports a transport header error.
-    pub const RDMA_ERROR: Proc = Proc(4);
-
-    /// The XDR name, or `None` for a value RFC 8166 does not define.
-    pub fn name(self) -> Option<&'static str> {
-        Some(match self {
-            Proc::RDMA_MSG => "RDMA_MSG",
-            Proc::RDMA_NOMSG => "RDMA_NOMSG",
-            Proc::RDMA_MSGP => "RDMA_MSGP",
-            Proc::RDMA_DONE => "RDMA_DONE",
-            Proc::RDMA_ERROR => "RDMA_ERROR",
-            _ => return None,
-        })
+open_enum! {
+    /// `rdma_proc`: the message type (an open enumeration).
+    Proc unknown = "unknown proc" {
+        /// An RPC call or reply follows the chunk lists.
+        RDMA_MSG = 0,
+        /// The RPC message is conveyed entirely by chunks; nothing follows.
+        RDMA_NOMSG = 1,
+        /// RPC message with padding (deprecated by RFC 8166).
+        RDMA_MSGP = 2,
+        /// Signals completion of a Responder-provided Read chunk (deprecated).
+        RDMA_DONE = 3,
+        /// Reports a transport header error.
+        RDMA_ERROR = 4,
     }
 }
 
-impl fmt::Display for Proc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(n) => write!(f, "{n} ({})", self.0),
-            None => write!(f, "unknown proc {}", self.0),
-        }
-    }
-}
-
-/// `rpc_rdma_errcode`: the error code of an RDMA_ERROR message (open).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ErrorCode(pub u32);
-
-impl ErrorCode {
-    /// The peer does not support this `rdma_vers`.
-    pub const ERR_VERS: ErrorCode = ErrorCode(1);
-    /// The header or its chunks could not be parsed or used.
-    pub const ERR_CHUNK: ErrorCode = ErrorCode(2);
-
-    /// The XDR name, or `None` for a value RFC 8166 does not define.
-    pub fn name(self) -> Option<&'static str> {
-        match self {
-            ErrorCode::ERR_VERS => Some("ERR_VERS"),
-            ErrorCode::ERR_CHUNK => Some("ERR_CHUNK"),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(n) => write!(f, "{n} ({})", self.0),
-            None => write!(f, "unknown error code {}", self.0),
-        }
+open_enum! {
+    /// `rpc_rdma_errcode`: the error code of an RDMA_ERROR message (open).
+    ErrorCode unknown = "unknown error code" {
+        /// The peer does not support this `rdma_vers`.
+        ERR_VERS = 1,
+        /// The header or its chunks could not be parsed or used.
+        ERR_CHUNK = 2,
     }
 }
 

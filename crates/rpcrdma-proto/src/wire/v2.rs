@@ -87,38 +87,17 @@ impl fmt::Display for Flags {
     }
 }
 
-/// `rdma_htype`: the version 2 header type (open).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HType(pub u32);
-
-impl HType {
-    /// Convey Appended RPC Message (`rpcrdma2_msg`).
-    pub const RDMA2_MSG: HType = HType(0);
-    /// Convey External RPC Message (`rpcrdma2_nomsg`).
-    pub const RDMA2_NOMSG: HType = HType(1);
-    /// Report Transport Error (`rpcrdma2_error`).
-    pub const RDMA2_ERROR: HType = HType(4);
-    /// Specify Properties at Connection (`rpcrdma2_connprop`).
-    pub const RDMA2_CONNPROP: HType = HType(5);
-
-    /// The XDR name, or `None` for a type this draft does not define.
-    pub fn name(self) -> Option<&'static str> {
-        Some(match self {
-            HType::RDMA2_MSG => "RDMA2_MSG",
-            HType::RDMA2_NOMSG => "RDMA2_NOMSG",
-            HType::RDMA2_ERROR => "RDMA2_ERROR",
-            HType::RDMA2_CONNPROP => "RDMA2_CONNPROP",
-            _ => return None,
-        })
-    }
-}
-
-impl fmt::Display for HType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(n) => write!(f, "{n} ({})", self.0),
-            None => write!(f, "unknown htype {}", self.0),
-        }
+open_enum! {
+    /// `rdma_htype`: the version 2 header type (open).
+    HType unknown = "unknown htype" {
+        /// Convey Appended RPC Message (`rpcrdma2_msg`).
+        RDMA2_MSG = 0,
+        /// Convey External RPC Message (`rpcrdma2_nomsg`).
+        RDMA2_NOMSG = 1,
+        /// Report Transport Error (`rpcrdma2_error`).
+        RDMA2_ERROR = 4,
+        /// Specify Properties at Connection (`rpcrdma2_connprop`).
+        RDMA2_CONNPROP = 5,
     }
 }
 
@@ -155,53 +134,27 @@ impl ChunkLists2 {
     }
 }
 
-/// `rpcrdma2_errcode` (open).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ErrorCode(pub u32);
-
-impl ErrorCode {
-    /// Version not supported (same value as v1 `ERR_VERS`).
-    pub const RDMA2_ERR_VERS: ErrorCode = ErrorCode(1);
-    /// The header could not be parsed (same value as v1 `ERR_CHUNK`).
-    pub const RDMA2_ERR_BAD_XDR: ErrorCode = ErrorCode(2);
-    /// Unknown or unsupported `rdma_htype`.
-    pub const RDMA2_ERR_INVAL_HTYPE: ErrorCode = ErrorCode(3);
-    /// Too many Read chunks.
-    pub const RDMA2_ERR_READ_CHUNKS: ErrorCode = ErrorCode(4);
-    /// Too many Write chunks.
-    pub const RDMA2_ERR_WRITE_CHUNKS: ErrorCode = ErrorCode(5);
-    /// Too many segments in a chunk.
-    pub const RDMA2_ERR_SEGMENTS: ErrorCode = ErrorCode(6);
-    /// A Write chunk is too small.
-    pub const RDMA2_ERR_WRITE_RESOURCE: ErrorCode = ErrorCode(7);
-    /// The Reply chunk is too small or missing.
-    pub const RDMA2_ERR_REPLY_RESOURCE: ErrorCode = ErrorCode(8);
-    /// Any other (permanent) responder problem.
-    pub const RDMA2_ERR_SYSTEM: ErrorCode = ErrorCode(9);
-
-    /// The XDR name, or `None` for a code this draft does not define.
-    pub fn name(self) -> Option<&'static str> {
-        Some(match self {
-            ErrorCode::RDMA2_ERR_VERS => "RDMA2_ERR_VERS",
-            ErrorCode::RDMA2_ERR_BAD_XDR => "RDMA2_ERR_BAD_XDR",
-            ErrorCode::RDMA2_ERR_INVAL_HTYPE => "RDMA2_ERR_INVAL_HTYPE",
-            ErrorCode::RDMA2_ERR_READ_CHUNKS => "RDMA2_ERR_READ_CHUNKS",
-            ErrorCode::RDMA2_ERR_WRITE_CHUNKS => "RDMA2_ERR_WRITE_CHUNKS",
-            ErrorCode::RDMA2_ERR_SEGMENTS => "RDMA2_ERR_SEGMENTS",
-            ErrorCode::RDMA2_ERR_WRITE_RESOURCE => "RDMA2_ERR_WRITE_RESOURCE",
-            ErrorCode::RDMA2_ERR_REPLY_RESOURCE => "RDMA2_ERR_REPLY_RESOURCE",
-            ErrorCode::RDMA2_ERR_SYSTEM => "RDMA2_ERR_SYSTEM",
-            _ => return None,
-        })
-    }
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(n) => write!(f, "{n} ({})", self.0),
-            None => write!(f, "unknown error code {}", self.0),
-        }
+open_enum! {
+    /// `rpcrdma2_errcode` (open).
+    ErrorCode unknown = "unknown error code" {
+        /// Version not supported (same value as v1 `ERR_VERS`).
+        RDMA2_ERR_VERS = 1,
+        /// The header could not be parsed (same value as v1 `ERR_CHUNK`).
+        RDMA2_ERR_BAD_XDR = 2,
+        /// Unknown or unsupported `rdma_htype`.
+        RDMA2_ERR_INVAL_HTYPE = 3,
+        /// Too many Read chunks.
+        RDMA2_ERR_READ_CHUNKS = 4,
+        /// Too many Write chunks.
+        RDMA2_ERR_WRITE_CHUNKS = 5,
+        /// Too many segments in a chunk.
+        RDMA2_ERR_SEGMENTS = 6,
+        /// A Write chunk is too small.
+        RDMA2_ERR_WRITE_RESOURCE = 7,
+        /// The Reply chunk is too small or missing.
+        RDMA2_ERR_REPLY_RESOURCE = 8,
+        /// Any other (permanent) responder problem.
+        RDMA2_ERR_SYSTEM = 9,
     }
 }
 
