@@ -119,9 +119,11 @@
 
 use core::fmt;
 
+pub mod cm;
 pub mod crc;
 pub mod ddp;
 pub mod mpa;
+pub mod qp;
 pub mod rdmap;
 
 pub use rdmap::TerminateCode;
