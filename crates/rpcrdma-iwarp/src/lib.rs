@@ -125,6 +125,7 @@ pub mod ddp;
 pub mod mpa;
 pub mod qp;
 pub mod rdmap;
+pub mod tcp;
 
 pub use rdmap::TerminateCode;
 

@@ -968,6 +968,16 @@ impl QueuePair {
         self.go_down(DisconnectReason::LocalClose);
     }
 
+    /// Closes with `reason` without sending anything (connection setup
+    /// failed or was rejected): every posted WR is flushed.
+    pub fn abort(&mut self, reason: DisconnectReason) {
+        self.tx_closed = true;
+        self.materialize_output();
+        self.out.clear();
+        self.out_bytes = 0;
+        self.go_down(reason);
+    }
+
     /// The peer closed TCP (end of stream). Mid-FPDU, or on a stream that
     /// was never established, the link was lost.
     pub fn peer_closed(&mut self) {
@@ -983,6 +993,7 @@ impl QueuePair {
     /// TCP failed (reset, error).
     pub fn transport_lost(&mut self) {
         self.tx_closed = true;
+        self.materialize_output();
         self.out.clear();
         self.out_bytes = 0;
         self.go_down(DisconnectReason::TransportLost);
