@@ -283,6 +283,10 @@ impl Handshake {
         self.done = true;
         match self.role {
             Role::Responder => {
+                //= rfc5044#section-7.1.1
+                //# If the MPA receiver cannot interoperate with
+                //# the received version, then it MUST close the connection and
+                //# report an error locally.
                 if frame.revision != 1 && frame.revision != 2 {
                     // a responder that cannot speak the initiator's revision
                     // closes the connection (Linux does the same for rev 3).

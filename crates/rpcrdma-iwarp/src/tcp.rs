@@ -277,7 +277,7 @@ impl IwarpProvider {
     }
 
     fn hs_output_empty(&self) -> bool {
-        self.hs.as_ref().is_none_or(|h| h.output().is_empty())
+        self.hs.as_ref().map_or(true, |h| h.output().is_empty())
     }
 
     fn set_established(&mut self, est: Established) {
@@ -361,11 +361,9 @@ impl IwarpProvider {
                     return;
                 }
                 Ok((Progress::Request(_), _)) | Err(_) => {
-                    //= rfc5044#section-7.1
-                    //# If the receiver detects that the Private Data Length field does not
-                    //# match the length of the Private Data field, or if the length of the
-                    //# Private Data field exceeds 512 octets, the receiver MUST close the
-                    //# connection.
+                    //= rfc5044#section-7.1.2
+                    //# If the MPA Reply Frame is improperly formatted, the
+                    //# implementation MUST close the TCP connection and exit MPA.
                     self.hs = None;
                     self.qp.abort(DisconnectReason::Error {
                         status: Status::RemoteInvalidRequest,
