@@ -76,6 +76,7 @@ pub struct IwarpProvider {
     events: VecDeque<ConnectionEvent>,
     info: Option<ConnectionInfo>,
     est: Option<Established>,
+    local_frame: Option<MpaFrame>,
     rbuf: Box<[u8]>,
     waker: Option<(Waker, Notify)>,
     shut_wr: bool,
@@ -148,6 +149,7 @@ impl IwarpProvider {
             events: VecDeque::new(),
             info: None,
             est: None,
+            local_frame: None,
             rbuf: vec![0u8; RBUF].into_boxed_slice(),
             waker: None,
             shut_wr: false,
@@ -222,6 +224,11 @@ impl IwarpProvider {
     /// The peer's raw MPA frame (private data with the IRD/ORD header).
     pub fn peer_frame(&self) -> Option<&MpaFrame> {
         self.est.as_ref().map(|e| &e.peer_frame)
+    }
+
+    /// The MPA frame we sent (Request or Reply), once established.
+    pub fn local_frame(&self) -> Option<&MpaFrame> {
+        self.local_frame.as_ref()
     }
 
     /// The queue pair (for statistics and Terminate inspection).
@@ -350,6 +357,7 @@ impl IwarpProvider {
             match hs.feed(&data) {
                 Ok((Progress::NeedMore, _)) => continue,
                 Ok((Progress::Established(est), used)) => {
+                    self.local_frame = hs.sent_frame().cloned();
                     self.hs = None;
                     self.set_established(est);
                     self.qp.handle_input(&data[used..]);
@@ -698,6 +706,7 @@ impl PendingConnection {
         match r {
             Ok(est) => {
                 write_all_deadline(&mut p.sock, &out, deadline)?;
+                p.local_frame = self.hs.sent_frame().cloned();
                 p.set_established(est);
                 let left = std::mem::take(&mut self.leftover);
                 p.qp.handle_input(&left);
