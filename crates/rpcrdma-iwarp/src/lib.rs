@@ -1,9 +1,17 @@
 //! # rpcrdma-iwarp
 //!
-//! The sans-IO wire layers of a software iWARP stack, written to
-//! interoperate with Linux `siw`: no sockets, no threads, no clock and no
-//! `unsafe`. A queue-pair engine and a TCP adapter are built on top of it
-//! elsewhere.
+//! A software iWARP stack, written to interoperate with Linux `siw`, and
+//! rpcrdma's default RDMA provider. No `unsafe`.
+//!
+//! * The wire layers ([`mpa`], [`ddp`], [`rdmap`], [`crc`]) and the queue
+//!   pair ([`qp::QueuePair`]: memory table, Send / Write / Read / Terminate,
+//!   placement checks) and connection setup ([`cm`]) are sans-IO: no
+//!   sockets, no threads, no clock.
+//! * [`tcp`] is the adapter: [`tcp::IwarpProvider`] implements
+//!   `rpcrdma_proto::provider::Provider` over a non-blocking `TcpStream`
+//!   (vectored sends gather straight from registered memory; received
+//!   payload is read from the socket straight into the target region), and
+//!   [`tcp::Listener`] is the passive side.
 //!
 //! ## Layering
 //!
