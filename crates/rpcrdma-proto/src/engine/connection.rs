@@ -91,7 +91,6 @@ impl OutCall {
 #[derive(Debug)]
 struct ReadChunk {
     position: u32,
-    segments: Vec<Segment>,
     len: usize,
     sink: Option<MemoryRegion>,
     data: Vec<u8>,
@@ -108,6 +107,13 @@ struct InCall {
     pz: Option<usize>,
     chunks: Vec<ReadChunk>,
     reads_left: usize,
+    /// RDMA Reads to issue once the call is admitted to the Read-sink
+    /// budget.
+    pending_reads: Vec<PendingRead>,
+    /// Octets of Read sinks the call needs.
+    sink_need: u64,
+    /// Its sinks are registered (counted in `Connection::sink_bytes`).
+    admitted: bool,
     writes: Vec<WriteChunk>,
     reply: Option<WriteChunk>,
     inv: Option<u32>,
@@ -162,6 +168,11 @@ pub struct Connection {
     incoming: HashMap<u64, InCall>,
     reads: VecDeque<PendingRead>,
     reads_outstanding: usize,
+    /// Octets of RDMA Read sinks registered now (at most
+    /// `Limits::max_read_sink_bytes`).
+    sink_bytes: u64,
+    /// Received calls waiting for Read-sink budget, in arrival order.
+    sink_waiting: VecDeque<u64>,
     next_job: u64,
     jobs: HashMap<u64, ReplyJob>,
     /// Send-queue WRs refused with QueueFull, posted in order as the queue
@@ -212,6 +223,8 @@ impl Connection {
             incoming: HashMap::new(),
             reads: VecDeque::new(),
             reads_outstanding: 0,
+            sink_bytes: 0,
+            sink_waiting: VecDeque::new(),
             next_job: 1,
             jobs: HashMap::new(),
             backlog: VecDeque::new(),
@@ -1655,24 +1668,11 @@ impl Connection {
         };
         let handle = self.next_handle;
         self.next_handle += 1;
-        let sink_access = if p.caps().read_sink_needs_remote_write {
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE
-        } else {
-            Access::LOCAL_WRITE
-        };
         let mut reads = Vec::new();
         let mut rchunks = Vec::with_capacity(groups.len());
-        let mut failed = false;
+        let mut sink_need: u64 = 0;
         for (ci, (position, segments, len)) in groups.into_iter().enumerate() {
-            let len = len as usize;
-            let mut sink = None;
-            if len > 0 {
-                let mut v = Vec::new();
-                match self.register(p, vec![0u8; len], sink_access, &mut v) {
-                    Ok(mr) => sink = Some(mr),
-                    Err(_) => failed = true,
-                }
-            }
+            sink_need = sink_need.saturating_add(len);
             let mut off = 0u64;
             for s in &segments {
                 if s.length > 0 {
@@ -1687,19 +1687,14 @@ impl Connection {
             }
             rchunks.push(ReadChunk {
                 position,
-                segments,
-                len,
-                sink,
+                len: len as usize,
+                sink: None,
                 data: Vec::new(),
             });
         }
-        if failed {
-            for c in &mut rchunks {
-                if let Some(mr) = c.sink.take() {
-                    self.zombies.push(mr);
-                }
-            }
-            self.reap(p);
+        // A call whose Read chunks can never fit the Read-sink budget is
+        // refused; one that fits waits for its turn (below).
+        if sink_need > self.sink_budget() {
             self.send_error(p, xid, ErrorReply::Chunk);
             return;
         }
@@ -1719,19 +1714,97 @@ impl Connection {
             pz,
             chunks: rchunks,
             reads_left: reads.len(),
+            pending_reads: reads,
+            sink_need,
+            admitted: false,
             writes: chunks.writes,
             reply: chunks.reply,
             inv,
             delivered: false,
         };
-        let nreads = reads.len();
         self.incoming.insert(handle, call);
-        if nreads == 0 {
+        if sink_need == 0 {
+            // Nothing to read: no sink, no wait.
             self.reads_done(p, handle);
         } else {
-            self.reads.extend(reads);
-            self.issue_reads(p);
+            self.sink_waiting.push_back(handle);
+            if self.sink_waiting.len() > 1 || self.sink_bytes + sink_need > self.sink_budget() {
+                self.metrics.read_sink_waits += 1;
+            }
+            self.admit_waiting(p);
         }
+    }
+
+    /// Octets of Read sinks this connection may have registered at once.
+    fn sink_budget(&self) -> u64 {
+        let l = &self.config.limits;
+        l.max_read_sink_bytes.min(u64::from(l.max_message_len))
+    }
+
+    /// Registers the Read sinks of waiting calls, in arrival order, while
+    /// they fit the Read-sink budget, and starts their RDMA Reads.
+    fn admit_waiting(&mut self, p: &mut dyn Provider) {
+        let budget = self.sink_budget();
+        let sink_access = if p.caps().read_sink_needs_remote_write {
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        } else {
+            Access::LOCAL_WRITE
+        };
+        while self.error.is_none() {
+            let Some(&handle) = self.sink_waiting.front() else {
+                break;
+            };
+            let Some(need) = self.incoming.get(&handle).map(|c| c.sink_need) else {
+                self.sink_waiting.pop_front();
+                continue;
+            };
+            if self.sink_bytes.saturating_add(need) > budget {
+                break; // backpressure: later calls wait behind this one
+            }
+            self.sink_waiting.pop_front();
+            let lens: Vec<usize> = self
+                .incoming
+                .get(&handle)
+                .map(|c| c.chunks.iter().map(|c| c.len).collect())
+                .unwrap_or_default();
+            let mut sinks: Vec<Option<MemoryRegion>> = Vec::with_capacity(lens.len());
+            let mut failed = false;
+            for len in lens {
+                if len == 0 || failed {
+                    sinks.push(None);
+                    continue;
+                }
+                let mut v = Vec::new();
+                match self.register(p, vec![0u8; len], sink_access, &mut v) {
+                    Ok(mr) => sinks.push(Some(mr)),
+                    Err(_) => {
+                        failed = true;
+                        sinks.push(None);
+                    }
+                }
+            }
+            if failed {
+                self.zombies.extend(sinks.into_iter().flatten());
+                self.reap(p);
+                if let Some(call) = self.incoming.remove(&handle) {
+                    self.send_error(p, call.xid, ErrorReply::Chunk);
+                }
+                continue;
+            }
+            self.sink_bytes += need;
+            self.metrics.max_read_sink_bytes =
+                self.metrics.max_read_sink_bytes.max(self.sink_bytes);
+            let Some(call) = self.incoming.get_mut(&handle) else {
+                continue;
+            };
+            call.admitted = true;
+            for (c, mr) in call.chunks.iter_mut().zip(sinks) {
+                c.sink = mr;
+            }
+            let reads = std::mem::take(&mut call.pending_reads);
+            self.reads.extend(reads);
+        }
+        self.issue_reads(p);
     }
 
     fn issue_reads(&mut self, p: &mut dyn Provider) {
@@ -1785,6 +1858,8 @@ impl Connection {
         let Some(call) = self.incoming.get_mut(&handle) else {
             return;
         };
+        let call_admitted = std::mem::take(&mut call.admitted);
+        let sink_need = call.sink_need;
         for c in &mut call.chunks {
             if let Some(mr) = c.sink.take() {
                 c.data = p
@@ -1825,11 +1900,14 @@ impl Connection {
             write_chunks: call.writes.iter().map(WriteChunk::total_len).collect(),
             reply_chunk: call.reply.as_ref().map(WriteChunk::total_len),
         };
-        let _ = call.chunks.iter().map(|c| c.segments.len()).sum::<usize>();
         self.metrics.calls_received += 1;
         self.events.push_back(Event::CallReceived(ev));
         for mr in sinks {
             self.release(p, mr);
+        }
+        if call_admitted {
+            self.sink_bytes = self.sink_bytes.saturating_sub(sink_need);
+            self.admit_waiting(p);
         }
     }
 
@@ -1973,6 +2051,8 @@ impl Connection {
             }
         }
         self.reads.clear();
+        self.sink_waiting.clear();
+        self.sink_bytes = 0;
         for (_, j) in std::mem::take(&mut self.jobs) {
             self.zombies.extend(j.mrs);
         }

@@ -440,6 +440,11 @@ pub struct Metrics {
     pub rdma_read_bytes: u64,
     /// Most RDMA Reads ever outstanding at once (never above the ORD).
     pub max_reads_in_flight: u64,
+    /// Most octets of RDMA Read sinks ever registered at once (never above
+    /// [`Limits::max_read_sink_bytes`]).
+    pub max_read_sink_bytes: u64,
+    /// Received calls that waited for Read-sink budget.
+    pub read_sink_waits: u64,
     /// RDMA Writes we issued as responder.
     pub rdma_writes: u64,
     /// Octets written by RDMA Write.

@@ -26,7 +26,7 @@ pub struct Side {
 
 impl Side {
     /// Steps this end once; true if anything happened.
-    fn step(&mut self, now: Instant) -> bool {
+    pub fn step(&mut self, now: Instant) -> bool {
         let mut busy = false;
         while let Some(ev) = self.prov.poll_event() {
             busy = true;
@@ -490,9 +490,15 @@ impl RawPair {
     }
 
     pub fn run(&mut self) {
+        self.run_observed(|_| {});
+    }
+
+    /// [`RawPair::run`], calling `f` on the engine side after every step.
+    pub fn run_observed(&mut self, mut f: impl FnMut(&Side)) {
         let mut idle = 0;
         for _ in 0..1_000_000 {
             let a = self.side.step(self.now);
+            f(&self.side);
             let b = self.raw.poll();
             let pending = self.raw.prov.pending_work() + self.side.prov.inner().pending_work();
             if !a && !b && pending == 0 {
@@ -506,4 +512,16 @@ impl RawPair {
         }
         panic!("raw pair does not quiesce");
     }
+}
+
+/// Registrations held by a memory provider (from its Debug output).
+pub fn registered(p: &MemProvider) -> usize {
+    let d = format!("{p:?}");
+    let at = d.find("registered: ").unwrap() + "registered: ".len();
+    d[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
