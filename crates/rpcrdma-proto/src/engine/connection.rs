@@ -14,7 +14,6 @@ use crate::provider::{
     ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Stag, Status,
 };
 use crate::wire::chunk::{ChunkLists, ReadSegment, Segment, WriteChunk};
-use crate::wire::direction::{classify, MessageClass};
 use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
 
 /// What a work request id stands for.
@@ -184,6 +183,20 @@ pub struct Connection {
     zombies: Vec<MemoryRegion>,
     events: VecDeque<Event>,
     metrics: Metrics,
+}
+
+/// RFC 5531 `msg_type` values.
+const MSG_CALL: u32 = 0;
+const MSG_REPLY: u32 = 1;
+
+/// The XID and `msg_type` words that start an RPC message.
+fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
+    let w = |i: usize| {
+        msg.get(i..i + 4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_be_bytes)
+    };
+    Some((w(0)?, w(4)?))
 }
 
 /// Send buffers kept registered for reuse.
@@ -971,27 +984,100 @@ impl Connection {
                 payload_offset,
             } => {
                 let payload = data.get(payload_offset..).unwrap_or(&[]);
-                let class = if shape == Shape::Msg && chunks.is_empty() {
-                    classify(data, self.config.role).ok().map(|c| c.class)
-                } else {
-                    None
+                // msg_type of an inline RPC message (RFC 5531: CALL = 0,
+                // REPLY = 1) says which direction it travels (RFC 8167
+                // section 4.1); an RDMA_NOMSG carries none inline.
+                let msg_type = match shape {
+                    Shape::Msg => rpc_prefix(payload).map(|(_, t)| t),
+                    Shape::Nomsg => None,
                 };
-                match (self.config.role, class) {
-                    (Role::Client, Some(MessageClass::BackwardCall)) => {
-                        if self.backchannel_enabled {
-                            self.on_call(p, xid, shape, chunks, payload, true);
-                        } else {
+                match self.config.role {
+                    Role::Client => {
+                        // A reverse-direction call: an inline CALL, or an
+                        // RDMA_NOMSG with a Read list (a reply never has
+                        // one).
+                        let reverse_call = match shape {
+                            Shape::Msg => msg_type == Some(MSG_CALL),
+                            Shape::Nomsg => !chunks.reads.is_empty(),
+                        };
+                        if !reverse_call {
+                            self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
+                        } else if !self.backchannel_enabled {
+                            //= rfc8167#section-6
+                            //# If an endpoint is not prepared to receive an incoming reverse-
+                            //# direction message, loss of the RDMA connection might result.
+                            // We drop it instead (no receive was ever granted for it).
                             self.metrics.dropped += 1;
+                        } else if !chunks.is_empty() {
+                            //= rfc8167#section-5.3
+                            //# If a reverse-direction requester provides a non-empty chunk list
+                            //# to a Responder that does not support chunks, the Responder MUST
+                            //# reply with an RDMA_ERROR message with rdma_err field set to
+                            //# ERR_CHUNK.
+                            self.send_error(p, xid, ErrorReply::Chunk);
+                        } else {
+                            self.on_call(p, xid, shape, chunks, payload, true);
                         }
                     }
-                    (Role::Client, _) | (Role::Server, Some(MessageClass::BackwardReply)) => {
-                        let r = self.parse_reply(xid, shape, &chunks, payload);
-                        self.requester_reply(now, p, xid, Some(credit), inv, r);
+                    Role::Server if msg_type == Some(MSG_REPLY) => {
+                        self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
                     }
-                    (Role::Server, _) => self.on_call(p, xid, shape, chunks, payload, false),
+                    Role::Server => self.on_call(p, xid, shape, chunks, payload, false),
                 }
             }
         }
+    }
+
+    /// A reply (or something that is not a call) for one of our calls.
+    #[allow(clippy::too_many_arguments)]
+    fn on_reply(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        xid: u32,
+        credit: u32,
+        shape: Shape,
+        chunks: &ChunkLists,
+        payload: &[u8],
+        inv: Option<Stag>,
+    ) {
+        let r = self.parse_reply(xid, shape, chunks, payload);
+        if let Ok(d) = &r {
+            //= rfc8166#section-4.2.1
+            //# This XID MUST be the same as the XID in the RPC message.
+            //= rfc8167#section-5.2
+            //# Whether presented inline or as a separate chunk, the ONC RPC Reply
+            //# header MUST start with the same XID value that is present in the
+            //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
+            //# contain the value REPLY.
+            //= rfc8166#section-4.5
+            //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
+            //# message, a Requester MUST silently discard the message.
+            // A reply whose RPC header disagrees with its transport header
+            // cannot be attributed to a call: it is dropped and counted, the
+            // call keeps waiting (for a good reply, or for its timeout).
+            let head = match (d.reply_len, self.reply_mr_of(xid)) {
+                (Some(len), Some(mr)) => p
+                    .region(&mr)
+                    .ok()
+                    .and_then(|b| b.get(..(len as usize).min(8)))
+                    .and_then(rpc_prefix),
+                _ => rpc_prefix(&d.inline),
+            };
+            if head != Some((xid, MSG_REPLY)) {
+                self.metrics.rpc_header_mismatches += 1;
+                self.metrics.dropped += 1;
+                return;
+            }
+        }
+        self.requester_reply(now, p, xid, Some(credit), inv, r);
+    }
+
+    fn reply_mr_of(&self, xid: u32) -> Option<MemoryRegion> {
+        self.by_xid
+            .get(&xid)
+            .and_then(|id| self.calls.get(id))
+            .and_then(|c| c.reply_mr)
     }
 
     // ------------------------------------------------------------------
@@ -1889,7 +1975,24 @@ impl Connection {
         // is followed in the XDR stream by its pad, whether or not the
         // requester sent it; the reassembly inserts zero octets.
         let (message, ddp) = marshal::reassemble(&base, &data);
-        call.delivered = true;
+        //= rfc8166#section-4.2.1
+        //# This XID MUST be the same as the XID in the RPC message.
+        //= rfc8167#section-5.1
+        //# Whether presented inline or as a separate chunk, the ONC RPC Call
+        //# header MUST start with the same XID value that is present in the
+        //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
+        //# contain the value CALL.
+        //= rfc8166#section-4.5
+        //# If other errors are detected in the RPC-over-RDMA header of an RPC
+        //# Call message, a Responder MUST send an RDMA_ERROR message back to
+        //# the Requester.
+        // RFC 8166 lets a receiver ignore the RPC XID; we do not: a call
+        // whose RPC header disagrees with its transport header (forward or
+        // reverse, inline or in a Position-Zero Read chunk) is malformed and
+        // answered with ERR_CHUNK, never delivered.
+        let header_ok = rpc_prefix(&message) == Some((call.xid, MSG_CALL));
+        let xid = call.xid;
+        call.delivered = header_ok;
         let ev = IncomingCall {
             handle: CallHandle(handle),
             xid: call.xid,
@@ -1900,10 +2003,16 @@ impl Connection {
             write_chunks: call.writes.iter().map(WriteChunk::total_len).collect(),
             reply_chunk: call.reply.as_ref().map(WriteChunk::total_len),
         };
-        self.metrics.calls_received += 1;
-        self.events.push_back(Event::CallReceived(ev));
         for mr in sinks {
             self.release(p, mr);
+        }
+        if header_ok {
+            self.metrics.calls_received += 1;
+            self.events.push_back(Event::CallReceived(ev));
+        } else {
+            self.incoming.remove(&handle);
+            self.metrics.rpc_header_mismatches += 1;
+            self.send_error(p, xid, ErrorReply::Chunk);
         }
         if call_admitted {
             self.sink_bytes = self.sink_bytes.saturating_sub(sink_need);

@@ -469,6 +469,10 @@ pub struct Metrics {
     pub bad_xids: u64,
     /// Replies that broke RFC 8166 (the call failed).
     pub bad_replies: u64,
+    /// Messages whose RPC header did not start with the transport
+    /// header's XID and the right `msg_type` (calls: ERR_CHUNK; replies:
+    /// dropped).
+    pub rpc_header_mismatches: u64,
     /// Messages dropped without an answer (too short, RDMA_DONE,
     /// unexpected backchannel calls, ...).
     pub dropped: u64,
