@@ -198,3 +198,38 @@ fn engine_client_with_many_read_chunk_calls_against_a_small_budget() {
     assert!(m.max_read_sink_bytes <= 64 * 1024);
     assert!(m.read_sink_waits > 0);
 }
+
+#[test]
+fn unacknowledged_error_replies_count_against_the_credit_limit() {
+    use rpcrdma_proto::engine::{ConnectionError, PeerError};
+    let mut s = Config::server();
+    s.credits_granted = 4;
+    let mut p = RawPair::server(s);
+    p.raw.post_recvs(64);
+    // Malformed calls (unknown rdma_proc): each is answered by ERR_CHUNK,
+    // whose Send the engine never sees complete. A requester cannot have
+    // received those answers, so its requests are all unacknowledged.
+    let mut held = Vec::new();
+    for k in 0..8u32 {
+        p.raw.send(&words(&[0x40 + k, 1, 4, 9]));
+        held.extend(p.run_holding_sends());
+        assert!(!p.side.conn.is_closed(), "after {} malformed calls", k + 1);
+    }
+    assert_eq!(p.side.conn.metrics().err_chunk_sent, 8);
+    //= rfc8166#section-3.3.1
+    //# A Requester MUST NOT send unacknowledged requests in excess of the
+    //# Responder's granted credit limit.
+    // Twice the grant (8) unacknowledged: the ninth ends the connection
+    // instead of queueing another error reply.
+    p.raw.send(&words(&[0x50, 1, 4, 9]));
+    held.extend(p.run_holding_sends());
+    assert_eq!(p.side.conn.metrics().err_chunk_sent, 8);
+    assert!(matches!(
+        p.side.conn.error(),
+        Some(ConnectionError::Peer(PeerError::CreditOverrun {
+            granted: 4,
+            ..
+        }))
+    ));
+    assert!(!held.is_empty());
+}

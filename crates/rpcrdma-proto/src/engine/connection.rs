@@ -172,6 +172,8 @@ pub struct Connection {
     sink_bytes: u64,
     /// Received calls waiting for Read-sink budget, in arrival order.
     sink_waiting: VecDeque<u64>,
+    /// Error replies whose Send has not completed.
+    errors_unacked: usize,
     next_job: u64,
     jobs: HashMap<u64, ReplyJob>,
     /// Send-queue WRs refused with QueueFull, posted in order as the queue
@@ -238,6 +240,7 @@ impl Connection {
             reads_outstanding: 0,
             sink_bytes: 0,
             sink_waiting: VecDeque::new(),
+            errors_unacked: 0,
             next_job: 1,
             jobs: HashMap::new(),
             backlog: VecDeque::new(),
@@ -456,7 +459,10 @@ impl Connection {
                 self.issue_reads(p);
             }
             Op::Reply(job) => self.job_step(p, job),
-            Op::Bare(mr) => self.release(p, mr),
+            Op::Bare(mr) => {
+                self.errors_unacked = self.errors_unacked.saturating_sub(1);
+                self.release(p, mr);
+            }
         }
         self.drain_backlog(p);
         self.reap(p);
@@ -940,7 +946,11 @@ impl Connection {
                 answer,
                 reason,
             } => match self.config.role {
-                Role::Server => self.send_error(p, xid, answer),
+                Role::Server => {
+                    if !self.overrun(p) {
+                        self.send_error(p, xid, answer);
+                    }
+                }
                 // A requester never sends RDMA_ERROR; an unusable reply to
                 // an outstanding call fails that call (Linux: -EIO).
                 Role::Client => {
@@ -1009,6 +1019,9 @@ impl Connection {
                             // We drop it instead (no receive was ever granted for it).
                             self.metrics.dropped += 1;
                         } else if !chunks.is_empty() {
+                            if self.overrun(p) {
+                                return;
+                            }
                             //= rfc8167#section-5.3
                             //# If a reverse-direction requester provides a non-empty chunk list
                             //# to a Responder that does not support chunks, the Responder MUST
@@ -1630,6 +1643,7 @@ impl Connection {
         };
         let wr_id = self.wr(Op::Bare(mr));
         self.metrics.replies_sent += 1;
+        self.errors_unacked += 1;
         let wr = SendWr {
             wr_id,
             op: SendOp::Send { solicited: true },
@@ -1637,6 +1651,7 @@ impl Connection {
         };
         if let Err(e) = self.post(p, wr) {
             self.ops.remove(&wr_id);
+            self.errors_unacked = self.errors_unacked.saturating_sub(1);
             self.zombies.push(mr);
             self.fatal(p, ConnectionError::Provider(e));
         }
@@ -1700,6 +1715,33 @@ impl Connection {
         Ok((groups, pz))
     }
 
+    /// A requester may still use the largest grant we ever advertised;
+    /// more than twice that many requests unacknowledged (calls not
+    /// answered, error replies whose Send has not completed) is a protocol
+    /// violation, and ends the connection. This also bounds what a hostile
+    /// requester makes us hold: pending calls and queued error replies.
+    //= rfc8166#section-3.3.1
+    //# A Requester MUST NOT send unacknowledged requests in excess of the
+    //# Responder's granted credit limit.
+    fn overrun(&mut self, p: &mut dyn Provider) -> bool {
+        let grant = match self.config.role {
+            Role::Server => self.responder_grant().max(self.max_grant),
+            Role::Client => self.responder_grant(),
+        } as usize;
+        let unacked = self.incoming.len() + self.errors_unacked;
+        if unacked < grant.saturating_mul(2) {
+            return false;
+        }
+        self.fatal(
+            p,
+            ConnectionError::Peer(PeerError::CreditOverrun {
+                outstanding: unacked + 1,
+                granted: grant as u32,
+            }),
+        );
+        true
+    }
+
     fn on_call(
         &mut self,
         p: &mut dyn Provider,
@@ -1709,20 +1751,7 @@ impl Connection {
         payload: &[u8],
         backchannel: bool,
     ) {
-        // A requester may still use the largest grant we ever advertised;
-        // twice that is a protocol violation (and a memory bound).
-        let grant = match self.config.role {
-            Role::Server => self.responder_grant().max(self.max_grant),
-            Role::Client => self.responder_grant(),
-        } as usize;
-        if self.incoming.len() >= grant.saturating_mul(2) {
-            self.fatal(
-                p,
-                ConnectionError::Peer(PeerError::CreditOverrun {
-                    outstanding: self.incoming.len() + 1,
-                    granted: grant as u32,
-                }),
-            );
+        if self.overrun(p) {
             return;
         }
         //= rfc8166#section-4.5.2
@@ -2105,7 +2134,10 @@ impl Connection {
                 self.recv_posted = self.recv_posted.saturating_sub(1);
                 self.zombies.push(mr);
             }
-            Op::Bare(mr) => self.zombies.push(mr),
+            Op::Bare(mr) => {
+                self.errors_unacked = self.errors_unacked.saturating_sub(1);
+                self.zombies.push(mr);
+            }
             Op::Read(_) => self.reads_outstanding = self.reads_outstanding.saturating_sub(1),
             Op::CallSend(_) | Op::CallInv(_) | Op::Reply(_) => {}
         }

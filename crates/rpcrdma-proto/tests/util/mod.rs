@@ -493,6 +493,51 @@ impl RawPair {
         self.run_observed(|_| {});
     }
 
+    /// [`RawPair::run`], but the engine never sees the completions of its
+    /// Send-queue work (they are returned instead): its Sends look
+    /// unacknowledged forever.
+    pub fn run_holding_sends(&mut self) -> Vec<Completion> {
+        use rpcrdma_proto::provider::Opcode;
+        let mut held = Vec::new();
+        let mut idle = 0;
+        for _ in 0..1_000_000 {
+            let mut busy = false;
+            while let Some(ev) = self.side.prov.poll_event() {
+                busy = true;
+                if let ConnectionEvent::Disconnected(r) = ev {
+                    self.side.conn.handle_disconnected(&mut self.side.prov, r);
+                }
+            }
+            let mut out: Vec<Completion> = Vec::new();
+            self.side.prov.poll_completions(&mut out);
+            for c in out {
+                busy = true;
+                match c.opcode {
+                    Opcode::Recv | Opcode::RecvWithInvalidate { .. } => self
+                        .side
+                        .conn
+                        .handle_completion(self.now, &mut self.side.prov, c),
+                    _ => held.push(c),
+                }
+            }
+            while let Some(e) = self.side.conn.poll_event() {
+                busy = true;
+                self.side.events.push(e);
+            }
+            let b = self.raw.poll();
+            let pending = self.raw.prov.pending_work() + self.side.prov.inner().pending_work();
+            if !busy && !b && pending == 0 {
+                idle += 1;
+                if idle >= 2 {
+                    return held;
+                }
+            } else {
+                idle = 0;
+            }
+        }
+        panic!("raw pair does not quiesce");
+    }
+
     /// [`RawPair::run`], calling `f` on the engine side after every step.
     pub fn run_observed(&mut self, mut f: impl FnMut(&Side)) {
         let mut idle = 0;
