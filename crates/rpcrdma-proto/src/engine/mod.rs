@@ -237,12 +237,39 @@ pub struct Reply {
     /// The RPC reply without the DDP results that arrived in Write chunks
     /// (their length words are in place, their data is in `results`).
     pub message: Vec<u8>,
-    /// Data written into each Write chunk we offered (actual lengths; empty
-    /// for a chunk the responder did not use, in which case the result is
-    /// inline in `message`).
+    /// Data written into each Write chunk we offered, as long as the
+    /// responder said (empty for a chunk the responder did not use, in
+    /// which case the result is inline in `message`). A conforming
+    /// responder returns the item's exact length; a legacy (RFC 5666)
+    /// responder may also have written and counted the item's XDR pad (up to
+    /// 3 octets, which always fit: Write chunks are registered rounded up to
+    /// a multiple of four). Take the item with [`Reply::result`] and the XDR
+    /// length word from `message`, which never yields the pad.
     pub results: Vec<Vec<u8>>,
     /// The reply came in the Reply chunk (RDMA_NOMSG).
     pub long: bool,
+}
+
+impl Reply {
+    /// The data of the DDP-eligible result that went into Write chunk `i`,
+    /// given its XDR length word `xdr_len` (from `message`): the first
+    /// `xdr_len` octets of `results[i]` when the responder returned exactly
+    /// `xdr_len` octets, or `xdr_len` plus its XDR pad (a legacy responder);
+    /// the pad is never part of the data. `None` when chunk `i` is unused
+    /// or was not offered, or the returned length disagrees with `xdr_len`
+    /// by more than the pad.
+    pub fn result(&self, i: usize, xdr_len: u32) -> Option<&[u8]> {
+        let r = self.results.get(i)?;
+        let n = xdr_len as usize;
+        if n == 0 {
+            return Some(&[]);
+        }
+        let padded = n.checked_add(marshal::pad4(n))?;
+        if r.is_empty() || (r.len() != n && r.len() != padded) {
+            return None;
+        }
+        r.get(..n)
+    }
 }
 
 /// Why one of our calls failed.
