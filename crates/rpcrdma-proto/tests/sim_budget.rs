@@ -211,7 +211,7 @@ fn unacknowledged_error_replies_count_against_the_credit_limit() {
     // received those answers, so its requests are all unacknowledged.
     let mut held = Vec::new();
     for k in 0..8u32 {
-        p.raw.send(&words(&[0x40 + k, 1, 4, 9]));
+        p.raw.send(&words(&[0x40 + k, 1, 4, 9, 0, 0, 0]));
         held.extend(p.run_holding_sends());
         assert!(!p.side.conn.is_closed(), "after {} malformed calls", k + 1);
     }
@@ -221,7 +221,7 @@ fn unacknowledged_error_replies_count_against_the_credit_limit() {
     //# Responder's granted credit limit.
     // Twice the grant (8) unacknowledged: the ninth ends the connection
     // instead of queueing another error reply.
-    p.raw.send(&words(&[0x50, 1, 4, 9]));
+    p.raw.send(&words(&[0x50, 1, 4, 9, 0, 0, 0]));
     held.extend(p.run_holding_sends());
     assert_eq!(p.side.conn.metrics().err_chunk_sent, 8);
     assert!(matches!(

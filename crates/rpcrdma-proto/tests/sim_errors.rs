@@ -204,21 +204,54 @@ fn err_vers_received_fails_the_call_with_the_peer_range() {
 }
 
 #[test]
-fn reply_with_a_read_list_is_a_bad_reply() {
+fn reply_with_a_read_list_is_silently_discarded() {
     let (mut p, xid) = client_with_one_call();
     let mut m = words(&[xid, 1, 8, 0, 1, 0, 0x77, 8, 0, 0, 0, 0, 0]);
     m.extend(words(&[xid, 1, 0, 0, 0, 0]));
     p.raw.send(&m);
     p.run();
-    assert!(p.side.events.iter().any(|e| matches!(
-        e,
-        Event::CallFailed {
-            error: CallFailure::BadReply(_),
-            retransmit: false,
-            ..
-        }
-    )));
+    //= rfc8166#section-4.3.1
+    //# Responders MUST leave the Read list empty in all replies.
+    //= rfc8166#section-4.5
+    //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
+    //# message, a Requester MUST silently discard the message.
+    assert!(p.side.events.is_empty(), "{:?}", p.side.events);
+    assert_eq!(p.raw.got.len(), 1, "only the call: nothing answered");
     assert_eq!(p.side.conn.metrics().bad_replies, 1);
+    assert_eq!(p.side.conn.outstanding(), 1, "the call still waits");
+    // A good reply completes it.
+    let mut good = words(&[xid, 1, 8, 0, 0, 0, 0]);
+    good.extend(words(&[xid, 1, 0, 0, 0, 0]));
+    p.raw.send(&good);
+    p.run();
+    assert!(p
+        .side
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::ReplyReceived(r) if r.xid == xid)));
+}
+
+#[test]
+fn malformed_and_msgp_replies_are_silently_discarded() {
+    let (mut p, xid) = client_with_one_call();
+    // RDMA_MSGP (with its align/thresh words), a bad list discriminant,
+    // and an unknown rdma_proc: one at a time (one receive).
+    let mut msgp = words(&[xid, 1, 8, 2, 4, 1024, 0, 0, 0]);
+    msgp.extend(words(&[xid, 1, 0, 0, 0, 0]));
+    for m in [
+        msgp,
+        words(&[xid, 1, 8, 0, 2, 0, 0]),
+        words(&[xid, 1, 8, 9, 0, 0, 0]),
+    ] {
+        p.raw.send(&m);
+        p.run();
+    }
+    //= rfc8166#section-4.6.1
+    //# Requesters MUST silently discard the message.
+    assert!(p.side.events.is_empty(), "{:?}", p.side.events);
+    assert_eq!(p.raw.got.len(), 1, "only the call: nothing answered");
+    assert_eq!(p.side.conn.metrics().bad_replies, 3);
+    assert_eq!(p.side.conn.outstanding(), 1);
 }
 
 #[test]

@@ -187,6 +187,8 @@ pub struct Connection {
     metrics: Metrics,
 }
 
+const UNKNOWN_XID: &str = "unknown XID";
+
 /// RFC 5531 `msg_type` values.
 const MSG_CALL: u32 = 0;
 const MSG_REPLY: u32 = 1;
@@ -507,6 +509,20 @@ impl Connection {
                 ))
             }
         }
+        //= rfc8166#section-3.4.5
+        //# The value in this field
+        //# MUST be a multiple of four.
+        // Read chunk positions are offsets in the XDR stream: every inline
+        // piece must be whole XDR items, so every DDP item starts aligned.
+        if call
+            .message
+            .iter()
+            .any(|p| matches!(p, Piece::Inline(b) if b.len() % 4 != 0))
+        {
+            return Err(CallError::BadMessage(
+                "inline pieces must be whole XDR items (multiples of four octets)",
+            ));
+        }
         let len: usize = call
             .message
             .iter()
@@ -633,6 +649,13 @@ impl Connection {
             let Some(chunk) = call.writes.get(k) else {
                 break; // no Write chunk left: the item goes inline
             };
+            //= rfc8166#section-4.3.2.3
+            //# The Responder MUST return the corresponding
+            //# result data item inline and MUST return an empty Write chunk in
+            //# that Write list position in the RPC Reply message.
+            if chunk.segments.is_empty() {
+                continue; // echoed with no segments; the item stays inline
+            }
             let lens: Vec<u32> = chunk.segments.iter().map(|s| s.length).collect();
             let Some(parts) = marshal::spread(d.len, &lens) else {
                 // The result does not fit the Write chunk offered for it.
@@ -659,10 +682,26 @@ impl Connection {
             written.push(*d);
         }
         let inline = marshal::strip(&stream, &written);
+        //= rfc8166#section-4.3.3
+        //# When a Requester provides a Reply chunk in an RPC Call message, the
+        //# Responder MUST copy that chunk into the Transport header of the RPC
+        //# Reply message.
+        // A Short reply copies it with every segment length zero (as Linux
+        // svcrdma does).
+        let unused_reply = call.reply.as_ref().map(|rc| {
+            WriteChunk::new(
+                rc.segments
+                    .iter()
+                    .map(|s| Segment::new(s.handle, 0, s.offset))
+                    .collect(),
+            )
+        });
+        //= rfc8166#section-4.3.1
+        //# Responders MUST leave the Read list empty in all replies.
         let msg_chunks = ChunkLists {
             reads: Vec::new(),
             writes: echo.clone(),
-            reply: None,
+            reply: unused_reply,
         };
         let (form, header, body) =
             if self.framing.header_len(Shape::Msg, &msg_chunks) + inline.len() <= thr {
@@ -951,22 +990,21 @@ impl Connection {
                         self.send_error(p, xid, answer);
                     }
                 }
-                // A requester never sends RDMA_ERROR; an unusable reply to
-                // an outstanding call fails that call (Linux: -EIO).
+                //= rfc8166#section-4.5
+                //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
+                //# message, a Requester MUST silently discard the message.
+                //= rfc8166#section-4.6.1
+                //# Requesters MUST silently discard the message.
+                // Nothing is answered and the call the XID names keeps waiting
+                // (for a good reply, or for its timeout: the connection is
+                // then replaced and the call retransmitted). Linux fails the
+                // call with -EIO instead; the RFC is followed here.
                 Role::Client => {
+                    let _ = (reason, now, inv);
                     if self.by_xid.contains_key(&xid) {
                         self.metrics.bad_replies += 1;
-                        self.requester_reply(
-                            now,
-                            p,
-                            xid,
-                            None,
-                            inv,
-                            Err(CallFailure::BadReply(reason)),
-                        );
-                    } else {
-                        self.metrics.dropped += 1;
                     }
+                    self.metrics.dropped += 1;
                 }
             },
             Incoming::Error { xid, credit, error } => {
@@ -1055,6 +1093,20 @@ impl Connection {
         inv: Option<Stag>,
     ) {
         let r = self.parse_reply(xid, shape, chunks, payload);
+        if let Err(CallFailure::BadReply(why)) = &r {
+            //= rfc8166#section-4.5
+            //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
+            //# message, a Requester MUST silently discard the message.
+            // Unknown XIDs are counted apart (`bad_xids`); every other
+            // header error leaves the call waiting, as above.
+            if *why == UNKNOWN_XID {
+                self.metrics.bad_xids += 1;
+            } else {
+                self.metrics.bad_replies += 1;
+            }
+            self.metrics.dropped += 1;
+            return;
+        }
         if let Ok(d) = &r {
             //= rfc8166#section-4.2.1
             //# This XID MUST be the same as the XID in the RPC message.
@@ -1366,7 +1418,7 @@ impl Connection {
         payload: &[u8],
     ) -> Result<ReplyData, CallFailure> {
         let Some(call) = self.by_xid.get(&xid).and_then(|id| self.calls.get(id)) else {
-            return Err(CallFailure::BadReply("unknown XID"));
+            return Err(CallFailure::BadReply(UNKNOWN_XID));
         };
         // A reply carries no Read list (RFC 8166 §3.4.5, paraphrased);
         // Linux fails such replies with -EIO.
@@ -1397,8 +1449,22 @@ impl Connection {
         }
         match shape {
             Shape::Msg => {
-                if chunks.reply.is_some() {
-                    return Err(CallFailure::BadReply("Reply chunk in an RDMA_MSG reply"));
+                //= rfc8166#section-4.3.3
+                //# When a Requester provides a Reply chunk in an RPC Call message, the
+                //# Responder MUST copy that chunk into the Transport header of the RPC
+                //# Reply message.
+                // A Short reply echoes our Reply chunk with nothing in it (or,
+                // from an older responder, leaves it out); data in it would
+                // be a second copy of the reply.
+                if let Some(theirs) = chunks.reply.as_ref() {
+                    let Some(ours) = call.reply_mr.as_ref() else {
+                        return Err(CallFailure::BadReply("Reply chunk not offered"));
+                    };
+                    if check(ours, theirs)? != 0 {
+                        return Err(CallFailure::BadReply(
+                            "data in the Reply chunk of an RDMA_MSG reply",
+                        ));
+                    }
                 }
                 Ok(ReplyData {
                     inline: payload.to_vec(),
@@ -1704,11 +1770,6 @@ impl Connection {
             return Err("call exceeds max_message_len");
         }
         marshal::check_positions(base_len as usize, &data, max)?;
-        for w in &chunks.writes {
-            if w.segments.is_empty() {
-                return Err("empty Write chunk");
-            }
-        }
         if !groups.is_empty() && self.info.as_ref().map_or(0, |i| i.ord) == 0 {
             return Err("Read chunks but no RDMA Read resources (ORD 0)");
         }

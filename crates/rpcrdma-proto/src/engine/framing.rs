@@ -150,7 +150,6 @@ impl Framing {
     //# When sent with an RPC Call message, the requested credit value is
     //# provided.  When sent with an RPC Reply message, the granted credit
     //# value is returned.
-    // (RFC 8166 wording recalled from memory; RFC 5666 §4.1 says the same.)
     pub(crate) fn grant(self, credit: u32) -> Option<u32> {
         match self {
             Framing::V1 => Some(credit),
@@ -165,12 +164,31 @@ impl Framing {
     }
 }
 
+/// Octets of the smallest RDMA_MSG / RDMA_NOMSG header (four fixed words,
+/// three empty chunk lists).
+const MIN_HEADER_LEN: usize = 28;
+
+/// Octets of an RDMA_ERROR / ERR_CHUNK (four fixed words and the error
+/// code; Linux `RPCRDMA_HDRLEN_ERR`).
+const MIN_ERROR_LEN: usize = 20;
+
+/// `rdma_proc` of RDMA_ERROR.
+const RDMA_ERROR: [u8; 4] = [0, 0, 0, 4];
+
 fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
-    // A message shorter than the fixed words: its XID and version cannot be
-    // trusted, so nothing in it is used, not even to answer it.
-    if buf.len() < header::FIXED_PREFIX_LEN {
+    //= rfc8166#section-4.5
+    //# If an incoming RPC-over-RDMA message is not as long as a minimal size
+    //# RPC-over-RDMA header (28 bytes), the receiver cannot trust the value
+    //# of the XID field; therefore, it MUST silently discard the message
+    //# before performing any parsing.
+    // The one exception is an RDMA_ERROR: a well-formed ERR_CHUNK is only 20
+    // octets (the error reports of section 4.5 would otherwise never reach
+    // a requester); it is used only if it decodes completely.
+    if buf.len() < MIN_HEADER_LEN
+        && !(buf.len() >= MIN_ERROR_LEN && buf.get(12..16) == Some(&RDMA_ERROR[..]))
+    {
         return Incoming::Drop {
-            reason: "shorter than the transport header prefix",
+            reason: "shorter than the smallest transport header",
         };
     }
     let (h, hlen) = match header::decode(buf, limits) {
@@ -313,7 +331,7 @@ mod tests {
             }
         );
         // vers = 7: ERR_VERS.
-        let v7 = hx("00000006 00000007 00000010 00000000");
+        let v7 = hx("00000006 00000007 00000010 00000000 00000000 00000000 00000000");
         assert!(matches!(
             Framing::V1.decode(&v7, &l),
             Incoming::Reject {
@@ -333,6 +351,33 @@ mod tests {
                 ..
             }
         ));
+        // Shorter than 28 octets: dropped unread, even when the words would
+        // decode (a 16-octet unknown proc, a 24-octet RDMA_MSG).
+        for short in [
+            hx("0000000a 00000001 00000010 00000009"),
+            hx("0000000a 00000001 00000010 00000000 00000000 00000000"),
+            hx("0000000a 00000007 00000010 00000000 00000000 00000000"),
+        ] {
+            //= rfc8166#section-4.5
+            //# If an incoming RPC-over-RDMA message is not as long as a minimal size
+            //# RPC-over-RDMA header (28 bytes), the receiver cannot trust the value
+            //# of the XID field; therefore, it MUST silently discard the message
+            //# before performing any parsing.
+            assert!(
+                matches!(Framing::V1.decode(&short, &l), Incoming::Drop { .. }),
+                "{short:02x?}"
+            );
+        }
+        // A 20-octet ERR_CHUNK is decoded.
+        let ec = hx("0000000d 00000001 00000003 00000004 00000002");
+        assert_eq!(
+            Framing::V1.decode(&ec, &l),
+            Incoming::Error {
+                xid: 13,
+                credit: 3,
+                error: RdmaErrorReport::Chunk
+            }
+        );
         // RDMA_DONE: dropped.
         let done = hx("00000009 00000001 00000010 00000003");
         assert!(matches!(
@@ -340,7 +385,7 @@ mod tests {
             Incoming::Drop { .. }
         ));
         // Unknown proc 9: ERR_CHUNK.
-        let unk = hx("0000000a 00000001 00000010 00000009");
+        let unk = hx("0000000a 00000001 00000010 00000009 00000000 00000000 00000000");
         assert!(matches!(
             Framing::V1.decode(&unk, &l),
             Incoming::Reject {
