@@ -162,8 +162,10 @@ fn write_chunk_reply_returns_actual_length() {
     assert_eq!(p.reply(c.handle, r), ReplyForm::Inline);
     let ev = p.client_events();
     let r = replies(&ev);
-    // RFC 8166 §3.4.6 (paraphrased): no XDR roundup in Write chunks; the
-    // returned length is the actual length.
+    //= rfc8166#section-3.4.6.2
+    //# Therefore, when returning a single variable-length result data item,
+    //# a returned Write chunk's total length MUST be the same as the encoded
+    //# length of the result data item.
     assert_eq!(r[0].results, vec![result], "actual length, no pad");
     let mut want = head;
     want.extend(tail);

@@ -258,10 +258,17 @@ impl Connection {
     /// their original [`CallId`]s and XIDs, credits start again at one,
     /// XID and id counters and metrics carry on. The old provider should be
     /// dropped (its registrations die with it).
-    // RFC 8166 §3.3 (paraphrased): credits cannot be recovered for a Call
-    // retransmitted on the same connection, so a retransmission goes on a
-    // new connection only (Linux xprt_rdma_send_request drops the
-    // connection to retransmit; rpcrdma_reset_cwnd cites §3.3.3).
+    //= rfc8166#section-3.3.3
+    //# A Responder MAY exceed this basic
+    //# level of configuration, but a Requester MUST NOT assume more than one
+    //# credit is available and MUST receive a valid reply from the Responder
+    //# carrying the actual number of available credits, prior to sending its
+    //# next request.
+    // Credits start again at one on every connection. A retransmission goes
+    // on a new connection only: the credit of a call that is still
+    // outstanding cannot be recovered on the same connection (Linux
+    // xprt_rdma_send_request drops the connection to retransmit;
+    // rpcrdma_reset_cwnd).
     pub fn reconnect(mut self, config: Config) -> Connection {
         let mut next = Connection::new(config);
         next.next_xid = self.next_xid;
@@ -625,10 +632,21 @@ impl Connection {
         let grant = self.responder_grant();
 
         // DDP results into the Write chunks, in order.
-        // RFC 8166 §3.4.6 (paraphrased): XDR roundup is never written into a
-        // Write chunk; the returned segment lengths are the octets actually
-        // written (Linux pcl_process_nonpayloads). Unused chunks come back
-        // with zero-length segments.
+        //= rfc8166#section-3.4.6
+        //# The Responder MUST copy the segment count and all
+        //# segments from the Requester-provided Write chunk into the RPC Reply
+        //# message's Transport header.  As it does so, the Responder updates
+        //# each segment length field to reflect the actual amount of data that
+        //# is being returned in that segment.
+        //= rfc8166#section-3.4.6.2
+        //# A Responder MUST NOT write XDR roundup padding into
+        //# a Write chunk, even if the Requester made space available for it.
+        //= rfc8166#section-4.3.2.2
+        //# If this is the last or only Write chunk available and it remains
+        //# unconsumed, the Responder MUST return this Write chunk as an unused
+        //# Write chunk (see Section 3.4.6).
+        // Every echoed segment starts at length zero (unused) and gets the
+        // octets actually written (Linux pcl_process_nonpayloads).
         let mut echo: Vec<WriteChunk> = call
             .writes
             .iter()
@@ -797,9 +815,11 @@ impl Connection {
 
     /// Client: accept backchannel calls, granting `slots` credits; posts
     /// their receives (never before this call).
-    // RFC 8167 §4 (paraphrased): backward-direction credits work as forward
-    // ones, and receives for backward Calls must be posted before any
-    // backward credit is granted.
+    //= rfc8167#section-4.3.1
+    //# To receive incoming reverse-direction Calls, an RPC-over-RDMA client
+    //# endpoint posts enough additional Receive buffers to match its
+    //# advertised reverse-direction credit value.
+    // They are posted here, before any reply can advertise the grant.
     pub fn enable_backchannel(&mut self, p: &mut dyn Provider, slots: u32) {
         if self.config.role != Role::Client {
             return;
@@ -937,9 +957,15 @@ impl Connection {
     // ------------------------------------------------------------------
     // receives
 
-    // RFC 8166 §3.3.1 (paraphrased): a credit is a receive posted for the
-    // peer's Send. Receives are posted before the credits are granted; the
-    // target is the responder budget plus one per outstanding call of ours.
+    //= rfc8166#section-3.3.1
+    //# A Requester MUST maintain enough receive resources to accommodate
+    //# expected replies.
+    //= rfc8167#section-4.3.2
+    //# That is, it posts no fewer buffers than the number of credits granted
+    //# in the rdma_credit field of forward-direction RPC replies.
+    // The target is the responder budget (our grant) plus one per
+    // outstanding call of ours; receives are posted before the credits are
+    // granted.
     fn refill(&mut self, p: &mut dyn Provider) {
         if self.error.is_some() {
             return;
@@ -1215,9 +1241,15 @@ impl Connection {
         let placeholder = |len: u32| WriteChunk::new(vec![Segment::new(0, len, 0)]);
         let mut write_lens: Vec<u32> = Vec::new();
         let mut reply_len: Option<u32> = None;
-        // RFC 8166 §3.5 (paraphrased): reply resources are provided when the
-        // reply may not fit the receive threshold. Linux: a Write chunk for
-        // DDP-eligible results, a Reply chunk when the rest may not fit.
+        //= rfc8166#section-4.3.3
+        //# A
+        //# Requester MUST provide a Reply chunk whenever the maximum possible
+        //# size of the RPC Reply message's Transport and Payload streams is
+        //# larger than the inline threshold for messages from Responder to
+        //# Requester.
+        // As Linux: a Write chunk for each DDP-eligible result, a Reply chunk
+        // when the rest (the header with the Write list echoed, plus the
+        // non-DDP part) may not fit.
         if !backchannel && min_hdr + reply_max as usize > recv_thr {
             write_lens = call.call.ddp_results.clone();
             let echo = ChunkLists {
@@ -1248,9 +1280,15 @@ impl Connection {
             c.reads = vec![ReadSegment::default(); n];
             c
         };
-        // RFC 8166 §3.5 (paraphrased): a Call that does not fit the send
-        // threshold moves its DDP-eligible data to Read chunks, or becomes a
-        // Long Call (RDMA_NOMSG, Position-Zero Read chunk).
+        //= rfc8166#section-3.5.3
+        //# If there are no DDP-
+        //# eligible data items in the Payload stream, or the Payload stream is
+        //# still too large after it has been reduced, the RDMA transport MUST
+        //# use RDMA Read or Write operations to convey the Payload stream
+        //# itself.
+        // A Call that does not fit the send threshold moves its DDP-eligible
+        // data to Read chunks, or becomes a Long Call (RDMA_NOMSG,
+        // Position-Zero Read chunk).
         let form = if self.framing.header_len(Shape::Msg, &base) + stream.len() <= send_thr {
             Form::Inline
         } else if backchannel {
@@ -1327,10 +1365,19 @@ impl Connection {
         let mut reply_mr = None;
         let mut failed = None;
         for &l in &write_lens {
-            // Room for the XDR pad: a legacy responder that writes the
-            // roundup of an unaligned result (Solaris; the reason for Linux's
-            // 4-octet pad segment) stays inside the chunk. A conforming one
-            // never writes it, and only the returned length is read back.
+            //= rfc8166#section-3.4.6
+            //# Thus, it MUST register Write chunks
+            //# long enough to accommodate the maximum possible size of each
+            //# returned data item.
+            //= rfc8166#section-3.4.6.2
+            //# When provisioning a Write chunk for a variable-length result data
+            //# item, the Requester SHOULD NOT include additional space for XDR
+            //# roundup padding.
+            // Deliberately not followed: the chunk is rounded up to four so a
+            // legacy responder that writes the roundup of an unaligned result
+            // (RFC 5666 era, the reason for Linux's 4-octet pad segment)
+            // stays inside it. A conforming one never writes it; the pad is
+            // never handed out as data (see `Reply::result`).
             let l = l.saturating_add(pad4(l as usize) as u32);
             match self.register(p, vec![0u8; l as usize], rw, &mut mrs) {
                 Ok(mr) => {
@@ -1420,8 +1467,8 @@ impl Connection {
         let Some(call) = self.by_xid.get(&xid).and_then(|id| self.calls.get(id)) else {
             return Err(CallFailure::BadReply(UNKNOWN_XID));
         };
-        // A reply carries no Read list (RFC 8166 §3.4.5, paraphrased);
-        // Linux fails such replies with -EIO.
+        //= rfc8166#section-4.3.1
+        //# Responders MUST leave the Read list empty in all replies.
         if !chunks.reads.is_empty() {
             return Err(CallFailure::BadReply("Read list in a reply"));
         }
@@ -1529,9 +1576,12 @@ impl Connection {
                     call.remotely_invalidated.push(stag);
                 }
             }
-            // RFC 8166 §3.4.2/§8.1 (paraphrased): every chunk STag is
-            // invalidated, locally or by Send With Invalidate, before the
-            // reply is delivered to the caller.
+            // The Requester endpoint must ensure that memory regions
+            // associated with each RPC transaction are protected from
+            // Responder access before allowing upper-layer access to the
+            // data contained in them (RFC 8166 section 4.4.1): every chunk
+            // STag is invalidated, locally or by Send With Invalidate, before
+            // the reply is delivered.
             for mr in &call.chunk_mrs {
                 if !call.remotely_invalidated.contains(&mr.stag()) {
                     invs.push(mr.stag());
@@ -1745,8 +1795,12 @@ impl Connection {
         let mut data = Vec::new();
         for (i, (pos, _, len)) in groups.iter().enumerate() {
             if *pos == 0 {
-                // The Position-Zero Read chunk carries a Long Call, which
-                // is always RDMA_NOMSG (RFC 8166 §3.5.3, paraphrased).
+                //= rfc8166#section-3.5.3
+                //# To transmit a Long Message, the sender conveys only the
+                //# Transport stream with an RDMA Send operation.  The Payload
+                //# stream is not included in the Send buffer in this instance.
+                // So a Position-Zero Read chunk (a Long Call) comes with
+                // RDMA_NOMSG only.
                 if shape == Shape::Msg {
                     return Err("Position-Zero Read chunk in an RDMA_MSG call");
                 }
@@ -2061,9 +2115,12 @@ impl Connection {
             .filter(|c| c.position != 0)
             .map(|c| (c.position, std::mem::take(&mut c.data)))
             .collect();
-        // RFC 8166 §3.4.5.2 (paraphrased): a Read chunk of unaligned length
-        // is followed in the XDR stream by its pad, whether or not the
-        // requester sent it; the reassembly inserts zero octets.
+        //= rfc8166#section-3.4.5.2
+        //# If the Requester chooses to include roundup padding in a Read
+        //# chunk, the chunk's total length MUST be the sum of the encoded
+        //# length of the data item and the length of the roundup padding.
+        // Both forms are accepted: a chunk of unaligned length is followed
+        // in the reassembled stream by zero octets of XDR pad.
         let (message, ddp) = marshal::reassemble(&base, &data);
         //= rfc8166#section-4.2.1
         //# This XID MUST be the same as the XID in the RPC message.

@@ -77,8 +77,9 @@ pub(crate) fn check_positions(
     let mut inline_at: u64 = 0; // octets of the base consumed so far
     for &(pos, len) in chunks {
         let pos = u64::from(pos);
-        // RFC 8166 §3.4.5 (paraphrased): the position is the offset of the
-        // data item in the XDR stream; XDR items are 4-aligned.
+        //= rfc8166#section-3.4.5
+        //# The value in this field
+        //# MUST be a multiple of four.
         if pos % 4 != 0 {
             return Err("read chunk position not 4-aligned");
         }
