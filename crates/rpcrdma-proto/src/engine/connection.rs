@@ -1040,7 +1040,11 @@ impl Connection {
                     RdmaErrorReport::Other(_) => self.metrics.err_other_received += 1,
                 }
                 // An RDMA_ERROR fails only that XID; the connection stays
-                // up (Linux rpcrdma_decode_error).
+                // up (Linux rpcrdma_decode_error). It is never answered:
+                //= rfc8166#section-4.2.4
+                //# A Responder MUST silently discard RDMA_ERROR procedures.
+                // (At a server, one that names a reverse call of ours fails
+                // that call; any other is dropped and counted as a bad XID.)
                 self.requester_reply(
                     now,
                     p,
@@ -1744,6 +1748,11 @@ impl Connection {
     // ------------------------------------------------------------------
     // responder
 
+    //= rfc8166#section-4.5
+    //# o  The rdma_xid field MUST contain the same XID that was in the
+    //# rdma_xid field in the failing request;
+    //= rfc8166#section-4.5
+    //# o  The rdma_proc field MUST contain the value RDMA_ERROR; and
     fn send_error(&mut self, p: &mut dyn Provider, xid: u32, e: ErrorReply) {
         match e {
             ErrorReply::Vers => self.metrics.err_vers_sent += 1,
@@ -1816,6 +1825,10 @@ impl Connection {
         let base_len = match (shape, pz) {
             (Shape::Msg, _) => payload_len as u64,
             (Shape::Nomsg, Some(i)) => groups.get(i).map_or(0, |g| g.2),
+            //= rfc8166#section-4.2.4
+            //# Though any of these MAY be marked as not present, one MUST be present
+            //# and MUST hold the Payload stream for this RPC-over-RDMA message.
+            // For a call, that is the Position-Zero Read chunk.
             (Shape::Nomsg, None) => {
                 return Err("RDMA_NOMSG call without a Position-Zero Read chunk")
             }

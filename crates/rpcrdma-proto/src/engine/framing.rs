@@ -195,6 +195,9 @@ fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
         Ok(x) => x,
         Err(e) => {
             return match e.answer() {
+                //= rfc8166#section-4.5
+                //# A receiver MUST silently discard an RDMA_ERROR procedure
+                //# that it cannot decode.
                 WireAnswer::Drop => Incoming::Drop {
                     reason: "undecodable error report",
                 },
@@ -248,8 +251,10 @@ fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
         //= rfc8166#section-4.5.2
         //# Examples of such errors include an invalid value in the
         //# rdma_proc field;
-        // RDMA_MSGP is deprecated: Linux svcrdma answers ERR_CHUNK
-        // (anchors §1.3), and so do we.
+        //= rfc8166#section-4.6.1
+        //# When receiving an RDMA_MSGP procedure, Responders SHOULD reply with
+        //# an RDMA_ERROR procedure, setting the rdma_err field to ERR_CHUNK;
+        // (Linux svcrdma does too, anchors §1.3.)
         v1::Body::Msgp(_) => Incoming::Reject {
             xid,
             answer: ErrorReply::Chunk,
@@ -260,8 +265,8 @@ fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
             answer: ErrorReply::Chunk,
             reason: "unknown rdma_proc",
         },
-        // RDMA_DONE is deprecated (Responder-provided Read chunks are gone):
-        // dropped, as Linux svcrdma does.
+        //= rfc8166#section-4.6.2
+        //# Receivers MUST silently discard RDMA_DONE messages.
         v1::Body::Done => Incoming::Drop {
             reason: "RDMA_DONE is deprecated",
         },
