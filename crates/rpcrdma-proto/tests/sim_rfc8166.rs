@@ -449,3 +449,94 @@ fn a_zero_grant_is_never_sent() {
     //# would result in deadlock.
     assert_eq!(w(&p.raw.got[0], 2), 1);
 }
+
+// ----------------------------------------------------------------------
+// operational errors (RFC 8166 section 4.5.4)
+
+#[test]
+fn requester_closes_the_connection_when_it_cannot_invalidate() {
+    use rpcrdma_proto::provider::fault::FaultConfig;
+    // Client posts: the reply's receive (1), the call (2), the receive
+    // reposted on the reply (3), the Local Invalidate of the Write chunk
+    // (4): the QP fails right there.
+    let fc = FaultConfig {
+        fail_after_posts: Some(4),
+        ..FaultConfig::default()
+    };
+    let mut p = RawPair::client_with_faults(Config::client(), linux_server_pd(), fc);
+    p.raw.post_recvs(1);
+    start(
+        &mut p,
+        OutgoingCall {
+            message: vec![Piece::Inline(rpc_call(0))],
+            reply_max: 9000,
+            ddp_results: vec![8192],
+        },
+    );
+    let call = p.raw.got.remove(0);
+    let (xid, stag) = (w(&call, 0), w(&call, 7));
+    p.raw.write(stag, 0, &[5; 8]);
+    let mut reply = words(&[xid, 1, 8, 0, 0, 1, 1, stag, 8, 0, 0, 0, 0]);
+    reply.extend(words(&[xid, 1, 0, 0, 0, 0, 8]));
+    p.raw.send(&reply);
+    p.run();
+    //= rfc8166#section-4.5.4
+    //# After a Requester has received a reply, if it is unable to invalidate
+    //# a memory region due to an unrecoverable problem, the Requester MUST
+    //# close the connection to protect that memory from Responder access
+    //# before the associated RPC transaction is complete.
+    assert!(p.side.conn.is_closed());
+    assert_eq!(p.side.conn.metrics().local_invalidations, 1);
+    // The reply is handed out only with the connection down (the peer can
+    // no longer touch the memory).
+    assert!(p
+        .side
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::ConnectionLost(_))));
+    assert!(p
+        .side
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::ReplyReceived(_))));
+    assert!(matches!(
+        p.side.conn.error(),
+        Some(rpcrdma_proto::engine::ConnectionError::Disconnected(_))
+    ));
+}
+
+#[test]
+fn responder_closes_the_connection_when_it_cannot_send_a_reply() {
+    use rpcrdma_proto::provider::fault::FaultConfig;
+    // Server posts after accepting: the receive reposted for the call (1),
+    // the reply's Send (2): the QP fails right there.
+    let fs = FaultConfig {
+        fail_after_posts: Some(2),
+        ..FaultConfig::default()
+    };
+    let mut p = RawPair::server_with_faults(Config::server(), fs);
+    p.raw.post_recvs(1);
+    let mut m = words(&[76, 1, 8, 0, 0, 0, 0]);
+    m.extend(rpc_call(76));
+    let c = deliver(&mut p, &m);
+    let _ = p.side.conn.send_reply(
+        p.now,
+        &mut p.side.prov,
+        c.handle,
+        OutgoingReply {
+            message: vec![Piece::Inline(words(&[76, 1, 0, 0, 0, 0]))],
+        },
+    );
+    p.run();
+    //= rfc8166#section-4.5.4
+    //# If a Responder is unable to construct and transmit an RPC Reply or
+    //# RPC-over-RDMA error message, the Responder MUST close the connection
+    //# to signal to the Requester that a reply was lost.
+    assert!(p.side.conn.is_closed());
+    assert!(p.raw.got.is_empty(), "the reply was lost");
+    assert!(p
+        .side
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::ConnectionLost(_))));
+}

@@ -800,6 +800,10 @@ impl Connection {
             _ => SendOp::Send { solicited: true },
         };
         let r = self.post_reply(p, stream, plan, msg, op);
+        //= rfc8166#section-4.5.4
+        //# If a Responder is unable to construct and transmit an RPC Reply or
+        //# RPC-over-RDMA error message, the Responder MUST close the connection
+        //# to signal to the Requester that a reply was lost.
         if let Err(e) = r {
             self.fatal(p, e);
             return Err(CallError::Closed(
@@ -1601,6 +1605,14 @@ impl Connection {
                 op: SendOp::LocalInvalidate { stag },
                 sges: Vec::new(),
             };
+            //= rfc8166#section-4.5.4
+            //# After a Requester has received a reply, if it is unable to invalidate
+            //# a memory region due to an unrecoverable problem, the Requester MUST
+            //# close the connection to protect that memory from Responder access
+            //# before the associated RPC transaction is complete.
+            // (A failed Local Invalidate completion ends the connection too:
+            // every completion error is fatal, and `fatal` disconnects
+            // before completing calls whose reply is in.)
             if let Err(e) = self.post(p, wr) {
                 self.ops.remove(&wr_id);
                 self.fatal(p, ConnectionError::Provider(e));

@@ -439,6 +439,11 @@ impl RawPair {
     /// A server engine; the raw peer connected as a client with Linux
     /// client private data.
     pub fn server(scfg: Config) -> RawPair {
+        RawPair::server_with_faults(scfg, FaultConfig::default())
+    }
+
+    /// [`RawPair::server`] with the engine's provider behind `fs`.
+    pub fn server_with_faults(scfg: Config, fs: FaultConfig) -> RawPair {
         let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
         a.connect(Config::client().connect_params()).unwrap();
         assert!(matches!(
@@ -453,7 +458,7 @@ impl RawPair {
             raw: Raw::new(a),
             side: Side {
                 conn,
-                prov: FaultInjector::new(b, FaultConfig::default()),
+                prov: FaultInjector::new(b, fs),
                 events: Vec::new(),
             },
         };
@@ -464,6 +469,11 @@ impl RawPair {
     /// A client engine; the raw peer accepted it as a server with `pd`
     /// as its private data.
     pub fn client(ccfg: Config, pd: Vec<u8>) -> RawPair {
+        RawPair::client_with_faults(ccfg, pd, FaultConfig::default())
+    }
+
+    /// [`RawPair::client`] with the engine's provider behind `fc`.
+    pub fn client_with_faults(ccfg: Config, pd: Vec<u8>, fc: FaultConfig) -> RawPair {
         let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
         a.connect(ccfg.connect_params()).unwrap();
         assert!(matches!(
@@ -481,7 +491,7 @@ impl RawPair {
             raw: Raw::new(b),
             side: Side {
                 conn: Connection::new(ccfg),
-                prov: FaultInjector::new(a, FaultConfig::default()),
+                prov: FaultInjector::new(a, fc),
                 events: Vec::new(),
             },
         };
