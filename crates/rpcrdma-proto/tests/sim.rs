@@ -125,8 +125,20 @@ fn long_call_in_a_position_zero_read_chunk() {
     });
     let calls = p.server_calls();
     let c = &calls[0];
+    //= rfc8166#section-3.5.3
+    //# If there are no DDP-
+    //# eligible data items in the Payload stream, or the Payload stream is
+    //# still too large after it has been reduced, the RDMA transport MUST
+    //# use RDMA Read or Write operations to convey the Payload stream
+    //# itself.
     assert!(c.long, "RDMA_NOMSG + Position-Zero Read chunk");
+    //= rfc8166#section-3.5.3
+    //# As these chunks contain a Payload stream, such chunks MUST include
+    //# appropriate XDR roundup padding to maintain proper XDR alignment of
+    //# their contents.
     assert_eq!(c.message, stream(&msg, c.xid));
+    //= rfc8166#section-3.4.2
+    //# All other XDR data items MUST NOT be reduced.
     assert!(c.ddp.is_empty());
     assert_eq!(p.c.conn.metrics().long_calls, 1);
     assert_eq!(p.s.conn.metrics().long_calls_received, 1);

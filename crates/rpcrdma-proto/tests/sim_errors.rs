@@ -114,6 +114,9 @@ fn err_chunk_for_malformed_lists() {
 #[test]
 fn err_chunk_for_bad_positions() {
     // Read chunk at position 6 (not 4-aligned).
+    //= rfc8166#section-3.4.5
+    //# The value in this field
+    //# MUST be a multiple of four.
     let mut m = words(&[10, 1, 8, 0, 1, 6, 0x1234, 8, 0, 0, 0, 0, 0]);
     m.extend(rpc_call(10));
     expect_err_chunk(m, 10);
@@ -339,6 +342,11 @@ fn delivered(p: &mut RawPair) -> rpcrdma_proto::engine::IncomingCall {
 
 #[test]
 fn several_read_chunks_multi_segment_and_included_roundup() {
+    //= rfc8166#section-3.4.5.2
+    //# If the Requester chooses to include roundup padding in a Read
+    //# chunk, the chunk's total length MUST be the sum of the encoded
+    //# length of the data item and the length of the roundup padding.
+    // (The engine, as responder, accepts both forms.)
     let mut p = server();
     let a = [1u8, 2, 3, 4, 5];
     let b = [6u8, 7, 8, 9, 10, 11, 0, 0]; // roundup included by this requester

@@ -540,3 +540,115 @@ fn responder_closes_the_connection_when_it_cannot_send_a_reply() {
         .iter()
         .any(|e| matches!(e, Event::ConnectionLost(_))));
 }
+
+// ----------------------------------------------------------------------
+// RFC 8797 and RFC 8167 odds and ends
+
+#[test]
+fn private_data_is_negotiated_again_on_reconnect() {
+    use rpcrdma_proto::provider::fault::FaultConfig;
+    let mut s = Config::server();
+    s.inline_recv = 1024;
+    let mut p = Pair::new(Config::client(), s);
+    let n = p.c.conn.negotiated().unwrap();
+    assert_eq!(n.send_threshold, 1024);
+    assert!(!n.remote_invalidation);
+    p.scfg.inline_recv = 8192;
+    p.scfg.remote_invalidation = true;
+    p.c.conn.close(&mut p.c.prov);
+    p.run();
+    p.reconnect(FaultConfig::default(), FaultConfig::default());
+    //= rfc8797#section-4
+    //# An implementation of the extension described in this document MUST
+    //# be prepared for the settings to change upon a reconnection.
+    let n = p.c.conn.negotiated().unwrap();
+    assert_eq!(n.send_threshold, 4096, "min(our 4096, the server's 8192)");
+    assert!(n.remote_invalidation);
+}
+
+#[test]
+fn credit_of_a_message_of_unknown_direction_is_ignored() {
+    let mut p = client();
+    start(&mut p, OutgoingCall::inline(rpc_call(0), 256));
+    let xid = w(&p.raw.got[0], 0);
+    // RDMA_NOMSG with only a Reply chunk and an XID that is none of ours:
+    // not a reverse call (no Read list), not a reply to any call.
+    p.raw.send(&words(&[
+        xid ^ 0xffff,
+        1,
+        50,
+        1,
+        0,
+        0,
+        1,
+        1,
+        0x99,
+        64,
+        0,
+        0,
+    ]));
+    p.run();
+    //= rfc8167#section-4.1
+    //# In such cases, the receiver MUST ignore the header's credit value.
+    assert_eq!(p.side.conn.credits(), 1);
+    assert!(p.side.events.is_empty(), "{:?}", p.side.events);
+    assert_eq!(p.side.conn.metrics().credits_granted, 0);
+}
+
+#[test]
+fn requester_long_call_header_by_hand() {
+    let mut p = client();
+    let mut msg = rpc_call(0);
+    msg.extend(word(6000));
+    msg.extend(data(6000, 9));
+    start(&mut p, OutgoingCall::inline(msg.clone(), 256));
+    let m = p.raw.got.remove(0);
+    let xid = w(&m, 0);
+    // xid, 1, 128, RDMA_NOMSG; Read list: one segment, position 0, the
+    // whole message; no Write list, no Reply chunk; nothing after.
+    //= rfc8166#section-3.5.3
+    //# Every
+    //# RDMA read segment in this chunk MUST contain zero in its Position
+    //# field.
+    assert_eq!(&m[..24], &words(&[xid, 1, 128, 1, 1, 0])[..]);
+    assert_eq!(w(&m, 7), msg.len() as u32);
+    assert_eq!((w(&m, 8), w(&m, 9)), (0, 0), "offset 0");
+    assert_eq!(&m[40..], &words(&[0, 0, 0])[..]);
+}
+
+#[test]
+fn a_zero_length_ddp_item_leaves_its_write_chunk_for_the_next_item() {
+    let mut p = server();
+    let s1 = p.raw.sink(4096);
+    let s2 = p.raw.sink(4096);
+    let mut m = words(&[77, 1, 8, 0, 0]);
+    m.extend(words(&[1, 1, s1.stag().0, 4096, 0, 0]));
+    m.extend(words(&[1, 1, s2.stag().0, 4096, 0, 0, 0]));
+    m.extend(words(&[0]));
+    m.extend(rpc_call(77));
+    let c = deliver(&mut p, &m);
+    let item = data(64, 4);
+    // A union arm without data (an empty DDP item), then a real item.
+    let head = words(&[77, 1, 0, 0, 0, 0, 0]);
+    answer(
+        &mut p,
+        &c,
+        vec![
+            Piece::Inline(head.clone()),
+            Piece::Ddp(Vec::new()),
+            Piece::Inline(word(64)),
+            Piece::Ddp(item.clone()),
+        ],
+    );
+    //= rfc8166#section-4.3.2.2
+    //# If there is a subsequent DDP-eligible result data item in the RPC
+    //# Reply message, it MUST be placed in that unconsumed Write chunk.
+    let mut want = words(&[77, 1, GRANT, 0, 0]);
+    want.extend(words(&[1, 1, s1.stag().0, 64, 0, 0]));
+    want.extend(words(&[1, 1, s2.stag().0, 0, 0, 0, 0]));
+    want.extend(words(&[0]));
+    want.extend(head);
+    want.extend(word(64));
+    assert_eq!(p.raw.got, vec![want]);
+    assert_eq!(&p.raw.prov.region(&s1).unwrap()[..64], &item[..]);
+}

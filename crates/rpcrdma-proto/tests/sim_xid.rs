@@ -126,6 +126,34 @@ fn reverse_call_with_a_different_rpc_xid_gets_err_chunk() {
     let c = take_calls(&mut p.side.events);
     assert_eq!(c.len(), 1);
     assert!(c[0].backchannel);
+    // The reverse reply: same version, the call's XID in both headers (the
+    // engine writes it into the RPC header).
+    p.raw.got.clear();
+    p.side
+        .conn
+        .send_reply(
+            p.now,
+            &mut p.side.prov,
+            c[0].handle,
+            rpcrdma_proto::engine::OutgoingReply {
+                message: vec![rpcrdma_proto::engine::Piece::Inline(words(&[
+                    0, 1, 0, 0, 0, 0,
+                ]))],
+            },
+        )
+        .unwrap();
+    p.run();
+    //= rfc8167#section-5.2
+    //# The rdma_vers field MUST contain the same value in a reverse-
+    //# direction Reply message as in the matching Call message.
+    //= rfc8167#section-5.2
+    //# Whether presented inline or as a separate chunk, the ONC RPC Reply
+    //# header MUST start with the same XID value that is present in the
+    //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
+    //# contain the value REPLY.
+    let mut want = words(&[0x9000_0003, 1, 4, 0, 0, 0, 0]);
+    want.extend(words(&[0x9000_0003, 1, 0, 0, 0, 0]));
+    assert_eq!(p.raw.got, vec![want]);
 }
 
 #[test]

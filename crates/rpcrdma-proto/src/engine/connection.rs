@@ -1557,6 +1557,10 @@ impl Connection {
             self.metrics.bad_xids += 1;
             return;
         };
+        //= rfc8167#section-4.1
+        //# In such cases, the receiver MUST ignore the header's credit value.
+        // A credit word is used only here, from a reply (or RDMA_ERROR)
+        // matched to one of our calls; every other message's is ignored.
         if let Some(g) = credit.and_then(|c| self.framing.grant(c)) {
             self.metrics.credits_granted = g;
             //= rfc8166#section-3.3.1

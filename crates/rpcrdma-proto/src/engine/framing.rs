@@ -105,6 +105,11 @@ impl Framing {
         self.header_len(Shape::Msg, &ChunkLists::empty())
     }
 
+    //= rfc8166#section-4.6.1
+    //# Therefore, senders MUST NOT send RDMA_MSGP procedures.
+    //= rfc8166#section-4.6.2
+    //# Therefore, senders MUST NOT send RDMA_DONE messages.
+    // Only RDMA_MSG and RDMA_NOMSG (and RDMA_ERROR, below) can be encoded.
     /// Encodes a data header. `inv_handle` is the STag the sender
     /// invalidates remotely (v2 puts it in the header; v1 does not carry it).
     pub(crate) fn encode_data(
