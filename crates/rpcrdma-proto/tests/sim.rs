@@ -415,6 +415,10 @@ fn swi_case(
 //= rfc8797#section-4.1
 //# When either peer on a connection clears this flag, the responder MUST
 //# use only RDMA Send when transmitting RPC Replies.
+//= rfc8797#section-4.1
+//# Each RDMA Send with Invalidate MUST invalidate an STag associated
+//# only with the Transaction ID (XID) in the rdma_xid field of the RPC-
+//# over-RDMA Transport Header it carries.
 #[test]
 fn send_with_invalidate_exactly_when_both_set_r_and_one_handle() {
     // Both R, one handle (the Write chunk): remote invalidation.

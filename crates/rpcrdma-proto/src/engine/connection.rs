@@ -350,6 +350,10 @@ impl Connection {
     //# The granted value MUST NOT be zero, since such a value
     //# would result in deadlock.
     // (Linux clients also floor a zero grant to one.)
+    //= rfc8166#section-3.3.1
+    //# The Responder MUST
+    //# ensure that an increase in receive resources is effected before the
+    //# next RPC Reply message is sent.
     ///
     /// Receives for a larger grant are posted here, before any reply
     /// advertises it.
@@ -662,6 +666,15 @@ impl Connection {
         let mut written: Vec<DdpItem> = Vec::new();
         // (remote, stream range)
         let mut plan: Vec<(RemoteAddr, usize, usize)> = Vec::new();
+        //= rfc8166#section-4.3.2
+        //# When a Requester provides a Write list, the Responder MUST push data
+        //# corresponding to DDP-eligible result data items to Requester memory
+        //# referenced in the Write list.
+        //= rfc8166#section-4.3.2.2
+        //# If there is a subsequent DDP-eligible result data item in the RPC
+        //# Reply message, it MUST be placed in that unconsumed Write chunk.
+        // The k-th non-empty DDP item goes into the k-th Write chunk: an
+        // empty item (a union arm without data) consumes no chunk.
         let ddp: Vec<DdpItem> = ddp.into_iter().filter(|d| d.len > 0).collect();
         for (k, d) in ddp.iter().enumerate() {
             let Some(chunk) = call.writes.get(k) else {
@@ -729,6 +742,10 @@ impl Connection {
                 (ReplyForm::Inline, h, inline)
             } else {
                 // Long Reply: the rest goes into the Reply chunk.
+                //= rfc8166#section-3.5.3
+                //# If a Reply chunk was provided and the reduced
+                //# Payload stream is larger than the reply inline threshold, the
+                //# Responder MUST use the Requester-provided Reply chunk for the reply.
                 let parts = call.reply.as_ref().and_then(|rc| {
                     let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
                     marshal::spread(inline.len(), &lens).map(|parts| (rc, parts))
@@ -786,6 +803,13 @@ impl Connection {
         //# When both connection peers have set this bit
         //# flag in their CM Private Data, the responder MAY use RDMA Send
         //# with Invalidate operations when transmitting RPC Replies.
+        //= rfc8797#section-4.1
+        //# When either peer on a connection clears this flag, the responder MUST
+        //# use only RDMA Send when transmitting RPC Replies.
+        //= rfc8797#section-4.1
+        //# Each RDMA Send with Invalidate MUST invalidate an STag associated
+        //# only with the Transaction ID (XID) in the rdma_xid field of the RPC-
+        //# over-RDMA Transport Header it carries.
         // Only when the call carried exactly one distinct handle (Linux
         // svc_rdma_get_inv_rkey), never on an error reply.
         let remote_inv = self.negotiated.is_some_and(|n| n.remote_invalidation);
@@ -975,6 +999,9 @@ impl Connection {
             return;
         }
         let target = self.responder_budget() + self.outstanding;
+        //= rfc8166#section-3.3.3
+        //# Receiver implementations MUST support inline thresholds of 1024 bytes
+        //# but MAY support larger inline thresholds values.
         let size = self.config.inline_recv.max(1024) as usize;
         while self.recv_posted < target {
             let mr = match self.recv_free.pop() {
@@ -1282,6 +1309,9 @@ impl Connection {
             Reads,
             Long,
         }
+        //= rfc8166#section-3.4.2
+        //# All other XDR data items MUST NOT be reduced.
+        // Only the caller's `Piece::Ddp` items are ever reduced.
         let stripped = marshal::strip(&stream, &ddp);
         let with_reads = |n: usize| {
             let mut c = base.clone();
@@ -1329,8 +1359,17 @@ impl Connection {
                             .get(d.position..d.position + d.len)
                             .unwrap_or(&[])
                             .to_vec();
-                        // No XDR roundup in Read chunks (RFC 8166
-                        // §3.4.5.2 recommends leaving it out; Linux does).
+                        //= rfc8166#section-3.4.5.2
+                        //# When reducing a variable-length argument data item, the Requester
+                        //# SHOULD NOT include the data item's XDR roundup padding in the chunk.
+                        //= rfc8166#section-3.4.5.2
+                        //# If the sender chooses not to include roundup padding in the chunk,
+                        //# the chunk's total length MUST be the same as the encoded length of
+                        //# the data item.
+                        //= rfc8166#section-3.4.4.4
+                        //# Except in special cases (covered in Section 3.5.3), a chunk MUST
+                        //# contain exactly one XDR data item.
+                        // (Linux leaves the roundup out too.)
                         let mr = self.register(p, data, Access::REMOTE_READ, &mut mrs)?;
                         reads.push(ReadSegment::new(
                             d.position as u32,
@@ -1342,6 +1381,15 @@ impl Connection {
                     stripped
                 }
                 Form::Long => {
+                    //= rfc8166#section-3.5.3
+                    //# Every
+                    //# RDMA read segment in this chunk MUST contain zero in its Position
+                    //# field.
+                    //= rfc8166#section-3.5.3
+                    //# As these chunks contain a Payload stream, such chunks MUST include
+                    //# appropriate XDR roundup padding to maintain proper XDR alignment of
+                    //# their contents.
+                    // `stream` is the whole XDR stream, DDP items padded.
                     let len = stream.len();
                     let mr = self.register(p, stream, Access::REMOTE_READ, &mut mrs)?;
                     reads.push(ReadSegment::new(
@@ -1769,6 +1817,11 @@ impl Connection {
     //# rdma_xid field in the failing request;
     //= rfc8166#section-4.5
     //# o  The rdma_proc field MUST contain the value RDMA_ERROR; and
+    //= rfc8166#section-4.2.4
+    //# A Requester MUST NOT send an RPC-over-RDMA header with the RDMA_ERROR
+    //# procedure.
+    // Called only where this endpoint is the responder: a server for
+    // forward calls, a client for reverse-direction calls.
     fn send_error(&mut self, p: &mut dyn Provider, xid: u32, e: ErrorReply) {
         match e {
             ErrorReply::Vers => self.metrics.err_vers_sent += 1,

@@ -110,6 +110,9 @@ impl Framing {
     //= rfc8166#section-4.6.2
     //# Therefore, senders MUST NOT send RDMA_DONE messages.
     // Only RDMA_MSG and RDMA_NOMSG (and RDMA_ERROR, below) can be encoded.
+    //= rfc8166#section-4
+    //# All RPC-over-RDMA header content is contained in the Transport
+    //# stream; thus, it MUST be XDR encoded.
     /// Encodes a data header. `inv_handle` is the STag the sender
     /// invalidates remotely (v2 puts it in the header; v1 does not carry it).
     pub(crate) fn encode_data(
@@ -127,6 +130,15 @@ impl Framing {
                     Shape::Msg => v1::Body::Msg(chunks),
                     Shape::Nomsg => v1::Body::Nomsg(chunks),
                 };
+                //= rfc8166#section-4.2.2
+                //# For RPC-over-RDMA version 1, this field MUST contain the value one
+                //# (1).
+                //= rfc8167#section-5.1
+                //# The rdma_vers field MUST contain the same value in reverse- and
+                //# forward-direction Call messages on the same connection.
+                //= rfc8167#section-5.2
+                //# The rdma_vers field MUST contain the same value in a reverse-
+                //# direction Reply message as in the matching Call message.
                 let h = v1::Header { xid, credit, body };
                 // Encoding into an exactly sized vector cannot fail.
                 h.to_vec().unwrap_or_default()
@@ -316,6 +328,9 @@ mod tests {
 
     #[test]
     fn msg_header_bytes_by_hand() {
+        //= rfc8166#section-4
+        //# All RPC-over-RDMA header content is contained in the Transport
+        //# stream; thus, it MUST be XDR encoded.
         let want = hx("00000007 00000001 00000080 00000000 00000000 00000000 00000000");
         let got = Framing::V1.encode_data(7, 128, Shape::Msg, ChunkLists::empty(), None);
         assert_eq!(got, want);

@@ -533,6 +533,9 @@ mod tests {
             [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x03, 0x03]
         );
         // Sizes round down to what the format can say; below 1024 is 1024.
+        //= rfc8166#section-3.3.3
+        //# Receiver implementations MUST support inline thresholds of 1024 bytes
+        //# but MAY support larger inline thresholds values.
         let mut c = Config::client();
         c.inline_send = 5000;
         c.inline_recv = 100;
