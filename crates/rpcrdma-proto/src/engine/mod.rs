@@ -277,8 +277,10 @@ impl Reply {
 pub enum CallFailure {
     /// The responder answered RDMA_ERROR.
     RdmaError(RdmaErrorReport),
-    /// The reply broke RFC 8166 (e.g. a Read list in a reply, a Write
-    /// chunk longer than offered, RDMA_MSGP).
+    /// The reply broke RFC 8166. Not produced by version 1: RFC 8166
+    /// section 4.5 has a requester silently discard a reply with a header
+    /// error (counted in [`Metrics::bad_replies`]), and the call keeps
+    /// waiting for a good reply or its timeout.
     BadReply(&'static str),
     /// The call could not be marshalled (too large for every form, or a
     /// registration failed).
@@ -494,7 +496,9 @@ pub struct Metrics {
     pub credits_granted: u32,
     /// Replies whose XID matched no outstanding call (dropped).
     pub bad_xids: u64,
-    /// Replies that broke RFC 8166 (the call failed).
+    /// Replies to one of our calls with a header error (a Read list, a
+    /// chunk we did not offer or longer than offered, RDMA_MSGP, an
+    /// undecodable header): silently discarded, the call keeps waiting.
     pub bad_replies: u64,
     /// Messages whose RPC header did not start with the transport
     /// header's XID and the right `msg_type` (calls: ERR_CHUNK; replies:
