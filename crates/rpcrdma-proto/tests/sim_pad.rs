@@ -234,3 +234,29 @@ fn engine_pair_unaligned_result_round_trip_through_reply() {
     assert_eq!(r.result(0, 4093), Some(&result[..]));
     assert_eq!(p.s.conn.metrics().rdma_write_bytes, 4093);
 }
+
+#[test]
+fn requester_discards_a_write_chunk_echo_that_is_not_the_offer() {
+    let (mut p, xid, stag, _) = client_with_write_chunk(5001);
+    // Two segments where one was offered (same handle, 100 + 100 octets).
+    let mut m = words(&[
+        xid, 1, 8, 0, 0, 1, 2, stag, 100, 0, 0, stag, 100, 0, 100, 0, 0,
+    ]);
+    m.extend(words(&[xid, 1, 0, 0, 0, 0, 200]));
+    p.raw.send(&m);
+    p.run();
+    // The offered segment at another offset.
+    p.raw.send(&{
+        let mut m = words(&[xid, 1, 8, 0, 0, 1, 1, stag, 100, 0, 4, 0, 0]);
+        m.extend(words(&[xid, 1, 0, 0, 0, 0, 100]));
+        m
+    });
+    p.run();
+    //= rfc8166#section-3.4.6
+    //# The Responder MUST copy the segment count and all
+    //# segments from the Requester-provided Write chunk into the RPC Reply
+    //# message's Transport header.
+    assert!(p.side.events.is_empty(), "{:?}", p.side.events);
+    assert_eq!(p.side.conn.metrics().bad_replies, 2);
+    assert_eq!(p.side.conn.outstanding(), 1);
+}

@@ -1531,18 +1531,25 @@ impl Connection {
         if chunks.writes.len() > call.write_mrs.len() {
             return Err(CallFailure::BadReply("more Write chunks than offered"));
         }
+        //= rfc8166#section-3.4.6
+        //# The Responder MUST copy the segment count and all
+        //# segments from the Requester-provided Write chunk into the RPC Reply
+        //# message's Transport header.
+        // Every chunk we offer is one segment at offset 0: the echo must be
+        // exactly that segment, with a length no larger than it.
         let check = |ours: &MemoryRegion, theirs: &WriteChunk| -> Result<u32, CallFailure> {
-            let mut total: u64 = 0;
-            for s in &theirs.segments {
-                if s.handle != ours.stag().0 {
-                    return Err(CallFailure::BadReply("returned segment handle not offered"));
-                }
-                total += u64::from(s.length);
+            let [s] = theirs.segments.as_slice() else {
+                return Err(CallFailure::BadReply(
+                    "returned chunk's segment count differs from the offer",
+                ));
+            };
+            if s.handle != ours.stag().0 || s.offset != 0 {
+                return Err(CallFailure::BadReply("returned segment not offered"));
             }
-            if total > ours.len() {
+            if u64::from(s.length) > ours.len() {
                 return Err(CallFailure::BadReply("returned chunk longer than offered"));
             }
-            Ok(total as u32)
+            Ok(s.length)
         };
         let mut write_lens = vec![0u32; call.write_mrs.len()];
         for (i, w) in chunks.writes.iter().enumerate() {
