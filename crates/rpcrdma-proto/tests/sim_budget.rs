@@ -233,3 +233,41 @@ fn unacknowledged_error_replies_count_against_the_credit_limit() {
     ));
     assert!(!held.is_empty());
 }
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Random Read-chunk sizes (some over the budget): the sinks never
+        /// exceed the budget, calls within it are all delivered in arrival
+        /// order with their data, the others get ERR_CHUNK, and nothing
+        /// stays registered.
+        #[test]
+        fn the_budget_holds_for_any_mix(sizes in proptest::collection::vec(1usize..300_000, 1..10)) {
+            let budget: u64 = 256 * 1024;
+            let mut p = budget_server(budget);
+            let base = registered(p.side.prov.inner());
+            p.raw.post_recvs(sizes.len());
+            let args: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(k, &n)| data(n, k as u8)).collect();
+            for (k, a) in args.iter().enumerate() {
+                let m = read_chunk_call(&mut p, 1000 + k as u32, a);
+                p.raw.send(&m);
+            }
+            p.run();
+            let calls = take_calls(&mut p.side.events);
+            let fits: Vec<usize> = (0..sizes.len()).filter(|&k| sizes[k] as u64 <= budget).collect();
+            prop_assert_eq!(calls.iter().map(|c| c.xid).collect::<Vec<_>>(),
+                fits.iter().map(|&k| 1000 + k as u32).collect::<Vec<_>>());
+            for (c, &k) in calls.iter().zip(&fits) {
+                prop_assert_eq!(&c.message[44..44 + sizes[k]], &args[k][..]);
+            }
+            prop_assert_eq!(p.raw.got.len(), sizes.len() - fits.len(), "one ERR_CHUNK per oversized call");
+            prop_assert!(p.side.conn.metrics().max_read_sink_bytes <= budget);
+            // No sink left; at most one pooled Send buffer per error reply.
+            prop_assert!(registered(p.side.prov.inner()) <= base + p.raw.got.len());
+        }
+    }
+}
