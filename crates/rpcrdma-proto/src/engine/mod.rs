@@ -522,6 +522,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn reply_result_strips_only_a_legacy_pad() {
+        let r = Reply {
+            id: CallId(1),
+            xid: 1,
+            message: Vec::new(),
+            results: vec![vec![1, 2, 3, 4, 5, 0, 0, 0], vec![9; 8], Vec::new()],
+            long: false,
+        };
+        // 5 octets + 3 of pad returned: the data is the 5.
+        assert_eq!(r.result(0, 5), Some(&[1, 2, 3, 4, 5][..]));
+        // Exact length.
+        assert_eq!(r.result(1, 8), Some(&[9; 8][..]));
+        // A length word that the returned length cannot come from.
+        assert_eq!(r.result(0, 4), None);
+        assert_eq!(r.result(0, 9), None);
+        assert_eq!(r.result(1, 3), None, "8 is not 3 plus its pad");
+        assert_eq!(r.result(0, u32::MAX), None);
+        // Unused chunk (the item was inline), empty item, no such chunk.
+        assert_eq!(r.result(2, 5), None);
+        assert_eq!(r.result(2, 0), Some(&[][..]));
+        assert_eq!(r.result(3, 0), None);
+    }
+
+    #[test]
     fn private_data_bytes_by_hand() {
         //= rfc8797#section-4
         //# Senders MUST set these bits
