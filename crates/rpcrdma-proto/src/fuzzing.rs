@@ -25,6 +25,7 @@ pub const TIGHT_LIMITS: Limits = Limits {
     max_machine_name_len: 4,
     max_auth_sys_gids: 2,
     max_message_len: 4096,
+    max_read_sink_bytes: 8192,
 };
 
 /// Transport header (v1 / v2 / unknown version): decode with default and

@@ -44,6 +44,16 @@ pub struct Limits {
     /// 1 MiB of payload per RPC (`RPCRDMA_MAX_DATA_SEGS`), and a responder
     /// allocates RDMA Read sinks of this size before any data arrives.
     pub max_message_len: u32,
+    /// Octets of RDMA Read sinks a responder keeps registered at once, for
+    /// all the calls of one connection together. Default 16 MiB. Without
+    /// it a requester could make a server allocate twice its grant times
+    /// [`Limits::max_message_len`] (512 MiB with the defaults) by sending
+    /// many calls with large Read chunks. Calls whose Read chunks do not fit
+    /// the budget wait, in arrival order, until earlier calls have been
+    /// reassembled (backpressure, not failure); a single call whose Read
+    /// chunks exceed this budget (or [`Limits::max_message_len`]) is
+    /// answered with ERR_CHUNK.
+    pub max_read_sink_bytes: u64,
 }
 
 impl Limits {
@@ -60,6 +70,7 @@ impl Limits {
         max_machine_name_len: 255,
         max_auth_sys_gids: 16,
         max_message_len: 4 << 20,
+        max_read_sink_bytes: 16 << 20,
     };
 }
 

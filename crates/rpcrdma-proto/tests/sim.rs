@@ -125,8 +125,20 @@ fn long_call_in_a_position_zero_read_chunk() {
     });
     let calls = p.server_calls();
     let c = &calls[0];
+    //= rfc8166#section-3.5.3
+    //# If there are no DDP-
+    //# eligible data items in the Payload stream, or the Payload stream is
+    //# still too large after it has been reduced, the RDMA transport MUST
+    //# use RDMA Read or Write operations to convey the Payload stream
+    //# itself.
     assert!(c.long, "RDMA_NOMSG + Position-Zero Read chunk");
+    //= rfc8166#section-3.5.3
+    //# As these chunks contain a Payload stream, such chunks MUST include
+    //# appropriate XDR roundup padding to maintain proper XDR alignment of
+    //# their contents.
     assert_eq!(c.message, stream(&msg, c.xid));
+    //= rfc8166#section-3.4.2
+    //# All other XDR data items MUST NOT be reduced.
     assert!(c.ddp.is_empty());
     assert_eq!(p.c.conn.metrics().long_calls, 1);
     assert_eq!(p.s.conn.metrics().long_calls_received, 1);
@@ -162,8 +174,10 @@ fn write_chunk_reply_returns_actual_length() {
     assert_eq!(p.reply(c.handle, r), ReplyForm::Inline);
     let ev = p.client_events();
     let r = replies(&ev);
-    // RFC 8166 §3.4.6 (paraphrased): no XDR roundup in Write chunks; the
-    // returned length is the actual length.
+    //= rfc8166#section-3.4.6.2
+    //# Therefore, when returning a single variable-length result data item,
+    //# a returned Write chunk's total length MUST be the same as the encoded
+    //# length of the result data item.
     assert_eq!(r[0].results, vec![result], "actual length, no pad");
     let mut want = head;
     want.extend(tail);
@@ -401,6 +415,10 @@ fn swi_case(
 //= rfc8797#section-4.1
 //# When either peer on a connection clears this flag, the responder MUST
 //# use only RDMA Send when transmitting RPC Replies.
+//= rfc8797#section-4.1
+//# Each RDMA Send with Invalidate MUST invalidate an STag associated
+//# only with the Transaction ID (XID) in the rdma_xid field of the RPC-
+//# over-RDMA Transport Header it carries.
 #[test]
 fn send_with_invalidate_exactly_when_both_set_r_and_one_handle() {
     // Both R, one handle (the Write chunk): remote invalidation.

@@ -55,6 +55,18 @@ fn expect_err_chunk(msg: Vec<u8>, xid: u32) {
     //# If the rdma_vers field contains a recognized value, but an XDR
     //# parsing error occurs, the Responder MUST reply with an
     //# RDMA_ERROR procedure and set the rdma_err value to ERR_CHUNK.
+    //= rfc8166#section-4.5
+    //# If other errors are detected in the RPC-over-RDMA header of an RPC
+    //# Call message, a Responder MUST send an RDMA_ERROR message back to
+    //# the Requester.
+    //= rfc8166#section-4.5
+    //# o  The rdma_xid field MUST contain the same XID that was in the
+    //# rdma_xid field in the failing request;
+    //= rfc8166#section-4.5
+    //# o  The rdma_vers field MUST contain the same version that was in the
+    //# rdma_vers field in the failing request;
+    //= rfc8166#section-4.5
+    //# o  The rdma_proc field MUST contain the value RDMA_ERROR; and
     assert_eq!(
         p.raw.got,
         vec![words(&[xid, 1, GRANT, 4, 2])],
@@ -73,6 +85,9 @@ fn expect_err_chunk(msg: Vec<u8>, xid: u32) {
 
 #[test]
 fn err_chunk_for_rdma_msgp() {
+    //= rfc8166#section-4.6.1
+    //# When receiving an RDMA_MSGP procedure, Responders SHOULD reply with
+    //# an RDMA_ERROR procedure, setting the rdma_err field to ERR_CHUNK;
     let mut m = words(&[5, 1, 8, 2, 4, 1024, 0, 0, 0]);
     m.extend(rpc_call(5));
     expect_err_chunk(m, 5);
@@ -90,12 +105,18 @@ fn err_chunk_for_malformed_lists() {
     // Truncated Write list.
     expect_err_chunk(words(&[8, 1, 8, 0, 0, 1, 5]), 8);
     // RDMA_NOMSG with all lists empty.
+    //= rfc8166#section-4.2.4
+    //# Though any of these MAY be marked as not present, one MUST be present
+    //# and MUST hold the Payload stream for this RPC-over-RDMA message.
     expect_err_chunk(words(&[9, 1, 8, 1, 0, 0, 0]), 9);
 }
 
 #[test]
 fn err_chunk_for_bad_positions() {
     // Read chunk at position 6 (not 4-aligned).
+    //= rfc8166#section-3.4.5
+    //# The value in this field
+    //# MUST be a multiple of four.
     let mut m = words(&[10, 1, 8, 0, 1, 6, 0x1234, 8, 0, 0, 0, 0, 0]);
     m.extend(rpc_call(10));
     expect_err_chunk(m, 10);
@@ -122,9 +143,18 @@ fn done_and_short_messages_are_dropped() {
     p.raw.send(&words(&[20, 1, 8, 3]));
     p.raw.send(&[0, 0, 0, 21, 0, 0, 0, 1, 0, 0]);
     p.raw.send(&[]);
+    // 24 octets: a truncated RDMA_MSG, not answered.
+    p.raw.send(&words(&[24, 1, 8, 0, 0, 0]));
     p.run();
+    //= rfc8166#section-4.6.2
+    //# Receivers MUST silently discard RDMA_DONE messages.
+    //= rfc8166#section-4.5
+    //# If an incoming RPC-over-RDMA message is not as long as a minimal size
+    //# RPC-over-RDMA header (28 bytes), the receiver cannot trust the value
+    //# of the XID field; therefore, it MUST silently discard the message
+    //# before performing any parsing.
     assert!(p.raw.got.is_empty(), "no answer: {:02x?}", p.raw.got);
-    assert_eq!(p.side.conn.metrics().dropped, 3);
+    assert_eq!(p.side.conn.metrics().dropped, 4);
     assert!(!p.side.conn.is_closed());
 }
 
@@ -133,7 +163,10 @@ fn received_rdma_error_is_not_answered() {
     let mut p = server();
     p.raw.send(&words(&[22, 1, 8, 4, 2]));
     p.raw.send(&words(&[23, 1, 8, 4, 1, 1]));
+    p.raw.send(&words(&[24, 1, 8, 4, 1, 1, 1]));
     p.run();
+    //= rfc8166#section-4.2.4
+    //# A Responder MUST silently discard RDMA_ERROR procedures.
     assert!(p.raw.got.is_empty());
     assert!(!p.side.conn.is_closed());
 }
@@ -204,21 +237,54 @@ fn err_vers_received_fails_the_call_with_the_peer_range() {
 }
 
 #[test]
-fn reply_with_a_read_list_is_a_bad_reply() {
+fn reply_with_a_read_list_is_silently_discarded() {
     let (mut p, xid) = client_with_one_call();
     let mut m = words(&[xid, 1, 8, 0, 1, 0, 0x77, 8, 0, 0, 0, 0, 0]);
     m.extend(words(&[xid, 1, 0, 0, 0, 0]));
     p.raw.send(&m);
     p.run();
-    assert!(p.side.events.iter().any(|e| matches!(
-        e,
-        Event::CallFailed {
-            error: CallFailure::BadReply(_),
-            retransmit: false,
-            ..
-        }
-    )));
+    //= rfc8166#section-4.3.1
+    //# Responders MUST leave the Read list empty in all replies.
+    //= rfc8166#section-4.5
+    //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
+    //# message, a Requester MUST silently discard the message.
+    assert!(p.side.events.is_empty(), "{:?}", p.side.events);
+    assert_eq!(p.raw.got.len(), 1, "only the call: nothing answered");
     assert_eq!(p.side.conn.metrics().bad_replies, 1);
+    assert_eq!(p.side.conn.outstanding(), 1, "the call still waits");
+    // A good reply completes it.
+    let mut good = words(&[xid, 1, 8, 0, 0, 0, 0]);
+    good.extend(words(&[xid, 1, 0, 0, 0, 0]));
+    p.raw.send(&good);
+    p.run();
+    assert!(p
+        .side
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::ReplyReceived(r) if r.xid == xid)));
+}
+
+#[test]
+fn malformed_and_msgp_replies_are_silently_discarded() {
+    let (mut p, xid) = client_with_one_call();
+    // RDMA_MSGP (with its align/thresh words), a bad list discriminant,
+    // and an unknown rdma_proc: one at a time (one receive).
+    let mut msgp = words(&[xid, 1, 8, 2, 4, 1024, 0, 0, 0]);
+    msgp.extend(words(&[xid, 1, 0, 0, 0, 0]));
+    for m in [
+        msgp,
+        words(&[xid, 1, 8, 0, 2, 0, 0]),
+        words(&[xid, 1, 8, 9, 0, 0, 0]),
+    ] {
+        p.raw.send(&m);
+        p.run();
+    }
+    //= rfc8166#section-4.6.1
+    //# Requesters MUST silently discard the message.
+    assert!(p.side.events.is_empty(), "{:?}", p.side.events);
+    assert_eq!(p.raw.got.len(), 1, "only the call: nothing answered");
+    assert_eq!(p.side.conn.metrics().bad_replies, 3);
+    assert_eq!(p.side.conn.outstanding(), 1);
 }
 
 #[test]
@@ -226,6 +292,11 @@ fn client_sends_its_credit_request_and_the_right_header() {
     let (p, xid) = client_with_one_call();
     // xid, vers 1, credits requested 128, RDMA_MSG, three empty lists,
     // then the RPC call with the XID patched in.
+    //= rfc8166#section-4.2.2
+    //# For RPC-over-RDMA version 1, this field MUST contain the value one
+    //# (1).
+    //= rfc8166#section-4.2.1
+    //# This XID MUST be the same as the XID in the RPC message.
     let mut want = words(&[xid, 1, 128, 0, 0, 0, 0]);
     want.extend(rpc_call(xid));
     assert_eq!(p.raw.got[0], want);
@@ -235,6 +306,14 @@ fn client_sends_its_credit_request_and_the_right_header() {
 fn absent_private_data_means_1024() {
     let p = RawPair::client(Config::client(), Vec::new());
     let n = p.side.conn.negotiated().unwrap();
+    //= rfc8797#section-5.1
+    //# In other words, the peer MUST behave as if a Private Data message was
+    //# received in which (1) bit 15 of the Flags field is zero and (2) both
+    //# Size fields contain the value zero.
+    //= rfc8166#section-3.3.3
+    //# In the absence of such a mechanism,
+    //# senders and receives MUST assume the inline thresholds are 1024
+    //# bytes.
     //= rfc8797#section-5.2
     //# If the RPC-over-RDMA version 1 CM Private Data Format
     //# Identifier is not present, an RPC-over-RDMA version 1 receiver MUST
@@ -263,6 +342,11 @@ fn delivered(p: &mut RawPair) -> rpcrdma_proto::engine::IncomingCall {
 
 #[test]
 fn several_read_chunks_multi_segment_and_included_roundup() {
+    //= rfc8166#section-3.4.5.2
+    //# If the Requester chooses to include roundup padding in a Read
+    //# chunk, the chunk's total length MUST be the sum of the encoded
+    //# length of the data item and the length of the roundup padding.
+    // (The engine, as responder, accepts both forms.)
     let mut p = server();
     let a = [1u8, 2, 3, 4, 5];
     let b = [6u8, 7, 8, 9, 10, 11, 0, 0]; // roundup included by this requester
@@ -484,6 +568,10 @@ fn backchannel_receives_only_after_enable() {
     );
     p.side.conn.enable_backchannel(&mut p.side.prov, 3);
     p.run();
+    //= rfc8167#section-4.3.1
+    //# To receive incoming reverse-direction Calls, an RPC-over-RDMA client
+    //# endpoint posts enough additional Receive buffers to match its
+    //# advertised reverse-direction credit value.
     assert_eq!(p.side.conn.inflight_work_requests(), 3);
     // A reverse call arrives and is delivered as a backchannel call.
     let mut m = words(&[0x9000_0001, 1, 2, 0, 0, 0, 0]);
@@ -543,4 +631,28 @@ fn grants_are_clamped_to_one_and_to_the_request() {
         })
         .collect();
     assert_eq!(changes, vec![10, 1]);
+}
+
+#[test]
+fn undecodable_rdma_error_is_silently_discarded() {
+    let (mut p, xid) = client_with_one_call();
+    // ERR_VERS without its high version (24 octets), one at a time.
+    p.raw.send(&words(&[xid, 1, 8, 4, 1, 1]));
+    p.run();
+    //= rfc8166#section-4.5
+    //# A receiver MUST silently discard an RDMA_ERROR procedure that it
+    //# cannot decode.
+    assert!(p.side.events.is_empty(), "{:?}", p.side.events);
+    assert_eq!(p.side.conn.outstanding(), 1);
+    assert_eq!(p.side.conn.metrics().dropped, 1);
+    // A decodable one fails the call.
+    p.raw.send(&words(&[xid, 1, 8, 4, 2]));
+    p.run();
+    assert!(p.side.events.iter().any(|e| matches!(
+        e,
+        Event::CallFailed {
+            error: CallFailure::RdmaError(RdmaErrorReport::Chunk),
+            ..
+        }
+    )));
 }

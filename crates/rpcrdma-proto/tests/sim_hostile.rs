@@ -80,6 +80,13 @@ proptest! {
         }
         p.run();
         // A requester never sends RDMA_ERROR: the raw peer got only calls.
+        //= rfc8166#section-4.2.4
+        //# A Requester MUST NOT send an RPC-over-RDMA header with the RDMA_ERROR
+        //# procedure.
+        //= rfc8166#section-4.6.1
+        //# Therefore, senders MUST NOT send RDMA_MSGP procedures.
+        //= rfc8166#section-4.6.2
+        //# Therefore, senders MUST NOT send RDMA_DONE messages.
         for g in &p.raw.got {
             let (h, _) = header::decode(g, &Limits::DEFAULT).unwrap();
             prop_assert!(matches!(h, TransportHeader::V1(ref h) if h.proc() == v1::Proc::RDMA_MSG));

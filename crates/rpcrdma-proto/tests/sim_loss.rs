@@ -379,18 +379,6 @@ fn tiny_queues_backlog_sends_and_clamp_the_grant() {
     assert!(p.s.conn.metrics().send_queue_waits > 0);
 }
 
-/// Registrations held by one end (from the provider's Debug output).
-fn registered(p: &rpcrdma_proto::provider::mem::MemProvider) -> usize {
-    let d = format!("{p:?}");
-    let at = d.find("registered: ").unwrap() + "registered: ".len();
-    d[at..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn no_registration_leaks_and_send_buffers_are_reused() {
     let mut p = Pair::new(Config::client(), Config::server());

@@ -14,7 +14,6 @@ use crate::provider::{
     ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Stag, Status,
 };
 use crate::wire::chunk::{ChunkLists, ReadSegment, Segment, WriteChunk};
-use crate::wire::direction::{classify, MessageClass};
 use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
 
 /// What a work request id stands for.
@@ -91,7 +90,6 @@ impl OutCall {
 #[derive(Debug)]
 struct ReadChunk {
     position: u32,
-    segments: Vec<Segment>,
     len: usize,
     sink: Option<MemoryRegion>,
     data: Vec<u8>,
@@ -108,6 +106,13 @@ struct InCall {
     pz: Option<usize>,
     chunks: Vec<ReadChunk>,
     reads_left: usize,
+    /// RDMA Reads to issue once the call is admitted to the Read-sink
+    /// budget.
+    pending_reads: Vec<PendingRead>,
+    /// Octets of Read sinks the call needs.
+    sink_need: u64,
+    /// Its sinks are registered (counted in `Connection::sink_bytes`).
+    admitted: bool,
     writes: Vec<WriteChunk>,
     reply: Option<WriteChunk>,
     inv: Option<u32>,
@@ -162,6 +167,13 @@ pub struct Connection {
     incoming: HashMap<u64, InCall>,
     reads: VecDeque<PendingRead>,
     reads_outstanding: usize,
+    /// Octets of RDMA Read sinks registered now (at most
+    /// `Limits::max_read_sink_bytes`).
+    sink_bytes: u64,
+    /// Received calls waiting for Read-sink budget, in arrival order.
+    sink_waiting: VecDeque<u64>,
+    /// Error replies whose Send has not completed.
+    errors_unacked: usize,
     next_job: u64,
     jobs: HashMap<u64, ReplyJob>,
     /// Send-queue WRs refused with QueueFull, posted in order as the queue
@@ -173,6 +185,22 @@ pub struct Connection {
     zombies: Vec<MemoryRegion>,
     events: VecDeque<Event>,
     metrics: Metrics,
+}
+
+const UNKNOWN_XID: &str = "unknown XID";
+
+/// RFC 5531 `msg_type` values.
+const MSG_CALL: u32 = 0;
+const MSG_REPLY: u32 = 1;
+
+/// The XID and `msg_type` words that start an RPC message.
+fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
+    let w = |i: usize| {
+        msg.get(i..i + 4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_be_bytes)
+    };
+    Some((w(0)?, w(4)?))
 }
 
 /// Send buffers kept registered for reuse.
@@ -212,6 +240,9 @@ impl Connection {
             incoming: HashMap::new(),
             reads: VecDeque::new(),
             reads_outstanding: 0,
+            sink_bytes: 0,
+            sink_waiting: VecDeque::new(),
+            errors_unacked: 0,
             next_job: 1,
             jobs: HashMap::new(),
             backlog: VecDeque::new(),
@@ -227,10 +258,17 @@ impl Connection {
     /// their original [`CallId`]s and XIDs, credits start again at one,
     /// XID and id counters and metrics carry on. The old provider should be
     /// dropped (its registrations die with it).
-    // RFC 8166 §3.3 (paraphrased): credits cannot be recovered for a Call
-    // retransmitted on the same connection, so a retransmission goes on a
-    // new connection only (Linux xprt_rdma_send_request drops the
-    // connection to retransmit; rpcrdma_reset_cwnd cites §3.3.3).
+    //= rfc8166#section-3.3.3
+    //# A Responder MAY exceed this basic
+    //# level of configuration, but a Requester MUST NOT assume more than one
+    //# credit is available and MUST receive a valid reply from the Responder
+    //# carrying the actual number of available credits, prior to sending its
+    //# next request.
+    // Credits start again at one on every connection. A retransmission goes
+    // on a new connection only: the credit of a call that is still
+    // outstanding cannot be recovered on the same connection (Linux
+    // xprt_rdma_send_request drops the connection to retransmit;
+    // rpcrdma_reset_cwnd).
     pub fn reconnect(mut self, config: Config) -> Connection {
         let mut next = Connection::new(config);
         next.next_xid = self.next_xid;
@@ -312,6 +350,10 @@ impl Connection {
     //# The granted value MUST NOT be zero, since such a value
     //# would result in deadlock.
     // (Linux clients also floor a zero grant to one.)
+    //= rfc8166#section-3.3.1
+    //# The Responder MUST
+    //# ensure that an increase in receive resources is effected before the
+    //# next RPC Reply message is sent.
     ///
     /// Receives for a larger grant are posted here, before any reply
     /// advertises it.
@@ -430,7 +472,10 @@ impl Connection {
                 self.issue_reads(p);
             }
             Op::Reply(job) => self.job_step(p, job),
-            Op::Bare(mr) => self.release(p, mr),
+            Op::Bare(mr) => {
+                self.errors_unacked = self.errors_unacked.saturating_sub(1);
+                self.release(p, mr);
+            }
         }
         self.drain_backlog(p);
         self.reap(p);
@@ -474,6 +519,20 @@ impl Connection {
                     "the first piece must be inline and hold the RPC header",
                 ))
             }
+        }
+        //= rfc8166#section-3.4.5
+        //# The value in this field
+        //# MUST be a multiple of four.
+        // Read chunk positions are offsets in the XDR stream: every inline
+        // piece must be whole XDR items, so every DDP item starts aligned.
+        if call
+            .message
+            .iter()
+            .any(|p| matches!(p, Piece::Inline(b) if b.len() % 4 != 0))
+        {
+            return Err(CallError::BadMessage(
+                "inline pieces must be whole XDR items (multiples of four octets)",
+            ));
         }
         let len: usize = call
             .message
@@ -577,10 +636,21 @@ impl Connection {
         let grant = self.responder_grant();
 
         // DDP results into the Write chunks, in order.
-        // RFC 8166 §3.4.6 (paraphrased): XDR roundup is never written into a
-        // Write chunk; the returned segment lengths are the octets actually
-        // written (Linux pcl_process_nonpayloads). Unused chunks come back
-        // with zero-length segments.
+        //= rfc8166#section-3.4.6
+        //# The Responder MUST copy the segment count and all
+        //# segments from the Requester-provided Write chunk into the RPC Reply
+        //# message's Transport header.  As it does so, the Responder updates
+        //# each segment length field to reflect the actual amount of data that
+        //# is being returned in that segment.
+        //= rfc8166#section-3.4.6.2
+        //# A Responder MUST NOT write XDR roundup padding into
+        //# a Write chunk, even if the Requester made space available for it.
+        //= rfc8166#section-4.3.2.2
+        //# If this is the last or only Write chunk available and it remains
+        //# unconsumed, the Responder MUST return this Write chunk as an unused
+        //# Write chunk (see Section 3.4.6).
+        // Every echoed segment starts at length zero (unused) and gets the
+        // octets actually written (Linux pcl_process_nonpayloads).
         let mut echo: Vec<WriteChunk> = call
             .writes
             .iter()
@@ -596,11 +666,27 @@ impl Connection {
         let mut written: Vec<DdpItem> = Vec::new();
         // (remote, stream range)
         let mut plan: Vec<(RemoteAddr, usize, usize)> = Vec::new();
+        //= rfc8166#section-4.3.2
+        //# When a Requester provides a Write list, the Responder MUST push data
+        //# corresponding to DDP-eligible result data items to Requester memory
+        //# referenced in the Write list.
+        //= rfc8166#section-4.3.2.2
+        //# If there is a subsequent DDP-eligible result data item in the RPC
+        //# Reply message, it MUST be placed in that unconsumed Write chunk.
+        // The k-th non-empty DDP item goes into the k-th Write chunk: an
+        // empty item (a union arm without data) consumes no chunk.
         let ddp: Vec<DdpItem> = ddp.into_iter().filter(|d| d.len > 0).collect();
         for (k, d) in ddp.iter().enumerate() {
             let Some(chunk) = call.writes.get(k) else {
                 break; // no Write chunk left: the item goes inline
             };
+            //= rfc8166#section-4.3.2.3
+            //# The Responder MUST return the corresponding
+            //# result data item inline and MUST return an empty Write chunk in
+            //# that Write list position in the RPC Reply message.
+            if chunk.segments.is_empty() {
+                continue; // echoed with no segments; the item stays inline
+            }
             let lens: Vec<u32> = chunk.segments.iter().map(|s| s.length).collect();
             let Some(parts) = marshal::spread(d.len, &lens) else {
                 // The result does not fit the Write chunk offered for it.
@@ -627,10 +713,26 @@ impl Connection {
             written.push(*d);
         }
         let inline = marshal::strip(&stream, &written);
+        //= rfc8166#section-4.3.3
+        //# When a Requester provides a Reply chunk in an RPC Call message, the
+        //# Responder MUST copy that chunk into the Transport header of the RPC
+        //# Reply message.
+        // A Short reply copies it with every segment length zero (as Linux
+        // svcrdma does).
+        let unused_reply = call.reply.as_ref().map(|rc| {
+            WriteChunk::new(
+                rc.segments
+                    .iter()
+                    .map(|s| Segment::new(s.handle, 0, s.offset))
+                    .collect(),
+            )
+        });
+        //= rfc8166#section-4.3.1
+        //# Responders MUST leave the Read list empty in all replies.
         let msg_chunks = ChunkLists {
             reads: Vec::new(),
             writes: echo.clone(),
-            reply: None,
+            reply: unused_reply,
         };
         let (form, header, body) =
             if self.framing.header_len(Shape::Msg, &msg_chunks) + inline.len() <= thr {
@@ -640,6 +742,10 @@ impl Connection {
                 (ReplyForm::Inline, h, inline)
             } else {
                 // Long Reply: the rest goes into the Reply chunk.
+                //= rfc8166#section-3.5.3
+                //# If a Reply chunk was provided and the reduced
+                //# Payload stream is larger than the reply inline threshold, the
+                //# Responder MUST use the Requester-provided Reply chunk for the reply.
                 let parts = call.reply.as_ref().and_then(|rc| {
                     let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
                     marshal::spread(inline.len(), &lens).map(|parts| (rc, parts))
@@ -697,6 +803,13 @@ impl Connection {
         //# When both connection peers have set this bit
         //# flag in their CM Private Data, the responder MAY use RDMA Send
         //# with Invalidate operations when transmitting RPC Replies.
+        //= rfc8797#section-4.1
+        //# When either peer on a connection clears this flag, the responder MUST
+        //# use only RDMA Send when transmitting RPC Replies.
+        //= rfc8797#section-4.1
+        //# Each RDMA Send with Invalidate MUST invalidate an STag associated
+        //# only with the Transaction ID (XID) in the rdma_xid field of the RPC-
+        //# over-RDMA Transport Header it carries.
         // Only when the call carried exactly one distinct handle (Linux
         // svc_rdma_get_inv_rkey), never on an error reply.
         let remote_inv = self.negotiated.is_some_and(|n| n.remote_invalidation);
@@ -711,6 +824,10 @@ impl Connection {
             _ => SendOp::Send { solicited: true },
         };
         let r = self.post_reply(p, stream, plan, msg, op);
+        //= rfc8166#section-4.5.4
+        //# If a Responder is unable to construct and transmit an RPC Reply or
+        //# RPC-over-RDMA error message, the Responder MUST close the connection
+        //# to signal to the Requester that a reply was lost.
         if let Err(e) = r {
             self.fatal(p, e);
             return Err(CallError::Closed(
@@ -726,9 +843,11 @@ impl Connection {
 
     /// Client: accept backchannel calls, granting `slots` credits; posts
     /// their receives (never before this call).
-    // RFC 8167 §4 (paraphrased): backward-direction credits work as forward
-    // ones, and receives for backward Calls must be posted before any
-    // backward credit is granted.
+    //= rfc8167#section-4.3.1
+    //# To receive incoming reverse-direction Calls, an RPC-over-RDMA client
+    //# endpoint posts enough additional Receive buffers to match its
+    //# advertised reverse-direction credit value.
+    // They are posted here, before any reply can advertise the grant.
     pub fn enable_backchannel(&mut self, p: &mut dyn Provider, slots: u32) {
         if self.config.role != Role::Client {
             return;
@@ -866,14 +985,23 @@ impl Connection {
     // ------------------------------------------------------------------
     // receives
 
-    // RFC 8166 §3.3.1 (paraphrased): a credit is a receive posted for the
-    // peer's Send. Receives are posted before the credits are granted; the
-    // target is the responder budget plus one per outstanding call of ours.
+    //= rfc8166#section-3.3.1
+    //# A Requester MUST maintain enough receive resources to accommodate
+    //# expected replies.
+    //= rfc8167#section-4.3.2
+    //# That is, it posts no fewer buffers than the number of credits granted
+    //# in the rdma_credit field of forward-direction RPC replies.
+    // The target is the responder budget (our grant) plus one per
+    // outstanding call of ours; receives are posted before the credits are
+    // granted.
     fn refill(&mut self, p: &mut dyn Provider) {
         if self.error.is_some() {
             return;
         }
         let target = self.responder_budget() + self.outstanding;
+        //= rfc8166#section-3.3.3
+        //# Receiver implementations MUST support inline thresholds of 1024 bytes
+        //# but MAY support larger inline thresholds values.
         let size = self.config.inline_recv.max(1024) as usize;
         while self.recv_posted < target {
             let mr = match self.recv_free.pop() {
@@ -914,23 +1042,26 @@ impl Connection {
                 answer,
                 reason,
             } => match self.config.role {
-                Role::Server => self.send_error(p, xid, answer),
-                // A requester never sends RDMA_ERROR; an unusable reply to
-                // an outstanding call fails that call (Linux: -EIO).
+                Role::Server => {
+                    if !self.overrun(p) {
+                        self.send_error(p, xid, answer);
+                    }
+                }
+                //= rfc8166#section-4.5
+                //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
+                //# message, a Requester MUST silently discard the message.
+                //= rfc8166#section-4.6.1
+                //# Requesters MUST silently discard the message.
+                // Nothing is answered and the call the XID names keeps waiting
+                // (for a good reply, or for its timeout: the connection is
+                // then replaced and the call retransmitted). Linux fails the
+                // call with -EIO instead; the RFC is followed here.
                 Role::Client => {
+                    let _ = (reason, now, inv);
                     if self.by_xid.contains_key(&xid) {
                         self.metrics.bad_replies += 1;
-                        self.requester_reply(
-                            now,
-                            p,
-                            xid,
-                            None,
-                            inv,
-                            Err(CallFailure::BadReply(reason)),
-                        );
-                    } else {
-                        self.metrics.dropped += 1;
                     }
+                    self.metrics.dropped += 1;
                 }
             },
             Incoming::Error { xid, credit, error } => {
@@ -940,7 +1071,11 @@ impl Connection {
                     RdmaErrorReport::Other(_) => self.metrics.err_other_received += 1,
                 }
                 // An RDMA_ERROR fails only that XID; the connection stays
-                // up (Linux rpcrdma_decode_error).
+                // up (Linux rpcrdma_decode_error). It is never answered:
+                //= rfc8166#section-4.2.4
+                //# A Responder MUST silently discard RDMA_ERROR procedures.
+                // (At a server, one that names a reverse call of ours fails
+                // that call; any other is dropped and counted as a bad XID.)
                 self.requester_reply(
                     now,
                     p,
@@ -958,27 +1093,117 @@ impl Connection {
                 payload_offset,
             } => {
                 let payload = data.get(payload_offset..).unwrap_or(&[]);
-                let class = if shape == Shape::Msg && chunks.is_empty() {
-                    classify(data, self.config.role).ok().map(|c| c.class)
-                } else {
-                    None
+                // msg_type of an inline RPC message (RFC 5531: CALL = 0,
+                // REPLY = 1) says which direction it travels (RFC 8167
+                // section 4.1); an RDMA_NOMSG carries none inline.
+                let msg_type = match shape {
+                    Shape::Msg => rpc_prefix(payload).map(|(_, t)| t),
+                    Shape::Nomsg => None,
                 };
-                match (self.config.role, class) {
-                    (Role::Client, Some(MessageClass::BackwardCall)) => {
-                        if self.backchannel_enabled {
-                            self.on_call(p, xid, shape, chunks, payload, true);
-                        } else {
+                match self.config.role {
+                    Role::Client => {
+                        // A reverse-direction call: an inline CALL, or an
+                        // RDMA_NOMSG with a Read list (a reply never has
+                        // one).
+                        let reverse_call = match shape {
+                            Shape::Msg => msg_type == Some(MSG_CALL),
+                            Shape::Nomsg => !chunks.reads.is_empty(),
+                        };
+                        if !reverse_call {
+                            self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
+                        } else if !self.backchannel_enabled {
+                            //= rfc8167#section-6
+                            //# If an endpoint is not prepared to receive an incoming reverse-
+                            //# direction message, loss of the RDMA connection might result.
+                            // We drop it instead (no receive was ever granted for it).
                             self.metrics.dropped += 1;
+                        } else if !chunks.is_empty() {
+                            if self.overrun(p) {
+                                return;
+                            }
+                            //= rfc8167#section-5.3
+                            //# If a reverse-direction requester provides a non-empty chunk list
+                            //# to a Responder that does not support chunks, the Responder MUST
+                            //# reply with an RDMA_ERROR message with rdma_err field set to
+                            //# ERR_CHUNK.
+                            self.send_error(p, xid, ErrorReply::Chunk);
+                        } else {
+                            self.on_call(p, xid, shape, chunks, payload, true);
                         }
                     }
-                    (Role::Client, _) | (Role::Server, Some(MessageClass::BackwardReply)) => {
-                        let r = self.parse_reply(xid, shape, &chunks, payload);
-                        self.requester_reply(now, p, xid, Some(credit), inv, r);
+                    Role::Server if msg_type == Some(MSG_REPLY) => {
+                        self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
                     }
-                    (Role::Server, _) => self.on_call(p, xid, shape, chunks, payload, false),
+                    Role::Server => self.on_call(p, xid, shape, chunks, payload, false),
                 }
             }
         }
+    }
+
+    /// A reply (or something that is not a call) for one of our calls.
+    #[allow(clippy::too_many_arguments)]
+    fn on_reply(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        xid: u32,
+        credit: u32,
+        shape: Shape,
+        chunks: &ChunkLists,
+        payload: &[u8],
+        inv: Option<Stag>,
+    ) {
+        let r = self.parse_reply(xid, shape, chunks, payload);
+        if let Err(CallFailure::BadReply(why)) = &r {
+            //= rfc8166#section-4.5
+            //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
+            //# message, a Requester MUST silently discard the message.
+            // Unknown XIDs are counted apart (`bad_xids`); every other
+            // header error leaves the call waiting, as above.
+            if *why == UNKNOWN_XID {
+                self.metrics.bad_xids += 1;
+            } else {
+                self.metrics.bad_replies += 1;
+            }
+            self.metrics.dropped += 1;
+            return;
+        }
+        if let Ok(d) = &r {
+            //= rfc8166#section-4.2.1
+            //# This XID MUST be the same as the XID in the RPC message.
+            //= rfc8167#section-5.2
+            //# Whether presented inline or as a separate chunk, the ONC RPC Reply
+            //# header MUST start with the same XID value that is present in the
+            //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
+            //# contain the value REPLY.
+            //= rfc8166#section-4.5
+            //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
+            //# message, a Requester MUST silently discard the message.
+            // A reply whose RPC header disagrees with its transport header
+            // cannot be attributed to a call: it is dropped and counted, the
+            // call keeps waiting (for a good reply, or for its timeout).
+            let head = match (d.reply_len, self.reply_mr_of(xid)) {
+                (Some(len), Some(mr)) => p
+                    .region(&mr)
+                    .ok()
+                    .and_then(|b| b.get(..(len as usize).min(8)))
+                    .and_then(rpc_prefix),
+                _ => rpc_prefix(&d.inline),
+            };
+            if head != Some((xid, MSG_REPLY)) {
+                self.metrics.rpc_header_mismatches += 1;
+                self.metrics.dropped += 1;
+                return;
+            }
+        }
+        self.requester_reply(now, p, xid, Some(credit), inv, r);
+    }
+
+    fn reply_mr_of(&self, xid: u32) -> Option<MemoryRegion> {
+        self.by_xid
+            .get(&xid)
+            .and_then(|id| self.calls.get(id))
+            .and_then(|c| c.reply_mr)
     }
 
     // ------------------------------------------------------------------
@@ -1051,9 +1276,15 @@ impl Connection {
         let placeholder = |len: u32| WriteChunk::new(vec![Segment::new(0, len, 0)]);
         let mut write_lens: Vec<u32> = Vec::new();
         let mut reply_len: Option<u32> = None;
-        // RFC 8166 §3.5 (paraphrased): reply resources are provided when the
-        // reply may not fit the receive threshold. Linux: a Write chunk for
-        // DDP-eligible results, a Reply chunk when the rest may not fit.
+        //= rfc8166#section-4.3.3
+        //# A
+        //# Requester MUST provide a Reply chunk whenever the maximum possible
+        //# size of the RPC Reply message's Transport and Payload streams is
+        //# larger than the inline threshold for messages from Responder to
+        //# Requester.
+        // As Linux: a Write chunk for each DDP-eligible result, a Reply chunk
+        // when the rest (the header with the Write list echoed, plus the
+        // non-DDP part) may not fit.
         if !backchannel && min_hdr + reply_max as usize > recv_thr {
             write_lens = call.call.ddp_results.clone();
             let echo = ChunkLists {
@@ -1078,15 +1309,24 @@ impl Connection {
             Reads,
             Long,
         }
+        //= rfc8166#section-3.4.2
+        //# All other XDR data items MUST NOT be reduced.
+        // Only the caller's `Piece::Ddp` items are ever reduced.
         let stripped = marshal::strip(&stream, &ddp);
         let with_reads = |n: usize| {
             let mut c = base.clone();
             c.reads = vec![ReadSegment::default(); n];
             c
         };
-        // RFC 8166 §3.5 (paraphrased): a Call that does not fit the send
-        // threshold moves its DDP-eligible data to Read chunks, or becomes a
-        // Long Call (RDMA_NOMSG, Position-Zero Read chunk).
+        //= rfc8166#section-3.5.3
+        //# If there are no DDP-
+        //# eligible data items in the Payload stream, or the Payload stream is
+        //# still too large after it has been reduced, the RDMA transport MUST
+        //# use RDMA Read or Write operations to convey the Payload stream
+        //# itself.
+        // A Call that does not fit the send threshold moves its DDP-eligible
+        // data to Read chunks, or becomes a Long Call (RDMA_NOMSG,
+        // Position-Zero Read chunk).
         let form = if self.framing.header_len(Shape::Msg, &base) + stream.len() <= send_thr {
             Form::Inline
         } else if backchannel {
@@ -1119,8 +1359,17 @@ impl Connection {
                             .get(d.position..d.position + d.len)
                             .unwrap_or(&[])
                             .to_vec();
-                        // No XDR roundup in Read chunks (RFC 8166
-                        // §3.4.5.2 recommends leaving it out; Linux does).
+                        //= rfc8166#section-3.4.5.2
+                        //# When reducing a variable-length argument data item, the Requester
+                        //# SHOULD NOT include the data item's XDR roundup padding in the chunk.
+                        //= rfc8166#section-3.4.5.2
+                        //# If the sender chooses not to include roundup padding in the chunk,
+                        //# the chunk's total length MUST be the same as the encoded length of
+                        //# the data item.
+                        //= rfc8166#section-3.4.4.4
+                        //# Except in special cases (covered in Section 3.5.3), a chunk MUST
+                        //# contain exactly one XDR data item.
+                        // (Linux leaves the roundup out too.)
                         let mr = self.register(p, data, Access::REMOTE_READ, &mut mrs)?;
                         reads.push(ReadSegment::new(
                             d.position as u32,
@@ -1132,6 +1381,15 @@ impl Connection {
                     stripped
                 }
                 Form::Long => {
+                    //= rfc8166#section-3.5.3
+                    //# Every
+                    //# RDMA read segment in this chunk MUST contain zero in its Position
+                    //# field.
+                    //= rfc8166#section-3.5.3
+                    //# As these chunks contain a Payload stream, such chunks MUST include
+                    //# appropriate XDR roundup padding to maintain proper XDR alignment of
+                    //# their contents.
+                    // `stream` is the whole XDR stream, DDP items padded.
                     let len = stream.len();
                     let mr = self.register(p, stream, Access::REMOTE_READ, &mut mrs)?;
                     reads.push(ReadSegment::new(
@@ -1163,10 +1421,19 @@ impl Connection {
         let mut reply_mr = None;
         let mut failed = None;
         for &l in &write_lens {
-            // Room for the XDR pad: a legacy responder that writes the
-            // roundup of an unaligned result (Solaris; the reason for Linux's
-            // 4-octet pad segment) stays inside the chunk. A conforming one
-            // never writes it, and only the returned length is read back.
+            //= rfc8166#section-3.4.6
+            //# Thus, it MUST register Write chunks
+            //# long enough to accommodate the maximum possible size of each
+            //# returned data item.
+            //= rfc8166#section-3.4.6.2
+            //# When provisioning a Write chunk for a variable-length result data
+            //# item, the Requester SHOULD NOT include additional space for XDR
+            //# roundup padding.
+            // Deliberately not followed: the chunk is rounded up to four so a
+            // legacy responder that writes the roundup of an unaligned result
+            // (RFC 5666 era, the reason for Linux's 4-octet pad segment)
+            // stays inside it. A conforming one never writes it; the pad is
+            // never handed out as data (see `Reply::result`).
             let l = l.saturating_add(pad4(l as usize) as u32);
             match self.register(p, vec![0u8; l as usize], rw, &mut mrs) {
                 Ok(mr) => {
@@ -1254,28 +1521,35 @@ impl Connection {
         payload: &[u8],
     ) -> Result<ReplyData, CallFailure> {
         let Some(call) = self.by_xid.get(&xid).and_then(|id| self.calls.get(id)) else {
-            return Err(CallFailure::BadReply("unknown XID"));
+            return Err(CallFailure::BadReply(UNKNOWN_XID));
         };
-        // A reply carries no Read list (RFC 8166 §3.4.5, paraphrased);
-        // Linux fails such replies with -EIO.
+        //= rfc8166#section-4.3.1
+        //# Responders MUST leave the Read list empty in all replies.
         if !chunks.reads.is_empty() {
             return Err(CallFailure::BadReply("Read list in a reply"));
         }
         if chunks.writes.len() > call.write_mrs.len() {
             return Err(CallFailure::BadReply("more Write chunks than offered"));
         }
+        //= rfc8166#section-3.4.6
+        //# The Responder MUST copy the segment count and all
+        //# segments from the Requester-provided Write chunk into the RPC Reply
+        //# message's Transport header.
+        // Every chunk we offer is one segment at offset 0: the echo must be
+        // exactly that segment, with a length no larger than it.
         let check = |ours: &MemoryRegion, theirs: &WriteChunk| -> Result<u32, CallFailure> {
-            let mut total: u64 = 0;
-            for s in &theirs.segments {
-                if s.handle != ours.stag().0 {
-                    return Err(CallFailure::BadReply("returned segment handle not offered"));
-                }
-                total += u64::from(s.length);
+            let [s] = theirs.segments.as_slice() else {
+                return Err(CallFailure::BadReply(
+                    "returned chunk's segment count differs from the offer",
+                ));
+            };
+            if s.handle != ours.stag().0 || s.offset != 0 {
+                return Err(CallFailure::BadReply("returned segment not offered"));
             }
-            if total > ours.len() {
+            if u64::from(s.length) > ours.len() {
                 return Err(CallFailure::BadReply("returned chunk longer than offered"));
             }
-            Ok(total as u32)
+            Ok(s.length)
         };
         let mut write_lens = vec![0u32; call.write_mrs.len()];
         for (i, w) in chunks.writes.iter().enumerate() {
@@ -1285,8 +1559,22 @@ impl Connection {
         }
         match shape {
             Shape::Msg => {
-                if chunks.reply.is_some() {
-                    return Err(CallFailure::BadReply("Reply chunk in an RDMA_MSG reply"));
+                //= rfc8166#section-4.3.3
+                //# When a Requester provides a Reply chunk in an RPC Call message, the
+                //# Responder MUST copy that chunk into the Transport header of the RPC
+                //# Reply message.
+                // A Short reply echoes our Reply chunk with nothing in it (or,
+                // from an older responder, leaves it out); data in it would
+                // be a second copy of the reply.
+                if let Some(theirs) = chunks.reply.as_ref() {
+                    let Some(ours) = call.reply_mr.as_ref() else {
+                        return Err(CallFailure::BadReply("Reply chunk not offered"));
+                    };
+                    if check(ours, theirs)? != 0 {
+                        return Err(CallFailure::BadReply(
+                            "data in the Reply chunk of an RDMA_MSG reply",
+                        ));
+                    }
                 }
                 Ok(ReplyData {
                     inline: payload.to_vec(),
@@ -1324,6 +1612,10 @@ impl Connection {
             self.metrics.bad_xids += 1;
             return;
         };
+        //= rfc8167#section-4.1
+        //# In such cases, the receiver MUST ignore the header's credit value.
+        // A credit word is used only here, from a reply (or RDMA_ERROR)
+        // matched to one of our calls; every other message's is ignored.
         if let Some(g) = credit.and_then(|c| self.framing.grant(c)) {
             self.metrics.credits_granted = g;
             //= rfc8166#section-3.3.1
@@ -1351,9 +1643,12 @@ impl Connection {
                     call.remotely_invalidated.push(stag);
                 }
             }
-            // RFC 8166 §3.4.2/§8.1 (paraphrased): every chunk STag is
-            // invalidated, locally or by Send With Invalidate, before the
-            // reply is delivered to the caller.
+            // The Requester endpoint must ensure that memory regions
+            // associated with each RPC transaction are protected from
+            // Responder access before allowing upper-layer access to the
+            // data contained in them (RFC 8166 section 4.4.1): every chunk
+            // STag is invalidated, locally or by Send With Invalidate, before
+            // the reply is delivered.
             for mr in &call.chunk_mrs {
                 if !call.remotely_invalidated.contains(&mr.stag()) {
                     invs.push(mr.stag());
@@ -1369,6 +1664,14 @@ impl Connection {
                 op: SendOp::LocalInvalidate { stag },
                 sges: Vec::new(),
             };
+            //= rfc8166#section-4.5.4
+            //# After a Requester has received a reply, if it is unable to invalidate
+            //# a memory region due to an unrecoverable problem, the Requester MUST
+            //# close the connection to protect that memory from Responder access
+            //# before the associated RPC transaction is complete.
+            // (A failed Local Invalidate completion ends the connection too:
+            // every completion error is fatal, and `fatal` disconnects
+            // before completing calls whose reply is in.)
             if let Err(e) = self.post(p, wr) {
                 self.ops.remove(&wr_id);
                 self.fatal(p, ConnectionError::Provider(e));
@@ -1516,6 +1819,16 @@ impl Connection {
     // ------------------------------------------------------------------
     // responder
 
+    //= rfc8166#section-4.5
+    //# o  The rdma_xid field MUST contain the same XID that was in the
+    //# rdma_xid field in the failing request;
+    //= rfc8166#section-4.5
+    //# o  The rdma_proc field MUST contain the value RDMA_ERROR; and
+    //= rfc8166#section-4.2.4
+    //# A Requester MUST NOT send an RPC-over-RDMA header with the RDMA_ERROR
+    //# procedure.
+    // Called only where this endpoint is the responder: a server for
+    // forward calls, a client for reverse-direction calls.
     fn send_error(&mut self, p: &mut dyn Provider, xid: u32, e: ErrorReply) {
         match e {
             ErrorReply::Vers => self.metrics.err_vers_sent += 1,
@@ -1531,6 +1844,7 @@ impl Connection {
         };
         let wr_id = self.wr(Op::Bare(mr));
         self.metrics.replies_sent += 1;
+        self.errors_unacked += 1;
         let wr = SendWr {
             wr_id,
             op: SendOp::Send { solicited: true },
@@ -1538,6 +1852,7 @@ impl Connection {
         };
         if let Err(e) = self.post(p, wr) {
             self.ops.remove(&wr_id);
+            self.errors_unacked = self.errors_unacked.saturating_sub(1);
             self.zombies.push(mr);
             self.fatal(p, ConnectionError::Provider(e));
         }
@@ -1565,8 +1880,12 @@ impl Connection {
         let mut data = Vec::new();
         for (i, (pos, _, len)) in groups.iter().enumerate() {
             if *pos == 0 {
-                // The Position-Zero Read chunk carries a Long Call, which
-                // is always RDMA_NOMSG (RFC 8166 §3.5.3, paraphrased).
+                //= rfc8166#section-3.5.3
+                //# To transmit a Long Message, the sender conveys only the
+                //# Transport stream with an RDMA Send operation.  The Payload
+                //# stream is not included in the Send buffer in this instance.
+                // So a Position-Zero Read chunk (a Long Call) comes with
+                // RDMA_NOMSG only.
                 if shape == Shape::Msg {
                     return Err("Position-Zero Read chunk in an RDMA_MSG call");
                 }
@@ -1582,6 +1901,10 @@ impl Connection {
         let base_len = match (shape, pz) {
             (Shape::Msg, _) => payload_len as u64,
             (Shape::Nomsg, Some(i)) => groups.get(i).map_or(0, |g| g.2),
+            //= rfc8166#section-4.2.4
+            //# Though any of these MAY be marked as not present, one MUST be present
+            //# and MUST hold the Payload stream for this RPC-over-RDMA message.
+            // For a call, that is the Position-Zero Read chunk.
             (Shape::Nomsg, None) => {
                 return Err("RDMA_NOMSG call without a Position-Zero Read chunk")
             }
@@ -1590,15 +1913,37 @@ impl Connection {
             return Err("call exceeds max_message_len");
         }
         marshal::check_positions(base_len as usize, &data, max)?;
-        for w in &chunks.writes {
-            if w.segments.is_empty() {
-                return Err("empty Write chunk");
-            }
-        }
         if !groups.is_empty() && self.info.as_ref().map_or(0, |i| i.ord) == 0 {
             return Err("Read chunks but no RDMA Read resources (ORD 0)");
         }
         Ok((groups, pz))
+    }
+
+    /// A requester may still use the largest grant we ever advertised;
+    /// more than twice that many requests unacknowledged (calls not
+    /// answered, error replies whose Send has not completed) is a protocol
+    /// violation, and ends the connection. This also bounds what a hostile
+    /// requester makes us hold: pending calls and queued error replies.
+    //= rfc8166#section-3.3.1
+    //# A Requester MUST NOT send unacknowledged requests in excess of the
+    //# Responder's granted credit limit.
+    fn overrun(&mut self, p: &mut dyn Provider) -> bool {
+        let grant = match self.config.role {
+            Role::Server => self.responder_grant().max(self.max_grant),
+            Role::Client => self.responder_grant(),
+        } as usize;
+        let unacked = self.incoming.len() + self.errors_unacked;
+        if unacked < grant.saturating_mul(2) {
+            return false;
+        }
+        self.fatal(
+            p,
+            ConnectionError::Peer(PeerError::CreditOverrun {
+                outstanding: unacked + 1,
+                granted: grant as u32,
+            }),
+        );
+        true
     }
 
     fn on_call(
@@ -1610,20 +1955,7 @@ impl Connection {
         payload: &[u8],
         backchannel: bool,
     ) {
-        // A requester may still use the largest grant we ever advertised;
-        // twice that is a protocol violation (and a memory bound).
-        let grant = match self.config.role {
-            Role::Server => self.responder_grant().max(self.max_grant),
-            Role::Client => self.responder_grant(),
-        } as usize;
-        if self.incoming.len() >= grant.saturating_mul(2) {
-            self.fatal(
-                p,
-                ConnectionError::Peer(PeerError::CreditOverrun {
-                    outstanding: self.incoming.len() + 1,
-                    granted: grant as u32,
-                }),
-            );
+        if self.overrun(p) {
             return;
         }
         //= rfc8166#section-4.5.2
@@ -1655,24 +1987,11 @@ impl Connection {
         };
         let handle = self.next_handle;
         self.next_handle += 1;
-        let sink_access = if p.caps().read_sink_needs_remote_write {
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE
-        } else {
-            Access::LOCAL_WRITE
-        };
         let mut reads = Vec::new();
         let mut rchunks = Vec::with_capacity(groups.len());
-        let mut failed = false;
+        let mut sink_need: u64 = 0;
         for (ci, (position, segments, len)) in groups.into_iter().enumerate() {
-            let len = len as usize;
-            let mut sink = None;
-            if len > 0 {
-                let mut v = Vec::new();
-                match self.register(p, vec![0u8; len], sink_access, &mut v) {
-                    Ok(mr) => sink = Some(mr),
-                    Err(_) => failed = true,
-                }
-            }
+            sink_need = sink_need.saturating_add(len);
             let mut off = 0u64;
             for s in &segments {
                 if s.length > 0 {
@@ -1687,19 +2006,14 @@ impl Connection {
             }
             rchunks.push(ReadChunk {
                 position,
-                segments,
-                len,
-                sink,
+                len: len as usize,
+                sink: None,
                 data: Vec::new(),
             });
         }
-        if failed {
-            for c in &mut rchunks {
-                if let Some(mr) = c.sink.take() {
-                    self.zombies.push(mr);
-                }
-            }
-            self.reap(p);
+        // A call whose Read chunks can never fit the Read-sink budget is
+        // refused; one that fits waits for its turn (below).
+        if sink_need > self.sink_budget() {
             self.send_error(p, xid, ErrorReply::Chunk);
             return;
         }
@@ -1719,19 +2033,97 @@ impl Connection {
             pz,
             chunks: rchunks,
             reads_left: reads.len(),
+            pending_reads: reads,
+            sink_need,
+            admitted: false,
             writes: chunks.writes,
             reply: chunks.reply,
             inv,
             delivered: false,
         };
-        let nreads = reads.len();
         self.incoming.insert(handle, call);
-        if nreads == 0 {
+        if sink_need == 0 {
+            // Nothing to read: no sink, no wait.
             self.reads_done(p, handle);
         } else {
-            self.reads.extend(reads);
-            self.issue_reads(p);
+            self.sink_waiting.push_back(handle);
+            if self.sink_waiting.len() > 1 || self.sink_bytes + sink_need > self.sink_budget() {
+                self.metrics.read_sink_waits += 1;
+            }
+            self.admit_waiting(p);
         }
+    }
+
+    /// Octets of Read sinks this connection may have registered at once.
+    fn sink_budget(&self) -> u64 {
+        let l = &self.config.limits;
+        l.max_read_sink_bytes.min(u64::from(l.max_message_len))
+    }
+
+    /// Registers the Read sinks of waiting calls, in arrival order, while
+    /// they fit the Read-sink budget, and starts their RDMA Reads.
+    fn admit_waiting(&mut self, p: &mut dyn Provider) {
+        let budget = self.sink_budget();
+        let sink_access = if p.caps().read_sink_needs_remote_write {
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        } else {
+            Access::LOCAL_WRITE
+        };
+        while self.error.is_none() {
+            let Some(&handle) = self.sink_waiting.front() else {
+                break;
+            };
+            let Some(need) = self.incoming.get(&handle).map(|c| c.sink_need) else {
+                self.sink_waiting.pop_front();
+                continue;
+            };
+            if self.sink_bytes.saturating_add(need) > budget {
+                break; // backpressure: later calls wait behind this one
+            }
+            self.sink_waiting.pop_front();
+            let lens: Vec<usize> = self
+                .incoming
+                .get(&handle)
+                .map(|c| c.chunks.iter().map(|c| c.len).collect())
+                .unwrap_or_default();
+            let mut sinks: Vec<Option<MemoryRegion>> = Vec::with_capacity(lens.len());
+            let mut failed = false;
+            for len in lens {
+                if len == 0 || failed {
+                    sinks.push(None);
+                    continue;
+                }
+                let mut v = Vec::new();
+                match self.register(p, vec![0u8; len], sink_access, &mut v) {
+                    Ok(mr) => sinks.push(Some(mr)),
+                    Err(_) => {
+                        failed = true;
+                        sinks.push(None);
+                    }
+                }
+            }
+            if failed {
+                self.zombies.extend(sinks.into_iter().flatten());
+                self.reap(p);
+                if let Some(call) = self.incoming.remove(&handle) {
+                    self.send_error(p, call.xid, ErrorReply::Chunk);
+                }
+                continue;
+            }
+            self.sink_bytes += need;
+            self.metrics.max_read_sink_bytes =
+                self.metrics.max_read_sink_bytes.max(self.sink_bytes);
+            let Some(call) = self.incoming.get_mut(&handle) else {
+                continue;
+            };
+            call.admitted = true;
+            for (c, mr) in call.chunks.iter_mut().zip(sinks) {
+                c.sink = mr;
+            }
+            let reads = std::mem::take(&mut call.pending_reads);
+            self.reads.extend(reads);
+        }
+        self.issue_reads(p);
     }
 
     fn issue_reads(&mut self, p: &mut dyn Provider) {
@@ -1785,6 +2177,8 @@ impl Connection {
         let Some(call) = self.incoming.get_mut(&handle) else {
             return;
         };
+        let call_admitted = std::mem::take(&mut call.admitted);
+        let sink_need = call.sink_need;
         for c in &mut call.chunks {
             if let Some(mr) = c.sink.take() {
                 c.data = p
@@ -1810,11 +2204,31 @@ impl Connection {
             .filter(|c| c.position != 0)
             .map(|c| (c.position, std::mem::take(&mut c.data)))
             .collect();
-        // RFC 8166 §3.4.5.2 (paraphrased): a Read chunk of unaligned length
-        // is followed in the XDR stream by its pad, whether or not the
-        // requester sent it; the reassembly inserts zero octets.
+        //= rfc8166#section-3.4.5.2
+        //# If the Requester chooses to include roundup padding in a Read
+        //# chunk, the chunk's total length MUST be the sum of the encoded
+        //# length of the data item and the length of the roundup padding.
+        // Both forms are accepted: a chunk of unaligned length is followed
+        // in the reassembled stream by zero octets of XDR pad.
         let (message, ddp) = marshal::reassemble(&base, &data);
-        call.delivered = true;
+        //= rfc8166#section-4.2.1
+        //# This XID MUST be the same as the XID in the RPC message.
+        //= rfc8167#section-5.1
+        //# Whether presented inline or as a separate chunk, the ONC RPC Call
+        //# header MUST start with the same XID value that is present in the
+        //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
+        //# contain the value CALL.
+        //= rfc8166#section-4.5
+        //# If other errors are detected in the RPC-over-RDMA header of an RPC
+        //# Call message, a Responder MUST send an RDMA_ERROR message back to
+        //# the Requester.
+        // RFC 8166 lets a receiver ignore the RPC XID; we do not: a call
+        // whose RPC header disagrees with its transport header (forward or
+        // reverse, inline or in a Position-Zero Read chunk) is malformed and
+        // answered with ERR_CHUNK, never delivered.
+        let header_ok = rpc_prefix(&message) == Some((call.xid, MSG_CALL));
+        let xid = call.xid;
+        call.delivered = header_ok;
         let ev = IncomingCall {
             handle: CallHandle(handle),
             xid: call.xid,
@@ -1825,11 +2239,20 @@ impl Connection {
             write_chunks: call.writes.iter().map(WriteChunk::total_len).collect(),
             reply_chunk: call.reply.as_ref().map(WriteChunk::total_len),
         };
-        let _ = call.chunks.iter().map(|c| c.segments.len()).sum::<usize>();
-        self.metrics.calls_received += 1;
-        self.events.push_back(Event::CallReceived(ev));
         for mr in sinks {
             self.release(p, mr);
+        }
+        if header_ok {
+            self.metrics.calls_received += 1;
+            self.events.push_back(Event::CallReceived(ev));
+        } else {
+            self.incoming.remove(&handle);
+            self.metrics.rpc_header_mismatches += 1;
+            self.send_error(p, xid, ErrorReply::Chunk);
+        }
+        if call_admitted {
+            self.sink_bytes = self.sink_bytes.saturating_sub(sink_need);
+            self.admit_waiting(p);
         }
     }
 
@@ -1918,7 +2341,10 @@ impl Connection {
                 self.recv_posted = self.recv_posted.saturating_sub(1);
                 self.zombies.push(mr);
             }
-            Op::Bare(mr) => self.zombies.push(mr),
+            Op::Bare(mr) => {
+                self.errors_unacked = self.errors_unacked.saturating_sub(1);
+                self.zombies.push(mr);
+            }
             Op::Read(_) => self.reads_outstanding = self.reads_outstanding.saturating_sub(1),
             Op::CallSend(_) | Op::CallInv(_) | Op::Reply(_) => {}
         }
@@ -1973,6 +2399,8 @@ impl Connection {
             }
         }
         self.reads.clear();
+        self.sink_waiting.clear();
+        self.sink_bytes = 0;
         for (_, j) in std::mem::take(&mut self.jobs) {
             self.zombies.extend(j.mrs);
         }

@@ -105,6 +105,14 @@ impl Framing {
         self.header_len(Shape::Msg, &ChunkLists::empty())
     }
 
+    //= rfc8166#section-4.6.1
+    //# Therefore, senders MUST NOT send RDMA_MSGP procedures.
+    //= rfc8166#section-4.6.2
+    //# Therefore, senders MUST NOT send RDMA_DONE messages.
+    // Only RDMA_MSG and RDMA_NOMSG (and RDMA_ERROR, below) can be encoded.
+    //= rfc8166#section-4
+    //# All RPC-over-RDMA header content is contained in the Transport
+    //# stream; thus, it MUST be XDR encoded.
     /// Encodes a data header. `inv_handle` is the STag the sender
     /// invalidates remotely (v2 puts it in the header; v1 does not carry it).
     pub(crate) fn encode_data(
@@ -122,6 +130,15 @@ impl Framing {
                     Shape::Msg => v1::Body::Msg(chunks),
                     Shape::Nomsg => v1::Body::Nomsg(chunks),
                 };
+                //= rfc8166#section-4.2.2
+                //# For RPC-over-RDMA version 1, this field MUST contain the value one
+                //# (1).
+                //= rfc8167#section-5.1
+                //# The rdma_vers field MUST contain the same value in reverse- and
+                //# forward-direction Call messages on the same connection.
+                //= rfc8167#section-5.2
+                //# The rdma_vers field MUST contain the same value in a reverse-
+                //# direction Reply message as in the matching Call message.
                 let h = v1::Header { xid, credit, body };
                 // Encoding into an exactly sized vector cannot fail.
                 h.to_vec().unwrap_or_default()
@@ -150,7 +167,6 @@ impl Framing {
     //# When sent with an RPC Call message, the requested credit value is
     //# provided.  When sent with an RPC Reply message, the granted credit
     //# value is returned.
-    // (RFC 8166 wording recalled from memory; RFC 5666 §4.1 says the same.)
     pub(crate) fn grant(self, credit: u32) -> Option<u32> {
         match self {
             Framing::V1 => Some(credit),
@@ -165,18 +181,40 @@ impl Framing {
     }
 }
 
+/// Octets of the smallest RDMA_MSG / RDMA_NOMSG header (four fixed words,
+/// three empty chunk lists).
+const MIN_HEADER_LEN: usize = 28;
+
+/// Octets of an RDMA_ERROR / ERR_CHUNK (four fixed words and the error
+/// code; Linux `RPCRDMA_HDRLEN_ERR`).
+const MIN_ERROR_LEN: usize = 20;
+
+/// `rdma_proc` of RDMA_ERROR.
+const RDMA_ERROR: [u8; 4] = [0, 0, 0, 4];
+
 fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
-    // A message shorter than the fixed words: its XID and version cannot be
-    // trusted, so nothing in it is used, not even to answer it.
-    if buf.len() < header::FIXED_PREFIX_LEN {
+    //= rfc8166#section-4.5
+    //# If an incoming RPC-over-RDMA message is not as long as a minimal size
+    //# RPC-over-RDMA header (28 bytes), the receiver cannot trust the value
+    //# of the XID field; therefore, it MUST silently discard the message
+    //# before performing any parsing.
+    // The one exception is an RDMA_ERROR: a well-formed ERR_CHUNK is only 20
+    // octets (the error reports of section 4.5 would otherwise never reach
+    // a requester); it is used only if it decodes completely.
+    if buf.len() < MIN_HEADER_LEN
+        && !(buf.len() >= MIN_ERROR_LEN && buf.get(12..16) == Some(&RDMA_ERROR[..]))
+    {
         return Incoming::Drop {
-            reason: "shorter than the transport header prefix",
+            reason: "shorter than the smallest transport header",
         };
     }
     let (h, hlen) = match header::decode(buf, limits) {
         Ok(x) => x,
         Err(e) => {
             return match e.answer() {
+                //= rfc8166#section-4.5
+                //# A receiver MUST silently discard an RDMA_ERROR procedure
+                //# that it cannot decode.
                 WireAnswer::Drop => Incoming::Drop {
                     reason: "undecodable error report",
                 },
@@ -230,8 +268,10 @@ fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
         //= rfc8166#section-4.5.2
         //# Examples of such errors include an invalid value in the
         //# rdma_proc field;
-        // RDMA_MSGP is deprecated: Linux svcrdma answers ERR_CHUNK
-        // (anchors §1.3), and so do we.
+        //= rfc8166#section-4.6.1
+        //# When receiving an RDMA_MSGP procedure, Responders SHOULD reply with
+        //# an RDMA_ERROR procedure, setting the rdma_err field to ERR_CHUNK;
+        // (Linux svcrdma does too, anchors §1.3.)
         v1::Body::Msgp(_) => Incoming::Reject {
             xid,
             answer: ErrorReply::Chunk,
@@ -242,8 +282,8 @@ fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
             answer: ErrorReply::Chunk,
             reason: "unknown rdma_proc",
         },
-        // RDMA_DONE is deprecated (Responder-provided Read chunks are gone):
-        // dropped, as Linux svcrdma does.
+        //= rfc8166#section-4.6.2
+        //# Receivers MUST silently discard RDMA_DONE messages.
         v1::Body::Done => Incoming::Drop {
             reason: "RDMA_DONE is deprecated",
         },
@@ -288,6 +328,9 @@ mod tests {
 
     #[test]
     fn msg_header_bytes_by_hand() {
+        //= rfc8166#section-4
+        //# All RPC-over-RDMA header content is contained in the Transport
+        //# stream; thus, it MUST be XDR encoded.
         let want = hx("00000007 00000001 00000080 00000000 00000000 00000000 00000000");
         let got = Framing::V1.encode_data(7, 128, Shape::Msg, ChunkLists::empty(), None);
         assert_eq!(got, want);
@@ -313,7 +356,7 @@ mod tests {
             }
         );
         // vers = 7: ERR_VERS.
-        let v7 = hx("00000006 00000007 00000010 00000000");
+        let v7 = hx("00000006 00000007 00000010 00000000 00000000 00000000 00000000");
         assert!(matches!(
             Framing::V1.decode(&v7, &l),
             Incoming::Reject {
@@ -333,6 +376,33 @@ mod tests {
                 ..
             }
         ));
+        // Shorter than 28 octets: dropped unread, even when the words would
+        // decode (a 16-octet unknown proc, a 24-octet RDMA_MSG).
+        for short in [
+            hx("0000000a 00000001 00000010 00000009"),
+            hx("0000000a 00000001 00000010 00000000 00000000 00000000"),
+            hx("0000000a 00000007 00000010 00000000 00000000 00000000"),
+        ] {
+            //= rfc8166#section-4.5
+            //# If an incoming RPC-over-RDMA message is not as long as a minimal size
+            //# RPC-over-RDMA header (28 bytes), the receiver cannot trust the value
+            //# of the XID field; therefore, it MUST silently discard the message
+            //# before performing any parsing.
+            assert!(
+                matches!(Framing::V1.decode(&short, &l), Incoming::Drop { .. }),
+                "{short:02x?}"
+            );
+        }
+        // A 20-octet ERR_CHUNK is decoded.
+        let ec = hx("0000000d 00000001 00000003 00000004 00000002");
+        assert_eq!(
+            Framing::V1.decode(&ec, &l),
+            Incoming::Error {
+                xid: 13,
+                credit: 3,
+                error: RdmaErrorReport::Chunk
+            }
+        );
         // RDMA_DONE: dropped.
         let done = hx("00000009 00000001 00000010 00000003");
         assert!(matches!(
@@ -340,7 +410,7 @@ mod tests {
             Incoming::Drop { .. }
         ));
         // Unknown proc 9: ERR_CHUNK.
-        let unk = hx("0000000a 00000001 00000010 00000009");
+        let unk = hx("0000000a 00000001 00000010 00000009 00000000 00000000 00000000");
         assert!(matches!(
             Framing::V1.decode(&unk, &l),
             Incoming::Reject {

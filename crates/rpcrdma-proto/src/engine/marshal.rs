@@ -22,6 +22,15 @@ pub(crate) struct DdpItem {
 
 /// The full XDR stream of `pieces` (DDP items followed by their XDR pad)
 /// and where the DDP items are.
+//= rfc8166#section-3.4.5
+//# The Position value
+//# MUST be computed from the beginning of the unreduced Payload
+//# stream, which begins at Position zero.
+//= rfc8166#section-3.4.4.1
+//# If a chunk contains a counted array data type, the count of array
+//# elements MUST remain in the Payload stream, while the array elements
+//# MUST be moved to the chunk.
+// (A `Piece::Ddp` is the data only; its count stays in the inline piece.)
 pub(crate) fn flatten(pieces: &[Piece]) -> (Vec<u8>, Vec<DdpItem>) {
     let total: usize = pieces
         .iter()
@@ -49,6 +58,11 @@ pub(crate) fn flatten(pieces: &[Piece]) -> (Vec<u8>, Vec<DdpItem>) {
 }
 
 /// The stream with the listed DDP items (data and XDR pad) removed.
+//= rfc8166#section-3.4.4.4
+//# When a variable-length XDR data item is reduced, the sender MUST
+//# remove XDR roundup padding for that data item from the Payload stream
+//# so that data items remaining in the Payload stream begin on four-byte
+//# alignment.
 pub(crate) fn strip(stream: &[u8], items: &[DdpItem]) -> Vec<u8> {
     let mut out = Vec::with_capacity(stream.len());
     let mut at = 0;
@@ -77,8 +91,9 @@ pub(crate) fn check_positions(
     let mut inline_at: u64 = 0; // octets of the base consumed so far
     for &(pos, len) in chunks {
         let pos = u64::from(pos);
-        // RFC 8166 §3.4.5 (paraphrased): the position is the offset of the
-        // data item in the XDR stream; XDR items are 4-aligned.
+        //= rfc8166#section-3.4.5
+        //# The value in this field
+        //# MUST be a multiple of four.
         if pos % 4 != 0 {
             return Err("read chunk position not 4-aligned");
         }

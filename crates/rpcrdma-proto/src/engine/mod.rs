@@ -237,12 +237,39 @@ pub struct Reply {
     /// The RPC reply without the DDP results that arrived in Write chunks
     /// (their length words are in place, their data is in `results`).
     pub message: Vec<u8>,
-    /// Data written into each Write chunk we offered (actual lengths; empty
-    /// for a chunk the responder did not use, in which case the result is
-    /// inline in `message`).
+    /// Data written into each Write chunk we offered, as long as the
+    /// responder said (empty for a chunk the responder did not use, in
+    /// which case the result is inline in `message`). A conforming
+    /// responder returns the item's exact length; a legacy (RFC 5666)
+    /// responder may also have written and counted the item's XDR pad (up to
+    /// 3 octets, which always fit: Write chunks are registered rounded up to
+    /// a multiple of four). Take the item with [`Reply::result`] and the XDR
+    /// length word from `message`, which never yields the pad.
     pub results: Vec<Vec<u8>>,
     /// The reply came in the Reply chunk (RDMA_NOMSG).
     pub long: bool,
+}
+
+impl Reply {
+    /// The data of the DDP-eligible result that went into Write chunk `i`,
+    /// given its XDR length word `xdr_len` (from `message`): the first
+    /// `xdr_len` octets of `results[i]` when the responder returned exactly
+    /// `xdr_len` octets, or `xdr_len` plus its XDR pad (a legacy responder);
+    /// the pad is never part of the data. `None` when chunk `i` is unused
+    /// or was not offered, or the returned length disagrees with `xdr_len`
+    /// by more than the pad.
+    pub fn result(&self, i: usize, xdr_len: u32) -> Option<&[u8]> {
+        let r = self.results.get(i)?;
+        let n = xdr_len as usize;
+        if n == 0 {
+            return Some(&[]);
+        }
+        let padded = n.checked_add(marshal::pad4(n))?;
+        if r.is_empty() || (r.len() != n && r.len() != padded) {
+            return None;
+        }
+        r.get(..n)
+    }
 }
 
 /// Why one of our calls failed.
@@ -250,8 +277,10 @@ pub struct Reply {
 pub enum CallFailure {
     /// The responder answered RDMA_ERROR.
     RdmaError(RdmaErrorReport),
-    /// The reply broke RFC 8166 (e.g. a Read list in a reply, a Write
-    /// chunk longer than offered, RDMA_MSGP).
+    /// The reply broke RFC 8166. Not produced by version 1: RFC 8166
+    /// section 4.5 has a requester silently discard a reply with a header
+    /// error (counted in [`Metrics::bad_replies`]), and the call keeps
+    /// waiting for a good reply or its timeout.
     BadReply(&'static str),
     /// The call could not be marshalled (too large for every form, or a
     /// registration failed).
@@ -440,6 +469,11 @@ pub struct Metrics {
     pub rdma_read_bytes: u64,
     /// Most RDMA Reads ever outstanding at once (never above the ORD).
     pub max_reads_in_flight: u64,
+    /// Most octets of RDMA Read sinks ever registered at once (never above
+    /// [`Limits::max_read_sink_bytes`]).
+    pub max_read_sink_bytes: u64,
+    /// Received calls that waited for Read-sink budget.
+    pub read_sink_waits: u64,
     /// RDMA Writes we issued as responder.
     pub rdma_writes: u64,
     /// Octets written by RDMA Write.
@@ -462,8 +496,14 @@ pub struct Metrics {
     pub credits_granted: u32,
     /// Replies whose XID matched no outstanding call (dropped).
     pub bad_xids: u64,
-    /// Replies that broke RFC 8166 (the call failed).
+    /// Replies to one of our calls with a header error (a Read list, a
+    /// chunk we did not offer or longer than offered, RDMA_MSGP, an
+    /// undecodable header): silently discarded, the call keeps waiting.
     pub bad_replies: u64,
+    /// Messages whose RPC header did not start with the transport
+    /// header's XID and the right `msg_type` (calls: ERR_CHUNK; replies:
+    /// dropped).
+    pub rpc_header_mismatches: u64,
     /// Messages dropped without an answer (too short, RDMA_DONE,
     /// unexpected backchannel calls, ...).
     pub dropped: u64,
@@ -482,6 +522,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn reply_result_strips_only_a_legacy_pad() {
+        let r = Reply {
+            id: CallId(1),
+            xid: 1,
+            message: Vec::new(),
+            results: vec![vec![1, 2, 3, 4, 5, 0, 0, 0], vec![9; 8], Vec::new()],
+            long: false,
+        };
+        // 5 octets + 3 of pad returned: the data is the 5.
+        assert_eq!(r.result(0, 5), Some(&[1, 2, 3, 4, 5][..]));
+        // Exact length.
+        assert_eq!(r.result(1, 8), Some(&[9; 8][..]));
+        // A length word that the returned length cannot come from.
+        assert_eq!(r.result(0, 4), None);
+        assert_eq!(r.result(0, 9), None);
+        assert_eq!(r.result(1, 3), None, "8 is not 3 plus its pad");
+        assert_eq!(r.result(0, u32::MAX), None);
+        // Unused chunk (the item was inline), empty item, no such chunk.
+        assert_eq!(r.result(2, 5), None);
+        assert_eq!(r.result(2, 0), Some(&[][..]));
+        assert_eq!(r.result(3, 0), None);
+    }
+
+    #[test]
     fn private_data_bytes_by_hand() {
         //= rfc8797#section-4
         //# Senders MUST set these bits
@@ -497,6 +561,9 @@ mod tests {
             [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x03, 0x03]
         );
         // Sizes round down to what the format can say; below 1024 is 1024.
+        //= rfc8166#section-3.3.3
+        //# Receiver implementations MUST support inline thresholds of 1024 bytes
+        //# but MAY support larger inline thresholds values.
         let mut c = Config::client();
         c.inline_send = 5000;
         c.inline_recv = 100;

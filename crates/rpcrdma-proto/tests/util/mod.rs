@@ -26,7 +26,7 @@ pub struct Side {
 
 impl Side {
     /// Steps this end once; true if anything happened.
-    fn step(&mut self, now: Instant) -> bool {
+    pub fn step(&mut self, now: Instant) -> bool {
         let mut busy = false;
         while let Some(ev) = self.prov.poll_event() {
             busy = true;
@@ -439,6 +439,11 @@ impl RawPair {
     /// A server engine; the raw peer connected as a client with Linux
     /// client private data.
     pub fn server(scfg: Config) -> RawPair {
+        RawPair::server_with_faults(scfg, FaultConfig::default())
+    }
+
+    /// [`RawPair::server`] with the engine's provider behind `fs`.
+    pub fn server_with_faults(scfg: Config, fs: FaultConfig) -> RawPair {
         let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
         a.connect(Config::client().connect_params()).unwrap();
         assert!(matches!(
@@ -453,7 +458,7 @@ impl RawPair {
             raw: Raw::new(a),
             side: Side {
                 conn,
-                prov: FaultInjector::new(b, FaultConfig::default()),
+                prov: FaultInjector::new(b, fs),
                 events: Vec::new(),
             },
         };
@@ -464,6 +469,11 @@ impl RawPair {
     /// A client engine; the raw peer accepted it as a server with `pd`
     /// as its private data.
     pub fn client(ccfg: Config, pd: Vec<u8>) -> RawPair {
+        RawPair::client_with_faults(ccfg, pd, FaultConfig::default())
+    }
+
+    /// [`RawPair::client`] with the engine's provider behind `fc`.
+    pub fn client_with_faults(ccfg: Config, pd: Vec<u8>, fc: FaultConfig) -> RawPair {
         let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
         a.connect(ccfg.connect_params()).unwrap();
         assert!(matches!(
@@ -481,7 +491,7 @@ impl RawPair {
             raw: Raw::new(b),
             side: Side {
                 conn: Connection::new(ccfg),
-                prov: FaultInjector::new(a, FaultConfig::default()),
+                prov: FaultInjector::new(a, fc),
                 events: Vec::new(),
             },
         };
@@ -490,9 +500,60 @@ impl RawPair {
     }
 
     pub fn run(&mut self) {
+        self.run_observed(|_| {});
+    }
+
+    /// [`RawPair::run`], but the engine never sees the completions of its
+    /// Send-queue work (they are returned instead): its Sends look
+    /// unacknowledged forever.
+    pub fn run_holding_sends(&mut self) -> Vec<Completion> {
+        use rpcrdma_proto::provider::Opcode;
+        let mut held = Vec::new();
+        let mut idle = 0;
+        for _ in 0..1_000_000 {
+            let mut busy = false;
+            while let Some(ev) = self.side.prov.poll_event() {
+                busy = true;
+                if let ConnectionEvent::Disconnected(r) = ev {
+                    self.side.conn.handle_disconnected(&mut self.side.prov, r);
+                }
+            }
+            let mut out: Vec<Completion> = Vec::new();
+            self.side.prov.poll_completions(&mut out);
+            for c in out {
+                busy = true;
+                match c.opcode {
+                    Opcode::Recv | Opcode::RecvWithInvalidate { .. } => self
+                        .side
+                        .conn
+                        .handle_completion(self.now, &mut self.side.prov, c),
+                    _ => held.push(c),
+                }
+            }
+            while let Some(e) = self.side.conn.poll_event() {
+                busy = true;
+                self.side.events.push(e);
+            }
+            let b = self.raw.poll();
+            let pending = self.raw.prov.pending_work() + self.side.prov.inner().pending_work();
+            if !busy && !b && pending == 0 {
+                idle += 1;
+                if idle >= 2 {
+                    return held;
+                }
+            } else {
+                idle = 0;
+            }
+        }
+        panic!("raw pair does not quiesce");
+    }
+
+    /// [`RawPair::run`], calling `f` on the engine side after every step.
+    pub fn run_observed(&mut self, mut f: impl FnMut(&Side)) {
         let mut idle = 0;
         for _ in 0..1_000_000 {
             let a = self.side.step(self.now);
+            f(&self.side);
             let b = self.raw.poll();
             let pending = self.raw.prov.pending_work() + self.side.prov.inner().pending_work();
             if !a && !b && pending == 0 {
@@ -506,4 +567,16 @@ impl RawPair {
         }
         panic!("raw pair does not quiesce");
     }
+}
+
+/// Registrations held by a memory provider (from its Debug output).
+pub fn registered(p: &MemProvider) -> usize {
+    let d = format!("{p:?}");
+    let at = d.find("registered: ").unwrap() + "registered: ".len();
+    d[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
