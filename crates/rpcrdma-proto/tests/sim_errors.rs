@@ -37,10 +37,13 @@ fn err_vers_for_a_version_2_message() {
     //# version 1), it MUST reply with an RDMA_ERROR procedure and set
     //# the rdma_err value to ERR_VERS, also providing the low and high
     //# inclusive version numbers it does, in fact, support.
+    //= rfc8166#section-4.5
+    //# The rdma_vers field MUST contain the same version that was in the
+    //# rdma_vers field in the failing request;
     assert_eq!(
         p.raw.got,
-        vec![words(&[0x0102_0304, 1, GRANT, 4, 1, 1, 1])],
-        "xid, vers 1, credit, RDMA_ERROR, ERR_VERS, low 1, high 1"
+        vec![words(&[0x0102_0304, 2, GRANT, 4, 1, 1, 1])],
+        "xid, the request's vers 2 echoed, credit, RDMA_ERROR, ERR_VERS, low 1, high 1"
     );
     assert_eq!(p.side.conn.metrics().err_vers_sent, 1);
     assert!(!p.side.conn.is_closed());

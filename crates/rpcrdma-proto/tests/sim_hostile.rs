@@ -45,7 +45,15 @@ proptest! {
         p.run();
         prop_assert!(p.raw.got.len() <= msgs.len());
         for g in &p.raw.got {
-            // Every answer is a v1 RDMA_ERROR carrying our grant.
+            let w = |i: usize| u32::from_be_bytes(g[4 * i..4 * i + 4].try_into().unwrap());
+            if w(1) != 1 {
+                // ERR_VERS to another version: the version 1 layout with the
+                // request's rdma_vers echoed (RFC 8166 section 4.5).
+                prop_assert_eq!(g.len(), 28);
+                prop_assert_eq!((w(2), w(3), w(4), w(5), w(6)), (64, 4, 1, 1, 1));
+                continue;
+            }
+            // Every other answer is a v1 RDMA_ERROR carrying our grant.
             let (h, _) = header::decode(g, &Limits::DEFAULT).unwrap();
             match h {
                 TransportHeader::V1(h) => {

@@ -1831,7 +1831,7 @@ impl Connection {
     // forward calls, a client for reverse-direction calls.
     fn send_error(&mut self, p: &mut dyn Provider, xid: u32, e: ErrorReply) {
         match e {
-            ErrorReply::Vers => self.metrics.err_vers_sent += 1,
+            ErrorReply::Vers { .. } => self.metrics.err_vers_sent += 1,
             ErrorReply::Chunk => self.metrics.err_chunk_sent += 1,
         }
         let msg = self.framing.encode_error(xid, self.responder_grant(), e);

@@ -41,8 +41,12 @@ pub enum RdmaErrorReport {
 /// Error replies a responder sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ErrorReply {
-    /// Unsupported version (v1: ERR_VERS with our range).
-    Vers,
+    /// Unsupported version `vers` (v1: ERR_VERS with our range, the
+    /// request's version echoed).
+    Vers {
+        /// The request's `rdma_vers`.
+        vers: u32,
+    },
     /// Malformed or unusable header (v1: ERR_CHUNK).
     Chunk,
 }
@@ -149,7 +153,7 @@ impl Framing {
     /// Encodes an error reply.
     pub(crate) fn encode_error(self, xid: u32, credit: u32, e: ErrorReply) -> Vec<u8> {
         let answer = match e {
-            ErrorReply::Vers => WireAnswer::ErrVers { xid },
+            ErrorReply::Vers { vers } => WireAnswer::ErrVers { xid, vers },
             ErrorReply::Chunk => WireAnswer::ErrChunk { xid },
         };
         match self {
@@ -218,13 +222,18 @@ fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
                 WireAnswer::Drop => Incoming::Drop {
                     reason: "undecodable error report",
                 },
-                WireAnswer::ErrVers { xid }
-                | WireAnswer::V2BadXdr { xid }
-                | WireAnswer::V2InvalHtype { xid } => Incoming::Reject {
+                WireAnswer::ErrVers { xid, vers } => Incoming::Reject {
                     xid,
-                    answer: ErrorReply::Vers,
+                    answer: ErrorReply::Vers { vers },
                     reason: "unsupported version",
                 },
+                WireAnswer::V2BadXdr { xid } | WireAnswer::V2InvalHtype { xid } => {
+                    Incoming::Reject {
+                        xid,
+                        answer: ErrorReply::Vers { vers: 2 },
+                        reason: "unsupported version",
+                    }
+                }
                 WireAnswer::ErrChunk { xid } => Incoming::Reject {
                     xid,
                     answer: ErrorReply::Chunk,
@@ -244,7 +253,7 @@ fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
         other => {
             return Incoming::Reject {
                 xid: other.xid(),
-                answer: ErrorReply::Vers,
+                answer: ErrorReply::Vers { vers: other.vers() },
                 reason: "unsupported version",
             }
         }
@@ -313,10 +322,11 @@ mod tests {
 
     #[test]
     fn err_vers_bytes_by_hand() {
-        // xid 0x11223344, vers 1, credit 64, RDMA_ERROR(4), ERR_VERS(1), 1, 1
-        let want = hx("11223344 00000001 00000040 00000004 00000001 00000001 00000001");
+        // A request with vers 7: xid 0x11223344, vers 7 echoed, credit 64,
+        // RDMA_ERROR(4), ERR_VERS(1), low 1, high 1.
+        let want = hx("11223344 00000007 00000040 00000004 00000001 00000001 00000001");
         assert_eq!(
-            Framing::V1.encode_error(0x1122_3344, 64, ErrorReply::Vers),
+            Framing::V1.encode_error(0x1122_3344, 64, ErrorReply::Vers { vers: 7 }),
             want
         );
         let want = hx("11223344 00000001 00000040 00000004 00000002");
@@ -351,7 +361,7 @@ mod tests {
             Framing::V1.decode(&v2, &l),
             Incoming::Reject {
                 xid: 5,
-                answer: ErrorReply::Vers,
+                answer: ErrorReply::Vers { vers: 2 },
                 reason: "unsupported version"
             }
         );
@@ -361,7 +371,7 @@ mod tests {
             Framing::V1.decode(&v7, &l),
             Incoming::Reject {
                 xid: 6,
-                answer: ErrorReply::Vers,
+                answer: ErrorReply::Vers { vers: 7 },
                 ..
             }
         ));
