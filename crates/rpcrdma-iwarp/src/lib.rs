@@ -119,10 +119,13 @@
 
 use core::fmt;
 
+pub mod cm;
 pub mod crc;
 pub mod ddp;
 pub mod mpa;
+pub mod qp;
 pub mod rdmap;
+pub mod tcp;
 
 pub use rdmap::TerminateCode;
 

@@ -1,0 +1,433 @@
+//! Sans-IO MPA connection setup (RFC 5044 §7, RFC 6581): the initiator's
+//! Request, the responder's Reply or Reject, and what they agree on.
+//!
+//! # Private data
+//!
+//! [`Established::peer_private_data`] (and so the provider's
+//! `ConnectionInfo::peer_private_data`) is the peer's **ULP** private data:
+//! on an enhanced revision-2 frame the 4-octet IRD/ORD header is stripped
+//! and reported separately ([`Established::peer_ird_ord`]); on revision 1
+//! it is the whole MPA private data. The raw frame, header included, stays
+//! available as [`Established::peer_frame`] /
+//! [`PeerRequest::frame`]. Our own [`IwarpConfig::private_data`] is likewise
+//! the ULP part; the IRD/ORD header is added for revision 2.
+//!
+//! # Defaults (what Linux requires)
+//!
+//! Revision 2 with the enhanced bit (flags `0x10`), IRD ≥ 1 in the
+//! IRD/ORD header, CRC only if asked (used when either side sets `C`),
+//! Markers refused (a Request with `M` gets a Reject, as siw does).
+//! Peer-to-peer RTR (RFC 6581 §3) is not offered: the `P` bit is never set,
+//! and a peer's `P` bit is answered without it, which RFC 6581 allows
+//! (the initiator then must not expect an RTR).
+
+use rpcrdma_proto::provider::Caps;
+
+use crate::mpa::{
+    FrameKind, HandshakeProgress, HandshakeReader, IrdOrd, MpaFlags, MpaFrame, MpaFrameError,
+    IRD_ORD_LEN, MAX_PRIVATE_DATA,
+};
+use crate::qp::{StreamParams, DEFAULT_MULPDU};
+
+/// The software iWARP provider's configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IwarpConfig {
+    /// MPA revision to speak: 2 (RFC 6581 enhanced, default) or 1.
+    pub rev: u8,
+    /// Ask for (initiator) / require (responder) the MPA CRC.
+    pub crc: bool,
+    /// Want Markers. Off by default; a peer asking for Markers is rejected
+    /// unless this is on.
+    pub markers: bool,
+    /// Inbound RDMA Reads we accept at once (IRD, ≥ 1 for Linux servers).
+    pub ird: u8,
+    /// Outbound RDMA Reads we want outstanding at once (ORD).
+    pub ord: u8,
+    /// ULP private data sent in the Request or Reply (≤ 508 octets with
+    /// revision 2, ≤ 512 with revision 1; Linux siw accepts ≤ 256 in all).
+    pub private_data: Vec<u8>,
+    /// Longest MPA private data accepted from the peer (≤ 512).
+    pub mpa_private_data_max: usize,
+    /// MULPDU for what we send.
+    pub mulpdu: u16,
+    /// Queue and memory limits.
+    pub caps: Caps,
+}
+
+impl Default for IwarpConfig {
+    fn default() -> Self {
+        IwarpConfig {
+            rev: 2,
+            crc: false,
+            markers: false,
+            ird: 16,
+            ord: 16,
+            private_data: Vec::new(),
+            mpa_private_data_max: MAX_PRIVATE_DATA,
+            mulpdu: DEFAULT_MULPDU,
+            caps: DEFAULT_CAPS,
+        }
+    }
+}
+
+/// Limits of the software iWARP provider.
+pub const DEFAULT_CAPS: Caps = Caps {
+    max_send_wr: 1024,
+    max_recv_wr: 1024,
+    max_send_sge: 8,
+    max_recv_sge: 1,
+    max_read_sge: 1,
+    max_msg_size: 1 << 30,
+    max_mr_size: 1 << 32,
+    max_mr: 1 << 16,
+    max_private_data: (MAX_PRIVATE_DATA - IRD_ORD_LEN) as u16,
+    max_ird: 64,
+    max_ord: 64,
+    max_inline: 4096,
+    read_sink_needs_remote_write: true,
+};
+
+/// Why connection setup failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandshakeError {
+    /// The peer's frame is invalid (bad key, private data too long): close
+    /// the connection (RFC 5044 §7.1).
+    Frame(MpaFrameError),
+    /// The peer's revision is not one we can speak.
+    BadRevision(u8),
+    /// Our own configuration cannot be encoded (private data too long,
+    /// revision other than 1 or 2).
+    Config(&'static str),
+    /// The call does not fit the state (e.g. `accept` before a Request).
+    State(&'static str),
+}
+
+impl std::fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandshakeError::Frame(e) => write!(f, "invalid MPA frame: {e}"),
+            HandshakeError::BadRevision(r) => write!(f, "unsupported MPA revision {r}"),
+            HandshakeError::Config(w) => write!(f, "bad configuration: {w}"),
+            HandshakeError::State(w) => write!(f, "handshake state: {w}"),
+        }
+    }
+}
+
+impl std::error::Error for HandshakeError {}
+
+/// A peer's Request, seen by the responder before it decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerRequest {
+    /// The raw frame (flags, revision, the whole private data).
+    pub frame: MpaFrame,
+    /// The ULP private data (after the IRD/ORD header on revision 2).
+    pub private_data: Vec<u8>,
+    /// The IRD/ORD header (enhanced revision 2 only).
+    pub ird_ord: Option<IrdOrd>,
+}
+
+/// The outcome of a successful exchange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Established {
+    /// What the FPDU phase uses.
+    pub params: StreamParams,
+    /// The peer's frame as received.
+    pub peer_frame: MpaFrame,
+    /// The peer's ULP private data.
+    pub peer_private_data: Vec<u8>,
+    /// The peer's IRD/ORD header (enhanced revision 2 only).
+    pub peer_ird_ord: Option<IrdOrd>,
+    /// The MPA revision in use.
+    pub revision: u8,
+}
+
+/// What [`Handshake::feed`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// More octets are needed.
+    NeedMore,
+    /// Responder: the Request arrived; answer with [`Handshake::accept`] or
+    /// [`Handshake::reject`].
+    Request(PeerRequest),
+    /// Initiator: the Reply accepted the connection.
+    Established(Established),
+    /// Initiator: the responder rejected, with its ULP private data.
+    Rejected {
+        /// ULP private data of the Reject.
+        private_data: Vec<u8>,
+        /// The raw Reject frame.
+        frame: MpaFrame,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Initiator,
+    Responder,
+}
+
+/// One side of the MPA exchange. Send [`Handshake::output`] on the TCP
+/// connection, feed what arrives to [`Handshake::feed`].
+#[derive(Clone, Debug)]
+pub struct Handshake {
+    role: Role,
+    cfg: IwarpConfig,
+    reader: HandshakeReader,
+    sent: Option<MpaFrame>,
+    request: Option<MpaFrame>,
+    out: Vec<u8>,
+    done: bool,
+}
+
+fn ird_ord(ird: u8, ord: u8) -> IrdOrd {
+    IrdOrd::new(u16::from(ird), u16::from(ord))
+}
+
+fn build_frame(
+    kind: FrameKind,
+    rev: u8,
+    enhanced: bool,
+    flags: u8,
+    io: IrdOrd,
+    ulp: &[u8],
+) -> Result<MpaFrame, HandshakeError> {
+    let mut f = if enhanced {
+        MpaFrame::enhanced(kind, false, io, ulp)
+            .map_err(|_| HandshakeError::Config("private data too long"))?
+    } else {
+        if ulp.len() > MAX_PRIVATE_DATA {
+            return Err(HandshakeError::Config("private data too long"));
+        }
+        let mut f = MpaFrame::new(kind, MpaFlags(0), rev);
+        f.private_data = ulp.to_vec();
+        f
+    };
+    f.flags = MpaFlags(f.flags.0 | flags);
+    f.revision = rev;
+    Ok(f)
+}
+
+impl Handshake {
+    /// The initiator: its Request is ready in [`Handshake::output`].
+    pub fn initiator(cfg: IwarpConfig) -> Result<Self, HandshakeError> {
+        if cfg.rev != 1 && cfg.rev != 2 {
+            return Err(HandshakeError::Config("MPA revision must be 1 or 2"));
+        }
+        let mut flags = 0;
+        if cfg.crc {
+            flags |= MpaFlags::CRC;
+        }
+        if cfg.markers {
+            flags |= MpaFlags::MARKERS;
+        }
+        // an initiator using enhanced connection establishment sends
+        // revision 2 and puts its IRD and ORD first in the private data.
+        let req = build_frame(
+            FrameKind::Request,
+            cfg.rev,
+            cfg.rev == 2,
+            flags,
+            ird_ord(cfg.ird, cfg.ord),
+            &cfg.private_data,
+        )?;
+        let out = req
+            .to_vec()
+            .map_err(|_| HandshakeError::Config("request encoding"))?;
+        Ok(Handshake {
+            role: Role::Initiator,
+            reader: HandshakeReader::new(FrameKind::Reply, cfg.mpa_private_data_max),
+            cfg,
+            sent: Some(req),
+            request: None,
+            out,
+            done: false,
+        })
+    }
+
+    /// The responder, waiting for a Request (private data up to
+    /// `cfg.mpa_private_data_max`).
+    pub fn responder(cfg: IwarpConfig) -> Self {
+        Handshake {
+            role: Role::Responder,
+            reader: HandshakeReader::new(FrameKind::Request, cfg.mpa_private_data_max),
+            cfg,
+            sent: None,
+            request: None,
+            out: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Octets to send now (the caller drains them with
+    /// [`Handshake::consume_output`]).
+    pub fn output(&self) -> &[u8] {
+        &self.out
+    }
+
+    /// `n` octets of [`Handshake::output`] were sent.
+    pub fn consume_output(&mut self, n: usize) {
+        let n = n.min(self.out.len());
+        self.out.drain(..n);
+    }
+
+    /// Feeds received octets; returns the progress and how many octets the
+    /// handshake used (the rest is FPDU stream).
+    pub fn feed(&mut self, input: &[u8]) -> Result<(Progress, usize), HandshakeError> {
+        if self.done {
+            return Ok((Progress::NeedMore, 0));
+        }
+        let (frame, used) = match self.reader.feed(input).map_err(HandshakeError::Frame)? {
+            HandshakeProgress::NeedMore => return Ok((Progress::NeedMore, input.len())),
+            HandshakeProgress::Frame { frame, consumed } => (frame, consumed),
+        };
+        self.done = true;
+        match self.role {
+            Role::Responder => {
+                //= rfc5044#section-7.1.1
+                //# If the MPA receiver cannot interoperate with
+                //# the received version, then it MUST close the connection and
+                //# report an error locally.
+                if frame.revision != 1 && frame.revision != 2 {
+                    // a responder that cannot speak the initiator's revision
+                    // closes the connection (Linux does the same for rev 3).
+                    return Err(HandshakeError::BadRevision(frame.revision));
+                }
+                let req = PeerRequest {
+                    private_data: frame.ulp_private_data().to_vec(),
+                    ird_ord: frame.ird_ord(),
+                    frame: frame.clone(),
+                };
+                self.request = Some(frame);
+                Ok((Progress::Request(req), used))
+            }
+            Role::Initiator => {
+                let Some(sent) = self.sent.clone() else {
+                    return Err(HandshakeError::State("no request sent"));
+                };
+                if frame.revision == 0 || frame.revision > sent.revision {
+                    return Err(HandshakeError::BadRevision(frame.revision));
+                }
+                if frame.flags.reject() {
+                    return Ok((
+                        Progress::Rejected {
+                            private_data: frame.ulp_private_data().to_vec(),
+                            frame,
+                        },
+                        used,
+                    ));
+                }
+                let est = self.agree(&sent, &frame, true);
+                Ok((Progress::Established(est), used))
+            }
+        }
+    }
+
+    /// What the two frames give; `initiator` says which one is ours.
+    fn agree(&self, sent: &MpaFrame, received: &MpaFrame, initiator: bool) -> Established {
+        let n = crate::mpa::Negotiated::from_frames(sent, received);
+        let (ird, ord) = match n.peer_ird_ord {
+            // each side's ORD is at most the other side's IRD.
+            Some(p) => (
+                self.cfg.ird,
+                self.cfg.ord.min(u8::try_from(p.ird).unwrap_or(u8::MAX)),
+            ),
+            None => (self.cfg.ird, self.cfg.ord),
+        };
+        let _ = initiator;
+        Established {
+            params: StreamParams {
+                crc: n.crc,
+                send_markers: n.send_markers,
+                recv_markers: n.recv_markers,
+                ird,
+                ord,
+                mulpdu: self.cfg.mulpdu,
+                max_rx_ulpdu: u16::MAX,
+            },
+            peer_private_data: received.ulp_private_data().to_vec(),
+            peer_ird_ord: received.ird_ord(),
+            peer_frame: received.clone(),
+            revision: sent.revision.min(received.revision),
+        }
+    }
+
+    /// Responder: accepts the Request with `cfg` (our private data, IRD,
+    /// ORD, CRC wish). The Reply is put in [`Handshake::output`]. A Request
+    /// asking for Markers when `cfg.markers` is off is answered with a
+    /// Reject instead, and an error is returned.
+    pub fn accept(&mut self, cfg: IwarpConfig) -> Result<Established, HandshakeError> {
+        let Some(req) = self.request.clone() else {
+            return Err(HandshakeError::State("accept before a request"));
+        };
+        if self.sent.is_some() {
+            return Err(HandshakeError::State("already answered"));
+        }
+        if req.flags.markers() && !cfg.markers {
+            self.reject_frame(&req, &[])?;
+            return Err(HandshakeError::Config("peer asked for markers"));
+        }
+        self.cfg = cfg;
+        // a responder answers a revision-1 request with revision 1; an
+        // enhanced revision-2 request gets an enhanced reply carrying the
+        // responder's IRD and ORD.
+        let rev = self.cfg.rev.min(req.revision);
+        let enhanced = rev == 2 && req.is_enhanced();
+        let mut flags = 0;
+        if self.cfg.crc || req.flags.crc() {
+            flags |= MpaFlags::CRC;
+        }
+        if self.cfg.markers && req.flags.markers() {
+            flags |= MpaFlags::MARKERS;
+        }
+        let peer_ird = req
+            .ird_ord()
+            .map_or(self.cfg.ord, |p| u8::try_from(p.ird).unwrap_or(u8::MAX));
+        let reply = build_frame(
+            FrameKind::Reply,
+            rev,
+            enhanced,
+            flags,
+            ird_ord(self.cfg.ird, self.cfg.ord.min(peer_ird)),
+            &self.cfg.private_data,
+        )?;
+        self.out = reply
+            .to_vec()
+            .map_err(|_| HandshakeError::Config("reply encoding"))?;
+        self.sent = Some(reply.clone());
+        Ok(self.agree(&reply, &req, false))
+    }
+
+    fn reject_frame(&mut self, req: &MpaFrame, pd: &[u8]) -> Result<(), HandshakeError> {
+        // a Reply with the R bit set rejects the connection; Linux sends
+        // an enhanced Reject with IRD = ORD = 0 to an enhanced request.
+        let rev = self.cfg.rev.min(req.revision).max(1);
+        let enhanced = rev == 2 && req.is_enhanced();
+        let f = build_frame(
+            FrameKind::Reply,
+            rev,
+            enhanced,
+            MpaFlags::REJECT,
+            IrdOrd::new(0, 0),
+            pd,
+        )?;
+        self.out = f
+            .to_vec()
+            .map_err(|_| HandshakeError::Config("reject encoding"))?;
+        self.sent = Some(f);
+        Ok(())
+    }
+
+    /// Responder: rejects the Request with ULP private data `pd`; send
+    /// [`Handshake::output`], then close.
+    pub fn reject(&mut self, pd: &[u8]) -> Result<(), HandshakeError> {
+        let Some(req) = self.request.clone() else {
+            return Err(HandshakeError::State("reject before a request"));
+        };
+        self.reject_frame(&req, pd)
+    }
+
+    /// The frame we sent (Request or Reply).
+    pub fn sent_frame(&self) -> Option<&MpaFrame> {
+        self.sent.as_ref()
+    }
+}

@@ -1,0 +1,2134 @@
+//! The sans-IO queue pair: one RDMAP stream (one TCP connection after the
+//! MPA exchange), its memory table, its Send and Receive queues and its
+//! completion queue.
+//!
+//! Nothing here touches a socket or a clock. The owner feeds the bytes it
+//! read from TCP to [`QueuePair::handle_input`] (or, for the zero-copy path,
+//! reads straight into [`QueuePair::direct_target`] and reports the count
+//! with [`QueuePair::direct_filled`]), and drains what is to be sent with
+//! [`QueuePair::transmit`], which hands a gather list of `IoSlice`s (FPDU
+//! headers and trailers, plus slices of *registered memory*) to a writer
+//! such as `TcpStream::write_vectored`.
+//!
+//! # Data paths
+//!
+//! * **Send side**: Send, Send with Invalidate / Solicited Event, RDMA Write
+//!   and RDMA Read Response payloads are never copied: the FPDU header
+//!   (ULPDU_Length + DDP/RDMAP header) and trailer (PAD + CRC) are small
+//!   inline chunks, the payload is a reference to the registered region
+//!   that the work request holds until it completes. Only with MPA Markers
+//!   (off by default, refused by Linux) is the FPDU assembled in a buffer.
+//! * **Receive side**: the FPDU header is collected (at most 72 octets),
+//!   every placement check runs on it, and the payload then goes to its
+//!   target: from the bytes already read, or — with
+//!   [`QueuePair::direct_target`] — by reading the socket straight into the
+//!   target region (one copy). Completions and Read Responses happen only
+//!   after the FPDU's CRC has been verified.
+//!
+//! # Completion of Send-queue work requests
+//!
+//! iWARP has no acknowledgement: like Linux `siw`, a Send or RDMA Write is
+//! complete when its last octet has been handed to TCP. This queue pair
+//! reports it one step later: a transmitted Send/Write becomes `Success` at
+//! the next [`QueuePair::confirm_transmitted`] (the TCP adapter calls it at
+//! the start of each progress pass, *after* reading what the peer sent), so
+//! a Terminate that the peer sent in answer to it is seen first and the WR
+//! completes with the error the Terminate names (e.g. `RemoteAccess` for a
+//! Write to a bad STag). An RDMA Read completes when the last Read Response
+//! segment has been placed and its CRC checked.
+//!
+//! # Errors
+//!
+//! Every check of RFC 5041 / RFC 5040 that fails sends a Terminate naming
+//! the layer / error type / code and carrying a copy of the offending DDP
+//! (and Read Request) header, flushes every outstanding WR and closes the
+//! stream; memory is never touched by a segment that failed a check
+//! (RFC 5042). A received Terminate ends the stream with blame `Remote`.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+
+use rpcrdma_proto::provider::{
+    Access, Blame, Caps, Completion, DisconnectReason, MemoryRegion, Opcode as CqOpcode,
+    ProviderError, RecvWr, RegisterError, SendOp, SendWr, Sge, Stag, Status,
+};
+
+use crate::crc::{self, Crc32c};
+use crate::ddp::{
+    self, DdpHeader, RegionInfo, TaggedCheck, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
+};
+use crate::mpa::fpdu::{pad_len, FpduSender, FramingConfig, MARKER_INTERVAL, MARKER_LEN};
+use crate::rdmap::{
+    self, Opcode, ReadRequest, Segment, TerminateMessage, QN_READ_REQUEST, QN_SEND, QN_TERMINATE,
+};
+use crate::TerminateCode;
+
+/// What the MPA exchange agreed, for the FPDU phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamParams {
+    /// CRC generated and checked.
+    pub crc: bool,
+    /// Insert Markers in what we send.
+    pub send_markers: bool,
+    /// Expect Markers in what we receive.
+    pub recv_markers: bool,
+    /// Inbound RDMA Read Requests accepted at once (our IRD).
+    pub ird: u8,
+    /// Outbound RDMA Read Requests outstanding at once (our ORD).
+    pub ord: u8,
+    /// Largest ULPDU we send (MULPDU): DDP header plus payload.
+    pub mulpdu: u16,
+    /// Largest ULPDU_Length accepted (a larger one is a framing error).
+    pub max_rx_ulpdu: u16,
+}
+
+impl StreamParams {
+    /// No CRC, no Markers, IRD = ORD = 16, MULPDU 65512.
+    pub const DEFAULT: StreamParams = StreamParams {
+        crc: false,
+        send_markers: false,
+        recv_markers: false,
+        ird: 16,
+        ord: 16,
+        mulpdu: DEFAULT_MULPDU,
+        max_rx_ulpdu: u16::MAX,
+    };
+}
+
+/// Default MULPDU: the largest multiple of 8 that keeps an FPDU under 64 KiB.
+pub const DEFAULT_MULPDU: u16 = 65_512;
+
+/// Output bytes queued before the queue pair stops framing more.
+const OUT_BUDGET: usize = 1 << 20;
+/// Largest FPDU header kept while receiving: ULPDU_Length + the longest
+/// prefix [`Segment::parse_prefix`] needs.
+const HBUF_LEN: usize = 2 + Segment::MAX_PREFIX;
+
+/// Connection-level events of the queue pair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QpEvent {
+    /// The stream ended; every outstanding WR has been flushed.
+    Disconnected(DisconnectReason),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    idx: u32,
+    write: bool,
+}
+
+struct Region {
+    buf: Box<[u8]>,
+    access: Access,
+    remote_valid: bool,
+    readers: u32,
+    writers: u32,
+}
+
+struct Slot {
+    key: u8,
+    region: Option<Region>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WrState {
+    Queued,
+    /// Framed (all of it queued for output), not yet all handed to TCP.
+    Sending,
+    /// Handed to TCP; becomes Success at the next confirmation.
+    Transmitted,
+    /// Read Request sent; waiting for the last Read Response.
+    AwaitRead,
+    Done(Status, u32),
+}
+
+struct SqWr {
+    wr_id: u64,
+    opcode: CqOpcode,
+    op: SendOp,
+    sges: Vec<Sge>,
+    holds: Vec<Held>,
+    len: u32,
+    state: WrState,
+    /// MSN of a Send (QN 0) or Read Request (QN 1).
+    msn: u32,
+}
+
+struct PostedRecv {
+    wr_id: u64,
+    sge: Sge,
+    idx: u32,
+    /// Highest MO + length placed so far.
+    placed_end: u64,
+    /// The last segment arrived: opcode and length of the message.
+    done: Option<(CqOpcode, u32, bool)>,
+}
+
+struct OutRead {
+    seq: u64,
+    sink_stag: u32,
+    sink_to: u64,
+    len: u32,
+    received: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RespJob {
+    idx: u32,
+    off: u64,
+    len: u32,
+    sink_stag: u32,
+    sink_to: u64,
+}
+
+enum TxSrc {
+    Sq(u64),
+    Resp(RespJob),
+}
+
+struct TxMsg {
+    src: TxSrc,
+    total: u32,
+    done: u32,
+    sge_i: usize,
+    sge_off: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum TxMark {
+    SqDone(u64),
+    RespDone(u32),
+    Terminate,
+}
+
+enum Chunk {
+    Inline { buf: [u8; 24], len: u8 },
+    Mem { idx: u32, off: usize, len: usize },
+    Owned(Vec<u8>),
+    Mark(TxMark),
+}
+
+impl Chunk {
+    fn len(&self) -> usize {
+        match self {
+            Chunk::Inline { len, .. } => usize::from(*len),
+            Chunk::Mem { len, .. } => *len,
+            Chunk::Owned(v) => v.len(),
+            Chunk::Mark(_) => 0,
+        }
+    }
+}
+
+fn inline(data: &[u8]) -> Chunk {
+    let mut buf = [0u8; 24];
+    let n = data.len().min(24);
+    buf[..n].copy_from_slice(&data[..n]);
+    Chunk::Inline { buf, len: n as u8 }
+}
+
+fn slot_slice(slots: &[Slot], idx: u32, off: usize, len: usize) -> &[u8] {
+    slots
+        .get(idx as usize)
+        .and_then(|s| s.region.as_ref())
+        .and_then(|r| r.buf.get(off..off.checked_add(len)?))
+        .unwrap_or(&[])
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RxState {
+    /// Collecting ULPDU_Length and the header prefix into `hbuf`.
+    Header,
+    /// Payload octets of the current FPDU.
+    Payload,
+    /// PAD and CRC.
+    Trailer,
+    /// The stream is dead; input is ignored.
+    Dead,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dst {
+    Mem { idx: u32, off: usize },
+    Discard,
+}
+
+/// What to do once the current FPDU's CRC has been checked.
+#[derive(Clone, Copy, Debug)]
+enum RxAction {
+    None,
+    /// A Send segment placed in receive `d` (relative to the head).
+    Send {
+        d: u32,
+        end: u64,
+        last: bool,
+        opcode: Opcode,
+        inval: u32,
+    },
+    ReadResponse {
+        last: bool,
+    },
+    ReadRequest(RespJob),
+    Terminate,
+}
+
+/// Why the receiver is killing the stream.
+#[derive(Clone, Copy, Debug)]
+struct RxFault {
+    code: TerminateCode,
+    reason: DisconnectReason2,
+    /// Receive (relative index) that completes with a local status.
+    recv: Option<(u32, Status)>,
+}
+
+/// A `Copy` form of the few [`DisconnectReason::Error`] values the
+/// receiver produces.
+#[derive(Clone, Copy, Debug)]
+struct DisconnectReason2 {
+    status: Status,
+    blame: Blame,
+}
+
+struct Rx {
+    state: RxState,
+    hbuf: [u8; HBUF_LEN],
+    have: usize,
+    need: usize,
+    ulpdu_len: usize,
+    hdr_len: usize,
+    remaining: usize,
+    dst: Dst,
+    crc: Crc32c,
+    trailer: [u8; 7],
+    trailer_have: usize,
+    trailer_need: usize,
+    action: RxAction,
+    fault: Option<RxFault>,
+    /// Wire position (for Markers).
+    pos: u64,
+    fpdu_start: u64,
+    in_fpdu: bool,
+    marker: [u8; 4],
+    marker_have: usize,
+    last_was_large: bool,
+}
+
+impl Rx {
+    fn new() -> Self {
+        Rx {
+            state: RxState::Header,
+            hbuf: [0; HBUF_LEN],
+            have: 0,
+            need: 2,
+            ulpdu_len: 0,
+            hdr_len: 0,
+            remaining: 0,
+            dst: Dst::Discard,
+            crc: Crc32c::new(),
+            trailer: [0; 7],
+            trailer_have: 0,
+            trailer_need: 0,
+            action: RxAction::None,
+            fault: None,
+            pos: 0,
+            fpdu_start: 0,
+            in_fpdu: false,
+            marker: [0; 4],
+            marker_have: 0,
+            last_was_large: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum QpState {
+    Idle,
+    Established,
+    Closed(DisconnectReason),
+}
+
+/// Counters of what went over the wire (for tests and statistics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpStats {
+    /// FPDUs framed for sending, per RDMAP opcode (index = opcode).
+    pub tx_fpdus: [u64; 8],
+    /// FPDUs received and verified, per RDMAP opcode.
+    pub rx_fpdus: [u64; 8],
+    /// Payload octets placed straight from the socket into memory.
+    pub rx_direct_bytes: u64,
+    /// Payload octets copied from the read-ahead buffer into memory.
+    pub rx_copied_bytes: u64,
+}
+
+/// One RDMAP stream. See the [module docs](self).
+pub struct QueuePair {
+    caps: Caps,
+    key_base: u8,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    registered: u32,
+    state: QpState,
+    params: StreamParams,
+    framer: FpduSender,
+    // Receive queue.
+    rq: VecDeque<PostedRecv>,
+    rq_msn: u32,
+    recv_outstanding: u32,
+    // Send queue.
+    sq: VecDeque<SqWr>,
+    sq_front_seq: u64,
+    sq_next_tx: u64,
+    send_outstanding: u32,
+    send_msn: u32,
+    read_msn: u32,
+    ord_q: VecDeque<OutRead>,
+    // Inbound reads.
+    rd_msn: u32,
+    inbound_reads: u32,
+    resp_q: VecDeque<RespJob>,
+    // Output.
+    cur: Option<TxMsg>,
+    out: VecDeque<Chunk>,
+    out_bytes: usize,
+    front_off: usize,
+    tx_closed: bool,
+    terminate_sent: Option<TerminateMessage>,
+    terminate_received: Option<TerminateMessage>,
+    // Input.
+    rx: Rx,
+    // Completions and events.
+    cq: VecDeque<(Completion, Vec<Held>)>,
+    events: VecDeque<QpEvent>,
+    solicited: bool,
+    stats: QpStats,
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("state", &self.state)
+            .field("rq", &self.rq.len())
+            .field("sq", &self.sq.len())
+            .field("cq", &self.cq.len())
+            .field("out_bytes", &self.out_bytes)
+            .finish()
+    }
+}
+
+fn to_ddp_access(a: Access) -> ddp::Access {
+    let mut r = ddp::Access::NONE;
+    if a.contains(Access::REMOTE_READ) {
+        r = r.union(ddp::Access::REMOTE_READ);
+    }
+    if a.contains(Access::REMOTE_WRITE) {
+        r = r.union(ddp::Access::REMOTE_WRITE);
+    }
+    r
+}
+
+/// How a Terminate the peer sent shows on the WR it names.
+fn status_for_terminate(code: TerminateCode) -> Status {
+    match (code.layer, code.etype, code.code) {
+        (rdmap::LAYER_DDP, 1, _) | (rdmap::LAYER_RDMAP, 1, _) => Status::RemoteAccess,
+        (rdmap::LAYER_DDP, 2, 0x02) => Status::ReceiverNotReady,
+        (rdmap::LAYER_DDP, 2, 0x04) | (rdmap::LAYER_DDP, 2, 0x05) => Status::RemoteOperation,
+        (rdmap::LAYER_RDMAP, 2, 0x09) => Status::RemoteOperation,
+        _ => Status::RemoteInvalidRequest,
+    }
+}
+
+impl QueuePair {
+    /// A queue pair with the given limits, not yet established (receives
+    /// may be posted). `key_base` is the first STag key byte; giving the two
+    /// ends of a test different bases makes a local/remote key mix-up fail.
+    pub fn new(caps: Caps, key_base: u8) -> Self {
+        QueuePair {
+            caps,
+            key_base,
+            slots: vec![Slot {
+                key: 0,
+                region: None,
+            }],
+            free: Vec::new(),
+            registered: 0,
+            state: QpState::Idle,
+            params: StreamParams::DEFAULT,
+            framer: FpduSender::new(FramingConfig::default()),
+            rq: VecDeque::new(),
+            rq_msn: ddp::INITIAL_MSN,
+            recv_outstanding: 0,
+            sq: VecDeque::new(),
+            sq_front_seq: 0,
+            sq_next_tx: 0,
+            send_outstanding: 0,
+            send_msn: ddp::INITIAL_MSN,
+            read_msn: ddp::INITIAL_MSN,
+            ord_q: VecDeque::new(),
+            rd_msn: ddp::INITIAL_MSN,
+            inbound_reads: 0,
+            resp_q: VecDeque::new(),
+            cur: None,
+            out: VecDeque::new(),
+            out_bytes: 0,
+            front_off: 0,
+            tx_closed: false,
+            terminate_sent: None,
+            terminate_received: None,
+            rx: Rx::new(),
+            cq: VecDeque::new(),
+            events: VecDeque::new(),
+            solicited: false,
+            stats: QpStats::default(),
+        }
+    }
+
+    /// Device and queue limits.
+    pub fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    /// Enters the FPDU phase with what MPA negotiated.
+    pub fn establish(&mut self, params: StreamParams) {
+        if self.state != QpState::Idle {
+            return;
+        }
+        self.params = params;
+        self.framer = FpduSender::new(FramingConfig {
+            crc: params.crc,
+            markers: params.send_markers,
+        });
+        self.state = QpState::Established;
+    }
+
+    /// The negotiated stream parameters.
+    pub fn params(&self) -> StreamParams {
+        self.params
+    }
+
+    /// True once the stream is up and not yet closed.
+    pub fn is_established(&self) -> bool {
+        self.state == QpState::Established
+    }
+
+    /// Why the stream closed, once it has.
+    pub fn close_reason(&self) -> Option<&DisconnectReason> {
+        match &self.state {
+            QpState::Closed(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The Terminate this end sent, if any.
+    pub fn terminate_sent(&self) -> Option<&TerminateMessage> {
+        self.terminate_sent.as_ref()
+    }
+
+    /// The Terminate the peer sent, if any.
+    pub fn terminate_received(&self) -> Option<&TerminateMessage> {
+        self.terminate_received.as_ref()
+    }
+
+    /// Wire counters.
+    pub fn stats(&self) -> QpStats {
+        self.stats
+    }
+
+    // ------------------------------------------------------------------
+    // Memory table
+    // ------------------------------------------------------------------
+
+    fn slot_region(&self, key32: u32) -> Option<(u32, &Region)> {
+        let s = Stag(key32);
+        let slot = self.slots.get(s.index() as usize)?;
+        let r = slot.region.as_ref()?;
+        (slot.key == s.key()).then_some((s.index(), r))
+    }
+
+    fn region_at_mut(&mut self, idx: u32) -> Option<&mut Region> {
+        self.slots.get_mut(idx as usize)?.region.as_mut()
+    }
+
+    fn region_info(&self, stag: u32) -> Option<(u32, RegionInfo)> {
+        let (idx, r) = self.slot_region(stag)?;
+        Some((
+            idx,
+            RegionInfo {
+                valid: r.remote_valid,
+                owned_by_stream: true,
+                base_to: 0,
+                len: r.buf.len() as u64,
+                access: to_ddp_access(r.access),
+            },
+        ))
+    }
+
+    fn check_sge(&self, sge: &Sge, need: Access) -> Result<u32, ProviderError> {
+        let (idx, r) = self
+            .slot_region(sge.lkey)
+            .ok_or(ProviderError::InvalidHandle)?;
+        let end = sge
+            .offset
+            .checked_add(u64::from(sge.length))
+            .ok_or(ProviderError::OutOfBounds)?;
+        if end > r.buf.len() as u64 {
+            return Err(ProviderError::OutOfBounds);
+        }
+        if !r.access.contains(need) {
+            return Err(ProviderError::AccessDenied { needed: need });
+        }
+        Ok(idx)
+    }
+
+    fn hold(&mut self, holds: &[Held]) {
+        for h in holds {
+            if let Some(r) = self.region_at_mut(h.idx) {
+                if h.write {
+                    r.writers = r.writers.saturating_add(1);
+                } else {
+                    r.readers = r.readers.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    fn release(&mut self, holds: &[Held]) {
+        for h in holds {
+            if let Some(r) = self.region_at_mut(h.idx) {
+                if h.write {
+                    r.writers = r.writers.saturating_sub(1);
+                } else {
+                    r.readers = r.readers.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// Registers `buf` (see [`rpcrdma_proto::provider::Provider::register`]).
+    /// The STag is a 24-bit index plus an 8-bit key that changes on every
+    /// registration of the index.
+    pub fn register(
+        &mut self,
+        buf: Box<[u8]>,
+        access: Access,
+    ) -> Result<MemoryRegion, RegisterError> {
+        let refuse = |error, buf| Err(RegisterError { error, buf });
+        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
+            return refuse(
+                ProviderError::InvalidArgument("REMOTE_WRITE requires LOCAL_WRITE"),
+                buf,
+            );
+        }
+        if buf.len() as u64 > self.caps.max_mr_size {
+            return refuse(ProviderError::TooLong, buf);
+        }
+        if self.registered >= self.caps.max_mr {
+            return refuse(ProviderError::QueueFull, buf);
+        }
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                let i = self.slots.len() as u32;
+                if i >= 1 << 24 {
+                    return refuse(ProviderError::QueueFull, buf);
+                }
+                self.slots.push(Slot {
+                    key: self.key_base,
+                    region: None,
+                });
+                i
+            }
+        };
+        let len = buf.len() as u64;
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return refuse(ProviderError::QueueFull, buf);
+        };
+        slot.key = slot.key.wrapping_add(1);
+        slot.region = Some(Region {
+            buf,
+            access,
+            remote_valid: true,
+            readers: 0,
+            writers: 0,
+        });
+        self.registered += 1;
+        let stag = Stag::new(idx, slot.key);
+        Ok(MemoryRegion::new(stag.0, stag, len, access))
+    }
+
+    /// Ends a registration; `Busy` while a WR or a queued Read Response
+    /// references the region.
+    pub fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+        let (idx, r) = self
+            .slot_region(mr.lkey())
+            .ok_or(ProviderError::InvalidHandle)?;
+        if r.readers != 0 || r.writers != 0 {
+            return Err(ProviderError::Busy);
+        }
+        let region = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.region.take())
+            .ok_or(ProviderError::InvalidHandle)?;
+        self.free.push(idx);
+        self.registered = self.registered.saturating_sub(1);
+        Ok(region.buf)
+    }
+
+    /// The region's bytes (`Busy` while a Receive or Read sink holds it).
+    pub fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
+        let (_, r) = self
+            .slot_region(mr.lkey())
+            .ok_or(ProviderError::InvalidHandle)?;
+        if r.writers != 0 {
+            return Err(ProviderError::Busy);
+        }
+        Ok(&r.buf)
+    }
+
+    /// The region's bytes for writing (`Busy` while any WR holds it).
+    pub fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
+        let (idx, r) = self
+            .slot_region(mr.lkey())
+            .ok_or(ProviderError::InvalidHandle)?;
+        if r.writers != 0 || r.readers != 0 {
+            return Err(ProviderError::Busy);
+        }
+        let r = self
+            .region_at_mut(idx)
+            .ok_or(ProviderError::InvalidHandle)?;
+        Ok(&mut r.buf)
+    }
+
+    // ------------------------------------------------------------------
+    // Posting
+    // ------------------------------------------------------------------
+
+    /// Posts a receive (allowed before the stream is established).
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError> {
+        if matches!(self.state, QpState::Closed(_)) {
+            return Err(ProviderError::NotConnected);
+        }
+        if self.recv_outstanding >= self.caps.max_recv_wr {
+            return Err(ProviderError::QueueFull);
+        }
+        let idx = self.check_sge(&wr.sge, Access::LOCAL_WRITE)?;
+        self.hold(&[Held { idx, write: true }]);
+        self.recv_outstanding += 1;
+        self.rq.push_back(PostedRecv {
+            wr_id: wr.wr_id,
+            sge: wr.sge,
+            idx,
+            placed_end: 0,
+            done: None,
+        });
+        Ok(())
+    }
+
+    /// Posts a Send-queue WR; local errors are refused here.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError> {
+        if self.state != QpState::Established {
+            return Err(ProviderError::NotConnected);
+        }
+        if self.send_outstanding >= self.caps.max_send_wr {
+            return Err(ProviderError::QueueFull);
+        }
+        let caps = self.caps;
+        let (opcode, need, write, max_sge) = match wr.op {
+            SendOp::Send { .. } | SendOp::SendWithInvalidate { .. } => {
+                (CqOpcode::Send, Access::NONE, false, caps.max_send_sge)
+            }
+            SendOp::Write { .. } => (CqOpcode::Write, Access::NONE, false, caps.max_send_sge),
+            SendOp::Read { .. } => {
+                if wr.sges.len() != 1 {
+                    return Err(ProviderError::BadSgeCount);
+                }
+                if self.params.ord == 0 {
+                    return Err(ProviderError::InvalidArgument(
+                        "RDMA Read needs an ORD above 0",
+                    ));
+                }
+                (
+                    CqOpcode::Read,
+                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                    true,
+                    caps.max_read_sge,
+                )
+            }
+            SendOp::LocalInvalidate { .. } => (CqOpcode::LocalInvalidate, Access::NONE, false, 0),
+        };
+        if wr.sges.len() > max_sge as usize {
+            return Err(ProviderError::BadSgeCount);
+        }
+        let mut holds = Vec::with_capacity(wr.sges.len() + 1);
+        let mut total: u64 = 0;
+        for s in &wr.sges {
+            let idx = self.check_sge(s, need)?;
+            total += u64::from(s.length);
+            holds.push(Held { idx, write });
+        }
+        if total > u64::from(caps.max_msg_size) {
+            return Err(ProviderError::TooLong);
+        }
+        if let SendOp::LocalInvalidate { stag } = wr.op {
+            let (idx, _) = self
+                .slot_region(stag.0)
+                .ok_or(ProviderError::InvalidHandle)?;
+            holds.push(Held { idx, write: false });
+        }
+        self.hold(&holds);
+        self.send_outstanding += 1;
+        self.sq.push_back(SqWr {
+            wr_id: wr.wr_id,
+            opcode,
+            op: wr.op,
+            sges: wr.sges,
+            holds,
+            len: total as u32,
+            state: WrState::Queued,
+            msn: 0,
+        });
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------
+    // Completions and events
+    // ------------------------------------------------------------------
+
+    fn complete(&mut self, c: Completion, holds: Vec<Held>) {
+        self.cq.push_back((c, holds));
+    }
+
+    /// Moves Send-queue WRs from the front, in post order, to the CQ.
+    //= rfc5040#section-5.5
+    //# RDMA Operations MUST be Completed at the Local Peer in the order
+    //# that they were submitted by the ULP.
+    fn retire(&mut self) {
+        while let Some(w) = self.sq.front() {
+            let WrState::Done(status, n) = w.state else {
+                break;
+            };
+            let Some(w) = self.sq.pop_front() else { break };
+            self.sq_front_seq += 1;
+            let byte_len = if status.is_ok() { n } else { 0 };
+            self.complete(
+                Completion {
+                    wr_id: w.wr_id,
+                    opcode: w.opcode,
+                    byte_len,
+                    status,
+                },
+                w.holds,
+            );
+        }
+        if self.sq_next_tx < self.sq_front_seq {
+            self.sq_next_tx = self.sq_front_seq;
+        }
+    }
+
+    /// Marks every Send/Write handed to TCP since the last call as
+    /// successfully complete (see the module docs). Call it after reading
+    /// the peer's input.
+    pub fn confirm_transmitted(&mut self) {
+        let mut any = false;
+        for w in self.sq.iter_mut() {
+            if w.state == WrState::Transmitted {
+                w.state = WrState::Done(Status::Success, w.len);
+                any = true;
+            }
+        }
+        if any {
+            self.retire();
+        }
+    }
+
+    /// True while a transmitted Send/Write awaits
+    /// [`QueuePair::confirm_transmitted`].
+    pub fn has_unconfirmed(&self) -> bool {
+        self.sq.iter().any(|w| w.state == WrState::Transmitted)
+    }
+
+    /// Appends every available completion to `out`, releasing the regions
+    /// their WRs held; returns the count.
+    pub fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
+        let mut n = 0;
+        while let Some((c, holds)) = self.cq.pop_front() {
+            self.release(&holds);
+            match c.opcode {
+                CqOpcode::Recv | CqOpcode::RecvWithInvalidate { .. } => {
+                    self.recv_outstanding = self.recv_outstanding.saturating_sub(1)
+                }
+                _ => self.send_outstanding = self.send_outstanding.saturating_sub(1),
+            }
+            out.push(c);
+            n += 1;
+        }
+        self.solicited = false;
+        n
+    }
+
+    /// Completions waiting to be polled.
+    pub fn completions_pending(&self) -> usize {
+        self.cq.len()
+    }
+
+    /// True if a solicited receive (or an error) completed since the last
+    /// [`QueuePair::poll_completions`].
+    pub fn solicited_pending(&self) -> bool {
+        self.solicited
+    }
+
+    /// Next connection event.
+    pub fn poll_event(&mut self) -> Option<QpEvent> {
+        self.events.pop_front()
+    }
+
+    /// True while events are queued.
+    pub fn events_pending(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    // ------------------------------------------------------------------
+    // Closing
+    // ------------------------------------------------------------------
+
+    /// Copies the payload of queued output out of registered memory, so
+    /// that holds can be released while the bytes still go out.
+    fn materialize_output(&mut self) {
+        for c in self.out.iter_mut() {
+            if let Chunk::Mem { idx, off, len } = *c {
+                *c = Chunk::Owned(slot_slice(&self.slots, idx, off, len).to_vec());
+            }
+        }
+        // Read Response jobs in the output release their holds now.
+        let mut releases = Vec::new();
+        self.out.retain(|c| match c {
+            Chunk::Mark(TxMark::RespDone(idx)) => {
+                releases.push(*idx);
+                false
+            }
+            _ => true,
+        });
+        for idx in releases {
+            self.release(&[Held { idx, write: false }]);
+        }
+    }
+
+    /// Flushes every outstanding WR and enters the closed state.
+    fn go_down(&mut self, reason: DisconnectReason) {
+        if matches!(self.state, QpState::Closed(_)) {
+            return;
+        }
+        self.materialize_output();
+        if let Some(TxMsg {
+            src: TxSrc::Resp(j),
+            ..
+        }) = self.cur.take()
+        {
+            self.release(&[Held {
+                idx: j.idx,
+                write: false,
+            }]);
+        }
+        for j in std::mem::take(&mut self.resp_q) {
+            self.release(&[Held {
+                idx: j.idx,
+                write: false,
+            }]);
+        }
+        self.ord_q.clear();
+        for w in self.sq.iter_mut() {
+            if !matches!(w.state, WrState::Done(..)) {
+                w.state = WrState::Done(Status::Flushed, 0);
+            }
+        }
+        self.retire();
+        while let Some(r) = self.rq.pop_front() {
+            self.complete(
+                Completion {
+                    wr_id: r.wr_id,
+                    opcode: CqOpcode::Recv,
+                    byte_len: 0,
+                    status: Status::Flushed,
+                },
+                vec![Held {
+                    idx: r.idx,
+                    write: true,
+                }],
+            );
+        }
+        self.rx.state = RxState::Dead;
+        self.state = QpState::Closed(reason.clone());
+        self.solicited = true;
+        self.events.push_back(QpEvent::Disconnected(reason));
+    }
+
+    /// Abortive local close: every outstanding WR is flushed; the queued
+    /// output (whole FPDUs) still goes out, then the owner closes TCP.
+    pub fn disconnect(&mut self) {
+        self.tx_closed = true;
+        self.go_down(DisconnectReason::LocalClose);
+    }
+
+    /// Closes with `reason` without sending anything (connection setup
+    /// failed or was rejected): every posted WR is flushed.
+    pub fn abort(&mut self, reason: DisconnectReason) {
+        self.tx_closed = true;
+        self.materialize_output();
+        self.out.clear();
+        self.out_bytes = 0;
+        self.go_down(reason);
+    }
+
+    /// The peer closed TCP (end of stream). Mid-FPDU, or on a stream that
+    /// was never established, the link was lost.
+    pub fn peer_closed(&mut self) {
+        let clean = self.rx.state == RxState::Header && self.rx.have == 0 && !self.rx.in_fpdu;
+        self.tx_closed = true;
+        self.go_down(if clean {
+            DisconnectReason::PeerClose
+        } else {
+            DisconnectReason::TransportLost
+        });
+    }
+
+    /// TCP failed (reset, error).
+    pub fn transport_lost(&mut self) {
+        self.tx_closed = true;
+        self.materialize_output();
+        self.out.clear();
+        self.out_bytes = 0;
+        self.go_down(DisconnectReason::TransportLost);
+    }
+
+    /// Sends a Terminate for `code` (copying the offending header from
+    /// `ulpdu_prefix`, whose full ULPDU was `ulpdu_len` octets) and closes.
+    fn terminate(
+        &mut self,
+        code: TerminateCode,
+        ulpdu_prefix: Option<&[u8]>,
+        ulpdu_len: usize,
+        reason: DisconnectReason,
+    ) {
+        if matches!(self.state, QpState::Closed(_)) {
+            return;
+        }
+        let mut t = TerminateMessage::for_segment(code, ulpdu_prefix);
+        if let Some(d) = t.ddp.as_mut() {
+            d.segment_length = u16::try_from(ulpdu_len).unwrap_or(u16::MAX);
+        }
+        self.go_down(reason);
+        if !self.tx_closed {
+            //= rfc5040#section-5.4
+            //# A Terminate Message references the Terminate Queue.  That is, the
+            //# Local Peer's RDMAP layer MUST request that the DDP layer set the
+            //# Queue Number field to two.
+            let ulpdu = rdmap::encode_terminate(ddp::INITIAL_MSN, &t);
+            let mut v = vec![0u8; self.framer.fpdu_wire_len(ulpdu.len())];
+            if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
+                v.truncate(n);
+                self.out_bytes += v.len();
+                self.out.push_back(Chunk::Owned(v));
+                self.out.push_back(Chunk::Mark(TxMark::Terminate));
+                self.stats.tx_fpdus[7] += 1;
+            }
+            self.tx_closed = true;
+        }
+        self.terminate_sent = Some(t);
+    }
+
+    /// Nothing more will ever be sent and all output has been drained: the
+    /// owner can shut TCP down.
+    pub fn tx_finished(&self) -> bool {
+        self.tx_closed && self.out.is_empty()
+    }
+
+    /// True once closed.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, QpState::Closed(_))
+    }
+
+    // ------------------------------------------------------------------
+    // Transmit
+    // ------------------------------------------------------------------
+
+    /// True if there are octets to send (or WRs that could be framed).
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+            || (self.state == QpState::Established
+                && (self.cur.is_some()
+                    || !self.resp_q.is_empty()
+                    || self.sq_next_tx < self.sq_front_seq + self.sq.len() as u64))
+    }
+
+    fn sq_get(&self, seq: u64) -> Option<&SqWr> {
+        self.sq
+            .get(usize::try_from(seq.checked_sub(self.sq_front_seq)?).ok()?)
+    }
+
+    fn sq_get_mut(&mut self, seq: u64) -> Option<&mut SqWr> {
+        let i = usize::try_from(seq.checked_sub(self.sq_front_seq)?).ok()?;
+        self.sq.get_mut(i)
+    }
+
+    /// Frames one FPDU: `ddp_hdr` then the payload pieces (region index,
+    /// offset, length), then `mark`.
+    fn emit(&mut self, hdr: &DdpHeader, pieces: &[(u32, usize, usize)], opcode: Opcode) {
+        let mut hb = [0u8; 18];
+        let hl = hdr.encoded_len();
+        let _ = hdr.write(&mut hb);
+        let payload: usize = pieces.iter().map(|p| p.2).sum();
+        if self.framer.config().markers {
+            let mut ulpdu = Vec::with_capacity(hl + payload);
+            ulpdu.extend_from_slice(&hb[..hl]);
+            for &(idx, off, len) in pieces {
+                ulpdu.extend_from_slice(slot_slice(&self.slots, idx, off, len));
+            }
+            let mut v = vec![0u8; self.framer.fpdu_wire_len(ulpdu.len())];
+            if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
+                v.truncate(n);
+                self.out_bytes += n;
+                self.out.push_back(Chunk::Owned(v));
+            }
+        } else {
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(pieces.len() + 1);
+            parts.push(&hb[..hl]);
+            for &(idx, off, len) in pieces {
+                parts.push(slot_slice(&self.slots, idx, off, len));
+            }
+            let Ok(fp) = self.framer.frame_parts(&parts) else {
+                return;
+            };
+            let mut head = [0u8; 20];
+            head[..2].copy_from_slice(&fp.header);
+            head[2..2 + hl].copy_from_slice(&hb[..hl]);
+            self.out.push_back(inline(&head[..2 + hl]));
+            for &(idx, off, len) in pieces {
+                if len > 0 {
+                    self.out.push_back(Chunk::Mem { idx, off, len });
+                }
+            }
+            self.out.push_back(inline(&fp.trailer[..fp.trailer_len]));
+            self.out_bytes += 2 + hl + payload + fp.trailer_len;
+        }
+        if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
+            *c += 1;
+        }
+    }
+
+    /// Starts the next message: a queued Read Response first, then the next
+    /// Send-queue WR. Returns false if nothing can start.
+    fn start_next(&mut self) -> bool {
+        if let Some(job) = self.resp_q.pop_front() {
+            self.cur = Some(TxMsg {
+                src: TxSrc::Resp(job),
+                total: job.len,
+                done: 0,
+                sge_i: 0,
+                sge_off: 0,
+            });
+            return true;
+        }
+        let seq = self.sq_next_tx;
+        let Some(w) = self.sq_get(seq) else {
+            return false;
+        };
+        match w.op {
+            SendOp::LocalInvalidate { stag } => {
+                let idx = self.slot_region(stag.0).map(|(i, _)| i);
+                let status = match idx.and_then(|i| self.region_at_mut(i)) {
+                    Some(r) => {
+                        r.remote_valid = false;
+                        Status::Success
+                    }
+                    None => Status::LocalProtection,
+                };
+                if let Some(w) = self.sq_get_mut(seq) {
+                    w.state = WrState::Done(status, 0);
+                }
+                self.sq_next_tx += 1;
+                self.retire();
+                if !status.is_ok() {
+                    self.go_down(DisconnectReason::Error {
+                        status,
+                        blame: Blame::Local,
+                    });
+                    return false;
+                }
+                true
+            }
+            SendOp::Read { remote } => {
+                //= rfc5040#section-6.1
+                //# For outbound RDMA Read Requests, the RDMAP layer MUST NOT exceed
+                //# the maximum number of outstanding, outbound RDMA Read Requests
+                //# that were negotiated between the ULP and the Local Peer's RDMAP
+                //# layer.
+                if self.ord_q.len() >= usize::from(self.params.ord) {
+                    return false;
+                }
+                let Some(sge) = w.sges.first().copied() else {
+                    return false;
+                };
+                let sink = Stag(sge.lkey);
+                let rr = ReadRequest {
+                    sink_stag: sink.0,
+                    sink_to: sge.offset,
+                    size: sge.length,
+                    src_stag: remote.stag.0,
+                    src_to: remote.offset,
+                };
+                let msn = self.read_msn;
+                self.read_msn = self.read_msn.wrapping_add(1);
+                let ulpdu = rdmap::encode_read_request(msn, &rr);
+                let mut v = vec![0u8; self.framer.fpdu_wire_len(ulpdu.len())];
+                if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
+                    v.truncate(n);
+                    self.out_bytes += n;
+                    self.out.push_back(Chunk::Owned(v));
+                    self.stats.tx_fpdus[1] += 1;
+                }
+                self.ord_q.push_back(OutRead {
+                    seq,
+                    sink_stag: sink.0,
+                    sink_to: sge.offset,
+                    len: sge.length,
+                    received: 0,
+                });
+                if let Some(w) = self.sq_get_mut(seq) {
+                    w.state = WrState::AwaitRead;
+                    w.msn = msn;
+                }
+                self.sq_next_tx += 1;
+                true
+            }
+            _ => {
+                let total = w.len;
+                if w.op_is_send() {
+                    let msn = self.send_msn;
+                    self.send_msn = self.send_msn.wrapping_add(1);
+                    if let Some(w) = self.sq_get_mut(seq) {
+                        w.msn = msn;
+                    }
+                }
+                if let Some(w) = self.sq_get_mut(seq) {
+                    w.state = WrState::Sending;
+                }
+                self.sq_next_tx += 1;
+                self.cur = Some(TxMsg {
+                    src: TxSrc::Sq(seq),
+                    total,
+                    done: 0,
+                    sge_i: 0,
+                    sge_off: 0,
+                });
+                true
+            }
+        }
+    }
+
+    /// Frames the next FPDU of the current message.
+    fn emit_segment(&mut self) {
+        let Some(mut m) = self.cur.take() else { return };
+        let mulpdu = usize::from(self.params.mulpdu.max(64));
+        let mut pieces: Vec<(u32, usize, usize)> = Vec::new();
+        let (hdr, opcode, finished_mark) = match m.src {
+            TxSrc::Resp(job) => {
+                let max = mulpdu - TAGGED_HEADER_LEN;
+                let len = ((m.total - m.done) as usize).min(max);
+                let last = m.done as usize + len == m.total as usize;
+                if len > 0 {
+                    pieces.push((job.idx, (job.off + u64::from(m.done)) as usize, len));
+                }
+                let hdr = rdmap::read_response_header(
+                    job.sink_stag,
+                    job.sink_to.wrapping_add(u64::from(m.done)),
+                    last,
+                );
+                m.done += len as u32;
+                (
+                    hdr,
+                    Opcode::READ_RESPONSE,
+                    last.then_some(TxMark::RespDone(job.idx)),
+                )
+            }
+            TxSrc::Sq(seq) => {
+                let Some(w) = self.sq_get(seq) else { return };
+                let (hl, opcode) = match w.op {
+                    SendOp::Write { .. } => (TAGGED_HEADER_LEN, Opcode::WRITE),
+                    SendOp::SendWithInvalidate { solicited, .. } => (
+                        UNTAGGED_HEADER_LEN,
+                        if solicited {
+                            Opcode::SEND_SE_INVALIDATE
+                        } else {
+                            Opcode::SEND_INVALIDATE
+                        },
+                    ),
+                    SendOp::Send { solicited } => (
+                        UNTAGGED_HEADER_LEN,
+                        if solicited {
+                            Opcode::SEND_SE
+                        } else {
+                            Opcode::SEND
+                        },
+                    ),
+                    _ => return,
+                };
+                let max = mulpdu - hl;
+                let mut want = ((m.total - m.done) as usize).min(max);
+                let seg_len = want;
+                while want > 0 {
+                    let Some(s) = w.sges.get(m.sge_i) else { break };
+                    let avail = (u64::from(s.length) - m.sge_off) as usize;
+                    if avail == 0 {
+                        m.sge_i += 1;
+                        m.sge_off = 0;
+                        continue;
+                    }
+                    let c = avail.min(want);
+                    pieces.push((Stag(s.lkey).index(), (s.offset + m.sge_off) as usize, c));
+                    m.sge_off += c as u64;
+                    want -= c;
+                }
+                let last = m.done as usize + seg_len == m.total as usize;
+                let hdr = match w.op {
+                    SendOp::Write { remote } => rdmap::write_header(
+                        remote.stag.0,
+                        remote.offset.wrapping_add(u64::from(m.done)),
+                        last,
+                    ),
+                    SendOp::SendWithInvalidate { invalidate, .. } => {
+                        match rdmap::send_header(opcode, w.msn, m.done, last, invalidate.0) {
+                            Ok(h) => h,
+                            Err(_) => return,
+                        }
+                    }
+                    _ => match rdmap::send_header(opcode, w.msn, m.done, last, 0) {
+                        Ok(h) => h,
+                        Err(_) => return,
+                    },
+                };
+                m.done += seg_len as u32;
+                (hdr, opcode, last.then_some(TxMark::SqDone(seq)))
+            }
+        };
+        self.emit(&hdr, &pieces, opcode);
+        match finished_mark {
+            Some(mark) => self.out.push_back(Chunk::Mark(mark)),
+            None => self.cur = Some(m),
+        }
+    }
+
+    /// Frames queued work into output chunks until the budget is reached.
+    fn fill(&mut self) {
+        while self.state == QpState::Established && !self.tx_closed && self.out_bytes < OUT_BUDGET {
+            if self.cur.is_none() && !self.start_next() {
+                break;
+            }
+            if self.cur.is_some() {
+                self.emit_segment();
+            }
+        }
+    }
+
+    fn process_marks(&mut self) {
+        while let Some(Chunk::Mark(m)) = self.out.front() {
+            let m = *m;
+            self.out.pop_front();
+            match m {
+                TxMark::SqDone(seq) => {
+                    if let Some(w) = self.sq_get_mut(seq) {
+                        if w.state == WrState::Sending {
+                            w.state = WrState::Transmitted;
+                        }
+                    }
+                }
+                TxMark::RespDone(idx) => {
+                    self.release(&[Held { idx, write: false }]);
+                    self.inbound_reads = self.inbound_reads.saturating_sub(1);
+                }
+                TxMark::Terminate => {}
+            }
+        }
+    }
+
+    fn advance(&mut self, mut n: usize) {
+        self.out_bytes = self.out_bytes.saturating_sub(n);
+        while n > 0 {
+            let Some(front) = self.out.front() else { break };
+            let rest = front.len() - self.front_off;
+            if n >= rest {
+                n -= rest;
+                self.front_off = 0;
+                self.out.pop_front();
+                self.process_marks();
+            } else {
+                self.front_off += n;
+                n = 0;
+            }
+        }
+        self.process_marks();
+    }
+
+    /// Frames whatever can be sent and hands it, as a gather list, to
+    /// `write` (e.g. `|s| stream.write_vectored(s)`) until it returns
+    /// `WouldBlock` or nothing is left. Returns the octets written; other
+    /// errors are returned as they are.
+    pub fn transmit<W>(&mut self, mut write: W) -> io::Result<usize>
+    where
+        W: FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
+    {
+        let mut total = 0;
+        loop {
+            self.fill();
+            self.process_marks();
+            if self.out.is_empty() {
+                return Ok(total);
+            }
+            let r = {
+                let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(64);
+                let mut first = true;
+                for c in self.out.iter() {
+                    if slices.len() == 64 {
+                        break;
+                    }
+                    let s: &[u8] = match c {
+                        Chunk::Inline { buf, len } => &buf[..usize::from(*len)],
+                        Chunk::Mem { idx, off, len } => slot_slice(&self.slots, *idx, *off, *len),
+                        Chunk::Owned(v) => v,
+                        Chunk::Mark(_) => continue,
+                    };
+                    let s = if first {
+                        first = false;
+                        s.get(self.front_off..).unwrap_or(&[])
+                    } else {
+                        s
+                    };
+                    if !s.is_empty() {
+                        slices.push(IoSlice::new(s));
+                    }
+                }
+                write(&slices)
+            };
+            match r {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    total += n;
+                    self.advance(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(total),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Copies up to `out.len()` octets of output into `out` (a convenience
+    /// over [`QueuePair::transmit`] for tests and simulations).
+    pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+        let mut w = 0;
+        let _ = self.transmit(|slices| {
+            let mut n = 0;
+            for s in slices {
+                let room = out.len() - w;
+                if room == 0 {
+                    break;
+                }
+                let c = s.len().min(room);
+                out[w..w + c].copy_from_slice(&s[..c]);
+                w += c;
+                n += c;
+            }
+            if n == 0 {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(n)
+            }
+        });
+        w
+    }
+
+    // ------------------------------------------------------------------
+    // Receive
+    // ------------------------------------------------------------------
+
+    /// How many octets the owner should read from TCP into its read-ahead
+    /// buffer next: small right after a large FPDU payload went straight to
+    /// memory (so the next large payload can too), large otherwise.
+    pub fn suggested_read_len(&self) -> usize {
+        if self.rx.last_was_large && self.rx.state != RxState::Payload {
+            128
+        } else {
+            64 * 1024
+        }
+    }
+
+    /// Where the next octets of the TCP stream may be read to directly: the
+    /// rest of the current payload in its target region (`None` when the
+    /// next octets are not payload, with Markers, or after an error).
+    pub fn direct_target(&mut self) -> Option<&mut [u8]> {
+        if self.rx.state != RxState::Payload || self.params.recv_markers || self.rx.remaining == 0 {
+            return None;
+        }
+        let Dst::Mem { idx, off } = self.rx.dst else {
+            return None;
+        };
+        let rem = self.rx.remaining;
+        self.slots
+            .get_mut(idx as usize)?
+            .region
+            .as_mut()?
+            .buf
+            .get_mut(off..off.checked_add(rem)?)
+    }
+
+    /// Reports that `n` octets were read into [`QueuePair::direct_target`].
+    pub fn direct_filled(&mut self, n: usize) {
+        if self.rx.state != RxState::Payload {
+            return;
+        }
+        let Dst::Mem { idx, off } = self.rx.dst else {
+            return;
+        };
+        let n = n.min(self.rx.remaining);
+        if self.params.crc {
+            let s = slot_slice(&self.slots, idx, off, n);
+            self.rx.crc = self.rx.crc.update(s);
+        }
+        self.rx.pos += n as u64;
+        self.rx.remaining -= n;
+        self.rx.dst = Dst::Mem { idx, off: off + n };
+        self.stats.rx_direct_bytes += n as u64;
+        if self.rx.remaining == 0 {
+            self.enter_trailer();
+        }
+    }
+
+    /// Feeds octets read from TCP; everything is consumed (after a fatal
+    /// error the rest is ignored). Returns the octets consumed.
+    pub fn handle_input(&mut self, mut data: &[u8]) -> usize {
+        let total = data.len();
+        if self.state != QpState::Established {
+            return if self.is_closed() { total } else { 0 };
+        }
+        while !data.is_empty() && self.rx.state != RxState::Dead {
+            if self.params.recv_markers && self.rx.pos % MARKER_INTERVAL == 0 {
+                // Collect the Marker.
+                let take = (MARKER_LEN - self.rx.marker_have).min(data.len());
+                let h = self.rx.marker_have;
+                self.rx.marker[h..h + take].copy_from_slice(&data[..take]);
+                self.rx.marker_have += take;
+                data = &data[take..];
+                if self.rx.marker_have < MARKER_LEN {
+                    break;
+                }
+                self.rx.marker_have = 0;
+                let mpos = self.rx.pos;
+                if !self.rx.in_fpdu && self.rx.have == 0 && self.rx.state == RxState::Header {
+                    self.start_fpdu();
+                }
+                self.rx.crc = self.rx.crc.update(&self.rx.marker);
+                self.rx.pos += MARKER_LEN as u64;
+                let ptr = u16::from_be_bytes([self.rx.marker[2], self.rx.marker[3]]);
+                let target = mpos.checked_sub(u64::from(ptr));
+                let start = self.rx.fpdu_start;
+                if target != Some(start) && target != Some(start + MARKER_LEN as u64) {
+                    //= rfc5044#section-4.3
+                    //# If an FPDU is large enough to contain multiple Markers, they MUST all
+                    //# point to the same point in the TCP stream: the first octet of the
+                    //# ULPDU Length field for the FPDU.
+                    self.rx_framing_fault(TerminateCode::MPA_MARKER);
+                    break;
+                }
+                continue;
+            }
+            // Logical octets up to the next Marker.
+            let limit = if self.params.recv_markers {
+                (MARKER_INTERVAL - self.rx.pos % MARKER_INTERVAL) as usize
+            } else {
+                usize::MAX
+            };
+            let n = data.len().min(limit);
+            let used = self.consume(&data[..n]);
+            data = &data[used..];
+        }
+        total - data.len().min(total)
+    }
+
+    fn start_fpdu(&mut self) {
+        self.rx.in_fpdu = true;
+        self.rx.fpdu_start = self.rx.pos;
+        self.rx.crc = Crc32c::new();
+    }
+
+    /// Processes logical (Marker-free) octets; returns how many were used.
+    fn consume(&mut self, data: &[u8]) -> usize {
+        let mut used = 0;
+        while used < data.len() && self.rx.state != RxState::Dead {
+            let d = &data[used..];
+            match self.rx.state {
+                RxState::Header => {
+                    if !self.rx.in_fpdu {
+                        self.start_fpdu();
+                    }
+                    let take = (self.rx.need - self.rx.have).min(d.len());
+                    let h = self.rx.have;
+                    self.rx.hbuf[h..h + take].copy_from_slice(&d[..take]);
+                    self.rx.crc = self.rx.crc.update(&d[..take]);
+                    self.rx.have += take;
+                    self.rx.pos += take as u64;
+                    used += take;
+                    if self.rx.have == self.rx.need {
+                        self.header_progress();
+                    }
+                }
+                RxState::Payload => {
+                    let take = self.rx.remaining.min(d.len());
+                    let src = &d[..take];
+                    if self.params.crc {
+                        self.rx.crc = self.rx.crc.update(src);
+                    }
+                    if let Dst::Mem { idx, off } = self.rx.dst {
+                        if let Some(dst) = self
+                            .slots
+                            .get_mut(idx as usize)
+                            .and_then(|s| s.region.as_mut())
+                            .and_then(|r| r.buf.get_mut(off..off + take))
+                        {
+                            dst.copy_from_slice(src);
+                        }
+                        self.rx.dst = Dst::Mem {
+                            idx,
+                            off: off + take,
+                        };
+                        self.stats.rx_copied_bytes += take as u64;
+                    }
+                    self.rx.remaining -= take;
+                    self.rx.pos += take as u64;
+                    used += take;
+                    if self.rx.remaining == 0 {
+                        self.enter_trailer();
+                    }
+                }
+                RxState::Trailer => {
+                    let take = (self.rx.trailer_need - self.rx.trailer_have).min(d.len());
+                    let h = self.rx.trailer_have;
+                    self.rx.trailer[h..h + take].copy_from_slice(&d[..take]);
+                    // PAD octets are covered by the CRC (a Marker may follow
+                    // them, before the CRC field).
+                    let pad = self.rx.trailer_need - 4;
+                    if h < pad {
+                        let e = (h + take).min(pad);
+                        self.rx.crc = self.rx.crc.update(&self.rx.trailer[h..e]);
+                    }
+                    self.rx.trailer_have += take;
+                    self.rx.pos += take as u64;
+                    used += take;
+                    if self.rx.trailer_have == self.rx.trailer_need {
+                        self.finish_fpdu();
+                    }
+                }
+                RxState::Dead => break,
+            }
+        }
+        used
+    }
+
+    fn enter_trailer(&mut self) {
+        self.rx.state = RxState::Trailer;
+        self.rx.trailer_have = 0;
+        self.rx.trailer_need = pad_len(self.rx.ulpdu_len) + 4;
+    }
+
+    /// More header octets arrived: decide how many more are needed, or
+    /// run the checks.
+    fn header_progress(&mut self) {
+        let rx = &mut self.rx;
+        if rx.have == 2 {
+            let len = u16::from_be_bytes([rx.hbuf[0], rx.hbuf[1]]);
+            if len > self.params.max_rx_ulpdu {
+                // An FPDU longer than this receiver takes is a framing
+                // error (LLP / MPA / Marker-Length mismatch).
+                self.rx_framing_fault(TerminateCode::MPA_MARKER);
+                return;
+            }
+            rx.ulpdu_len = usize::from(len);
+            rx.last_was_large = rx.ulpdu_len >= 4096;
+            if rx.ulpdu_len == 0 {
+                self.on_header();
+                return;
+            }
+            rx.need = 3;
+            return;
+        }
+        let ul = rx.ulpdu_len;
+        if rx.have == 3 {
+            let tagged = rx.hbuf[2] & 0x80 != 0;
+            let hl = if tagged {
+                TAGGED_HEADER_LEN
+            } else {
+                UNTAGGED_HEADER_LEN
+            };
+            let want = 2 + hl.min(ul);
+            if want > rx.have {
+                rx.need = want;
+                return;
+            }
+        }
+        let tagged = rx.hbuf[2] & 0x80 != 0;
+        if !tagged && rx.have == 2 + UNTAGGED_HEADER_LEN && ul > UNTAGGED_HEADER_LEN {
+            let qn = u32::from_be_bytes([rx.hbuf[8], rx.hbuf[9], rx.hbuf[10], rx.hbuf[11]]);
+            if qn != QN_SEND {
+                let want = 2 + ul.min(Segment::MAX_PREFIX);
+                if want > rx.have {
+                    rx.need = want;
+                    return;
+                }
+            }
+        }
+        self.on_header();
+    }
+
+    /// The header prefix is complete: classify, check, choose the target.
+    fn on_header(&mut self) {
+        let have = self.rx.have;
+        let ul = self.rx.ulpdu_len;
+        let prefix_len = have - 2;
+        let mut prefix = [0u8; Segment::MAX_PREFIX];
+        prefix[..prefix_len].copy_from_slice(&self.rx.hbuf[2..have]);
+        let prefix = &prefix[..prefix_len];
+        self.rx.hdr_len = prefix_len;
+        self.rx.remaining = ul - prefix_len;
+        self.rx.dst = Dst::Discard;
+        self.rx.action = RxAction::None;
+        self.rx.state = RxState::Payload;
+        match Segment::parse_prefix(prefix, ul) {
+            Err(code) => self.rx_fault(code, Status::RemoteInvalidRequest, None),
+            Ok(seg) => self.check_segment(&seg, ul),
+        }
+        if self.rx.remaining == 0 && self.rx.state == RxState::Payload {
+            self.enter_trailer();
+        }
+    }
+
+    fn rx_fault(&mut self, code: TerminateCode, status: Status, recv: Option<(u32, Status)>) {
+        if self.rx.fault.is_none() {
+            self.rx.fault = Some(RxFault {
+                code,
+                reason: DisconnectReason2 {
+                    status,
+                    blame: match status {
+                        Status::ReceiverNotReady
+                        | Status::LocalLength
+                        | Status::LocalProtection => Blame::Local,
+                        _ => Blame::Remote,
+                    },
+                },
+                recv,
+            });
+        }
+        self.rx.dst = Dst::Discard;
+    }
+
+    //= rfc5041#section-7.1
+    //# For non-zero-length Untagged DDP Segments, the DDP Segment MUST be
+    //# validated before Placement by verifying:
+    fn check_segment(&mut self, seg: &Segment, ul: usize) {
+        let payload_len = (ul - seg.payload.start.min(ul)) as u64;
+        match seg.ddp {
+            DdpHeader::Tagged(t) => {
+                if seg.control.opcode == Opcode::READ_RESPONSE {
+                    let Some(front) = self.ord_q.front() else {
+                        // A Read Response with no outstanding Read Request is
+                        // an unexpected opcode.
+                        self.rx_fault(
+                            TerminateCode::RDMAP_UNEXPECTED_OPCODE,
+                            Status::RemoteInvalidRequest,
+                            None,
+                        );
+                        return;
+                    };
+                    let (sink_stag, sink_to, len) = (front.sink_stag, front.sink_to, front.len);
+                    if len == 0 && payload_len == 0 {
+                        self.rx.action = RxAction::ReadResponse { last: t.last };
+                        return;
+                    }
+                    let in_range = t.stag == sink_stag
+                        && t.to >= sink_to
+                        && u128::from(t.to) + u128::from(payload_len)
+                            <= u128::from(sink_to) + u128::from(len);
+                    if !in_range {
+                        self.rx_fault(
+                            TerminateCode::DDP_TAGGED_BASE_BOUNDS,
+                            Status::RemoteAccess,
+                            None,
+                        );
+                        return;
+                    }
+                    match self.tagged_target(t.stag, t.to, payload_len) {
+                        Ok(dst) => {
+                            self.rx.dst = dst;
+                            self.rx.action = RxAction::ReadResponse { last: t.last };
+                        }
+                        Err(code) => self.rx_fault(code, Status::RemoteAccess, None),
+                    }
+                } else {
+                    match self.tagged_target(t.stag, t.to, payload_len) {
+                        Ok(dst) => self.rx.dst = dst,
+                        Err(code) => self.rx_fault(code, Status::RemoteAccess, None),
+                    }
+                }
+            }
+            DdpHeader::Untagged(u) => match u.qn {
+                QN_SEND => {
+                    let rq = &self.rq;
+                    let r = ddp::check_untagged(
+                        &u,
+                        payload_len as u32,
+                        |q| q <= QN_TERMINATE,
+                        self.rq_msn,
+                        |d| rq.get(d as usize).map(|r| u64::from(r.sge.length)),
+                    );
+                    match r {
+                        Ok(pl) => {
+                            let Some(r) = self.rq.get(pl.buffer_index as usize) else {
+                                return;
+                            };
+                            let off = r.sge.offset + u64::from(pl.offset);
+                            self.rx.dst = Dst::Mem {
+                                idx: r.idx,
+                                off: off as usize,
+                            };
+                            self.rx.action = RxAction::Send {
+                                d: pl.buffer_index,
+                                end: u64::from(pl.offset) + payload_len,
+                                last: u.last,
+                                opcode: seg.control.opcode,
+                                inval: u.rsvd_ulp_word,
+                            };
+                            if u.last && seg.control.opcode.carries_invalidate_stag() {
+                                let ok = self.slot_region(u.rsvd_ulp_word).is_some_and(|(_, r)| {
+                                    r.access.contains(Access::REMOTE_WRITE)
+                                        || r.access.contains(Access::REMOTE_READ)
+                                });
+                                if !ok {
+                                    // A Send with Invalidate naming an STag
+                                    // that cannot be invalidated is a remote
+                                    // operation error; nothing is placed.
+                                    self.rx_fault(
+                                        TerminateCode::RDMAP_OPERATION_CANNOT_INVALIDATE,
+                                        Status::RemoteInvalidRequest,
+                                        Some((pl.buffer_index, Status::LocalProtection)),
+                                    );
+                                }
+                            }
+                        }
+                        Err(code) => {
+                            let (status, recv) = match code {
+                                TerminateCode::DDP_UNTAGGED_NO_BUFFER => {
+                                    (Status::ReceiverNotReady, None)
+                                }
+                                TerminateCode::DDP_UNTAGGED_TOO_LONG
+                                | TerminateCode::DDP_UNTAGGED_INVALID_MO => {
+                                    let d = u.msn.wrapping_sub(self.rq_msn);
+                                    (Status::LocalLength, Some((d, Status::LocalLength)))
+                                }
+                                _ => (Status::RemoteInvalidRequest, None),
+                            };
+                            self.rx_fault(code, status, recv);
+                        }
+                    }
+                }
+                QN_READ_REQUEST => {
+                    let Some(rr) = seg.read_request else {
+                        self.rx_fault(
+                            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
+                            Status::RemoteInvalidRequest,
+                            None,
+                        );
+                        return;
+                    };
+                    let room = self.inbound_reads < u32::from(self.params.ird);
+                    let r = ddp::check_untagged(
+                        &u,
+                        0,
+                        |q| q <= QN_TERMINATE,
+                        self.rd_msn,
+                        |d| (d == 0 && room).then_some(0),
+                    );
+                    if let Err(code) = r {
+                        //= rfc5040#section-6.1
+                        //# For inbound RDMA Read Requests, the RDMAP layer MUST NOT exceed
+                        //# the maximum number of outstanding, inbound RDMA Read Requests that
+                        //# were negotiated between the ULP and the Local Peer's RDMAP layer.
+                        // A Read Request beyond the IRD finds no Read Request
+                        // buffer for its MSN: DDP untagged "no buffer".
+                        self.rx_fault(code, Status::RemoteInvalidRequest, None);
+                        return;
+                    }
+                    let mut job = RespJob {
+                        idx: 0,
+                        off: 0,
+                        len: rr.size,
+                        sink_stag: rr.sink_stag,
+                        sink_to: rr.sink_to,
+                    };
+                    if rr.size > 0 {
+                        let info = self.region_info(rr.src_stag);
+                        let checked = ddp::check_tagged(
+                            rr.src_to,
+                            u64::from(rr.size),
+                            info.as_ref().map(|(_, i)| i),
+                            ddp::Access::REMOTE_READ,
+                            TaggedCheck::RdmapReadSource,
+                        );
+                        match (checked, info) {
+                            (Ok(off), Some((idx, _))) => {
+                                job.idx = idx;
+                                job.off = off;
+                            }
+                            (Err(code), _) => {
+                                self.rx_fault(code, Status::RemoteAccess, None);
+                                return;
+                            }
+                            (Ok(_), None) => return,
+                        }
+                    }
+                    self.rx.action = RxAction::ReadRequest(job);
+                }
+                _ => self.rx.action = RxAction::Terminate,
+            },
+        }
+    }
+
+    fn tagged_target(&self, stag: u32, to: u64, len: u64) -> Result<Dst, TerminateCode> {
+        let info = self.region_info(stag);
+        let off = ddp::check_tagged(
+            to,
+            len,
+            info.as_ref().map(|(_, i)| i),
+            ddp::Access::REMOTE_WRITE,
+            TaggedCheck::DdpPlacement,
+        )?;
+        let idx = info.map(|(i, _)| i).unwrap_or(0);
+        Ok(Dst::Mem {
+            idx,
+            off: off as usize,
+        })
+    }
+
+    fn rx_framing_fault(&mut self, code: TerminateCode) {
+        let have = self.rx.have.max(2);
+        let prefix: Vec<u8> = self.rx.hbuf.get(2..have).unwrap_or(&[]).to_vec();
+        let ul = self.rx.ulpdu_len;
+        self.terminate(
+            code,
+            (!prefix.is_empty()).then_some(&prefix[..]),
+            ul,
+            DisconnectReason::Error {
+                status: Status::ConnectionLost,
+                blame: Blame::Transport,
+            },
+        );
+    }
+
+    /// The trailer is complete: check the CRC, then act.
+    fn finish_fpdu(&mut self) {
+        let pad = self.rx.trailer_need - 4;
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&self.rx.trailer[pad..pad + 4]);
+        let received = crc::from_wire(w);
+        let computed = self.rx.crc.value();
+        if self.params.crc && received != computed {
+            //= rfc5044#section-4.4
+            //# If not, the
+            //# receiver MUST treat the FPDU as an invalid FPDU.
+            self.rx_framing_fault(TerminateCode::MPA_CRC);
+            return;
+        }
+        let have = self.rx.have;
+        let ul = self.rx.ulpdu_len;
+        // Reset for the next FPDU.
+        self.rx.state = RxState::Header;
+        self.rx.have = 0;
+        self.rx.need = 2;
+        self.rx.in_fpdu = false;
+        let mut prefix = [0u8; Segment::MAX_PREFIX];
+        let pl = have.saturating_sub(2);
+        prefix[..pl].copy_from_slice(&self.rx.hbuf[2..have.max(2)]);
+        if let Some(f) = self.rx.fault.take() {
+            if let Some((d, st)) = f.recv {
+                if let Some(r) = self.rq.get(d as usize) {
+                    let (wr_id, idx) = (r.wr_id, r.idx);
+                    self.rq.remove(d as usize);
+                    self.complete(
+                        Completion {
+                            wr_id,
+                            opcode: CqOpcode::Recv,
+                            byte_len: 0,
+                            status: st,
+                        },
+                        vec![Held { idx, write: true }],
+                    );
+                }
+            }
+            self.terminate(
+                f.code,
+                Some(&prefix[..pl]),
+                ul,
+                DisconnectReason::Error {
+                    status: f.reason.status,
+                    blame: f.reason.blame,
+                },
+            );
+            return;
+        }
+        let ctrl = prefix.get(1).copied().unwrap_or(0);
+        let op = usize::from(ctrl & 0x0f);
+        if let Some(c) = self.stats.rx_fpdus.get_mut(op) {
+            *c += 1;
+        }
+        match self.rx.action {
+            RxAction::None => {}
+            RxAction::Send {
+                d,
+                end,
+                last,
+                opcode,
+                inval,
+            } => {
+                if let Some(r) = self.rq.get_mut(d as usize) {
+                    r.placed_end = r.placed_end.max(end);
+                    if last {
+                        let cq_op = if opcode.carries_invalidate_stag() {
+                            CqOpcode::RecvWithInvalidate { stag: Stag(inval) }
+                        } else {
+                            CqOpcode::Recv
+                        };
+                        r.done = Some((cq_op, end as u32, opcode.solicited()));
+                    }
+                }
+                if last && opcode.carries_invalidate_stag() {
+                    if let Some((idx, _)) = self.slot_region(inval) {
+                        if let Some(r) = self.region_at_mut(idx) {
+                            r.remote_valid = false;
+                        }
+                    }
+                }
+                // Complete finished receives in MSN order.
+                while let Some(r) = self.rq.front() {
+                    let Some((op, len, se)) = r.done else { break };
+                    let Some(r) = self.rq.pop_front() else { break };
+                    self.rq_msn = self.rq_msn.wrapping_add(1);
+                    if se {
+                        self.solicited = true;
+                    }
+                    self.complete(
+                        Completion {
+                            wr_id: r.wr_id,
+                            opcode: op,
+                            byte_len: len,
+                            status: Status::Success,
+                        },
+                        vec![Held {
+                            idx: r.idx,
+                            write: true,
+                        }],
+                    );
+                }
+            }
+            RxAction::ReadResponse { last } => {
+                let plen = (ul - self.rx.hdr_len.min(ul)) as u64;
+                if let Some(f) = self.ord_q.front_mut() {
+                    f.received += plen;
+                }
+                if last {
+                    if let Some(f) = self.ord_q.pop_front() {
+                        let seq = f.seq;
+                        if let Some(w) = self.sq_get_mut(seq) {
+                            w.state = WrState::Done(Status::Success, f.len);
+                        }
+                        self.retire();
+                    }
+                }
+            }
+            RxAction::ReadRequest(job) => {
+                self.rd_msn = self.rd_msn.wrapping_add(1);
+                self.inbound_reads += 1;
+                if job.len > 0 {
+                    self.hold(&[Held {
+                        idx: job.idx,
+                        write: false,
+                    }]);
+                }
+                self.resp_q.push_back(job);
+            }
+            RxAction::Terminate => {
+                let t =
+                    TerminateMessage::decode(prefix.get(UNTAGGED_HEADER_LEN..pl).unwrap_or(&[]));
+                if let Ok(t) = t {
+                    self.on_terminate(t);
+                }
+            }
+        }
+    }
+
+    /// The peer sent a Terminate: find the WR it names, fail it, flush the
+    /// rest, close.
+    fn on_terminate(&mut self, t: TerminateMessage) {
+        self.terminate_received = Some(t);
+        let status = status_for_terminate(t.code);
+        let mut target: Option<u64> = None;
+        if let Some(d) = t.ddp {
+            let opcode = rdmap::RdmapControl::from_byte(d.header.rsvd_ulp()).opcode;
+            match d.header {
+                DdpHeader::Tagged(th) if opcode == Opcode::WRITE => {
+                    target = self
+                        .sq
+                        .iter()
+                        .enumerate()
+                        .find(|(_, w)| {
+                            matches!(w.op, SendOp::Write { remote } if remote.stag.0 == th.stag)
+                                && !matches!(w.state, WrState::Done(..) | WrState::Queued)
+                        })
+                        .map(|(i, _)| self.sq_front_seq + i as u64);
+                }
+                DdpHeader::Untagged(u) if u.qn == QN_SEND || u.qn == QN_READ_REQUEST => {
+                    target = self
+                        .sq
+                        .iter()
+                        .enumerate()
+                        .find(|(_, w)| {
+                            let is_read = matches!(w.op, SendOp::Read { .. });
+                            let is_send = w.op_is_send();
+                            ((u.qn == QN_SEND && is_send) || (u.qn == QN_READ_REQUEST && is_read))
+                                && w.msn == u.msn
+                                && !matches!(w.state, WrState::Done(..) | WrState::Queued)
+                        })
+                        .map(|(i, _)| self.sq_front_seq + i as u64);
+                }
+                _ => {}
+            }
+        }
+        if let Some(seq) = target {
+            if let Some(w) = self.sq_get_mut(seq) {
+                w.state = WrState::Done(status, 0);
+            }
+        }
+        self.tx_closed = true;
+        //= rfc5040#section-5.4
+        //# A Terminate Message MUST be Delivered to the Remote Peer's RDMAP
+        //# layer.  The RDMAP layer MUST Deliver the Terminate Message to the
+        //# ULP.
+        self.go_down(DisconnectReason::Error {
+            status,
+            blame: Blame::Remote,
+        });
+    }
+}
+
+impl SqWr {
+    fn op_is_send(&self) -> bool {
+        matches!(
+            self.op,
+            SendOp::Send { .. } | SendOp::SendWithInvalidate { .. }
+        )
+    }
+}

@@ -1,0 +1,736 @@
+//! The TCP adapter: [`IwarpProvider`] implements
+//! [`rpcrdma_proto::provider::Provider`] over a non-blocking `std` TCP
+//! stream (TCP_NODELAY), with the sans-IO [`crate::cm::Handshake`] and
+//! [`crate::qp::QueuePair`] doing all protocol work.
+//!
+//! # Progress
+//!
+//! Every call of `poll_completions` (and `poll_event`) makes one progress
+//! pass: read what the socket has (payloads straight into their target
+//! regions when the queue pair offers a [`QueuePair::direct_target`]),
+//! confirm the Sends/Writes handed to TCP by earlier passes, frame and write
+//! what can be written with `write_vectored` (gathering payloads from
+//! registered memory), and shut the socket down once a Terminate or a close
+//! has been sent.
+//!
+//! # Readiness
+//!
+//! [`Provider::raw_fd`] is the socket. [`Provider::arm`] wakes at once if
+//! completions or events are pending, or if transmitted WRs await
+//! confirmation, or if output is pending and the socket was not full;
+//! otherwise it stores the waker, which the next post wakes. A driver
+//! (e.g. tokio's `AsyncFd`) also waits for the fd to become readable, and
+//! writable when [`IwarpProvider::write_blocked`] says so. Blocking callers
+//! use [`IwarpProvider::wait`] (`poll(2)` through `rustix`).
+//!
+//! # Connection setup
+//!
+//! Active: [`IwarpProvider::connect`] (TCP connect, then the MPA exchange
+//! runs inside the progress passes; [`IwarpProvider::connect_blocking`]
+//! waits for it with a deadline). Passive: [`Listener::bind`],
+//! [`Listener::accept`] (waits for a TCP connection and its MPA Request,
+//! with a deadline) → [`PendingConnection`] (the peer's private data and
+//! IRD/ORD; register memory and post receives on
+//! [`PendingConnection::provider_mut`]) → [`PendingConnection::accept`] or
+//! [`PendingConnection::reject`].
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use rpcrdma_proto::provider::{
+    Blame, Caps, Completion, ConnectionEvent, ConnectionInfo, ConnectionState, DisconnectReason,
+    MemoryRegion, Notify, Provider, ProviderError, RecvWr, RegisterError, SendWr, Status,
+};
+use rustix::event::{PollFd, PollFlags, Timespec};
+
+use crate::cm::{Established, Handshake, IwarpConfig, PeerRequest, Progress};
+use crate::mpa::{IrdOrd, MpaFrame};
+use crate::qp::{QpEvent, QpStats, QueuePair};
+
+/// Octets of read-ahead buffer.
+const RBUF: usize = 64 * 1024;
+/// Most octets read in one progress pass (so one busy peer cannot starve
+/// the caller).
+const READ_BUDGET: usize = 8 << 20;
+
+/// Direction of a captured chunk of TCP payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Written by this end.
+    Sent,
+    /// Read by this end.
+    Received,
+}
+
+/// One end of a software iWARP connection over TCP. See the
+/// [module docs](self).
+pub struct IwarpProvider {
+    sock: TcpStream,
+    qp: QueuePair,
+    hs: Option<Handshake>,
+    state: ConnectionState,
+    events: VecDeque<ConnectionEvent>,
+    info: Option<ConnectionInfo>,
+    est: Option<Established>,
+    local_frame: Option<MpaFrame>,
+    rbuf: Box<[u8]>,
+    waker: Option<(Waker, Notify)>,
+    shut_wr: bool,
+    eof: bool,
+    write_blocked: bool,
+    capture: Option<Vec<(Direction, Vec<u8>)>>,
+}
+
+impl std::fmt::Debug for IwarpProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IwarpProvider")
+            .field("state", &self.state)
+            .field("qp", &self.qp)
+            .finish()
+    }
+}
+
+fn wait_fd(fd: &impl AsFd, flags: PollFlags, timeout: Option<Duration>) -> io::Result<bool> {
+    let ts = timeout.map(|d| Timespec {
+        tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: d.subsec_nanos().into(),
+    });
+    let mut fds = [PollFd::new(fd, flags)];
+    loop {
+        match rustix::event::poll(&mut fds, ts.as_ref()) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn remaining(deadline: Instant) -> io::Result<Duration> {
+    let now = Instant::now();
+    if now >= deadline {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "iWARP connection setup timed out",
+        ));
+    }
+    Ok(deadline - now)
+}
+
+/// Writes all of `data` to a non-blocking socket, waiting for writability
+/// until `deadline`.
+fn write_all_deadline(sock: &mut TcpStream, mut data: &[u8], deadline: Instant) -> io::Result<()> {
+    while !data.is_empty() {
+        match sock.write(data) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait_fd(sock, PollFlags::OUT, Some(remaining(deadline)?))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl IwarpProvider {
+    fn new(sock: TcpStream, caps: Caps, key_base: u8) -> io::Result<Self> {
+        sock.set_nodelay(true)?;
+        sock.set_nonblocking(true)?;
+        Ok(IwarpProvider {
+            sock,
+            qp: QueuePair::new(caps, key_base),
+            hs: None,
+            state: ConnectionState::Idle,
+            events: VecDeque::new(),
+            info: None,
+            est: None,
+            local_frame: None,
+            rbuf: vec![0u8; RBUF].into_boxed_slice(),
+            waker: None,
+            shut_wr: false,
+            eof: false,
+            write_blocked: false,
+            capture: None,
+        })
+    }
+
+    /// Active side: connects TCP to `addr` (blocking) and queues the MPA
+    /// Request; the exchange completes during later progress passes and
+    /// ends in [`ConnectionEvent::Established`] or
+    /// [`ConnectionEvent::Disconnected`] (`Rejected` for an MPA Reject).
+    /// Receives may be posted at once.
+    pub fn connect(addr: impl ToSocketAddrs, cfg: IwarpConfig) -> io::Result<Self> {
+        let hs = Handshake::initiator(cfg.clone())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let sock = TcpStream::connect(addr)?;
+        let mut p = IwarpProvider::new(sock, cfg.caps, 0)?;
+        p.hs = Some(hs);
+        p.state = ConnectionState::Connecting;
+        p.progress();
+        Ok(p)
+    }
+
+    /// [`IwarpProvider::connect`], then waits until the connection is
+    /// established (or refused) or `timeout` passes. A Reject is returned
+    /// as `ConnectionRefused` with the reason in the message.
+    pub fn connect_blocking(
+        addr: impl ToSocketAddrs,
+        cfg: IwarpConfig,
+        timeout: Duration,
+    ) -> io::Result<Self> {
+        let deadline = Instant::now() + timeout;
+        let mut p = Self::connect(addr, cfg)?;
+        loop {
+            p.progress();
+            match &p.state {
+                ConnectionState::Established => return Ok(p),
+                ConnectionState::Disconnected(r) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionRefused,
+                        format!("iWARP connection failed: {r:?}"),
+                    ))
+                }
+                _ => {}
+            }
+            p.wait(Some(remaining(deadline)?))?;
+        }
+    }
+
+    /// Records every octet sent and received from now on (for captures and
+    /// wire oracles); see [`IwarpProvider::take_capture`].
+    pub fn set_capture(&mut self, on: bool) {
+        self.capture = on.then(Vec::new);
+    }
+
+    /// The recorded TCP payload chunks, in order, since the last call.
+    pub fn take_capture(&mut self) -> Vec<(Direction, Vec<u8>)> {
+        self.capture
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The MPA outcome: the peer's raw frame, ULP private data, IRD/ORD
+    /// header, and the stream parameters, once established.
+    pub fn established(&self) -> Option<&Established> {
+        self.est.as_ref()
+    }
+
+    /// The peer's raw MPA frame (private data with the IRD/ORD header).
+    pub fn peer_frame(&self) -> Option<&MpaFrame> {
+        self.est.as_ref().map(|e| &e.peer_frame)
+    }
+
+    /// The MPA frame we sent (Request or Reply), once established.
+    pub fn local_frame(&self) -> Option<&MpaFrame> {
+        self.local_frame.as_ref()
+    }
+
+    /// The queue pair (for statistics and Terminate inspection).
+    pub fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    /// Wire counters of the queue pair.
+    pub fn stats(&self) -> QpStats {
+        self.qp.stats()
+    }
+
+    /// True when output is pending and the last write found the socket
+    /// full: wait for writability, not only readability.
+    pub fn write_blocked(&self) -> bool {
+        self.write_blocked
+    }
+
+    /// The local socket address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    fn work_pending(&self) -> bool {
+        self.qp.completions_pending() > 0
+            || self.qp.events_pending()
+            || !self.events.is_empty()
+            || self.qp.has_unconfirmed()
+            || (self.qp.has_output() && !self.write_blocked)
+    }
+
+    /// Blocks until the socket is readable (or writable while
+    /// [`IwarpProvider::write_blocked`]), work is pending, or `timeout`
+    /// passes. Returns whether something may be ready.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        if self.work_pending() {
+            return Ok(true);
+        }
+        if self.eof && (self.shut_wr || !self.qp.has_output()) {
+            if let Some(t) = timeout {
+                std::thread::sleep(t.min(Duration::from_millis(1)));
+            }
+            return Ok(false);
+        }
+        let mut flags = PollFlags::empty();
+        if !self.eof {
+            flags |= PollFlags::IN;
+        }
+        if self.write_blocked || (self.hs.is_some() && !self.hs_output_empty()) {
+            flags |= PollFlags::OUT;
+        }
+        wait_fd(&self.sock, flags, timeout)
+    }
+
+    fn hs_output_empty(&self) -> bool {
+        self.hs.as_ref().map_or(true, |h| h.output().is_empty())
+    }
+
+    fn set_established(&mut self, est: Established) {
+        let caps = self.qp.caps();
+        let info = ConnectionInfo {
+            peer_private_data: est.peer_private_data.clone(),
+            ird: est.params.ird,
+            ord: est.params.ord,
+            max_send_sge: caps.max_send_sge,
+            max_recv_sge: caps.max_recv_sge,
+            max_inline: caps.max_inline,
+            max_msg_size: caps.max_msg_size,
+        };
+        self.qp.establish(est.params);
+        self.est = Some(est);
+        self.info = Some(info.clone());
+        self.state = ConnectionState::Established;
+        self.events.push_back(ConnectionEvent::Established(info));
+    }
+
+    fn record(&mut self, dir: Direction, data: &[u8]) {
+        if let Some(c) = self.capture.as_mut() {
+            c.push((dir, data.to_vec()));
+        }
+    }
+
+    /// Initiator: drive the MPA exchange.
+    fn progress_handshake(&mut self) {
+        let Some(hs) = self.hs.as_mut() else { return };
+        // Send what is left of the Request.
+        while !hs.output().is_empty() {
+            match self.sock.write(hs.output()) {
+                Ok(n) => {
+                    if let Some(c) = self.capture.as_mut() {
+                        c.push((Direction::Sent, hs.output()[..n].to_vec()));
+                    }
+                    hs.consume_output(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.hs = None;
+                    self.qp.abort(DisconnectReason::TransportLost);
+                    return;
+                }
+            }
+        }
+        loop {
+            // Read only what the Reply can still need, so that FPDU octets
+            // after it go through the queue pair's normal path.
+            let n = match self.sock.read(&mut self.rbuf[..532]) {
+                Ok(0) => {
+                    self.hs = None;
+                    self.eof = true;
+                    self.qp.abort(DisconnectReason::TransportLost);
+                    return;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.hs = None;
+                    self.qp.abort(DisconnectReason::TransportLost);
+                    return;
+                }
+            };
+            let data = self.rbuf[..n].to_vec();
+            self.record(Direction::Received, &data);
+            let Some(hs) = self.hs.as_mut() else { return };
+            match hs.feed(&data) {
+                Ok((Progress::NeedMore, _)) => continue,
+                Ok((Progress::Established(est), used)) => {
+                    self.local_frame = hs.sent_frame().cloned();
+                    self.hs = None;
+                    self.set_established(est);
+                    self.qp.handle_input(&data[used..]);
+                    return;
+                }
+                Ok((Progress::Rejected { private_data, .. }, _)) => {
+                    self.hs = None;
+                    self.qp.abort(DisconnectReason::Rejected { private_data });
+                    return;
+                }
+                Ok((Progress::Request(_), _)) | Err(_) => {
+                    //= rfc5044#section-7.1.2
+                    //# If the MPA Reply Frame is improperly formatted, the
+                    //# implementation MUST close the TCP connection and exit MPA.
+                    self.hs = None;
+                    self.qp.abort(DisconnectReason::Error {
+                        status: Status::RemoteInvalidRequest,
+                        blame: Blame::Remote,
+                    });
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One progress pass (see the module docs).
+    pub fn progress(&mut self) {
+        if self.hs.is_some() {
+            self.progress_handshake();
+        }
+        if self.hs.is_none() && self.state != ConnectionState::Idle {
+            self.progress_stream();
+        }
+        while let Some(QpEvent::Disconnected(r)) = self.qp.poll_event() {
+            self.state = ConnectionState::Disconnected(r.clone());
+            self.events.push_back(ConnectionEvent::Disconnected(r));
+        }
+    }
+
+    fn progress_stream(&mut self) {
+        // 1. Read, placing payloads directly where possible.
+        let mut budget = READ_BUDGET;
+        while !self.eof && budget > 0 {
+            let r = if let Some(t) = self.qp.direct_target() {
+                let len = t.len().min(budget);
+                match self.sock.read(&mut t[..len]) {
+                    Ok(n) if n > 0 => {
+                        if let Some(c) = self.capture.as_mut() {
+                            c.push((Direction::Received, t[..n].to_vec()));
+                        }
+                        self.qp.direct_filled(n);
+                        Ok(n)
+                    }
+                    other => other,
+                }
+            } else {
+                let len = self.qp.suggested_read_len().min(RBUF).min(budget);
+                match self.sock.read(&mut self.rbuf[..len]) {
+                    Ok(n) if n > 0 => {
+                        if let Some(c) = self.capture.as_mut() {
+                            c.push((Direction::Received, self.rbuf[..n].to_vec()));
+                        }
+                        self.qp.handle_input(&self.rbuf[..n]);
+                        Ok(n)
+                    }
+                    other => other,
+                }
+            };
+            match r {
+                Ok(0) => {
+                    self.eof = true;
+                    self.qp.peer_closed();
+                }
+                Ok(n) => budget = budget.saturating_sub(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.eof = true;
+                    self.qp.transport_lost();
+                }
+            }
+        }
+        // 2. What earlier passes handed to TCP met no Terminate: complete.
+        self.qp.confirm_transmitted();
+        // 3. Write, gathering from registered memory.
+        if !self.shut_wr {
+            let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
+            let r = qp.transmit(|slices| {
+                let n = sock.write_vectored(slices)?;
+                if let Some(c) = cap.as_mut() {
+                    let mut left = n;
+                    let mut v = Vec::with_capacity(n);
+                    for s in slices {
+                        let k = s.len().min(left);
+                        v.extend_from_slice(&s[..k]);
+                        left -= k;
+                        if left == 0 {
+                            break;
+                        }
+                    }
+                    c.push((Direction::Sent, v));
+                }
+                Ok(n)
+            });
+            match r {
+                Ok(_) => self.write_blocked = self.qp.has_output(),
+                Err(_) => {
+                    self.write_blocked = false;
+                    self.qp.transport_lost();
+                }
+            }
+            // 4. After a Terminate or a close: FIN.
+            if self.qp.tx_finished() {
+                let _ = self.sock.shutdown(Shutdown::Write);
+                self.shut_wr = true;
+                self.write_blocked = false;
+            }
+        }
+    }
+
+    fn wake_self(&mut self) {
+        if let Some((w, _)) = self.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+impl Provider for IwarpProvider {
+    fn caps(&self) -> Caps {
+        self.qp.caps()
+    }
+
+    fn connection_state(&self) -> ConnectionState {
+        self.state.clone()
+    }
+
+    fn connection_info(&self) -> Option<ConnectionInfo> {
+        self.info.clone()
+    }
+
+    fn poll_event(&mut self) -> Option<ConnectionEvent> {
+        if self.events.is_empty() {
+            self.progress();
+        }
+        self.events.pop_front()
+    }
+
+    fn disconnect(&mut self) {
+        if matches!(self.state, ConnectionState::Disconnected(_)) {
+            return;
+        }
+        if self.hs.take().is_some() {
+            self.qp.abort(DisconnectReason::LocalClose);
+            let _ = self.sock.shutdown(Shutdown::Both);
+            self.shut_wr = true;
+        } else {
+            self.qp.disconnect();
+        }
+        self.progress();
+    }
+
+    fn register(
+        &mut self,
+        buf: Box<[u8]>,
+        access: rpcrdma_proto::provider::Access,
+    ) -> Result<MemoryRegion, RegisterError> {
+        self.qp.register(buf, access)
+    }
+
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+        self.qp.deregister(mr)
+    }
+
+    fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
+        self.qp.region(mr)
+    }
+
+    fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
+        self.qp.region_mut(mr)
+    }
+
+    fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError> {
+        self.qp.post_recv(wr)?;
+        self.wake_self();
+        Ok(())
+    }
+
+    fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError> {
+        self.qp.post_send(wr)?;
+        self.wake_self();
+        Ok(())
+    }
+
+    fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
+        self.progress();
+        self.qp.poll_completions(out)
+    }
+
+    fn arm(&mut self, waker: &Waker, notify: Notify) {
+        let ready = match notify {
+            Notify::Any => self.work_pending(),
+            Notify::Solicited => {
+                self.qp.solicited_pending()
+                    || !self.events.is_empty()
+                    || self.qp.events_pending()
+                    || self.qp.has_unconfirmed()
+                    || (self.qp.has_output() && !self.write_blocked)
+            }
+        };
+        if ready {
+            self.waker = None;
+            waker.wake_by_ref();
+        } else {
+            self.waker = Some((waker.clone(), notify));
+        }
+    }
+
+    fn raw_fd(&self) -> Option<i32> {
+        Some(self.sock.as_raw_fd())
+    }
+}
+
+/// A passive iWARP endpoint: a TCP listener whose connections start with
+/// an MPA Request.
+#[derive(Debug)]
+pub struct Listener {
+    l: TcpListener,
+    cfg: IwarpConfig,
+}
+
+impl Listener {
+    /// Binds a TCP listener. `cfg` gives the limits applied to incoming
+    /// Requests (private data length) and the caps of accepted providers.
+    pub fn bind(addr: impl ToSocketAddrs, cfg: IwarpConfig) -> io::Result<Self> {
+        let l = TcpListener::bind(addr)?;
+        l.set_nonblocking(true)?;
+        Ok(Listener { l, cfg })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.l.local_addr()
+    }
+
+    /// Waits (up to `timeout` in all) for a TCP connection and its MPA
+    /// Request. A connection whose Request is invalid is closed and
+    /// reported as `InvalidData`.
+    pub fn accept(&self, timeout: Duration) -> io::Result<PendingConnection> {
+        let deadline = Instant::now() + timeout;
+        let (sock, peer) = loop {
+            match self.l.accept() {
+                Ok(x) => break x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    wait_fd(&self.l, PollFlags::IN, Some(remaining(deadline)?))?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        let mut provider = IwarpProvider::new(sock, self.cfg.caps, 0x80)?;
+        let mut hs = Handshake::responder(self.cfg.clone());
+        let mut buf = [0u8; 532];
+        loop {
+            // Read only up to the end of the Request: the initiator sends
+            // nothing else before our Reply.
+            match provider.sock.read(&mut buf) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "peer closed before its MPA Request",
+                    ))
+                }
+                Ok(n) => match hs.feed(&buf[..n]) {
+                    Ok((Progress::Request(request), used)) => {
+                        let leftover = buf[used..n].to_vec();
+                        return Ok(PendingConnection {
+                            provider,
+                            hs,
+                            request,
+                            leftover,
+                            peer,
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        let _ = provider.sock.shutdown(Shutdown::Both);
+                        return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                    }
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    wait_fd(&provider.sock, PollFlags::IN, Some(remaining(deadline)?))?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// A TCP connection whose MPA Request has arrived and awaits an answer.
+#[derive(Debug)]
+pub struct PendingConnection {
+    provider: IwarpProvider,
+    hs: Handshake,
+    request: PeerRequest,
+    leftover: Vec<u8>,
+    peer: SocketAddr,
+}
+
+impl PendingConnection {
+    /// The peer's Request: raw frame, ULP private data, IRD/ORD.
+    pub fn request(&self) -> &PeerRequest {
+        &self.request
+    }
+
+    /// The peer's ULP private data (after the IRD/ORD header on rev 2).
+    pub fn private_data(&self) -> &[u8] {
+        &self.request.private_data
+    }
+
+    /// The peer's IRD/ORD header (enhanced revision 2 only).
+    pub fn ird_ord(&self) -> Option<IrdOrd> {
+        self.request.ird_ord
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The provider-to-be: register memory and post receives here before
+    /// accepting (the peer may send as soon as it has our Reply).
+    pub fn provider_mut(&mut self) -> &mut IwarpProvider {
+        &mut self.provider
+    }
+
+    /// Sends our MPA Reply (waiting up to `timeout` for the socket) and
+    /// returns the established provider; its first event is
+    /// [`ConnectionEvent::Established`].
+    pub fn accept(mut self, cfg: IwarpConfig, timeout: Duration) -> io::Result<IwarpProvider> {
+        let deadline = Instant::now() + timeout;
+        let r = self.hs.accept(cfg);
+        let out = self.hs.output().to_vec();
+        let mut p = self.provider;
+        p.record(Direction::Sent, &out);
+        match r {
+            Ok(est) => {
+                write_all_deadline(&mut p.sock, &out, deadline)?;
+                p.local_frame = self.hs.sent_frame().cloned();
+                p.set_established(est);
+                let left = std::mem::take(&mut self.leftover);
+                p.qp.handle_input(&left);
+                p.progress();
+                Ok(p)
+            }
+            Err(e) => {
+                if !out.is_empty() {
+                    let _ = write_all_deadline(&mut p.sock, &out, deadline);
+                }
+                let _ = p.sock.shutdown(Shutdown::Write);
+                Err(io::Error::new(io::ErrorKind::ConnectionRefused, e))
+            }
+        }
+    }
+
+    /// Answers with an MPA Reject carrying `private_data`, then closes.
+    pub fn reject(mut self, private_data: &[u8], timeout: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        self.hs
+            .reject(private_data)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let out = self.hs.output().to_vec();
+        write_all_deadline(&mut self.provider.sock, &out, deadline)?;
+        self.provider.sock.shutdown(Shutdown::Write)
+    }
+}

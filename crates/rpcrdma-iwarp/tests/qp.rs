@@ -1,0 +1,972 @@
+//! Sans-IO tests of the queue pair: two `QueuePair`s joined by in-memory
+//! byte pipes, and single QPs fed hand-built FPDUs that break one rule
+//! each (every malformed case must produce the right Terminate, copy the
+//! offending header, and touch no memory).
+
+use rpcrdma_iwarp::ddp::DdpHeader;
+use rpcrdma_iwarp::mpa::fpdu::{FpduSender, FramingConfig};
+use rpcrdma_iwarp::qp::{QueuePair, StreamParams};
+use rpcrdma_iwarp::rdmap::{self, Opcode, ReadRequest, TerminateMessage};
+use rpcrdma_iwarp::TerminateCode;
+use rpcrdma_proto::provider::{
+    Access, Blame, Caps, Completion, DisconnectReason, MemoryRegion, Opcode as CqOp, RecvWr,
+    RemoteAddr, SendOp, SendWr, Stag, Status,
+};
+
+const CAPS: Caps = rpcrdma_iwarp::cm::DEFAULT_CAPS;
+const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);
+
+fn params(crc: bool, markers: bool) -> StreamParams {
+    StreamParams {
+        crc,
+        send_markers: markers,
+        recv_markers: markers,
+        ..StreamParams::DEFAULT
+    }
+}
+
+fn pair(p: StreamParams) -> (QueuePair, QueuePair) {
+    let mut a = QueuePair::new(CAPS, 0);
+    let mut b = QueuePair::new(CAPS, 0x80);
+    a.establish(p);
+    b.establish(p);
+    (a, b)
+}
+
+/// Moves bytes both ways until quiet, feeding them in pieces of `chunk`
+/// octets (1 = byte at a time); then confirms transmitted WRs.
+fn pump_chunked(a: &mut QueuePair, b: &mut QueuePair, chunk: usize) {
+    let mut buf = vec![0u8; 1 << 20];
+    for _ in 0..10_000 {
+        let n = a.poll_transmit(&mut buf);
+        for c in buf[..n].chunks(chunk) {
+            b.handle_input(c);
+        }
+        let m = b.poll_transmit(&mut buf);
+        for c in buf[..m].chunks(chunk) {
+            a.handle_input(c);
+        }
+        if n == 0 && m == 0 {
+            break;
+        }
+    }
+    a.confirm_transmitted();
+    b.confirm_transmitted();
+}
+
+fn pump(a: &mut QueuePair, b: &mut QueuePair) {
+    pump_chunked(a, b, usize::MAX);
+}
+
+fn cq(q: &mut QueuePair) -> Vec<Completion> {
+    let mut v = Vec::new();
+    q.poll_completions(&mut v);
+    v
+}
+
+fn reg(q: &mut QueuePair, data: Vec<u8>, access: Access) -> MemoryRegion {
+    q.register(data.into_boxed_slice(), access).unwrap()
+}
+
+fn pattern(n: usize, seed: u32) -> Vec<u8> {
+    (0..n)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 13) as u8)
+        .collect()
+}
+
+#[test]
+fn send_write_read_roundtrip_all_framings() {
+    for (crc, markers, chunk) in [
+        (false, false, usize::MAX),
+        (true, false, 7),
+        (true, true, 1),
+        (false, true, 513),
+    ] {
+        let mut p = params(crc, markers);
+        p.mulpdu = 300; // force multi-segment messages
+        let (mut a, mut b) = pair(p);
+        let data = pattern(5000, 1);
+        let src = reg(&mut a, data.clone(), Access::NONE);
+        let rbuf = reg(&mut b, vec![0; 6000], Access::LOCAL_WRITE);
+        let target = reg(&mut b, vec![0; 5000], RW);
+        b.post_recv(RecvWr {
+            wr_id: 7,
+            sge: rbuf.sge(0, 6000),
+        })
+        .unwrap();
+        a.post_send(SendWr {
+            wr_id: 1,
+            op: SendOp::Write {
+                remote: target.remote(0),
+            },
+            sges: vec![src.sge(0, 2500), src.sge(2500, 2500)],
+        })
+        .unwrap();
+        a.post_send(SendWr {
+            wr_id: 2,
+            op: SendOp::Send { solicited: true },
+            sges: vec![src.sge(0, 4999)],
+        })
+        .unwrap();
+        pump_chunked(&mut a, &mut b, chunk);
+        let ca = cq(&mut a);
+        let cb = cq(&mut b);
+        assert_eq!(
+            ca.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+            [(1, Status::Success), (2, Status::Success)],
+            "crc={crc} markers={markers}"
+        );
+        assert_eq!(cb.len(), 1);
+        assert_eq!((cb[0].wr_id, cb[0].byte_len), (7, 4999));
+        assert_eq!(b.region(&target).unwrap(), &data[..]);
+        assert_eq!(&b.region(&rbuf).unwrap()[..4999], &data[..4999]);
+        // Read back from b into a.
+        let sink = reg(&mut a, vec![0; 3000], RW);
+        a.post_send(SendWr {
+            wr_id: 3,
+            op: SendOp::Read {
+                remote: RemoteAddr {
+                    stag: target.stag(),
+                    offset: 1000,
+                },
+            },
+            sges: vec![sink.sge(0, 3000)],
+        })
+        .unwrap();
+        // Target is written remotely only; it must be readable remotely.
+        pump_chunked(&mut a, &mut b, chunk);
+        let ca = cq(&mut a);
+        // target lacks REMOTE_READ: the read fails with a remote access error.
+        assert_eq!(ca[0].status, Status::RemoteAccess, "{ca:?}");
+        assert_eq!(
+            b.terminate_sent().map(|t| t.code),
+            Some(TerminateCode::RDMAP_ACCESS_RIGHTS)
+        );
+        // The Terminate copied the Read Request header (R bit).
+        assert!(b.terminate_sent().unwrap().rdmap.is_some());
+    }
+}
+
+#[test]
+fn rdma_read_in_pieces_and_ord_limit() {
+    let mut p = params(true, false);
+    p.mulpdu = 1000;
+    p.ord = 2;
+    p.ird = 2;
+    let (mut a, mut b) = pair(p);
+    let data = pattern(20_000, 9);
+    let src = reg(
+        &mut b,
+        data.clone(),
+        Access::REMOTE_READ | Access::LOCAL_WRITE,
+    );
+    let sink = reg(&mut a, vec![0; 20_000], RW);
+    for i in 0..4u64 {
+        a.post_send(SendWr {
+            wr_id: 10 + i,
+            op: SendOp::Read {
+                remote: src.remote(i * 5000),
+            },
+            sges: vec![sink.sge(i * 5000, 5000)],
+        })
+        .unwrap();
+    }
+    pump(&mut a, &mut b);
+    let ca = cq(&mut a);
+    assert_eq!(
+        ca.iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        (0..4u64)
+            .map(|i| (10 + i, CqOp::Read, Status::Success, 5000))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(a.region(&sink).unwrap(), &data[..]);
+    // 5000 octets in segments of 1000 - 14 = 986: 6 Read Response segments each.
+    assert_eq!(b.stats().tx_fpdus[2], 4 * 6);
+}
+
+#[test]
+fn send_with_invalidate_revokes_remote_access() {
+    let (mut a, mut b) = pair(params(false, false));
+    let chunk = reg(&mut b, vec![0; 64], RW);
+    let rbuf = reg(&mut b, vec![0; 64], Access::LOCAL_WRITE);
+    let src = reg(&mut a, vec![5; 8], Access::NONE);
+    b.post_recv(RecvWr {
+        wr_id: 1,
+        sge: rbuf.sge(0, 64),
+    })
+    .unwrap();
+    a.post_send(SendWr {
+        wr_id: 2,
+        op: SendOp::SendWithInvalidate {
+            invalidate: chunk.stag(),
+            solicited: false,
+        },
+        sges: vec![src.sge(0, 8)],
+    })
+    .unwrap();
+    pump(&mut a, &mut b);
+    let cb = cq(&mut b);
+    assert_eq!(
+        cb[0].opcode,
+        CqOp::RecvWithInvalidate { stag: chunk.stag() }
+    );
+    a.post_send(SendWr {
+        wr_id: 3,
+        op: SendOp::Write {
+            remote: chunk.remote(0),
+        },
+        sges: vec![src.sge(0, 8)],
+    })
+    .unwrap();
+    pump(&mut a, &mut b);
+    let ca = cq(&mut a);
+    assert_eq!(ca.last().map(|c| c.status), Some(Status::RemoteAccess));
+    assert_eq!(
+        b.terminate_sent().map(|t| t.code),
+        Some(TerminateCode::DDP_TAGGED_INVALID_STAG)
+    );
+    assert!(b.region(&chunk).unwrap().iter().all(|&x| x == 0));
+}
+
+#[test]
+fn send_with_invalidate_of_foreign_stag_is_refused() {
+    let (mut a, mut b) = pair(params(false, false));
+    let rbuf = reg(&mut b, vec![0xee; 64], Access::LOCAL_WRITE);
+    let src = reg(&mut a, vec![5; 8], Access::NONE);
+    b.post_recv(RecvWr {
+        wr_id: 1,
+        sge: rbuf.sge(0, 64),
+    })
+    .unwrap();
+    a.post_send(SendWr {
+        wr_id: 2,
+        op: SendOp::SendWithInvalidate {
+            invalidate: Stag(0x00ab_cd01),
+            solicited: true,
+        },
+        sges: vec![src.sge(0, 8)],
+    })
+    .unwrap();
+    pump(&mut a, &mut b);
+    let cb = cq(&mut b);
+    assert_eq!(cb[0].status, Status::LocalProtection);
+    assert_eq!(
+        b.terminate_sent().map(|t| t.code),
+        Some(TerminateCode::RDMAP_OPERATION_CANNOT_INVALIDATE)
+    );
+    let ca = cq(&mut a);
+    assert_eq!(ca[0].status, Status::RemoteOperation);
+    assert!(b.region(&rbuf).unwrap().iter().all(|&x| x == 0xee));
+}
+
+#[test]
+fn receiver_not_ready_is_fatal_both_ways() {
+    let (mut a, mut b) = pair(params(false, false));
+    let src = reg(&mut a, vec![1; 8], Access::NONE);
+    let ra = reg(&mut a, vec![0; 8], Access::LOCAL_WRITE);
+    a.post_recv(RecvWr {
+        wr_id: 9,
+        sge: ra.sge(0, 8),
+    })
+    .unwrap();
+    a.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Send { solicited: false },
+        sges: vec![src.sge(0, 8)],
+    })
+    .unwrap();
+    pump(&mut a, &mut b);
+    let t = *b.terminate_sent().expect("b sent a Terminate");
+    assert_eq!(t.code, TerminateCode::DDP_UNTAGGED_NO_BUFFER);
+    // The offending untagged header (QN 0, MSN 1) is copied.
+    match t.ddp.map(|d| d.header) {
+        Some(DdpHeader::Untagged(u)) => assert_eq!((u.qn, u.msn), (0, 1)),
+        other => panic!("copied header {other:?}"),
+    }
+    assert_eq!(
+        b.close_reason(),
+        Some(&DisconnectReason::Error {
+            status: Status::ReceiverNotReady,
+            blame: Blame::Local
+        })
+    );
+    assert_eq!(
+        a.close_reason(),
+        Some(&DisconnectReason::Error {
+            status: Status::ReceiverNotReady,
+            blame: Blame::Remote
+        })
+    );
+    let ca = cq(&mut a);
+    let by_id = |id| ca.iter().find(|c| c.wr_id == id).map(|c| c.status);
+    assert_eq!(by_id(1), Some(Status::ReceiverNotReady));
+    assert_eq!(by_id(9), Some(Status::Flushed));
+    assert!(a.tx_finished() && b.tx_finished());
+}
+
+#[test]
+fn receive_too_small_terminates_with_too_long() {
+    let (mut a, mut b) = pair(params(true, false));
+    let src = reg(&mut a, vec![1; 16], Access::NONE);
+    let rb = reg(&mut b, vec![0; 16], Access::LOCAL_WRITE);
+    b.post_recv(RecvWr {
+        wr_id: 5,
+        sge: rb.sge(0, 4),
+    })
+    .unwrap();
+    a.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Send { solicited: false },
+        sges: vec![src.sge(0, 16)],
+    })
+    .unwrap();
+    pump(&mut a, &mut b);
+    let cb = cq(&mut b);
+    assert_eq!((cb[0].wr_id, cb[0].status), (5, Status::LocalLength));
+    assert_eq!(
+        b.terminate_sent().map(|t| t.code),
+        Some(TerminateCode::DDP_UNTAGGED_TOO_LONG)
+    );
+    assert!(b.region(&rb).unwrap().iter().all(|&x| x == 0));
+    assert_eq!(cq(&mut a)[0].status, Status::RemoteOperation);
+}
+
+#[test]
+fn local_invalidate_then_write_fails() {
+    let (mut a, mut b) = pair(params(false, false));
+    let target = reg(&mut b, vec![3; 32], RW);
+    b.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::LocalInvalidate {
+            stag: target.stag(),
+        },
+        sges: vec![],
+    })
+    .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(cq(&mut b)[0].opcode, CqOp::LocalInvalidate);
+    let src = reg(&mut a, vec![9; 32], Access::NONE);
+    a.post_send(SendWr {
+        wr_id: 2,
+        op: SendOp::Write {
+            remote: target.remote(0),
+        },
+        sges: vec![src.sge(0, 32)],
+    })
+    .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(cq(&mut a)[0].status, Status::RemoteAccess);
+    assert!(b.region(&target).unwrap().iter().all(|&x| x == 3));
+}
+
+#[test]
+fn stag_key_rotates_on_reregistration() {
+    let mut q = QueuePair::new(CAPS, 0);
+    let mr = reg(&mut q, vec![0; 8], RW);
+    let buf = q.deregister(&mr).unwrap();
+    let mr2 = q.register(buf, RW).unwrap();
+    assert_eq!(mr.stag().index(), mr2.stag().index());
+    assert_ne!(mr.stag().key(), mr2.stag().key());
+    assert_eq!(mr2.stag().key(), mr.stag().key().wrapping_add(1));
+}
+
+// ---------------------------------------------------------------------
+// Hand-built hostile input against one established QP.
+// ---------------------------------------------------------------------
+
+struct Victim {
+    q: QueuePair,
+    rw: MemoryRegion,
+    ro: MemoryRegion,
+    rbuf: MemoryRegion,
+    tx: FpduSender,
+}
+
+fn victim(crc: bool, ird: u8) -> Victim {
+    let mut q = QueuePair::new(CAPS, 0x40);
+    q.establish(StreamParams {
+        crc,
+        ird,
+        ..StreamParams::DEFAULT
+    });
+    let rw = reg(&mut q, vec![0x11; 64], RW);
+    let ro = reg(
+        &mut q,
+        vec![0x22; 64],
+        Access::LOCAL_WRITE | Access::REMOTE_READ,
+    );
+    let rbuf = reg(&mut q, vec![0x33; 32], Access::LOCAL_WRITE);
+    q.post_recv(RecvWr {
+        wr_id: 77,
+        sge: rbuf.sge(0, 32),
+    })
+    .unwrap();
+    Victim {
+        q,
+        rw,
+        ro,
+        rbuf,
+        tx: FpduSender::new(FramingConfig {
+            crc,
+            markers: false,
+        }),
+    }
+}
+
+impl Victim {
+    fn feed_ulpdu(&mut self, ulpdu: &[u8]) {
+        let f = self.tx.fpdu_to_vec(&[ulpdu]).unwrap();
+        self.q.handle_input(&f);
+    }
+    fn untouched(&self) -> bool {
+        self.q.region(&self.rw).unwrap().iter().all(|&x| x == 0x11)
+            && self.q.region(&self.ro).unwrap().iter().all(|&x| x == 0x22)
+    }
+    fn terminate(&mut self) -> TerminateMessage {
+        // The Terminate is also on the wire: decode it from there.
+        let mut out = vec![0u8; 4096];
+        let n = self.q.poll_transmit(&mut out);
+        let wire = &out[..n];
+        assert!(n > 2 + 18, "no Terminate on the wire");
+        let ul = usize::from(u16::from_be_bytes([wire[0], wire[1]]));
+        let seg = rdmap::Segment::parse(&wire[2..2 + ul]).unwrap();
+        assert_eq!(seg.control.opcode, Opcode::TERMINATE);
+        let t = seg.terminate(&wire[2..2 + ul]).unwrap();
+        assert_eq!(Some(&t), self.q.terminate_sent());
+        assert!(self.q.is_closed());
+        t
+    }
+}
+
+fn ulpdu(hdr: DdpHeader, payload: &[u8]) -> Vec<u8> {
+    let mut v = hdr.to_vec();
+    v.extend_from_slice(payload);
+    v
+}
+
+/// Every malformed or unauthorised segment → the Terminate of the table in
+/// the crate docs, with the offending DDP header copied, and no memory
+/// touched.
+#[test]
+fn malformed_segments_get_the_right_terminate() {
+    type Build = Box<dyn Fn(&Victim) -> Vec<u8>>;
+    let cases: Vec<(&str, Build, TerminateCode)> = vec![
+        (
+            "write to unknown STag",
+            Box::new(|_| ulpdu(rdmap::write_header(0x00ff_ff01, 0, true), &[1; 8])),
+            TerminateCode::DDP_TAGGED_INVALID_STAG,
+        ),
+        (
+            "write with stale key",
+            Box::new(|v| ulpdu(rdmap::write_header(v.rw.stag().0 ^ 1, 0, true), &[1; 8])),
+            TerminateCode::DDP_TAGGED_INVALID_STAG,
+        ),
+        (
+            "write past the end",
+            Box::new(|v| ulpdu(rdmap::write_header(v.rw.stag().0, 60, true), &[1; 8])),
+            TerminateCode::DDP_TAGGED_BASE_BOUNDS,
+        ),
+        (
+            "write TO wrap",
+            Box::new(|v| {
+                ulpdu(
+                    rdmap::write_header(v.rw.stag().0, u64::MAX - 3, true),
+                    &[1; 8],
+                )
+            }),
+            TerminateCode::DDP_TAGGED_TO_WRAP,
+        ),
+        (
+            "write without REMOTE_WRITE",
+            Box::new(|v| ulpdu(rdmap::write_header(v.ro.stag().0, 0, true), &[1; 8])),
+            TerminateCode::RDMAP_ACCESS_RIGHTS,
+        ),
+        (
+            "tagged DDP version 0",
+            Box::new(|v| {
+                let mut u = ulpdu(rdmap::write_header(v.rw.stag().0, 0, true), &[1; 8]);
+                u[0] &= !0x03;
+                u
+            }),
+            TerminateCode::DDP_TAGGED_INVALID_VERSION,
+        ),
+        (
+            "untagged DDP version 2",
+            Box::new(|_| {
+                let mut u = ulpdu(
+                    rdmap::send_header(Opcode::SEND, 1, 0, true, 0).unwrap(),
+                    &[1; 8],
+                );
+                u[0] = (u[0] & !0x03) | 0x02;
+                u
+            }),
+            TerminateCode::DDP_UNTAGGED_INVALID_VERSION,
+        ),
+        (
+            "QN 3",
+            Box::new(|_| {
+                let mut u = ulpdu(
+                    rdmap::send_header(Opcode::SEND, 1, 0, true, 0).unwrap(),
+                    &[1; 8],
+                );
+                u[9] = 3;
+                u
+            }),
+            TerminateCode::DDP_UNTAGGED_INVALID_QN,
+        ),
+        (
+            "RDMAP version 0",
+            Box::new(|v| {
+                let mut u = ulpdu(rdmap::write_header(v.rw.stag().0, 0, true), &[1; 8]);
+                u[1] &= 0x3f;
+                u
+            }),
+            TerminateCode::RDMAP_INVALID_VERSION,
+        ),
+        (
+            "Send opcode in a tagged segment",
+            Box::new(|v| {
+                let mut u = ulpdu(rdmap::write_header(v.rw.stag().0, 0, true), &[1; 8]);
+                u[1] = (u[1] & 0xf0) | 3;
+                u
+            }),
+            TerminateCode::RDMAP_UNEXPECTED_OPCODE,
+        ),
+        (
+            "unassigned opcode 9",
+            Box::new(|_| {
+                let mut u = ulpdu(
+                    rdmap::send_header(Opcode::SEND, 1, 0, true, 0).unwrap(),
+                    &[1; 8],
+                );
+                u[1] = (u[1] & 0xf0) | 9;
+                u
+            }),
+            TerminateCode::RDMAP_UNEXPECTED_OPCODE,
+        ),
+        (
+            "Send MSN behind (0)",
+            Box::new(|_| {
+                ulpdu(
+                    rdmap::send_header(Opcode::SEND, 0, 0, true, 0).unwrap(),
+                    &[1; 8],
+                )
+            }),
+            TerminateCode::DDP_UNTAGGED_MSN_RANGE,
+        ),
+        (
+            "Send MSN ahead with no buffer",
+            Box::new(|_| {
+                ulpdu(
+                    rdmap::send_header(Opcode::SEND, 2, 0, true, 0).unwrap(),
+                    &[1; 8],
+                )
+            }),
+            TerminateCode::DDP_UNTAGGED_NO_BUFFER,
+        ),
+        (
+            "Send MO past the buffer",
+            Box::new(|_| {
+                ulpdu(
+                    rdmap::send_header(Opcode::SEND, 1, 40, true, 0).unwrap(),
+                    &[1; 8],
+                )
+            }),
+            TerminateCode::DDP_UNTAGGED_INVALID_MO,
+        ),
+        (
+            "Send too long",
+            Box::new(|_| {
+                ulpdu(
+                    rdmap::send_header(Opcode::SEND, 1, 0, true, 0).unwrap(),
+                    &[1; 33],
+                )
+            }),
+            TerminateCode::DDP_UNTAGGED_TOO_LONG,
+        ),
+        (
+            "Read Response with no Read outstanding",
+            Box::new(|v| ulpdu(rdmap::read_response_header(v.rw.stag().0, 0, true), &[1; 8])),
+            TerminateCode::RDMAP_UNEXPECTED_OPCODE,
+        ),
+        (
+            "Read Request from unknown source STag",
+            Box::new(|_| {
+                rdmap::encode_read_request(
+                    1,
+                    &ReadRequest {
+                        sink_stag: 5,
+                        sink_to: 0,
+                        size: 8,
+                        src_stag: 0x00ee_ee01,
+                        src_to: 0,
+                    },
+                )
+                .to_vec()
+            }),
+            TerminateCode::RDMAP_INVALID_STAG,
+        ),
+        (
+            "Read Request past the source end",
+            Box::new(|v| {
+                rdmap::encode_read_request(
+                    1,
+                    &ReadRequest {
+                        sink_stag: 5,
+                        sink_to: 0,
+                        size: 8,
+                        src_stag: v.ro.stag().0,
+                        src_to: 60,
+                    },
+                )
+                .to_vec()
+            }),
+            TerminateCode::RDMAP_BASE_BOUNDS,
+        ),
+        (
+            "Read Request without REMOTE_READ",
+            Box::new(|v| {
+                rdmap::encode_read_request(
+                    1,
+                    &ReadRequest {
+                        sink_stag: 5,
+                        sink_to: 0,
+                        size: 8,
+                        src_stag: v.rw.stag().0,
+                        src_to: 0,
+                    },
+                )
+                .to_vec()
+            }),
+            TerminateCode::RDMAP_ACCESS_RIGHTS,
+        ),
+        (
+            "Read Request with a wrong length",
+            Box::new(|v| {
+                let mut u = rdmap::encode_read_request(
+                    1,
+                    &ReadRequest {
+                        sink_stag: 5,
+                        sink_to: 0,
+                        size: 8,
+                        src_stag: v.ro.stag().0,
+                        src_to: 0,
+                    },
+                )
+                .to_vec();
+                u.push(0);
+                u
+            }),
+            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
+        ),
+        (
+            "ULPDU shorter than a DDP header",
+            Box::new(|_| vec![0x41, 0x43, 0, 0]),
+            TerminateCode::MPA_MARKER,
+        ),
+    ];
+    for (name, build, want) in &cases {
+        for crc in [false, true] {
+            let mut v = victim(crc, 4);
+            let u = build(&v);
+            v.feed_ulpdu(&u);
+            let t = v.terminate();
+            assert_eq!(t.code, *want, "{name} (crc {crc})");
+            if u.len() >= 14 {
+                let d = t
+                    .ddp
+                    .unwrap_or_else(|| panic!("{name}: no DDP header copied"));
+                assert_eq!(usize::from(d.segment_length), u.len(), "{name}");
+                assert_eq!(
+                    d.header.to_vec(),
+                    u[..d.header.encoded_len()],
+                    "{name}: copied header"
+                );
+            }
+            assert!(v.untouched(), "{name}: memory touched");
+            // The posted receive was flushed (or failed), never filled.
+            let mut c = Vec::new();
+            v.q.poll_completions(&mut c);
+            assert!(c.iter().all(|c| !c.status.is_ok()), "{name}: {c:?}");
+            assert!(v.q.region(&v.rbuf).unwrap().iter().all(|&x| x == 0x33));
+        }
+    }
+}
+
+#[test]
+fn ird_overflow_terminates() {
+    let mut v = victim(false, 1);
+    let rr = |msn| {
+        rdmap::encode_read_request(
+            msn,
+            &ReadRequest {
+                sink_stag: 5,
+                sink_to: 0,
+                size: 8,
+                src_stag: v.ro.stag().0,
+                src_to: 0,
+            },
+        )
+    };
+    let (r1, r2) = (rr(1), rr(2));
+    // Both arrive before the first Response could be sent.
+    v.feed_ulpdu(&r1);
+    v.feed_ulpdu(&r2);
+    let mut out = vec![0u8; 4096];
+    let n = v.q.poll_transmit(&mut out);
+    assert!(n > 0);
+    let t = *v.q.terminate_sent().expect("IRD overflow must terminate");
+    assert_eq!(t.code, TerminateCode::DDP_UNTAGGED_NO_BUFFER);
+    match t.ddp.map(|d| d.header) {
+        Some(DdpHeader::Untagged(u)) => assert_eq!((u.qn, u.msn), (1, 2)),
+        other => panic!("{other:?}"),
+    }
+    assert!(t.rdmap.is_some(), "Read Request header copied");
+}
+
+#[test]
+fn ird_is_released_after_the_response() {
+    let mut v = victim(false, 1);
+    for msn in 1..=3 {
+        let rr = rdmap::encode_read_request(
+            msn,
+            &ReadRequest {
+                sink_stag: 5,
+                sink_to: 0,
+                size: 8,
+                src_stag: v.ro.stag().0,
+                src_to: 0,
+            },
+        );
+        v.feed_ulpdu(&rr);
+        let mut out = vec![0u8; 4096];
+        let n = v.q.poll_transmit(&mut out);
+        // One Read Response: 2 + 14 + 8 + 4 (no pad).
+        assert_eq!(n, 28, "msn {msn}");
+        assert_eq!(&out[16..24], &[0x22; 8]);
+    }
+    assert!(v.q.terminate_sent().is_none());
+}
+
+#[test]
+fn crc_error_terminates_without_placing() {
+    let mut v = victim(true, 4);
+    let u = ulpdu(rdmap::write_header(v.rw.stag().0, 0, true), &[1; 8]);
+    let mut f = v.tx.fpdu_to_vec(&[&u]).unwrap();
+    f[20] ^= 0x01; // a payload bit
+    v.q.handle_input(&f);
+    let t = v.terminate();
+    assert_eq!(t.code, TerminateCode::MPA_CRC);
+    assert_eq!(
+        v.q.close_reason(),
+        Some(&DisconnectReason::Error {
+            status: Status::ConnectionLost,
+            blame: Blame::Transport
+        })
+    );
+}
+
+#[test]
+fn crc_error_on_a_send_completes_nothing() {
+    let mut v = victim(true, 4);
+    let u = ulpdu(
+        rdmap::send_header(Opcode::SEND, 1, 0, true, 0).unwrap(),
+        &[9; 8],
+    );
+    let mut f = v.tx.fpdu_to_vec(&[&u]).unwrap();
+    let n = f.len();
+    f[n - 1] ^= 0x80; // the CRC itself
+    v.q.handle_input(&f);
+    assert_eq!(v.terminate().code, TerminateCode::MPA_CRC);
+    let mut c = Vec::new();
+    v.q.poll_completions(&mut c);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].status, Status::Flushed);
+}
+
+#[test]
+fn oversized_ulpdu_length_is_a_framing_error() {
+    let mut q = QueuePair::new(CAPS, 0);
+    q.establish(StreamParams {
+        max_rx_ulpdu: 1024,
+        ..StreamParams::DEFAULT
+    });
+    q.handle_input(&[0x04, 0x01]);
+    assert_eq!(
+        q.terminate_sent().map(|t| t.code),
+        Some(TerminateCode::MPA_MARKER)
+    );
+}
+
+#[test]
+fn bad_marker_is_a_framing_error() {
+    let mut a = QueuePair::new(CAPS, 0);
+    a.establish(params(false, true));
+    let mut tx = FpduSender::new(FramingConfig {
+        crc: false,
+        markers: true,
+    });
+    let rbuf = reg(&mut a, vec![0; 2048], Access::LOCAL_WRITE);
+    a.post_recv(RecvWr {
+        wr_id: 1,
+        sge: rbuf.sge(0, 2048),
+    })
+    .unwrap();
+    let u = ulpdu(
+        rdmap::send_header(Opcode::SEND, 1, 0, true, 0).unwrap(),
+        &[7; 1000],
+    );
+    let mut f = tx.fpdu_to_vec(&[&u]).unwrap();
+    // Markers at stream 0 (leading) and 512: corrupt the second FPDUPTR.
+    f[512 + 3] ^= 0x10;
+    a.handle_input(&f);
+    assert_eq!(
+        a.terminate_sent().map(|t| t.code),
+        Some(TerminateCode::MPA_MARKER)
+    );
+}
+
+#[test]
+fn terminate_received_ends_with_remote_blame() {
+    let mut v = victim(false, 4);
+    let t = TerminateMessage::new(TerminateCode::RDMAP_CATASTROPHIC_STREAM);
+    v.feed_ulpdu(&rdmap::encode_terminate(1, &t));
+    assert_eq!(v.q.terminate_received(), Some(&t));
+    assert_eq!(
+        v.q.close_reason(),
+        Some(&DisconnectReason::Error {
+            status: Status::RemoteInvalidRequest,
+            blame: Blame::Remote
+        })
+    );
+    // We do not answer a Terminate with a Terminate.
+    assert!(v.q.terminate_sent().is_none());
+    let mut out = vec![0u8; 64];
+    assert_eq!(v.q.poll_transmit(&mut out), 0);
+}
+
+#[test]
+fn receive_completions_follow_placed_writes() {
+    // The Send that follows Writes completes only after the Writes are in
+    // memory: feed the stream one byte at a time and check at every step.
+    let (mut a, mut b) = pair(params(true, false));
+    let src = reg(&mut a, pattern(3000, 3), Access::NONE);
+    let target = reg(&mut b, vec![0; 3000], RW);
+    let rb = reg(&mut b, vec![0; 16], Access::LOCAL_WRITE);
+    b.post_recv(RecvWr {
+        wr_id: 1,
+        sge: rb.sge(0, 16),
+    })
+    .unwrap();
+    a.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Write {
+            remote: target.remote(0),
+        },
+        sges: vec![src.sge(0, 3000)],
+    })
+    .unwrap();
+    a.post_send(SendWr {
+        wr_id: 2,
+        op: SendOp::Send { solicited: false },
+        sges: vec![src.sge(0, 16)],
+    })
+    .unwrap();
+    let mut out = vec![0u8; 1 << 16];
+    let n = a.poll_transmit(&mut out);
+    for i in 0..n {
+        b.handle_input(&out[i..i + 1]);
+        if b.completions_pending() > 0 {
+            assert_eq!(i, n - 1, "receive completed before the end");
+        }
+    }
+    let c = cq(&mut b);
+    assert_eq!(c.len(), 1);
+    assert_eq!(b.region(&target).unwrap(), &pattern(3000, 3)[..]);
+}
+
+#[test]
+fn direct_placement_path() {
+    let mut p = params(true, false);
+    p.mulpdu = 8192;
+    let (mut a, mut b) = pair(p);
+    let data = pattern(100_000, 5);
+    let src = reg(&mut a, data.clone(), Access::NONE);
+    let target = reg(&mut b, vec![0; 100_000], RW);
+    a.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Write {
+            remote: target.remote(0),
+        },
+        sges: vec![src.sge(0, 100_000)],
+    })
+    .unwrap();
+    let mut wire = vec![0u8; 200_000];
+    let n = a.poll_transmit(&mut wire);
+    let mut stream = &wire[..n];
+    // Read like the TCP adapter: small reads into a staging buffer, and
+    // straight into memory when the QP offers a target.
+    while !stream.is_empty() {
+        if let Some(t) = b.direct_target() {
+            let c = t.len().min(stream.len()).min(3000);
+            t[..c].copy_from_slice(&stream[..c]);
+            b.direct_filled(c);
+            stream = &stream[c..];
+        } else {
+            let c = b.suggested_read_len().min(stream.len());
+            let used = b.handle_input(&stream[..c]);
+            assert_eq!(used, c);
+            stream = &stream[c..];
+        }
+    }
+    assert!(!b.is_closed());
+    assert_eq!(b.region(&target).unwrap(), &data[..]);
+    let s = b.stats();
+    assert!(
+        s.rx_direct_bytes > 90_000,
+        "direct {} copied {}",
+        s.rx_direct_bytes,
+        s.rx_copied_bytes
+    );
+    assert_eq!(s.rx_direct_bytes + s.rx_copied_bytes, 100_000);
+}
+
+#[test]
+fn send_queue_completes_in_post_order_with_reads_between() {
+    let (mut a, mut b) = pair(params(false, false));
+    let src = reg(&mut b, vec![4; 8], Access::REMOTE_READ);
+    let sink = reg(&mut a, vec![0; 8], RW);
+    let s = reg(&mut a, vec![1; 8], Access::NONE);
+    let rb = reg(&mut b, vec![0; 8], Access::LOCAL_WRITE);
+    b.post_recv(RecvWr {
+        wr_id: 50,
+        sge: rb.sge(0, 8),
+    })
+    .unwrap();
+    a.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Read {
+            remote: src.remote(0),
+        },
+        sges: vec![sink.sge(0, 8)],
+    })
+    .unwrap();
+    a.post_send(SendWr {
+        wr_id: 2,
+        op: SendOp::Send { solicited: false },
+        sges: vec![s.sge(0, 8)],
+    })
+    .unwrap();
+    // First pass: the Read Request and the Send leave; the Send is
+    // confirmed before the Read Response arrived, but must wait.
+    let mut buf = vec![0u8; 4096];
+    let n = a.poll_transmit(&mut buf);
+    a.confirm_transmitted();
+    assert_eq!(a.completions_pending(), 0);
+    b.handle_input(&buf[..n]);
+    pump(&mut a, &mut b);
+    let ids: Vec<u64> = cq(&mut a).iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, [1, 2]);
+}

@@ -1,0 +1,101 @@
+//! Two software iWARP providers over 127.0.0.1 pass the provider
+//! conformance suite of `rpcrdma-proto`, for MPA revision 1 and 2, CRC on
+//! and off, and with Markers.
+
+mod tcp_common;
+
+use rpcrdma_iwarp::cm::IwarpConfig;
+use rpcrdma_proto::provider::{conformance, ConnectionEvent, Provider};
+use tcp_common::connected_pair;
+
+fn run(rev: u8, crc: bool, markers: bool) {
+    let cfg = IwarpConfig {
+        rev,
+        crc,
+        markers,
+        ird: 4,
+        ord: 4,
+        private_data: b"conformance".to_vec(),
+        ..Default::default()
+    };
+    let mut factory = || connected_pair(&cfg, &cfg);
+    match conformance::run_all(&mut factory, 20_000) {
+        Ok(n) => assert_eq!(n, conformance::CHECK_COUNT),
+        Err(f) => panic!("rev {rev} crc {crc} markers {markers}: {f}"),
+    }
+}
+
+#[test]
+fn conformance_rev2_crc_off() {
+    run(2, false, false);
+}
+
+#[test]
+fn conformance_rev2_crc_on() {
+    run(2, true, false);
+}
+
+#[test]
+fn conformance_rev1_crc_off() {
+    run(1, false, false);
+}
+
+#[test]
+fn conformance_rev1_crc_on() {
+    run(1, true, false);
+}
+
+#[test]
+fn conformance_rev2_crc_markers() {
+    run(2, true, true);
+}
+
+#[test]
+fn private_data_and_ird_ord_reach_both_sides() {
+    let ini = IwarpConfig {
+        ird: 8,
+        ord: 2,
+        private_data: vec![0xf6, 0xab, 0x0e, 0x18, 1, 1, 3, 3],
+        ..Default::default()
+    };
+    let resp = IwarpConfig {
+        ird: 2,
+        ord: 16,
+        private_data: vec![0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3],
+        ..Default::default()
+    };
+    let (a, b) = connected_pair(&ini, &resp);
+    let ia = a.connection_info().unwrap();
+    let ib = b.connection_info().unwrap();
+    assert_eq!(ia.peer_private_data, resp.private_data);
+    assert_eq!(ib.peer_private_data, ini.private_data);
+    assert_eq!((ia.ird, ia.ord), (8, 2));
+    assert_eq!((ib.ird, ib.ord), (2, 8));
+    // The raw frames keep the IRD/ORD header.
+    assert_eq!(&a.peer_frame().unwrap().private_data[..4], &[0, 2, 0, 8]);
+    assert_eq!(&b.peer_frame().unwrap().private_data[..4], &[0, 8, 0, 2]);
+}
+
+#[test]
+fn reject_is_reported_with_private_data() {
+    use rpcrdma_iwarp::tcp::{IwarpProvider, Listener};
+    use rpcrdma_proto::provider::{ConnectionState, DisconnectReason};
+    use std::time::Duration;
+    let l = Listener::bind("127.0.0.1:0", IwarpConfig::default()).unwrap();
+    let mut a = IwarpProvider::connect(l.local_addr().unwrap(), IwarpConfig::default()).unwrap();
+    let pending = l.accept(Duration::from_secs(5)).unwrap();
+    pending.reject(b"go away", Duration::from_secs(5)).unwrap();
+    let mut ev = None;
+    for _ in 0..1000 {
+        if let Some(e) = a.poll_event() {
+            ev = Some(e);
+            break;
+        }
+        a.wait(Some(Duration::from_millis(10))).unwrap();
+    }
+    let want = DisconnectReason::Rejected {
+        private_data: b"go away".to_vec(),
+    };
+    assert_eq!(ev, Some(ConnectionEvent::Disconnected(want.clone())));
+    assert_eq!(a.connection_state(), ConnectionState::Disconnected(want));
+}
