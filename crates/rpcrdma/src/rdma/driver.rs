@@ -489,6 +489,9 @@ impl Driver {
                     tracing::debug!(long = r.long, results = r.results.len(), "rpc/rdma reply");
                 }
                 let m = convert::reply(r.message, r.results, p.xid);
+                // The caller may look at the status as soon as it has the
+                // reply: publish first.
+                self.publish();
                 let _ = p.tx.send(Ok(m));
             }
             Event::CallFailed {
@@ -516,6 +519,7 @@ impl Driver {
                 };
                 let _e = p.span.enter();
                 tracing::debug!(wire_xid = xid, error = %err, "rpc/rdma call failed");
+                self.publish();
                 let _ = p.tx.send(Err(err));
             }
             Event::CreditsChanged { credits } => {

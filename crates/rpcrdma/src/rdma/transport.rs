@@ -68,12 +68,20 @@ impl RdmaClientTransport {
 
     /// Drives an existing connection (e.g. one end of an in-memory
     /// provider pair). With `reconnect`, the connector makes the next one.
+    ///
+    /// The engine assigns the wire XIDs. When `engine.first_xid` is the
+    /// engine's default, it is replaced by a clock-derived value, so that
+    /// two clients at one address (one DRC identity) do not send the same
+    /// XIDs (Linux also starts every transport at a random XID).
     pub fn from_connected(
         connected: Connected,
-        engine: EngineConfig,
+        mut engine: EngineConfig,
         reconnect: Option<(ProviderConnector, ReconnectPolicy)>,
         metrics: Option<Arc<Metrics>>,
     ) -> Arc<Self> {
+        if engine.first_xid == EngineConfig::client().first_xid {
+            engine.first_xid = clock_xid();
+        }
         let metrics = metrics.unwrap_or_default();
         Metrics::inc(&metrics.connections);
         let conn = Connection::new(engine.clone());
@@ -162,6 +170,18 @@ impl Drop for RdmaClientTransport {
     fn drop(&mut self) {
         let _ = self.shared.tx.send(Cmd::Close);
     }
+}
+
+fn clock_xid() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SALT: AtomicU32 = AtomicU32::new(0);
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let salt = SALT.fetch_add(0x7f4a_7c15, Ordering::Relaxed);
+    (d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(16) ^ std::process::id().rotate_left(8))
+        .wrapping_add(salt)
+        .wrapping_mul(0x9e37_79b1)
 }
 
 /// Connects an RPC [`Client`] over iWARP to `addr`; also returns the

@@ -1,0 +1,317 @@
+//! `rpcrdma serve` / `call` / `probe` / `demo` end to end over loopback
+//! software iWARP (127.0.0.1 only).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rpcrdma");
+
+/// A `serve --duration` child, killed on drop.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(extra: &[&str]) -> Serve {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--duration", "60"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn serve");
+    let out = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).expect("read");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    Serve { child, addr }
+}
+
+/// Runs the tool with a time bound.
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("rpcrdma {args:?} did not finish in time");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn json_lines(o: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// The test program's pattern, written from its documentation
+/// (xorshift32 13/17/5, state emitted big-endian, seed 0 → 0x9e3779b9).
+fn pattern(seed: u32, count: usize) -> Vec<u8> {
+    let mut x = if seed == 0 { 0x9e37_79b9u32 } else { seed };
+    let mut v = Vec::new();
+    while v.len() < count {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        v.extend_from_slice(&x.to_be_bytes());
+    }
+    v.truncate(count);
+    v
+}
+
+/// CRC-32C (Castagnoli), bitwise, reflected polynomial 0x82f63b78.
+fn crc32c(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82f6_3b78
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+#[test]
+fn reference_helpers_are_right() {
+    assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+    assert_eq!(
+        &pattern(1, 12)[..],
+        &[0, 4, 0x20, 0x21, 4, 8, 6, 1, 0x9d, 0xcc, 0xa8, 0xc5]
+    );
+}
+
+const CALL_KEYS: [&str; 8] = [
+    "bytes",
+    "crc32c",
+    "elapsed_us",
+    "error",
+    "ok",
+    "proc",
+    "rpc_status",
+    "xid",
+];
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn call_json_for_every_procedure() {
+    let s = serve(&[]);
+    let size = 1_000_003usize;
+    let seed = 7u32;
+    let expect = crc32c(&pattern(seed, size));
+    for (proc, bytes) in [
+        ("null", 0),
+        ("echo", 70_001),
+        ("read", size),
+        ("write", size),
+    ] {
+        let size_s = bytes.to_string();
+        let o = run(&[
+            "call", &s.addr, "--proc", proc, "--size", &size_s, "--seed", "7", "--json",
+        ]);
+        assert!(o.status.success(), "{proc}: {o:?}");
+        let v = json_lines(&o);
+        assert_eq!(v.len(), 1);
+        let v = &v[0];
+        assert_eq!(keys(v), CALL_KEYS, "{proc}");
+        assert_eq!(v["ok"], true, "{proc}: {v}");
+        assert_eq!(v["proc"], proc);
+        assert_eq!(v["rpc_status"], "SUCCESS");
+        assert!(v["error"].is_null());
+        assert_eq!(v["bytes"], bytes as u64);
+        assert!(v["xid"].is_u64() && v["elapsed_us"].is_u64());
+        let want = match proc {
+            "null" => 0, // CRC-32C of nothing
+            "echo" => crc32c(&pattern(seed, bytes)),
+            _ => expect,
+        };
+        assert_eq!(v["crc32c"], u64::from(want), "{proc}");
+    }
+    // --count: one object per call, consecutive XIDs.
+    let o = run(&[
+        "call", &s.addr, "--proc", "read", "--size", "5", "--count", "3", "--json",
+    ]);
+    assert!(o.status.success());
+    let v = json_lines(&o);
+    assert_eq!(v.len(), 3);
+    let x0 = v[0]["xid"].as_u64().unwrap();
+    for (i, c) in v.iter().enumerate() {
+        assert_eq!(c["xid"].as_u64().unwrap(), (x0 + i as u64) & 0xffff_ffff);
+        assert_eq!(c["crc32c"], u64::from(crc32c(&pattern(1, 5))));
+    }
+    // Text output names the outcome and ends with the mountstats line.
+    let o = run(&["call", &s.addr, "--proc", "write", "--size", "64"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.starts_with("write: ok xid=0x"), "{t}");
+    assert!(t.contains("xprt: rdma connects=1"), "{t}");
+}
+
+#[test]
+fn call_rpc_errors_and_raw_calls() {
+    let s = serve(&[]);
+    for (args, status) in [
+        (vec!["--prog", "12345", "--procnum", "0"], "PROG_UNAVAIL"),
+        (vec!["--vers", "3", "--procnum", "0"], "PROG_MISMATCH"),
+        (vec!["--procnum", "9"], "PROC_UNAVAIL"),
+    ] {
+        let mut a = vec!["call", s.addr.as_str(), "--json"];
+        a.extend(args);
+        let o = run(&a);
+        assert_eq!(o.status.code(), Some(1), "{a:?}");
+        let v = &json_lines(&o)[0];
+        assert_eq!(keys(v), CALL_KEYS);
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["rpc_status"], status);
+        assert!(v["error"].as_str().unwrap().contains(status));
+    }
+    // A raw NULL-style call to the test program's NULL succeeds.
+    let o = run(&[
+        "call",
+        &s.addr,
+        "--prog",
+        "536891972",
+        "--procnum",
+        "0",
+        "--json",
+    ]);
+    assert!(o.status.success());
+    let v = &json_lines(&o)[0];
+    assert_eq!(
+        (v["ok"].clone(), v["proc"].clone()),
+        (Value::Bool(true), Value::from(0))
+    );
+    // Nobody listening: ok false, a connect error, no RPC status.
+    let o = run(&["call", "127.0.0.1:1", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v = &json_lines(&o)[0];
+    assert_eq!(v["ok"], false);
+    assert!(v["rpc_status"].is_null());
+    assert!(v["error"].as_str().unwrap().starts_with("connect"));
+}
+
+const PROBE_KEYS: [&str; 12] = [
+    "inline_recv",
+    "inline_send",
+    "credits_granted",
+    "crc",
+    "ird",
+    "local_private_data",
+    "markers",
+    "mpa_rev",
+    "ord",
+    "peer_private_data",
+    "remote_invalidate",
+    "version",
+];
+
+#[test]
+fn probe_json_defaults_and_options() {
+    let s = serve(&[]);
+    let o = run(&["probe", &s.addr, "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v = &json_lines(&o)[0];
+    let mut want: Vec<String> = PROBE_KEYS.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(keys(v), want);
+    assert_eq!(v["version"], 1);
+    assert_eq!(v["mpa_rev"], 2);
+    assert_eq!(
+        (v["crc"].clone(), v["markers"].clone()),
+        (false.into(), false.into())
+    );
+    // The client reads nothing (ORD 0) and accepts 16 reads (IRD 16).
+    assert_eq!((v["ird"].clone(), v["ord"].clone()), (16.into(), 0.into()));
+    assert_eq!(v["inline_send"], 4096);
+    assert_eq!(v["inline_recv"], 4096);
+    assert_eq!(v["remote_invalidate"], false);
+    assert_eq!(v["credits_granted"], 64);
+    let l = &v["local_private_data"];
+    assert_eq!(l["found"], true);
+    assert_eq!(l["remote_invalidate"], true);
+    assert_eq!(l["mpa_ird_ord"]["ird"], 16);
+    let p = &v["peer_private_data"];
+    assert_eq!(p["found"], true);
+    assert_eq!(p["remote_invalidate"], false);
+    assert_eq!(
+        (p["send_size"].clone(), p["receive_size"].clone()),
+        (4096.into(), 4096.into())
+    );
+    // PROG_UNAVAIL still answers (and carries the grant).
+    let o = run(&["probe", &s.addr, "--prog", "7", "--json"]);
+    assert!(o.status.success());
+    assert_eq!(json_lines(&o)[0]["credits_granted"], 64);
+
+    // Non-default server: grant 32, receive size 2048, R set, CRC
+    // required, MPA revision 1.
+    let s2 = serve(&[
+        "--credits",
+        "32",
+        "--inline-recv",
+        "2048",
+        "--remote-invalidate",
+        "--crc",
+        "--mpa-rev",
+        "1",
+    ]);
+    let o = run(&["probe", &s2.addr, "--json", "--crc", "--mpa-rev", "1"]);
+    assert!(o.status.success(), "{o:?}");
+    let v = &json_lines(&o)[0];
+    assert_eq!(v["credits_granted"], 32);
+    assert_eq!(v["mpa_rev"], 1);
+    assert_eq!(v["crc"], true);
+    assert_eq!(v["inline_send"], 2048);
+    assert_eq!(v["inline_recv"], 4096);
+    assert_eq!(v["remote_invalidate"], true);
+    assert!(v["peer_private_data"].get("mpa_ird_ord").is_none());
+    // And calls work over it (CRC on every FPDU).
+    let o = run(&[
+        "call",
+        &s2.addr,
+        "--proc",
+        "read",
+        "--size",
+        "300000",
+        "--json",
+        "--crc",
+        "--mpa-rev",
+        "1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        json_lines(&o)[0]["crc32c"],
+        u64::from(crc32c(&pattern(1, 300_000)))
+    );
+}
