@@ -7,6 +7,7 @@
 
 mod decode;
 mod decode_pcap;
+mod demo;
 mod input;
 mod json_header;
 mod json_misc;
@@ -36,6 +37,9 @@ enum Command {
     Call(rdma_cmd::CallArgs),
     /// Connect, make one NULL call and print what was negotiated.
     Probe(rdma_cmd::ProbeArgs),
+    /// Server and client in one process: one exchange of each RPC-over-RDMA
+    /// message class, as it went on the wire.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,5 +49,6 @@ fn main() -> ExitCode {
         Command::Serve(args) => rdma_cmd::serve(args),
         Command::Call(args) => rdma_cmd::call(args),
         Command::Probe(args) => rdma_cmd::probe(args),
+        Command::Demo(args) => demo::demo(args),
     }
 }
