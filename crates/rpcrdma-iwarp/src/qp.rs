@@ -1449,6 +1449,13 @@ impl QueuePair {
     // Receive
     // ------------------------------------------------------------------
 
+    /// True while part of an FPDU has been received (the stream ends
+    /// uncleanly if the peer closes now).
+    pub fn rx_mid_fpdu(&self) -> bool {
+        self.rx.state != RxState::Dead
+            && (self.rx.state != RxState::Header || self.rx.have > 0 || self.rx.in_fpdu)
+    }
+
     /// How many octets the owner should read from TCP into its read-ahead
     /// buffer next: small right after a large FPDU payload went straight to
     /// memory (so the next large payload can too), large otherwise.

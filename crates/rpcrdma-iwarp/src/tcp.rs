@@ -83,6 +83,8 @@ pub struct IwarpProvider {
     eof: bool,
     write_blocked: bool,
     capture: Option<Vec<(Direction, Vec<u8>)>>,
+    first_fpdu_delay: Duration,
+    hold_tx_until: Option<Instant>,
 }
 
 impl std::fmt::Debug for IwarpProvider {
@@ -156,6 +158,8 @@ impl IwarpProvider {
             eof: false,
             write_blocked: false,
             capture: None,
+            first_fpdu_delay: Duration::ZERO,
+            hold_tx_until: None,
         })
     }
 
@@ -169,6 +173,7 @@ impl IwarpProvider {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let sock = TcpStream::connect(addr)?;
         let mut p = IwarpProvider::new(sock, cfg.caps, 0)?;
+        p.first_fpdu_delay = cfg.first_fpdu_delay;
         p.hs = Some(hs);
         p.state = ConnectionState::Connecting;
         p.progress();
@@ -257,7 +262,7 @@ impl IwarpProvider {
             || self.qp.events_pending()
             || !self.events.is_empty()
             || self.qp.has_unconfirmed()
-            || (self.qp.has_output() && !self.write_blocked)
+            || (self.qp.has_output() && !self.write_blocked && self.hold_tx_until.is_none())
     }
 
     /// Blocks until the socket is readable (or writable while
@@ -273,6 +278,13 @@ impl IwarpProvider {
             }
             return Ok(false);
         }
+        let timeout = match self.hold_tx_until {
+            Some(t) if self.qp.has_output() => {
+                let left = t.saturating_duration_since(Instant::now());
+                Some(timeout.map_or(left, |d| d.min(left)))
+            }
+            _ => timeout,
+        };
         let mut flags = PollFlags::empty();
         if !self.eof {
             flags |= PollFlags::IN;
@@ -359,6 +371,9 @@ impl IwarpProvider {
                 Ok((Progress::Established(est), used)) => {
                     self.local_frame = hs.sent_frame().cloned();
                     self.hs = None;
+                    if !self.first_fpdu_delay.is_zero() {
+                        self.hold_tx_until = Some(Instant::now() + self.first_fpdu_delay);
+                    }
                     self.set_established(est);
                     self.qp.handle_input(&data[used..]);
                     return;
@@ -442,7 +457,14 @@ impl IwarpProvider {
         }
         // 2. What earlier passes handed to TCP met no Terminate: complete.
         self.qp.confirm_transmitted();
-        // 3. Write, gathering from registered memory.
+        // 3. Write, gathering from registered memory (after the initiator's
+        //    settle time: see `IwarpConfig::first_fpdu_delay`).
+        if let Some(t) = self.hold_tx_until {
+            if Instant::now() < t && !self.qp.is_closed() {
+                return;
+            }
+            self.hold_tx_until = None;
+        }
         if !self.shut_wr {
             let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
             let r = qp.transmit(|slices| {
@@ -557,16 +579,20 @@ impl Provider for IwarpProvider {
     }
 
     fn arm(&mut self, waker: &Waker, notify: Notify) {
-        let ready = match notify {
-            Notify::Any => self.work_pending(),
-            Notify::Solicited => {
-                self.qp.solicited_pending()
-                    || !self.events.is_empty()
-                    || self.qp.events_pending()
-                    || self.qp.has_unconfirmed()
-                    || (self.qp.has_output() && !self.write_blocked)
-            }
-        };
+        // Output held back by the initiator's settle time has no fd event
+        // to wake the driver: wake now (it polls again shortly).
+        let held = self.hold_tx_until.is_some() && self.qp.has_output();
+        let ready = held
+            || match notify {
+                Notify::Any => self.work_pending(),
+                Notify::Solicited => {
+                    self.qp.solicited_pending()
+                        || !self.events.is_empty()
+                        || self.qp.events_pending()
+                        || self.qp.has_unconfirmed()
+                        || (self.qp.has_output() && !self.write_blocked)
+                }
+            };
         if ready {
             self.waker = None;
             waker.wake_by_ref();

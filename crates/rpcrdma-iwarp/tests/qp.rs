@@ -970,3 +970,110 @@ fn send_queue_completes_in_post_order_with_reads_between() {
     let ids: Vec<u64> = cq(&mut a).iter().map(|c| c.wr_id).collect();
     assert_eq!(ids, [1, 2]);
 }
+
+mod hostile {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn victim_pair(crc: bool) -> (QueuePair, Vec<MemoryRegion>) {
+        let mut q = QueuePair::new(CAPS, 0x40);
+        q.establish(StreamParams {
+            crc,
+            ird: 2,
+            ..StreamParams::DEFAULT
+        });
+        let rw = reg(&mut q, vec![0x11; 256], RW);
+        let ro = reg(
+            &mut q,
+            vec![0x22; 256],
+            Access::LOCAL_WRITE | Access::REMOTE_READ,
+        );
+        let rb = reg(&mut q, vec![0; 256], Access::LOCAL_WRITE);
+        q.post_recv(RecvWr {
+            wr_id: 1,
+            sge: rb.sge(0, 128),
+        })
+        .unwrap();
+        (q, vec![rw, ro])
+    }
+
+    /// A valid stream (Send, Write, Read Request) to mutate.
+    fn valid_stream(crc: bool, stags: &[MemoryRegion]) -> Vec<u8> {
+        let mut tx = FpduSender::new(FramingConfig {
+            crc,
+            markers: false,
+        });
+        let mut v = Vec::new();
+        let s = ulpdu(
+            rdmap::send_header(Opcode::SEND, 1, 0, true, 0).unwrap(),
+            &[3; 40],
+        );
+        let w = ulpdu(rdmap::write_header(stags[0].stag().0, 8, true), &[4; 64]);
+        let r = rdmap::encode_read_request(
+            1,
+            &ReadRequest {
+                sink_stag: 9,
+                sink_to: 0,
+                size: 32,
+                src_stag: stags[1].stag().0,
+                src_to: 16,
+            },
+        );
+        for u in [&s[..], &w[..], &r[..]] {
+            v.extend_from_slice(&tx.fpdu_to_vec(&[u]).unwrap());
+        }
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Arbitrary bytes, in arbitrary pieces: never a panic, and either
+        /// still up or closed with a Terminate or close reason.
+        #[test]
+        fn random_input_never_panics(
+            data in proptest::collection::vec(any::<u8>(), 0..600),
+            piece in 1usize..80,
+            crc in any::<bool>(),
+        ) {
+            let (mut q, _) = victim_pair(crc);
+            for c in data.chunks(piece) {
+                q.handle_input(c);
+                let mut out = vec![0u8; 4096];
+                q.poll_transmit(&mut out);
+            }
+            let mut c = Vec::new();
+            q.poll_completions(&mut c);
+            prop_assert!(!q.is_closed() || q.close_reason().is_some());
+        }
+
+        /// A valid stream with one octet flipped: no panic; with the CRC
+        /// on, a flip anywhere in an FPDU is caught before anything is
+        /// completed or placed from that FPDU.
+        #[test]
+        fn mutated_stream_never_panics(
+            at in any::<prop::sample::Index>(),
+            bit in 0u8..8,
+            crc in any::<bool>(),
+        ) {
+            let (mut q, regions) = victim_pair(crc);
+            let mut s = valid_stream(crc, &regions);
+            let i = at.index(s.len());
+            s[i] ^= 1 << bit;
+            q.handle_input(&s);
+            let mut out = vec![0u8; 4096];
+            q.poll_transmit(&mut out);
+            let mut c = Vec::new();
+            q.poll_completions(&mut c);
+            if crc {
+                // The first FPDU is the Send (2 + 18 + 40, no pad, 4 CRC).
+                if i < 64 {
+                    prop_assert!(c.iter().all(|c| !c.status.is_ok()), "{c:?}");
+                }
+                // Unless the flip lengthened an FPDU, which then waits for
+                // octets that never come.
+                prop_assert!(q.is_closed() || q.rx_mid_fpdu());
+            }
+        }
+    }
+}
