@@ -11,6 +11,7 @@ use rpcrdma::rdma::{
     connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig,
 };
 use rpcrdma::testprog::{self, TEST_PROG, TEST_VERS};
+use rpcrdma::ClientTransport;
 use rpcrdma::{
     CallContext, Client, ClientConfig, HandlerError, Message, ReconnectPolicy, ReplyError,
     RpcError, Server,
@@ -363,8 +364,91 @@ async fn server_killed_mid_call_client_reconnects_and_call_completes_once() {
             .await
             .unwrap();
         assert_eq!(executions.load(Ordering::SeqCst), 2);
-        let _: Result<(), RpcError> = Ok(());
         t.shutdown().await;
+        rdma2.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections_to_one_server() {
+    bounded(async {
+        let (_s, rdma) = start().await;
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..6u32 {
+            let addr = rdma.local_addr();
+            set.spawn(async move {
+                let (c, t) = client_to(addr).await;
+                for j in 0..5u32 {
+                    let d = testprog::read(&c, 3000 + i * 100 + j, i).await.unwrap();
+                    assert_eq!(
+                        &d[..],
+                        &testprog::pattern(i, (3000 + i * 100 + j) as usize)[..]
+                    );
+                }
+                t
+            });
+        }
+        let mut transports = Vec::new();
+        while let Some(r) = set.join_next().await {
+            transports.push(r.unwrap());
+        }
+        let conns = rdma.connections();
+        assert_eq!(conns.len(), 6);
+        assert!(conns.iter().all(|s| s.engine.calls_received == 5));
+        assert_eq!(rdma.metrics().snapshot().connections, 6);
+        for t in transports {
+            t.shutdown().await;
+        }
+        rdma.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_and_loss_without_reconnect_fail_calls() {
+    bounded(async {
+        let (s, rdma) = start().await;
+        // A procedure that never answers in time.
+        s.register(0x2000_5248, 1, |_ctx: CallContext| async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(Message::new())
+        });
+        let cfg = RdmaClientConfig {
+            reconnect: None,
+            ..RdmaClientConfig::default()
+        };
+        let (c, t) = connect_client(rdma.local_addr(), ClientConfig::default(), cfg)
+            .await
+            .unwrap();
+        testprog::null(&c).await.unwrap();
+        assert!(t.status().last_error.is_none());
+        let c = Arc::new(c);
+        let c2 = c.clone();
+        let pending =
+            tokio::spawn(async move { c2.call(0x2000_5248, 1, 0, Message::new(), &[]).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        rdma.shutdown().await;
+        let e = pending.await.unwrap().unwrap_err();
+        assert!(
+            matches!(e, RpcError::Transport(rpcrdma::TransportError::Lost(_))),
+            "{e:?}"
+        );
+        assert!(matches!(
+            t.closed_reason(),
+            Some(rpcrdma::TransportError::Lost(_))
+        ));
+        // New calls fail at once.
+        assert!(testprog::null(&c).await.is_err());
+
+        // A local close: Closed.
+        let (_s2, rdma2) = start().await;
+        let (c, t) = client_to(rdma2.local_addr()).await;
+        testprog::null(&c).await.unwrap();
+        t.shutdown().await;
+        assert_eq!(t.closed_reason(), Some(rpcrdma::TransportError::Closed));
+        let e = testprog::null(&c).await.unwrap_err();
+        assert_eq!(e, RpcError::Transport(rpcrdma::TransportError::Closed));
         rdma2.shutdown().await;
     })
     .await
