@@ -34,6 +34,32 @@
 //!   [`ClientTransport::set_backchannel`] (which enables the engine's
 //!   backchannel receives).
 //!
+//! ```
+//! use rpcrdma::rdma::{connect_client, RdmaClientConfig, RdmaServer, RdmaServerConfig};
+//! use rpcrdma::{testprog, ClientConfig, Server};
+//!
+//! # tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap().block_on(async {
+//! let server = Server::default();
+//! testprog::register(&server);
+//! let rdma = RdmaServer::serve(&server, "127.0.0.1:0", RdmaServerConfig::default()).await?;
+//!
+//! let (client, transport) =
+//!     connect_client(rdma.local_addr(), ClientConfig::default(), RdmaClientConfig::default())
+//!         .await?;
+//! testprog::null(&client).await?;
+//! let data = testprog::read(&client, 100_000, 7).await?; // through a Write chunk
+//! assert_eq!(&data[..], &testprog::pattern(7, 100_000)[..]);
+//! let st = transport.status();
+//! assert_eq!(st.credits, 64); // the server's grant
+//! assert_eq!(st.engine.write_chunks, 1);
+//! println!("{}", st.mountstats());
+//!
+//! transport.shutdown().await;
+//! rdma.shutdown().await;
+//! # Ok::<_, Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+//!
 //! # XIDs
 //!
 //! The engine assigns the XID of every call it sends (it keeps them across
