@@ -7,7 +7,7 @@
 //! [`Connection`](rpcrdma_proto::engine::Connection) and one provider
 //! ([`BoxProvider`]) and steps them: commands from the runtime (calls,
 //! replies, backchannel, close) → engine; provider events and completions →
-//! engine; engine events → reply receivers and the [`CallDispatcher`];
+//! engine; engine events → reply receivers and the [`CallDispatcher`](crate::CallDispatcher);
 //! engine timers with tokio time; readiness through an `AsyncFd` on the
 //! provider's [`raw_fd`](rpcrdma_proto::provider::Provider::raw_fd) when it
 //! has one, and always through the provider's `arm` waker. Nothing in the
@@ -15,7 +15,7 @@
 //! runs in `spawn_blocking` (client) or on a dedicated accept thread
 //! (server).
 //!
-//! * Client: [`RdmaClientTransport`] implements [`ClientTransport`]. DDP
+//! * Client: [`RdmaClientTransport`] implements [`ClientTransport`](crate::ClientTransport). DDP
 //!   pieces of a call map to engine DDP pieces (Read chunks when the call
 //!   does not fit inline), the call's `ddp_results` to Write chunks. After a
 //!   connection loss the driver reconnects with exponential backoff
@@ -25,13 +25,13 @@
 //!   connection only**.
 //! * Server: [`RdmaServer`] accepts any number of iWARP connections (receives
 //!   posted before accepting), applies RFC 8797 through the engine and hands
-//!   every call to a [`CallDispatcher`] (a [`crate::Server`]) with a
+//!   every call to a [`CallDispatcher`](crate::CallDispatcher) (a [`crate::Server`]) with a
 //!   [`ClientIdentity`] from [`RdmaServerConfig::identify`] (by default the
 //!   peer's IP address: never the source port, so the duplicate-reply cache
 //!   recognises a retransmission after a reconnect).
 //! * Backchannel (RFC 8167): a server reaches the client through
-//!   [`ServerConnection::backchannel`]; a client serves it after
-//!   [`ClientTransport::set_backchannel`] (which enables the engine's
+//!   [`ServerConnection::backchannel`](crate::ServerConnection::backchannel); a client serves it after
+//!   [`ClientTransport::set_backchannel`](crate::ClientTransport::set_backchannel) (which enables the engine's
 //!   backchannel receives).
 //!
 //! ```
@@ -71,7 +71,7 @@
 //!
 //! The engine delivers a reply without the data that arrived in Write
 //! chunks (the length words stay in place) but does not say where that data
-//! was. The transport puts each result back as a [`Piece::Ddp`] right after
+//! was. The transport puts each result back as a [`Piece::Ddp`](crate::Piece::Ddp) right after
 //! the last 4-octet-aligned word (searching backwards, after the RPC reply
 //! header and before later results) whose value is the result's length. This
 //! is exact when DDP-eligible results end the reply (NFS READ/READLINK, the
