@@ -34,6 +34,26 @@ async fn client_to(addr: SocketAddr) -> (Client, Arc<RdmaClientTransport>) {
         .expect("connect")
 }
 
+/// The server's status is published by its own task: wait (bounded) until
+/// its first connection satisfies `f`.
+async fn server_status(
+    rdma: &RdmaServer,
+    f: impl Fn(&rpcrdma::rdma::RdmaStatus) -> bool,
+) -> rpcrdma::rdma::RdmaStatus {
+    for _ in 0..400 {
+        if let Some(s) = rdma.connections().into_iter().next() {
+            if f(&s) {
+                return s;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    rdma.connections()
+        .into_iter()
+        .next()
+        .expect("a server connection")
+}
+
 async fn bounded<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(LIMIT, f)
         .await
@@ -49,9 +69,9 @@ async fn null_and_negotiation() {
         let st = t.status();
         let n = st.negotiated.expect("negotiated");
         //= rfc8797#section-4
-        //# The receiver of a message containing an RPC-over-RDMA CM Private
-        //# Data structure MUST NOT send RPC-over-RDMA messages larger than the
-        //# Receive Size.
+        //# Receive Size:  This 8-bit field contains an encoded value
+        //# corresponding to the maximum number of bytes this peer is prepared
+        //# to receive with a single RDMA Receive on this connection.
         // Both sides advertise 4096/4096; the server clears R.
         assert_eq!((n.send_threshold, n.recv_threshold), (4096, 4096));
         assert!(!n.remote_invalidation);
@@ -91,7 +111,7 @@ async fn echo_inline_long_call_and_reply_chunk() {
         assert_eq!(e.reply_chunks - before.reply_chunks, 1);
         assert!(e.reply_chunk_bytes >= 20_000);
         // Server side: it read the call by RDMA Read and wrote the reply.
-        let srv = &rdma.connections()[0];
+        let srv = &server_status(&rdma, |s| s.engine.long_replies_sent == 1).await;
         assert_eq!(srv.engine.long_calls_received, 1);
         assert_eq!(srv.engine.long_replies_sent, 1);
         t.shutdown().await;
@@ -112,7 +132,12 @@ async fn read_1mib_through_a_write_chunk() {
         let e = t.status().engine;
         assert_eq!(e.write_chunks, 1);
         assert_eq!(e.write_chunk_bytes, u64::from(n));
-        let srv = &rdma.connections()[0];
+        //= rfc8797#section-4.1
+        //# When either peer on a connection clears this flag, the responder
+        //# MUST use only RDMA Send when transmitting RPC Replies.
+        // The default server clears R.
+        assert_eq!(e.remote_invalidations, 0);
+        let srv = &server_status(&rdma, |s| s.engine.rdma_write_bytes >= u64::from(n)).await;
         assert!(srv.engine.rdma_write_bytes >= u64::from(n));
         // An odd length (the XDR pad never travels in the chunk).
         let d = testprog::read(&c, 5001, 3).await.unwrap();
@@ -136,7 +161,7 @@ async fn write_1mib_through_a_read_chunk() {
         assert_eq!(e.read_chunks, 1);
         assert_eq!(e.read_chunk_bytes, data.len() as u64);
         assert_eq!(e.long_calls, 0, "a DDP argument goes in a data Read chunk");
-        let srv = &rdma.connections()[0];
+        let srv = &server_status(&rdma, |s| s.engine.rdma_read_bytes > 0).await;
         assert_eq!(srv.engine.rdma_read_bytes, data.len() as u64);
         t.shutdown().await;
         rdma.shutdown().await;
@@ -450,6 +475,64 @@ async fn close_and_loss_without_reconnect_fail_calls() {
         let e = testprog::null(&c).await.unwrap_err();
         assert_eq!(e, RpcError::Transport(rpcrdma::TransportError::Closed));
         rdma2.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_invalidation_when_both_sides_set_r_and_mpa_crc() {
+    bounded(async {
+        let server = Server::default();
+        testprog::register(&server);
+        let mut scfg = RdmaServerConfig::default();
+        scfg.engine.remote_invalidation = true;
+        scfg.iwarp.crc = true;
+        let rdma = RdmaServer::serve(&server, "127.0.0.1:0", scfg)
+            .await
+            .unwrap();
+        let mut ccfg = RdmaClientConfig::default();
+        ccfg.iwarp.crc = true;
+        let (c, t) = connect_client(rdma.local_addr(), ClientConfig::default(), ccfg)
+            .await
+            .unwrap();
+        // testprog::read offers a Write chunk and (for the default
+        // reply_max) a Reply chunk: two handles, so no Send With
+        // Invalidate (Linux svc_rdma_get_inv_rkey: only one handle).
+        let d = testprog::read(&c, 100_000, 11).await.unwrap();
+        assert_eq!(&d[..], &testprog::pattern(11, 100_000)[..]);
+        assert_eq!(t.status().engine.remote_invalidations, 0);
+        // A Write chunk alone: one handle, invalidated by the reply.
+        let mut args = Message::builder();
+        args.put_u32(100_000).put_u32(12);
+        let opts = rpcrdma::CallOptions {
+            ddp_results: vec![100_000],
+            reply_max: Some(1024),
+            ..Default::default()
+        };
+        let r = c
+            .call_with(
+                TEST_PROG,
+                TEST_VERS,
+                testprog::PROC_READ,
+                args.finish(),
+                &opts,
+            )
+            .await
+            .unwrap();
+        let got = r.reader().opaque(100_000, "max", "data").unwrap();
+        assert_eq!(&got[..], &testprog::pattern(12, 100_000)[..]);
+        let st = t.status();
+        //= rfc8797#section-4.1
+        //# When both connection peers have set this
+        //# bit flag in their CM Private Data, the responder MAY use RDMA Send
+        //# with Invalidate operations when transmitting RPC Replies.
+        assert!(st.negotiated.unwrap().remote_invalidation);
+        assert_eq!(st.link.crc, Some(true));
+        assert_eq!(st.engine.remote_invalidations, 1);
+        let srv = server_status(&rdma, |s| s.engine.send_with_invalidate > 0).await;
+        assert_eq!(srv.engine.send_with_invalidate, 1);
+        t.shutdown().await;
+        rdma.shutdown().await;
     })
     .await
 }

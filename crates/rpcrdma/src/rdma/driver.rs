@@ -301,6 +301,10 @@ impl Driver {
                 busy = true;
                 self.command(cmd);
             }
+            if busy {
+                // Commands changed the engine (e.g. a reply went out).
+                self.publish();
+            }
             busy |= self.step();
             if self.conn.is_closed() {
                 if !self.closing && self.reconnect.is_some() && self.reconnect_loop().await {
