@@ -205,6 +205,20 @@ async fn thirty_two_concurrent_calls_within_credits() {
         assert_eq!(st.outstanding, 0);
         assert_eq!(st.engine.replies_received, 33);
         assert_eq!(st.engine.bad_xids, 0);
+        // More calls at once than the grant of 64: the rest wait for
+        // credits (RFC 8166 section 3.3) and all complete.
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..150 {
+            let c = c.clone();
+            set.spawn(async move { testprog::null(&c).await });
+        }
+        while let Some(r) = set.join_next().await {
+            r.unwrap().unwrap();
+        }
+        let st = t.status();
+        assert_eq!(st.engine.replies_received, 183);
+        assert!(st.engine.credit_waits > 0, "{:?}", st.engine);
+        assert_eq!((st.outstanding, st.queued), (0, 0));
         t.shutdown().await;
         rdma.shutdown().await;
     })
