@@ -550,3 +550,29 @@ async fn remote_invalidation_when_both_sides_set_r_and_mpa_crc() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_garbage_peers_do_not_block_the_listener() {
+    bounded(async {
+        let (_s, rdma) = start().await;
+        let addr = rdma.local_addr();
+        // Two peers that connect and never send an MPA Request, one that
+        // sends garbage.
+        let silent1 = std::net::TcpStream::connect(addr).unwrap();
+        let silent2 = std::net::TcpStream::connect(addr).unwrap();
+        let mut junk = std::net::TcpStream::connect(addr).unwrap();
+        std::io::Write::write_all(&mut junk, &[0x55; 600]).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // A real client is served at once (well within the 10 s MPA
+        // timeout the silent peers hold their accept threads for).
+        let t0 = std::time::Instant::now();
+        let (c, t) = client_to(addr).await;
+        testprog::null(&c).await.unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        assert_eq!(rdma.connections().len(), 1);
+        drop((silent1, silent2, junk));
+        t.shutdown().await;
+        rdma.shutdown().await;
+    })
+    .await
+}

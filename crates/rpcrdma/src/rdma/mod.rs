@@ -277,6 +277,9 @@ pub struct RdmaServerConfig {
     pub accept_timeout: Duration,
     /// Most connections at once; more are rejected.
     pub max_connections: usize,
+    /// Threads accepting connections (each one handles one MPA exchange at
+    /// a time). Default 4.
+    pub accept_threads: usize,
     /// The duplicate-reply cache identity of a peer. Default: the IP
     /// address without the port.
     pub identify: IdentifyFn,
@@ -291,6 +294,7 @@ impl Default for RdmaServerConfig {
             iwarp: IwarpConfig::default(),
             accept_timeout: Duration::from_secs(10),
             max_connections: 1024,
+            accept_threads: 4,
             identify: Arc::new(|a: SocketAddr| ClientIdentity(Bytes::from(a.ip().to_string()))),
             metrics: None,
         }

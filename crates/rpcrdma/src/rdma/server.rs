@@ -80,16 +80,20 @@ pub fn serve_provider(
     }
 }
 
-/// An RPC-over-RDMA server over software iWARP: an accept thread (TCP
-/// accept and MPA exchange, receives posted before the MPA Reply) and one
-/// driver task per connection.
+/// An RPC-over-RDMA server over software iWARP: accept threads (TCP
+/// accept and MPA exchange, receives posted before the MPA Reply;
+/// [`RdmaServerConfig::accept_threads`] of them share the listener, so a
+/// peer that connects and never sends its MPA Request holds up one of them
+/// for at most [`RdmaServerConfig::accept_timeout`]) and one driver task
+/// per connection.
 pub struct RdmaServer {
     local: SocketAddr,
     stop: Arc<AtomicBool>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     conns: Conns,
     metrics: Arc<Metrics>,
     accept_task: Mutex<Option<JoinHandle<()>>>,
+    n_threads: usize,
 }
 
 impl std::fmt::Debug for RdmaServer {
@@ -124,15 +128,23 @@ impl RdmaServer {
         let conns: Conns = Arc::new(Mutex::new(Vec::new()));
         let (tx, mut rx) = mpsc::unbounded_channel::<(Connected, Connection, SocketAddr)>();
 
-        let st = stop.clone();
-        let ecfg = config.engine.clone();
-        let timeout = config.accept_timeout;
-        let max = config.max_connections;
-        let conns2 = conns.clone();
-        let m2 = metrics.clone();
-        let thread = std::thread::Builder::new()
-            .name("rpcrdma-accept".into())
-            .spawn(move || accept_thread(listener, icfg, ecfg, timeout, max, st, conns2, m2, tx))?;
+        let listener = Arc::new(listener);
+        let mut threads = Vec::new();
+        for i in 0..config.accept_threads.max(1) {
+            let (l, st, ecfg, icfg) = (
+                listener.clone(),
+                stop.clone(),
+                config.engine.clone(),
+                icfg.clone(),
+            );
+            let (timeout, max) = (config.accept_timeout, config.max_connections);
+            let (conns2, m2, tx) = (conns.clone(), metrics.clone(), tx.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("rpcrdma-accept-{i}"))
+                .spawn(move || accept_thread(&l, icfg, ecfg, timeout, max, st, conns2, m2, tx))?;
+            threads.push(t);
+        }
+        drop(tx);
 
         let conns3 = conns.clone();
         let m3 = metrics.clone();
@@ -161,7 +173,8 @@ impl RdmaServer {
         Ok(RdmaServer {
             local,
             stop,
-            thread: Mutex::new(Some(thread)),
+            threads: Mutex::new(threads),
+            n_threads: config.accept_threads.max(1),
             conns,
             metrics,
             accept_task: Mutex::new(Some(accept_task)),
@@ -189,7 +202,8 @@ impl RdmaServer {
 
     fn signal_stop(&self) {
         if !self.stop.swap(true, Ordering::SeqCst) {
-            // Wake the accept thread with a connection of our own.
+            // Wake the accept threads with connections of our own (each
+            // takes one, sees EOF instead of an MPA Request, and stops).
             let mut a = self.local;
             if a.ip().is_unspecified() {
                 a.set_ip(match a {
@@ -197,7 +211,9 @@ impl RdmaServer {
                     SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
                 });
             }
-            let _ = TcpStream::connect_timeout(&a, Duration::from_millis(200));
+            for _ in 0..self.n_threads {
+                let _ = TcpStream::connect_timeout(&a, Duration::from_millis(200));
+            }
         }
         let c = self.conns.lock().unwrap_or_else(|p| p.into_inner());
         for (s, _) in c.iter() {
@@ -210,10 +226,15 @@ impl RdmaServer {
     pub async fn shutdown(&self) {
         // A loopback connect: does not block for long.
         self.signal_stop();
-        let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(t) = t {
-            let _ = tokio::task::spawn_blocking(move || t.join()).await;
-        }
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        // A thread waiting for a silent peer's MPA Request stops within
+        // the accept timeout; do not wait that long here.
+        let join = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        });
+        let _ = tokio::time::timeout(Duration::from_secs(2), join).await;
         let conns: Vec<_> =
             std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()));
         for (s, h) in conns {
@@ -247,7 +268,7 @@ impl Drop for RdmaServer {
 
 #[allow(clippy::too_many_arguments)]
 fn accept_thread(
-    listener: Listener,
+    listener: &Listener,
     icfg: rpcrdma_iwarp::cm::IwarpConfig,
     ecfg: EngineConfig,
     timeout: Duration,
@@ -258,9 +279,9 @@ fn accept_thread(
     tx: mpsc::UnboundedSender<(Connected, Connection, SocketAddr)>,
 ) {
     // The listener's accept deadline covers the wait for a TCP connection
-    // and the MPA Request; a long period keeps the time a late connection
-    // gets for its Request at least `timeout` most of the time.
-    let period = timeout.max(Duration::from_secs(30));
+    // and for its MPA Request together (so a connection that arrives late
+    // in a period gets less time for its Request; its client retries).
+    let period = timeout;
     while !stop.load(Ordering::SeqCst) {
         match listener.accept(period) {
             Ok(mut pending) => {
