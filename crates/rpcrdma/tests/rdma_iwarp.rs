@@ -370,6 +370,10 @@ async fn server_killed_mid_call_client_reconnects_and_call_completes_once() {
         let (c, t) = connect_client(addr, ClientConfig::default(), cfg)
             .await
             .unwrap();
+        server.register(TRIGGER_PROG, 1, trigger);
+        let cb_server = Server::default();
+        testprog::register_cb(&cb_server);
+        c.serve_backchannel(&cb_server).unwrap();
         let c = Arc::new(c);
         let c2 = c.clone();
         let call =
@@ -403,6 +407,18 @@ async fn server_killed_mid_call_client_reconnects_and_call_completes_once() {
             .await
             .unwrap();
         assert_eq!(executions.load(Ordering::SeqCst), 2);
+        // The backchannel was enabled again on the new connection.
+        let mut args = Message::builder();
+        args.put_opaque(b"after reconnect").unwrap();
+        let r = c
+            .call(TRIGGER_PROG, 1, 1, args.finish(), &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            &r.reader().opaque(100, "max", "echo").unwrap()[..],
+            b"after reconnect"
+        );
+        assert_eq!(cb_server.metrics().calls_received, 1);
         t.shutdown().await;
         rdma2.shutdown().await;
     })
