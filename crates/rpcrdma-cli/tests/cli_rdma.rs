@@ -482,3 +482,147 @@ fn demo_pcap_checked_by_tshark() {
     );
     let _ = std::fs::remove_file(&path);
 }
+
+/// The demo's capture with every Send-with-Solicited-Event turned into a
+/// plain Send (RDMAP opcode 5 → 3, 6 → 4; the MPA CRC is off in the demo,
+/// so nothing else changes), for Wireshark 4.0's rpcordma heuristic, which
+/// takes only Send and Send with Invalidate. Walks each direction's FPDU
+/// stream (after the MPA frame) across the capture's TCP segments.
+fn patch_send_se(pcap: &[u8]) -> Vec<u8> {
+    let mut out = pcap.to_vec();
+    // (file offset of each payload octet) per direction: 0 = from the
+    // initiator (the first packet's source), 1 = from the responder.
+    let mut streams: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+    let mut client_port = None;
+    let mut off = 24;
+    while off + 16 <= pcap.len() {
+        let incl = u32::from_le_bytes(pcap[off + 8..off + 12].try_into().unwrap()) as usize;
+        let frame = off + 16;
+        let tcp = frame + 14 + 20;
+        let sport = u16::from_be_bytes([pcap[tcp], pcap[tcp + 1]]);
+        let c = *client_port.get_or_insert(sport);
+        let d = usize::from(sport != c);
+        let payload = tcp + 20;
+        streams[d].extend(payload..frame + incl);
+        off = frame + incl;
+    }
+    let mut patched = 0;
+    for s in &streams {
+        let byte = |i: usize| pcap[s[i]];
+        // MPA frame: key (16), flags, rev, PD_Length (2), private data.
+        let mut pos = 20 + ((usize::from(byte(18)) << 8) | usize::from(byte(19)));
+        while pos + 2 <= s.len() {
+            let ulpdu = (usize::from(byte(pos)) << 8) | usize::from(byte(pos + 1));
+            let ddp_ctl = byte(pos + 2);
+            let rdmap_ctl = byte(pos + 3);
+            let untagged = ddp_ctl & 0x80 == 0;
+            let op = rdmap_ctl & 0x0f;
+            if untagged && (op == 5 || op == 6) {
+                out[s[pos + 3]] = (rdmap_ctl & 0xf0) | (op - 2);
+                patched += 1;
+            }
+            let len = 2 + ulpdu;
+            pos += len + (4 - len % 4) % 4 + 4;
+        }
+    }
+    assert!(patched >= 12, "patched {patched} Sends");
+    out
+}
+
+/// Wireshark decodes every RPC-over-RDMA message of the demo (on a copy
+/// whose Sends carry no Solicited Event flag) and pairs every RPC call
+/// with its reply.
+#[test]
+fn demo_pcap_rpcrdma_decoded_by_tshark_with_plain_sends() {
+    if Command::new("tshark").arg("-v").output().is_err() {
+        eprintln!("SKIPPED: tshark not installed; demo capture not checked by Wireshark");
+        return;
+    }
+    let path = tmp("demo-plain.pcap");
+    let p = path.to_str().unwrap();
+    let o = run(&["demo", "--pcap", p]);
+    assert!(o.status.success(), "{o:?}");
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, patch_send_se(&bytes)).unwrap();
+    // The test program is unknown to Wireshark: let the RPC dissector
+    // take it anyway.
+    let opts = [
+        "-2",
+        "-o",
+        "iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE",
+        "-o",
+        "rpc.dissect_unknown_programs:TRUE",
+        "-r",
+        p,
+    ];
+    let o = Command::new("tshark")
+        .args(opts)
+        .args([
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=,",
+            "-e",
+            "rpcordma.msg_type",
+            "-e",
+            "rpcordma.reads_count",
+            "-e",
+            "rpcordma.writes_count",
+            "-e",
+            "rpcordma.reply_count",
+            "-e",
+            "rpc.msgtyp",
+            "-e",
+            "rpc.repframe",
+            "-e",
+            "rpc.reqframe",
+            "-e",
+            "_ws.malformed",
+        ])
+        .output()
+        .expect("tshark");
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('|').collect()).collect();
+    let msg_types: Vec<&str> = rows
+        .iter()
+        .flat_map(|r| r[0].split(',').filter(|s| !s.is_empty()))
+        .collect();
+    // 6 calls and 6 replies: RDMA_MSG (0) and RDMA_NOMSG (1).
+    assert_eq!(msg_types.len(), 12, "{text}");
+    assert_eq!(msg_types.iter().filter(|m| **m == "1").count(), 3, "{text}");
+    assert!(rows.iter().all(|r| r[7].is_empty()), "malformed:\n{text}");
+    // Wireshark sees the six RPC calls (the Read chunk and Long Call
+    // bodies reassembled from the RDMA Read Responses) and links each one
+    // to the frame of its reply; every reply it decodes links back.
+    let link = |r: &Vec<&str>| !r[5].is_empty() || !r[6].is_empty();
+    let calls: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| r[4].split(',').any(|m| m == "0"))
+        .collect();
+    let replies: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| r[4].split(',').any(|m| m == "1"))
+        .collect();
+    assert_eq!(calls.len(), 6, "{text}");
+    assert!(calls.iter().all(|r| link(r)), "unanswered call:\n{text}");
+    assert!(replies.len() >= 5, "{text}");
+    assert!(
+        replies.iter().all(|r| link(r)),
+        "reply without call:\n{text}"
+    );
+    let bad = Command::new("tshark")
+        .args(opts)
+        .args(["-Y", "_ws.malformed || _ws.expert.severity >= error"])
+        .output()
+        .expect("tshark");
+    assert!(
+        String::from_utf8_lossy(&bad.stdout).trim().is_empty(),
+        "{bad:?}"
+    );
+    let _ = std::fs::remove_file(&path);
+}
