@@ -1,14 +1,18 @@
 //! The `rpcrdma` command line tool.
 //!
 //! `rpcrdma decode` decodes RPC-over-RDMA transport headers (v1 and v2),
-//! RFC 8797 private data and ONC RPC message headers from hex or raw bytes.
+//! RFC 8797 private data and ONC RPC message headers from hex or raw bytes;
+//! `serve`, `call`, `probe` and `demo` run the RPC runtime over
+//! RPC-over-RDMA v1 over software iWARP.
 
 mod decode;
 mod decode_pcap;
+mod demo;
 mod input;
 mod json_header;
 mod json_misc;
 mod pcap;
+mod rdma_cmd;
 mod tcp_reassembly;
 
 use std::process::ExitCode;
@@ -27,11 +31,24 @@ struct Cli {
 enum Command {
     /// Decode a transport header, RFC 8797 private data or an RPC message.
     Decode(decode::DecodeArgs),
+    /// Serve the test program over RPC-over-RDMA (software iWARP).
+    Serve(rdma_cmd::ServeArgs),
+    /// Call the test program (or any program's procedure) over RPC-over-RDMA.
+    Call(rdma_cmd::CallArgs),
+    /// Connect, make one NULL call and print what was negotiated.
+    Probe(rdma_cmd::ProbeArgs),
+    /// Server and client in one process: one exchange of each RPC-over-RDMA
+    /// message class, as it went on the wire.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(args),
+        Command::Serve(args) => rdma_cmd::serve(args),
+        Command::Call(args) => rdma_cmd::call(args),
+        Command::Probe(args) => rdma_cmd::probe(args),
+        Command::Demo(args) => demo::demo(args),
     }
 }

@@ -11,6 +11,8 @@
 //!   [`CallDispatcher`] traits (driver tasks + channels);
 //! * [`record`]: RFC 5531 record marking codec (sans-IO);
 //! * [`tcp`]: the TCP transport;
+//! * [`rdma`]: RPC-over-RDMA v1 over the engine and software iWARP (driver
+//!   task per connection, [`rdma::RdmaClientTransport`], [`rdma::RdmaServer`]);
 //! * [`reconnect`]: reconnection with same-XID re-sends over any transport;
 //! * [`client`]: [`Client::call`], credentials, timeouts, errors by blame;
 //! * [`server`]: [`Server`], handler registry, RPC error replies;
@@ -48,6 +50,7 @@ pub mod client;
 pub mod drc;
 pub mod message;
 pub mod metrics;
+pub mod rdma;
 pub mod reconnect;
 pub mod record;
 pub mod server;

@@ -1,0 +1,701 @@
+//! `rpcrdma serve`, `rpcrdma call`, `rpcrdma probe`: the RPC runtime over
+//! RPC-over-RDMA v1 over software iWARP.
+//!
+//! * `serve --listen ADDR` serves the test program (0x20005244 v1:
+//!   NULL/ECHO/READ/WRITE, see `rpcrdma::testprog`), printing
+//!   `listening on ADDR` first; `--duration S` stops it after S seconds and
+//!   prints the transport's counters.
+//! * `call ADDR --proc null|echo|read|write --size N [--count K]`: the data
+//!   is the test program's pattern (`--seed`, default 1): ECHO and WRITE
+//!   send `pattern(seed, N)`, READ asks for it (the server produces it).
+//!   `--prog P --vers V --procnum N` instead makes a NULL-style call (void
+//!   arguments) to any program. With `--json` one object per call:
+//!   `{"ok", "proc", "xid", "bytes", "crc32c", "elapsed_us", "error",
+//!   "rpc_status"}` where `proc` is the name (`"null"`, …) or the number
+//!   for `--procnum`, `bytes` the payload octets moved (ECHO: the octets
+//!   echoed, READ: read, WRITE: written), `crc32c` the CRC-32C (Castagnoli)
+//!   of those octets (READ: exactly what the server produced; WRITE: what
+//!   was sent; NULL: of nothing = 0), `error` null or a text, `rpc_status`
+//!   the RPC accept status name (`"SUCCESS"`, `"PROG_UNAVAIL"`,
+//!   `"PROG_MISMATCH"`, `"PROC_UNAVAIL"`, `"GARBAGE_ARGS"`, `"SYSTEM_ERR"`,
+//!   or `"RPC_MISMATCH"` / `"AUTH_ERROR"` for a denied call) or null when
+//!   no RPC reply arrived. `ok` also requires the data check (ECHO equal,
+//!   READ equal to the pattern, WRITE's returned count and CRC equal).
+//!   `elapsed_us` is the time of the RPC call alone (not generating or
+//!   checking the data). Exit status 0 when every call is ok.
+//! * `probe ADDR`: connects, makes one NULL call (default the test program;
+//!   a PROG_UNAVAIL answer still carries the credit grant) and prints what
+//!   was negotiated; `--json`: `{"version", "mpa_rev", "crc", "markers",
+//!   "ird", "ord", "local_private_data", "peer_private_data",
+//!   "inline_send", "inline_recv", "remote_invalidate",
+//!   "credits_granted"}`, the private data as the object of
+//!   `rpcrdma decode --what private-data --json` (MPA private data field,
+//!   RFC 6581 IRD/ORD header included).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use rpcrdma::rdma::{
+    connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig, RdmaStatus,
+};
+use rpcrdma::testprog::{self, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
+use rpcrdma::{CallOptions, Client, ClientConfig, Message, ReplyError, RpcError, Server};
+use rpcrdma_iwarp::cm::IwarpConfig;
+use rpcrdma_proto::engine::Config as EngineConfig;
+use serde_json::{json, Value};
+
+/// Link and engine options shared by the RDMA commands.
+#[derive(Args, Debug, Clone)]
+pub struct LinkArgs {
+    /// Credits: granted (serve) or requested (call, probe). Defaults: 64 /
+    /// 128, as Linux.
+    #[arg(long)]
+    pub credits: Option<u32>,
+    /// Our RFC 8797 Send Size (largest message we send inline).
+    #[arg(long, default_value_t = 4096)]
+    pub inline_send: u32,
+    /// Our RFC 8797 Receive Size (receive buffer size).
+    #[arg(long, default_value_t = 4096)]
+    pub inline_recv: u32,
+    /// Set the R flag (remote invalidation). Default: set by a client,
+    /// clear by a server (as Linux).
+    #[arg(long, overrides_with = "no_remote_invalidate")]
+    pub remote_invalidate: bool,
+    /// Clear the R flag.
+    #[arg(long, overrides_with = "remote_invalidate")]
+    pub no_remote_invalidate: bool,
+    /// Use (client: ask for; server: require) the MPA CRC.
+    #[arg(long)]
+    pub crc: bool,
+    /// MPA revision: 1 (RFC 5044) or 2 (RFC 6581 enhanced, with IRD/ORD).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub mpa_rev: u8,
+}
+
+impl LinkArgs {
+    fn engine(&self, mut e: EngineConfig, server: bool) -> EngineConfig {
+        if let Some(c) = self.credits {
+            if server {
+                e.credits_granted = c;
+            } else {
+                e.credits_requested = c;
+            }
+        }
+        e.inline_send = self.inline_send;
+        e.inline_recv = self.inline_recv;
+        if self.remote_invalidate {
+            e.remote_invalidation = true;
+        }
+        if self.no_remote_invalidate {
+            e.remote_invalidation = false;
+        }
+        e
+    }
+
+    fn iwarp(&self) -> IwarpConfig {
+        IwarpConfig {
+            rev: self.mpa_rev,
+            crc: self.crc,
+            ..IwarpConfig::default()
+        }
+    }
+
+    /// Server settings from these options.
+    pub fn server_config(&self) -> RdmaServerConfig {
+        RdmaServerConfig {
+            engine: self.engine(EngineConfig::server(), true),
+            iwarp: self.iwarp(),
+            ..RdmaServerConfig::default()
+        }
+    }
+
+    /// Client settings from these options (no reconnection: a tool reports
+    /// failures).
+    pub fn client_config(&self) -> RdmaClientConfig {
+        RdmaClientConfig {
+            engine: self.engine(EngineConfig::client(), false),
+            iwarp: self.iwarp(),
+            reconnect: None,
+            ..RdmaClientConfig::default()
+        }
+    }
+}
+
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+pub(crate) fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()
+        .map_err(|e| format!("{addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr}: no address"))
+}
+
+// ------------------------------------------------------------------ serve
+
+/// `rpcrdma serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: an ephemeral port, printed).
+    #[arg(long, default_value = "127.0.0.1:20049")]
+    pub listen: String,
+    /// Stop after this many seconds (default: run until killed).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    #[command(flatten)]
+    pub link: LinkArgs,
+}
+
+/// Runs `rpcrdma serve`.
+pub fn serve(args: ServeArgs) -> ExitCode {
+    let rt = runtime();
+    rt.block_on(async move {
+        let server = Server::default();
+        testprog::register(&server);
+        let rdma = match RdmaServer::serve(&server, args.listen.as_str(), args.link.server_config())
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("rpcrdma serve: cannot listen on {}: {e}", args.listen);
+                return ExitCode::from(2);
+            }
+        };
+        println!("listening on {}", rdma.local_addr());
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        match args.duration {
+            Some(s) if s.is_finite() && s >= 0.0 => {
+                tokio::time::sleep(Duration::from_secs_f64(s)).await
+            }
+            _ => std::future::pending::<()>().await,
+        }
+        let m = rdma.metrics().snapshot();
+        let s = server.metrics();
+        println!(
+            "served {} calls, {} replies, {} connections, {} DRC hits",
+            s.calls_received, m.replies_sent, m.connections, s.drc_hits
+        );
+        rdma.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+// ------------------------------------------------------------------- call
+
+/// Procedures of the test program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProcName {
+    /// TEST_NULL.
+    Null,
+    /// TEST_ECHO (opaque, not DDP-eligible).
+    Echo,
+    /// TEST_READ (result DDP-eligible: a Write chunk).
+    Read,
+    /// TEST_WRITE (argument DDP-eligible: a Read chunk).
+    Write,
+}
+
+impl ProcName {
+    fn name(self) -> &'static str {
+        match self {
+            ProcName::Null => "null",
+            ProcName::Echo => "echo",
+            ProcName::Read => "read",
+            ProcName::Write => "write",
+        }
+    }
+}
+
+/// `rpcrdma call`.
+#[derive(Args, Debug)]
+pub struct CallArgs {
+    /// Server address (host:port).
+    pub addr: String,
+    /// Test program procedure.
+    #[arg(long, value_enum, default_value_t = ProcName::Null)]
+    pub proc: ProcName,
+    /// Payload octets (ECHO, READ, WRITE).
+    #[arg(long, default_value_t = 0)]
+    pub size: u32,
+    /// Number of calls (sequential).
+    #[arg(long, default_value_t = 1)]
+    pub count: u32,
+    /// Pattern seed of the data.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u32,
+    /// Program number of a raw NULL-style call (with --vers, --procnum).
+    #[arg(long, requires = "procnum")]
+    pub prog: Option<u32>,
+    /// Version of a raw call (default 1).
+    #[arg(long)]
+    pub vers: Option<u32>,
+    /// Procedure number of a raw call (void arguments).
+    #[arg(long)]
+    pub procnum: Option<u32>,
+    /// Per-call timeout in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub timeout: f64,
+    /// One JSON object per call.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub link: LinkArgs,
+}
+
+/// What one call did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Everything checked out.
+    pub ok: bool,
+    /// Procedure name, or number for a raw call.
+    pub proc: Value,
+    /// The call's XID.
+    pub xid: u32,
+    /// Payload octets moved.
+    pub bytes: u64,
+    /// CRC-32C of those octets.
+    pub crc32c: u32,
+    /// Wall time.
+    pub elapsed_us: u64,
+    /// Failure text.
+    pub error: Option<String>,
+    /// RPC status name, if a reply arrived.
+    pub rpc_status: Option<String>,
+}
+
+impl Outcome {
+    /// The `--json` object.
+    pub fn json(&self) -> Value {
+        json!({
+            "ok": self.ok,
+            "proc": self.proc,
+            "xid": self.xid,
+            "bytes": self.bytes,
+            "crc32c": self.crc32c,
+            "elapsed_us": self.elapsed_us,
+            "error": self.error,
+            "rpc_status": self.rpc_status,
+        })
+    }
+
+    /// The text line.
+    pub fn text(&self) -> String {
+        let p = match &self.proc {
+            Value::String(s) => s.clone(),
+            v => format!("proc {v}"),
+        };
+        format!(
+            "{p}: {} xid=0x{:08x} status={} bytes={} crc32c=0x{:08x} {}us{}",
+            if self.ok { "ok" } else { "FAILED" },
+            self.xid,
+            self.rpc_status.as_deref().unwrap_or("-"),
+            self.bytes,
+            self.crc32c,
+            self.elapsed_us,
+            self.error
+                .as_ref()
+                .map_or(String::new(), |e| format!(" error: {e}"))
+        )
+    }
+}
+
+fn reply_status(e: &RpcError) -> Option<&'static str> {
+    Some(match e.reply_error()? {
+        ReplyError::ProgUnavail => "PROG_UNAVAIL",
+        ReplyError::ProgMismatch { .. } => "PROG_MISMATCH",
+        ReplyError::ProcUnavail => "PROC_UNAVAIL",
+        ReplyError::GarbageArgs => "GARBAGE_ARGS",
+        ReplyError::SystemErr => "SYSTEM_ERR",
+        ReplyError::OtherAccept(_) => "OTHER",
+        ReplyError::RpcMismatch { .. } => "RPC_MISMATCH",
+        ReplyError::AuthError(_) => "AUTH_ERROR",
+    })
+}
+
+/// What to call.
+#[derive(Clone, Copy, Debug)]
+pub enum CallSpec {
+    /// A test program procedure with `size` octets of `pattern(seed, size)`.
+    Test {
+        /// Which.
+        proc: ProcName,
+        /// Payload octets.
+        size: u32,
+        /// Pattern seed.
+        seed: u32,
+    },
+    /// A void call to any program.
+    Raw {
+        /// Program.
+        prog: u32,
+        /// Version.
+        vers: u32,
+        /// Procedure.
+        proc: u32,
+    },
+}
+
+/// Makes one call; `xid` is the XID the client will use for it.
+pub async fn one_call(c: &Client, xid: u32, spec: CallSpec) -> Outcome {
+    let start = Instant::now();
+    let mut out = Outcome {
+        ok: false,
+        proc: Value::Null,
+        xid,
+        bytes: 0,
+        crc32c: 0,
+        elapsed_us: 0,
+        error: None,
+        rpc_status: None,
+    };
+    // Reply sizes as Linux computes them: exact bounds, so that small
+    // replies come back inline and only what needs one gets a chunk.
+    let small = 1024u32;
+    let mut call_time: Option<Duration> = None;
+    let r: Result<(), RpcError> = async {
+        match spec {
+            CallSpec::Raw { prog, vers, proc } => {
+                out.proc = json!(proc);
+                let opts = CallOptions {
+                    reply_max: Some(small),
+                    ..CallOptions::default()
+                };
+                let t0 = Instant::now();
+                let r = c.call_with(prog, vers, proc, Message::new(), &opts).await;
+                call_time = Some(t0.elapsed());
+                r?;
+                out.rpc_status = Some("SUCCESS".into());
+                out.ok = true;
+            }
+            CallSpec::Test { proc, size, seed } => {
+                out.proc = json!(proc.name());
+                let data = match proc {
+                    ProcName::Echo | ProcName::Write => testprog::pattern(seed, size as usize),
+                    _ => Vec::new(),
+                };
+                let mut args = Message::builder();
+                let (procnum, ddp, reply_max) = match proc {
+                    ProcName::Null => (testprog::PROC_NULL, vec![], small),
+                    ProcName::Echo => {
+                        args.put_opaque(&data)?;
+                        (testprog::PROC_ECHO, vec![], small + size)
+                    }
+                    ProcName::Read => {
+                        args.put_u32(size).put_u32(seed);
+                        (testprog::PROC_READ, vec![size], small)
+                    }
+                    ProcName::Write => {
+                        args.put_ddp_opaque(Bytes::from(data.clone()))?;
+                        (testprog::PROC_WRITE, vec![], small)
+                    }
+                };
+                let opts = CallOptions {
+                    ddp_results: ddp,
+                    reply_max: Some(reply_max),
+                    ..CallOptions::default()
+                };
+                let args = args.finish();
+                let t0 = Instant::now();
+                let r = c
+                    .call_with(TEST_PROG, TEST_VERS, procnum, args, &opts)
+                    .await;
+                call_time = Some(t0.elapsed());
+                let r = r?;
+                out.rpc_status = Some("SUCCESS".into());
+                let mut rd = r.reader();
+                let check = match proc {
+                    ProcName::Null => rd.finish("void").map(|_| None),
+                    ProcName::Echo => rd
+                        .opaque(TEST_MAX_DATA, "TEST_MAX_DATA", "echo.result")
+                        .map(|got| {
+                            out.bytes = got.len() as u64;
+                            out.crc32c = crc32c::crc32c(&got);
+                            (got[..] != data[..]).then(|| "echoed data differs".to_string())
+                        }),
+                    ProcName::Read => rd.opaque(size, "read count", "read.result").map(|got| {
+                        out.bytes = got.len() as u64;
+                        out.crc32c = crc32c::crc32c(&got);
+                        (got[..] != testprog::pattern(seed, size as usize)[..])
+                            .then(|| "read data is not the pattern".to_string())
+                    }),
+                    ProcName::Write => {
+                        out.bytes = data.len() as u64;
+                        out.crc32c = crc32c::crc32c(&data);
+                        match (rd.u32("write.count"), rd.u32("write.crc32c")) {
+                            (Ok(n), Ok(crc)) => Ok((n as usize != data.len()
+                                || crc != out.crc32c)
+                                .then(|| {
+                                    format!(
+                                        "server saw {n} octets with crc32c 0x{crc:08x}, sent {} with 0x{:08x}",
+                                        data.len(),
+                                        out.crc32c
+                                    )
+                                })),
+                            (Err(e), _) | (_, Err(e)) => Err(e),
+                        }
+                    }
+                };
+                match check? {
+                    None => out.ok = true,
+                    Some(why) => out.error = Some(why),
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        out.rpc_status = reply_status(&e).map(str::to_string);
+        out.error = Some(e.to_string());
+        out.ok = false;
+    }
+    // The call itself (not building the data or checking it).
+    out.elapsed_us = call_time.unwrap_or_else(|| start.elapsed()).as_micros() as u64;
+    out
+}
+
+fn first_xid() -> u32 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    d.subsec_nanos().wrapping_mul(0x9e37_79b1) ^ (d.as_secs() as u32)
+}
+
+/// Connects a client with `link` options.
+pub async fn connect(
+    addr: SocketAddr,
+    link: &LinkArgs,
+    timeout: Duration,
+    xid: u32,
+) -> std::io::Result<(Client, Arc<RdmaClientTransport>)> {
+    connect_client(
+        addr,
+        ClientConfig {
+            timeout,
+            first_xid: Some(xid),
+            ..ClientConfig::default()
+        },
+        link.client_config(),
+    )
+    .await
+}
+
+/// Runs `rpcrdma call`.
+pub fn call(args: CallArgs) -> ExitCode {
+    let addr = match resolve(&args.addr) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("rpcrdma call: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let spec = match (args.prog, args.procnum) {
+        (Some(prog), Some(proc)) => CallSpec::Raw {
+            prog,
+            vers: args.vers.unwrap_or(1),
+            proc,
+        },
+        (None, Some(proc)) => CallSpec::Raw {
+            prog: TEST_PROG,
+            vers: args.vers.unwrap_or(TEST_VERS),
+            proc,
+        },
+        _ => CallSpec::Test {
+            proc: args.proc,
+            size: args.size,
+            seed: args.seed,
+        },
+    };
+    if let CallSpec::Test { size, .. } = spec {
+        if size > TEST_MAX_DATA {
+            eprintln!("rpcrdma call: --size exceeds {TEST_MAX_DATA}");
+            return ExitCode::from(2);
+        }
+    }
+    let timeout = Duration::from_secs_f64(args.timeout.clamp(0.001, 86_400.0));
+    let rt = runtime();
+    rt.block_on(async move {
+        let xid0 = first_xid();
+        let (c, t) = match connect(addr, &args.link, timeout, xid0).await {
+            Ok(x) => x,
+            Err(e) => {
+                if args.json {
+                    let o = Outcome {
+                        ok: false,
+                        proc: Value::Null,
+                        xid: 0,
+                        bytes: 0,
+                        crc32c: 0,
+                        elapsed_us: 0,
+                        error: Some(format!("connect: {e}")),
+                        rpc_status: None,
+                    };
+                    println!("{}", o.json());
+                } else {
+                    eprintln!("rpcrdma call: cannot connect to {addr}: {e}");
+                }
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut all_ok = true;
+        for i in 0..args.count {
+            let o = one_call(&c, xid0.wrapping_add(i), spec).await;
+            all_ok &= o.ok;
+            if args.json {
+                println!("{}", o.json());
+            } else {
+                println!("{}", o.text());
+            }
+        }
+        if !args.json {
+            println!("{}", t.status().mountstats());
+        }
+        t.shutdown().await;
+        if all_ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    })
+}
+
+// ------------------------------------------------------------------ probe
+
+/// `rpcrdma probe`.
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// Server address (host:port).
+    pub addr: String,
+    /// Program of the NULL call (default: the test program).
+    #[arg(long)]
+    pub prog: Option<u32>,
+    /// Version of the NULL call.
+    #[arg(long)]
+    pub vers: Option<u32>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub link: LinkArgs,
+}
+
+fn pd_json(bytes: &[u8]) -> Value {
+    crate::json_misc::decode_private_data(bytes, true)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// The `probe --json` object of a connection's status.
+pub fn probe_json(st: &RdmaStatus) -> Value {
+    let n = st.negotiated;
+    json!({
+        "version": 1,
+        "mpa_rev": st.link.mpa_rev,
+        "crc": st.link.crc,
+        "markers": st.link.markers,
+        "ird": st.link.ird,
+        "ord": st.link.ord,
+        "local_private_data": pd_json(&st.link.local_private_data),
+        "peer_private_data": pd_json(&st.link.peer_private_data),
+        "inline_send": n.map(|n| n.send_threshold),
+        "inline_recv": n.map(|n| n.recv_threshold),
+        "remote_invalidate": n.map(|n| n.remote_invalidation),
+        "credits_granted": st.engine.credits_granted,
+    })
+}
+
+/// Runs `rpcrdma probe`.
+pub fn probe(args: ProbeArgs) -> ExitCode {
+    let addr = match resolve(&args.addr) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("rpcrdma probe: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = runtime();
+    rt.block_on(async move {
+        let (c, t) = match connect(addr, &args.link, Duration::from_secs(10), first_xid()).await {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("rpcrdma probe: cannot connect to {addr}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let prog = args.prog.unwrap_or(TEST_PROG);
+        let vers = args.vers.unwrap_or(TEST_VERS);
+        let opts = CallOptions {
+            reply_max: Some(1024),
+            ..CallOptions::default()
+        };
+        let r = c.call_with(prog, vers, 0, Message::new(), &opts).await;
+        // Any RPC reply (PROG_UNAVAIL included) carried the credit grant.
+        let status = match &r {
+            Ok(_) => Ok("SUCCESS"),
+            Err(e) => reply_status(e).ok_or_else(|| e.to_string()),
+        };
+        let st = t.status();
+        t.shutdown().await;
+        let status = match status {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("rpcrdma probe: NULL call failed: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if args.json {
+            println!("{}", probe_json(&st));
+        } else {
+            let yn = |b: Option<bool>| match b {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            };
+            println!("connected to {addr}: RPC-over-RDMA version 1 over software iWARP");
+            println!(
+                "  MPA revision {} CRC {} Markers {} IRD {} ORD {}",
+                st.link.mpa_rev.map_or("-".into(), |r| r.to_string()),
+                yn(st.link.crc),
+                yn(st.link.markers),
+                st.link.ird,
+                st.link.ord
+            );
+            for (who, pd) in [
+                ("local", &st.link.local_private_data),
+                ("peer", &st.link.peer_private_data),
+            ] {
+                println!("  {who} private data: {}", hex::encode(pd));
+                if let Ok(s) = crate::json_misc::decode_private_data(pd, false) {
+                    for l in s.lines() {
+                        println!("    {l}");
+                    }
+                }
+            }
+            if let Some(n) = st.negotiated {
+                println!(
+                    "  inline send {} recv {} remote invalidation {}",
+                    n.send_threshold,
+                    n.recv_threshold,
+                    if n.remote_invalidation { "yes" } else { "no" }
+                );
+            }
+            println!(
+                "  NULL ({prog:#x} v{vers}): {status}; credits granted {}",
+                st.engine.credits_granted
+            );
+        }
+        ExitCode::SUCCESS
+    })
+}

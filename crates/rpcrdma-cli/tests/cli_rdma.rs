@@ -1,0 +1,628 @@
+//! `rpcrdma serve` / `call` / `probe` / `demo` end to end over loopback
+//! software iWARP (127.0.0.1 only).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rpcrdma");
+
+/// A `serve --duration` child, killed on drop.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(extra: &[&str]) -> Serve {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--duration", "60"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn serve");
+    let out = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).expect("read");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    Serve { child, addr }
+}
+
+/// Runs the tool with a time bound.
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("rpcrdma {args:?} did not finish in time");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn json_lines(o: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// The test program's pattern, written from its documentation
+/// (xorshift32 13/17/5, state emitted big-endian, seed 0 → 0x9e3779b9).
+fn pattern(seed: u32, count: usize) -> Vec<u8> {
+    let mut x = if seed == 0 { 0x9e37_79b9u32 } else { seed };
+    let mut v = Vec::new();
+    while v.len() < count {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        v.extend_from_slice(&x.to_be_bytes());
+    }
+    v.truncate(count);
+    v
+}
+
+/// CRC-32C (Castagnoli), bitwise, reflected polynomial 0x82f63b78.
+fn crc32c(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82f6_3b78
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+#[test]
+fn reference_helpers_are_right() {
+    assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+    assert_eq!(
+        &pattern(1, 12)[..],
+        &[0, 4, 0x20, 0x21, 4, 8, 6, 1, 0x9d, 0xcc, 0xa8, 0xc5]
+    );
+}
+
+const CALL_KEYS: [&str; 8] = [
+    "bytes",
+    "crc32c",
+    "elapsed_us",
+    "error",
+    "ok",
+    "proc",
+    "rpc_status",
+    "xid",
+];
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn call_json_for_every_procedure() {
+    let s = serve(&[]);
+    let size = 1_000_003usize;
+    let seed = 7u32;
+    let expect = crc32c(&pattern(seed, size));
+    for (proc, bytes) in [
+        ("null", 0),
+        ("echo", 70_001),
+        ("read", size),
+        ("write", size),
+    ] {
+        let size_s = bytes.to_string();
+        let o = run(&[
+            "call", &s.addr, "--proc", proc, "--size", &size_s, "--seed", "7", "--json",
+        ]);
+        assert!(o.status.success(), "{proc}: {o:?}");
+        let v = json_lines(&o);
+        assert_eq!(v.len(), 1);
+        let v = &v[0];
+        assert_eq!(keys(v), CALL_KEYS, "{proc}");
+        assert_eq!(v["ok"], true, "{proc}: {v}");
+        assert_eq!(v["proc"], proc);
+        assert_eq!(v["rpc_status"], "SUCCESS");
+        assert!(v["error"].is_null());
+        assert_eq!(v["bytes"], bytes as u64);
+        assert!(v["xid"].is_u64() && v["elapsed_us"].is_u64());
+        let want = match proc {
+            "null" => 0, // CRC-32C of nothing
+            "echo" => crc32c(&pattern(seed, bytes)),
+            _ => expect,
+        };
+        assert_eq!(v["crc32c"], u64::from(want), "{proc}");
+    }
+    // --count: one object per call, consecutive XIDs.
+    let o = run(&[
+        "call", &s.addr, "--proc", "read", "--size", "5", "--count", "3", "--json",
+    ]);
+    assert!(o.status.success());
+    let v = json_lines(&o);
+    assert_eq!(v.len(), 3);
+    let x0 = v[0]["xid"].as_u64().unwrap();
+    for (i, c) in v.iter().enumerate() {
+        assert_eq!(c["xid"].as_u64().unwrap(), (x0 + i as u64) & 0xffff_ffff);
+        assert_eq!(c["crc32c"], u64::from(crc32c(&pattern(1, 5))));
+    }
+    // Text output names the outcome and ends with the mountstats line.
+    let o = run(&["call", &s.addr, "--proc", "write", "--size", "64"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.starts_with("write: ok xid=0x"), "{t}");
+    assert!(t.contains("xprt: rdma connects=1"), "{t}");
+}
+
+#[test]
+fn call_rpc_errors_and_raw_calls() {
+    let s = serve(&[]);
+    for (args, status) in [
+        (vec!["--prog", "12345", "--procnum", "0"], "PROG_UNAVAIL"),
+        (vec!["--vers", "3", "--procnum", "0"], "PROG_MISMATCH"),
+        (vec!["--procnum", "9"], "PROC_UNAVAIL"),
+    ] {
+        let mut a = vec!["call", s.addr.as_str(), "--json"];
+        a.extend(args);
+        let o = run(&a);
+        assert_eq!(o.status.code(), Some(1), "{a:?}");
+        let v = &json_lines(&o)[0];
+        assert_eq!(keys(v), CALL_KEYS);
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["rpc_status"], status);
+        assert!(v["error"].as_str().unwrap().contains(status));
+    }
+    // A raw NULL-style call to the test program's NULL succeeds.
+    let o = run(&[
+        "call",
+        &s.addr,
+        "--prog",
+        "536891972",
+        "--procnum",
+        "0",
+        "--json",
+    ]);
+    assert!(o.status.success());
+    let v = &json_lines(&o)[0];
+    assert_eq!(
+        (v["ok"].clone(), v["proc"].clone()),
+        (Value::Bool(true), Value::from(0))
+    );
+    // Nobody listening: ok false, a connect error, no RPC status.
+    let o = run(&["call", "127.0.0.1:1", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v = &json_lines(&o)[0];
+    assert_eq!(v["ok"], false);
+    assert!(v["rpc_status"].is_null());
+    assert!(v["error"].as_str().unwrap().starts_with("connect"));
+}
+
+const PROBE_KEYS: [&str; 12] = [
+    "inline_recv",
+    "inline_send",
+    "credits_granted",
+    "crc",
+    "ird",
+    "local_private_data",
+    "markers",
+    "mpa_rev",
+    "ord",
+    "peer_private_data",
+    "remote_invalidate",
+    "version",
+];
+
+#[test]
+fn probe_json_defaults_and_options() {
+    let s = serve(&[]);
+    let o = run(&["probe", &s.addr, "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v = &json_lines(&o)[0];
+    let mut want: Vec<String> = PROBE_KEYS.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(keys(v), want);
+    assert_eq!(v["version"], 1);
+    assert_eq!(v["mpa_rev"], 2);
+    assert_eq!(
+        (v["crc"].clone(), v["markers"].clone()),
+        (false.into(), false.into())
+    );
+    // The client reads nothing (ORD 0) and accepts 16 reads (IRD 16).
+    assert_eq!((v["ird"].clone(), v["ord"].clone()), (16.into(), 0.into()));
+    assert_eq!(v["inline_send"], 4096);
+    assert_eq!(v["inline_recv"], 4096);
+    assert_eq!(v["remote_invalidate"], false);
+    assert_eq!(v["credits_granted"], 64);
+    let l = &v["local_private_data"];
+    assert_eq!(l["found"], true);
+    assert_eq!(l["remote_invalidate"], true);
+    assert_eq!(l["mpa_ird_ord"]["ird"], 16);
+    let p = &v["peer_private_data"];
+    assert_eq!(p["found"], true);
+    assert_eq!(p["remote_invalidate"], false);
+    assert_eq!(
+        (p["send_size"].clone(), p["receive_size"].clone()),
+        (4096.into(), 4096.into())
+    );
+    // PROG_UNAVAIL still answers (and carries the grant).
+    let o = run(&["probe", &s.addr, "--prog", "7", "--json"]);
+    assert!(o.status.success());
+    assert_eq!(json_lines(&o)[0]["credits_granted"], 64);
+
+    // Non-default server: grant 32, receive size 2048, R set, CRC
+    // required, MPA revision 1.
+    let s2 = serve(&[
+        "--credits",
+        "32",
+        "--inline-recv",
+        "2048",
+        "--remote-invalidate",
+        "--crc",
+        "--mpa-rev",
+        "1",
+    ]);
+    let o = run(&["probe", &s2.addr, "--json", "--crc", "--mpa-rev", "1"]);
+    assert!(o.status.success(), "{o:?}");
+    let v = &json_lines(&o)[0];
+    assert_eq!(v["credits_granted"], 32);
+    assert_eq!(v["mpa_rev"], 1);
+    assert_eq!(v["crc"], true);
+    assert_eq!(v["inline_send"], 2048);
+    assert_eq!(v["inline_recv"], 4096);
+    assert_eq!(v["remote_invalidate"], true);
+    assert!(v["peer_private_data"].get("mpa_ird_ord").is_none());
+    // And calls work over it (CRC on every FPDU).
+    let o = run(&[
+        "call",
+        &s2.addr,
+        "--proc",
+        "read",
+        "--size",
+        "300000",
+        "--json",
+        "--crc",
+        "--mpa-rev",
+        "1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        json_lines(&o)[0]["crc32c"],
+        u64::from(crc32c(&pattern(1, 300_000)))
+    );
+}
+
+#[test]
+fn demo_exchanges_every_message_class() {
+    let o = run(&["demo"]);
+    assert!(o.status.success(), "{o:?}");
+    let t = String::from_utf8_lossy(&o.stdout);
+    for class in [
+        "short call: NULL",
+        "Read chunk: WRITE of 64 KiB",
+        "Write chunk: READ of 64 KiB",
+        "Long Call: ECHO",
+        "Long Reply: READ",
+        "backchannel call: the server calls CB_ECHO",
+    ] {
+        assert!(t.contains(class), "{class} missing:\n{t}");
+    }
+    // What went on the wire, decoded from the capture.
+    for wire in [
+        "RDMA_MSG",
+        "RDMA_NOMSG",
+        "Position-Zero Read chunk",
+        "Read chunk (1 segment(s), 65536 octets)",
+        "Write chunk (65536 octets)",
+        "Reply chunk",
+        "RDMA Read Request  65536 octets",
+        "RDMA Write          65536 octets",
+        "credits 64",
+        "credits 128",
+    ] {
+        assert!(t.contains(wire), "{wire} missing:\n{t}");
+    }
+    assert_eq!(t.matches("result: ok").count(), 6, "{t}");
+    assert!(t.contains("all message classes exchanged and checked"));
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("rpcrdma-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn demo_pcap_decodes_with_rpcrdma_decode() {
+    let path = tmp("demo.pcap");
+    let p = path.to_str().unwrap();
+    let o = run(&["demo", "--pcap", p]);
+    assert!(o.status.success(), "{o:?}");
+    let o = run(&["decode", "--pcap", p, "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let items = json_lines(&o);
+    assert!(items.iter().all(|v| v["frame"] != "error"), "{items:?}");
+    let frames = |f: &str| items.iter().filter(|v| v["frame"] == f).count();
+    assert_eq!((frames("mpa-request"), frames("mpa-reply")), (1, 1));
+    // 5 forward calls + replies, 1 backchannel call + reply.
+    let sends: Vec<&Value> = items.iter().filter(|v| v["frame"] == "send").collect();
+    assert_eq!(sends.len(), 12);
+    assert!(sends.iter().all(|s| s["header"]["version"] == 1));
+    let procs: Vec<&str> = sends
+        .iter()
+        .map(|s| s["header"]["proc"].as_str().unwrap())
+        .collect();
+    assert_eq!(procs.iter().filter(|p| **p == "RDMA_NOMSG").count(), 3);
+    assert!(frames("read-request") >= 2 && frames("write") >= 3);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Wireshark as an independent oracle (loud skip without tshark).
+#[test]
+fn demo_pcap_checked_by_tshark() {
+    if Command::new("tshark").arg("-v").output().is_err() {
+        eprintln!("SKIPPED: tshark not installed; demo capture not checked by Wireshark");
+        return;
+    }
+    let path = tmp("demo-tshark.pcap");
+    let p = path.to_str().unwrap();
+    let o = run(&["demo", "--pcap", p]);
+    assert!(o.status.success(), "{o:?}");
+    let opts = [
+        "-2",
+        "-o",
+        "iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE",
+        "-r",
+        p,
+    ];
+    let o = Command::new("tshark")
+        .args(opts)
+        .args([
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=,",
+            "-e",
+            "iwarp_rdma.opcode",
+            "-e",
+            "rpcordma.msg_type",
+            "-e",
+            "rpc.xid",
+            "-e",
+            "rpc.msgtyp",
+            "-e",
+            "rpc.repframe",
+            "-e",
+            "_ws.malformed",
+        ])
+        .output()
+        .expect("tshark");
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut opcodes = 0usize;
+    let mut plain_sends = 0usize;
+    let mut se_sends = 0usize;
+    let mut decoded = 0usize;
+    for l in text.lines() {
+        let f: Vec<&str> = l.split('|').collect();
+        assert!(f.get(5).is_none_or(|m| m.is_empty()), "malformed: {l}");
+        let ops: Vec<&str> = f[0].split(',').filter(|s| !s.is_empty()).collect();
+        opcodes += ops.len();
+        // Wireshark 4.0's rpcordma heuristic takes Send / Send with
+        // Invalidate only (not the Solicited Event variants).
+        let plain = ops
+            .iter()
+            .filter(|o| **o == "0x03" || **o == "0x04")
+            .count();
+        plain_sends += plain;
+        se_sends += ops
+            .iter()
+            .filter(|o| **o == "0x05" || **o == "0x06")
+            .count();
+        let msgs = f[1].split(',').filter(|s| !s.is_empty()).count();
+        decoded += msgs;
+        if plain > 0 {
+            assert_eq!(msgs, plain, "Send not decoded as RPC-over-RDMA: {l}");
+        }
+    }
+    assert!(opcodes >= 20, "every FPDU decoded as RDMAP:\n{text}");
+    assert_eq!(plain_sends + se_sends, 12, "{text}");
+    if se_sends > 0 {
+        eprintln!(
+            "NOTE: {se_sends} Sends are Send-with-Solicited-Event, which Wireshark 4.0's \
+             rpcordma dissector does not take ({decoded} RPC-over-RDMA headers decoded)"
+        );
+    }
+    // Every RPC call decoded is matched to its reply.
+    let calls = text
+        .lines()
+        .filter(|l| l.split('|').nth(3) == Some("0"))
+        .count();
+    let matched = text
+        .lines()
+        .filter(|l| {
+            l.split('|').nth(3) == Some("0") && !l.split('|').nth(4).unwrap_or("").is_empty()
+        })
+        .count();
+    assert_eq!(calls, matched, "{text}");
+    let bad = Command::new("tshark")
+        .args(opts)
+        .args(["-Y", "_ws.malformed || _ws.expert.severity >= error"])
+        .output()
+        .expect("tshark");
+    assert!(
+        String::from_utf8_lossy(&bad.stdout).trim().is_empty(),
+        "{bad:?}"
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The demo's capture with every Send-with-Solicited-Event turned into a
+/// plain Send (RDMAP opcode 5 → 3, 6 → 4; the MPA CRC is off in the demo,
+/// so nothing else changes), for Wireshark 4.0's rpcordma heuristic, which
+/// takes only Send and Send with Invalidate. Walks each direction's FPDU
+/// stream (after the MPA frame) across the capture's TCP segments.
+fn patch_send_se(pcap: &[u8]) -> Vec<u8> {
+    let mut out = pcap.to_vec();
+    // (file offset of each payload octet) per direction: 0 = from the
+    // initiator (the first packet's source), 1 = from the responder.
+    let mut streams: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+    let mut client_port = None;
+    let mut off = 24;
+    while off + 16 <= pcap.len() {
+        let incl = u32::from_le_bytes(pcap[off + 8..off + 12].try_into().unwrap()) as usize;
+        let frame = off + 16;
+        let tcp = frame + 14 + 20;
+        let sport = u16::from_be_bytes([pcap[tcp], pcap[tcp + 1]]);
+        let c = *client_port.get_or_insert(sport);
+        let d = usize::from(sport != c);
+        let payload = tcp + 20;
+        streams[d].extend(payload..frame + incl);
+        off = frame + incl;
+    }
+    let mut patched = 0;
+    for s in &streams {
+        let byte = |i: usize| pcap[s[i]];
+        // MPA frame: key (16), flags, rev, PD_Length (2), private data.
+        let mut pos = 20 + ((usize::from(byte(18)) << 8) | usize::from(byte(19)));
+        while pos + 2 <= s.len() {
+            let ulpdu = (usize::from(byte(pos)) << 8) | usize::from(byte(pos + 1));
+            let ddp_ctl = byte(pos + 2);
+            let rdmap_ctl = byte(pos + 3);
+            let untagged = ddp_ctl & 0x80 == 0;
+            let op = rdmap_ctl & 0x0f;
+            if untagged && (op == 5 || op == 6) {
+                out[s[pos + 3]] = (rdmap_ctl & 0xf0) | (op - 2);
+                patched += 1;
+            }
+            let len = 2 + ulpdu;
+            pos += len + (4 - len % 4) % 4 + 4;
+        }
+    }
+    assert!(patched >= 12, "patched {patched} Sends");
+    out
+}
+
+/// Wireshark decodes every RPC-over-RDMA message of the demo (on a copy
+/// whose Sends carry no Solicited Event flag) and pairs every RPC call
+/// with its reply.
+#[test]
+fn demo_pcap_rpcrdma_decoded_by_tshark_with_plain_sends() {
+    if Command::new("tshark").arg("-v").output().is_err() {
+        eprintln!("SKIPPED: tshark not installed; demo capture not checked by Wireshark");
+        return;
+    }
+    let path = tmp("demo-plain.pcap");
+    let p = path.to_str().unwrap();
+    let o = run(&["demo", "--pcap", p]);
+    assert!(o.status.success(), "{o:?}");
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, patch_send_se(&bytes)).unwrap();
+    // The test program is unknown to Wireshark: let the RPC dissector
+    // take it anyway.
+    let opts = [
+        "-2",
+        "-o",
+        "iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE",
+        "-o",
+        "rpc.dissect_unknown_programs:TRUE",
+        "-r",
+        p,
+    ];
+    let o = Command::new("tshark")
+        .args(opts)
+        .args([
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=,",
+            "-e",
+            "rpcordma.msg_type",
+            "-e",
+            "rpcordma.reads_count",
+            "-e",
+            "rpcordma.writes_count",
+            "-e",
+            "rpcordma.reply_count",
+            "-e",
+            "rpc.msgtyp",
+            "-e",
+            "rpc.repframe",
+            "-e",
+            "rpc.reqframe",
+            "-e",
+            "_ws.malformed",
+        ])
+        .output()
+        .expect("tshark");
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('|').collect()).collect();
+    let msg_types: Vec<&str> = rows
+        .iter()
+        .flat_map(|r| r[0].split(',').filter(|s| !s.is_empty()))
+        .collect();
+    // 6 calls and 6 replies: RDMA_MSG (0) and RDMA_NOMSG (1).
+    assert_eq!(msg_types.len(), 12, "{text}");
+    assert_eq!(msg_types.iter().filter(|m| **m == "1").count(), 3, "{text}");
+    assert!(rows.iter().all(|r| r[7].is_empty()), "malformed:\n{text}");
+    // Wireshark sees the six RPC calls (the Read chunk and Long Call
+    // bodies reassembled from the RDMA Read Responses) and links each one
+    // to the frame of its reply; every reply it decodes links back.
+    let link = |r: &Vec<&str>| !r[5].is_empty() || !r[6].is_empty();
+    let calls: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| r[4].split(',').any(|m| m == "0"))
+        .collect();
+    let replies: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| r[4].split(',').any(|m| m == "1"))
+        .collect();
+    assert_eq!(calls.len(), 6, "{text}");
+    assert!(calls.iter().all(|r| link(r)), "unanswered call:\n{text}");
+    assert!(replies.len() >= 5, "{text}");
+    assert!(
+        replies.iter().all(|r| link(r)),
+        "reply without call:\n{text}"
+    );
+    let bad = Command::new("tshark")
+        .args(opts)
+        .args(["-Y", "_ws.malformed || _ws.expert.severity >= error"])
+        .output()
+        .expect("tshark");
+    assert!(
+        String::from_utf8_lossy(&bad.stdout).trim().is_empty(),
+        "{bad:?}"
+    );
+    let _ = std::fs::remove_file(&path);
+}

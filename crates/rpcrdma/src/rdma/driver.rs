@@ -1,0 +1,694 @@
+//! The per-connection driver task: one engine, one provider.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Wake, Waker};
+use std::time::{Duration, Instant};
+
+use rpcrdma_proto::engine::{
+    CallError, CallFailure, CallHandle, CallId, Config as EngineConfig, Connection, Event,
+    OutgoingCall as ECall, OutgoingReply,
+};
+use rpcrdma_proto::provider::{Completion, ConnectionEvent, Notify, Provider};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::sync::{mpsc, oneshot};
+
+use super::convert;
+use super::{BoxProvider, Connected, ProviderConnector, RdmaStatus};
+use crate::message::Message;
+use crate::metrics::Metrics;
+use crate::reconnect::ReconnectPolicy;
+use crate::transport::{
+    CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
+    ReplyReceiver, ServerConnection, TransportError,
+};
+
+/// A closure run on the concrete provider inside the driver.
+pub(crate) type ProviderFn = Box<dyn FnOnce(&mut dyn Any) + Send>;
+
+/// Commands from the runtime to a driver.
+pub(crate) enum Cmd {
+    Call {
+        call: ECall,
+        xid: u32,
+        tx: oneshot::Sender<Result<Message, TransportError>>,
+        span: tracing::Span,
+    },
+    Cancel(u32),
+    Reply {
+        xid: u32,
+        reply: Message,
+    },
+    SetBackchannel(Arc<dyn CallDispatcher>),
+    Close,
+    WithProvider(ProviderFn),
+}
+
+/// State shared between a driver and the handles of its connection.
+pub(crate) struct Shared {
+    pub(crate) tx: mpsc::UnboundedSender<Cmd>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) peer: String,
+    pub(crate) state: Mutex<SharedState>,
+    /// True for the forward requester (client) side.
+    pub(crate) client: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct SharedState {
+    pub(crate) closed: Option<TransportError>,
+    pub(crate) status: RdmaStatus,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SharedState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn closed(&self) -> Option<TransportError> {
+        self.lock().closed.clone()
+    }
+
+    pub(crate) fn send(&self, cmd: Cmd) -> Result<(), TransportError> {
+        if let Some(e) = self.closed() {
+            return Err(e);
+        }
+        self.tx.send(cmd).map_err(|_| TransportError::Closed)
+    }
+
+    /// Queues a call (forward at a client, backchannel at a server).
+    pub(crate) fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
+        let OutgoingCall {
+            xid,
+            message,
+            reply_max,
+            ddp_results,
+        } = call;
+        let ddp_total: u64 = ddp_results.iter().map(|&l| u64::from(l)).sum();
+        let reply_max = u32::try_from(u64::from(reply_max) + ddp_total).unwrap_or(u32::MAX);
+        let ecall = ECall {
+            message: convert::to_engine(&message),
+            reply_max,
+            ddp_results,
+        };
+        let (tx, rx) = oneshot::channel();
+        let span = tracing::debug_span!("rpc.rdma.call", xid, wire_xid = tracing::field::Empty);
+        self.send(Cmd::Call {
+            call: ecall,
+            xid,
+            tx,
+            span,
+        })?;
+        Metrics::inc(&self.metrics.calls_sent);
+        Metrics::add(&self.metrics.bytes_sent, message.xdr_len() as u64);
+        Ok(rx)
+    }
+}
+
+/// A handle that speaks for one connection: [`ServerConnection`] for calls
+/// received on it, [`ClientTransport`] for calls the server makes on the
+/// backchannel.
+pub(crate) struct ConnHandle(pub(crate) Arc<Shared>);
+
+impl ServerConnection for ConnHandle {
+    fn send_reply(&self, xid: u32, reply: Message, guard: CallGuard) -> Result<(), TransportError> {
+        Metrics::add(&self.0.metrics.bytes_sent, reply.xdr_len() as u64);
+        let r = self.0.send(Cmd::Reply { xid, reply });
+        if r.is_ok() {
+            Metrics::inc(&self.0.metrics.replies_sent);
+        }
+        drop(guard);
+        r
+    }
+
+    fn backchannel(&self) -> Result<Arc<dyn ClientTransport>, TransportError> {
+        if self.0.client {
+            return Err(TransportError::Unsupported(
+                "calls from a backchannel handler to the server (use the forward channel)",
+            ));
+        }
+        Ok(Arc::new(ConnHandle(self.0.clone())))
+    }
+
+    fn peer(&self) -> String {
+        self.0.peer.clone()
+    }
+
+    fn name(&self) -> &'static str {
+        "rdma"
+    }
+}
+
+impl ClientTransport for ConnHandle {
+    fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
+        self.0.send_call(call)
+    }
+    fn cancel(&self, xid: u32) {
+        let _ = self.0.send(Cmd::Cancel(xid));
+    }
+    fn set_backchannel(&self, _d: Arc<dyn CallDispatcher>) -> Result<(), TransportError> {
+        Err(TransportError::Unsupported(
+            "a backchannel of the backchannel",
+        ))
+    }
+    fn close(&self) {}
+    fn closed_reason(&self) -> Option<TransportError> {
+        self.0.closed()
+    }
+    fn metrics(&self) -> Arc<Metrics> {
+        self.0.metrics.clone()
+    }
+    fn name(&self) -> &'static str {
+        "rdma-backchannel"
+    }
+}
+
+struct NotifyWaker(tokio::sync::Notify);
+
+impl Wake for NotifyWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.notify_one();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.notify_one();
+    }
+}
+
+/// The provider's socket, registered with tokio (never closed by us).
+struct Fd(RawFd);
+
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+struct Pending {
+    xid: u32,
+    tx: oneshot::Sender<Result<Message, TransportError>>,
+    span: tracing::Span,
+}
+
+/// Reconnection: how to make a new connection and how often to try.
+pub(crate) struct Reconnect {
+    pub(crate) connector: ProviderConnector,
+    pub(crate) policy: ReconnectPolicy,
+}
+
+/// A safety net: with work in flight the driver looks at the provider at
+/// least this often even without a readiness notification.
+const FALLBACK_TICK: Duration = Duration::from_millis(20);
+
+pub(crate) struct Driver {
+    // The AsyncFd must go before the provider that owns the socket.
+    afd: Option<AsyncFd<Fd>>,
+    prov: BoxProvider,
+    conn: Connection,
+    config: EngineConfig,
+    shared: Arc<Shared>,
+    rx: mpsc::UnboundedReceiver<Cmd>,
+    pending: HashMap<CallId, Pending>,
+    by_xid: HashMap<u32, CallId>,
+    incoming: HashMap<u32, CallHandle>,
+    dispatcher: Option<Arc<dyn CallDispatcher>>,
+    identity: ClientIdentity,
+    reconnect: Option<Reconnect>,
+    notify: Arc<NotifyWaker>,
+    waker: Waker,
+    closing: bool,
+    comps: Vec<Completion>,
+    deferred: Vec<Cmd>,
+}
+
+fn register_fd(p: &BoxProvider) -> Option<AsyncFd<Fd>> {
+    let fd = p.raw_fd()?;
+    // `with_interest` is the safe (deprecated) registration; the I/O-safety
+    // invariant it cannot check holds here: the provider keeps the socket
+    // open and unchanged for as long as the `AsyncFd` exists, because the
+    // driver drops the `AsyncFd` (field order, and explicitly before a
+    // provider is replaced) before the provider.
+    #[allow(deprecated)]
+    let r = AsyncFd::with_interest(Fd(fd), Interest::READABLE | Interest::WRITABLE);
+    match r {
+        Ok(a) => Some(a),
+        Err(e) => {
+            tracing::debug!(error = %e, "provider fd not registrable; using its waker only");
+            None
+        }
+    }
+}
+
+fn call_error(e: CallError) -> TransportError {
+    match e {
+        CallError::TooLarge { len, max } => TransportError::TooLarge { len, max },
+        CallError::Closed(e) => TransportError::Lost(e.to_string()),
+        other => TransportError::Lost(other.to_string()),
+    }
+}
+
+impl Driver {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        connected: Connected,
+        conn: Connection,
+        config: EngineConfig,
+        shared: Arc<Shared>,
+        rx: mpsc::UnboundedReceiver<Cmd>,
+        dispatcher: Option<Arc<dyn CallDispatcher>>,
+        identity: ClientIdentity,
+        reconnect: Option<Reconnect>,
+    ) -> Driver {
+        let notify = Arc::new(NotifyWaker(tokio::sync::Notify::new()));
+        let waker = Waker::from(notify.clone());
+        {
+            let mut st = shared.lock();
+            st.status.link = connected.info;
+            st.status.connects = 1;
+        }
+        Driver {
+            afd: register_fd(&connected.provider),
+            prov: connected.provider,
+            conn,
+            config,
+            shared,
+            rx,
+            pending: HashMap::new(),
+            by_xid: HashMap::new(),
+            incoming: HashMap::new(),
+            dispatcher,
+            identity,
+            reconnect,
+            notify,
+            waker,
+            closing: false,
+            comps: Vec::new(),
+            deferred: Vec::new(),
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        loop {
+            let mut busy = false;
+            let deferred = std::mem::take(&mut self.deferred);
+            for cmd in deferred {
+                busy = true;
+                self.command(cmd);
+            }
+            while let Ok(cmd) = self.rx.try_recv() {
+                busy = true;
+                self.command(cmd);
+            }
+            if busy {
+                // Commands changed the engine (e.g. a reply went out).
+                self.publish();
+            }
+            busy |= self.step();
+            if self.conn.is_closed() {
+                if !self.closing && self.reconnect.is_some() && self.reconnect_loop().await {
+                    continue;
+                }
+                break;
+            }
+            if busy {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            self.prov.arm(&self.waker, Notify::Any);
+            if self.step() {
+                continue;
+            }
+            let deadline = self.conn.poll_timeout();
+            let fallback = self.conn.inflight_work_requests() > 0 || !self.pending.is_empty();
+            let want_write = self.prov.write_blocked();
+            let afd = self.afd.as_ref();
+            let cmd = tokio::select! {
+                c = self.rx.recv() => Some(c),
+                _ = self.notify.0.notified() => None,
+                _ = fd_ready(afd, want_write) => None,
+                _ = sleep_until(deadline), if deadline.is_some() => None,
+                _ = tokio::time::sleep(FALLBACK_TICK), if fallback => None,
+            };
+            match cmd {
+                Some(Some(c)) => self.command(c),
+                // Every handle is gone: nobody can use the connection.
+                Some(None) => self.command(Cmd::Close),
+                None => {}
+            }
+        }
+        self.finish().await;
+    }
+
+    /// One pass over the provider and the engine; true if anything moved.
+    fn step(&mut self) -> bool {
+        let now = Instant::now();
+        let mut busy = false;
+        while let Some(ev) = self.prov.poll_event() {
+            busy = true;
+            match ev {
+                ConnectionEvent::Established(info) => {
+                    self.conn.handle_established(now, &mut self.prov, &info);
+                    tracing::debug!(peer = %self.shared.peer, negotiated = ?self.conn.negotiated(), "rpc/rdma connection established");
+                }
+                ConnectionEvent::Disconnected(r) => {
+                    tracing::debug!(peer = %self.shared.peer, reason = ?r, "rpc/rdma disconnected");
+                    self.conn.handle_disconnected(&mut self.prov, r);
+                }
+                ConnectionEvent::ConnectRequest { .. } => {}
+            }
+        }
+        let mut comps = std::mem::take(&mut self.comps);
+        self.prov.poll_completions(&mut comps);
+        for c in comps.drain(..) {
+            busy = true;
+            self.conn.handle_completion(now, &mut self.prov, c);
+        }
+        self.comps = comps;
+        if self.conn.poll_timeout().is_some_and(|t| t <= now) {
+            self.conn.handle_timeout(now, &mut self.prov);
+        }
+        while let Some(e) = self.conn.poll_event() {
+            busy = true;
+            self.event(e);
+        }
+        if busy {
+            self.publish();
+        }
+        busy
+    }
+
+    fn publish(&self) {
+        let mut st = self.shared.lock();
+        st.status.negotiated = self.conn.negotiated();
+        st.status.credits = self.conn.credits();
+        st.status.grant = self.conn.grant();
+        st.status.outstanding = self.conn.outstanding();
+        st.status.queued = self.conn.queued();
+        st.status.engine = *self.conn.metrics();
+        st.status.last_error = self.conn.error().map(|e| e.to_string());
+    }
+
+    fn command(&mut self, cmd: Cmd) {
+        let now = Instant::now();
+        match cmd {
+            Cmd::Call {
+                call,
+                xid,
+                tx,
+                span,
+            } => {
+                if self.by_xid.contains_key(&xid) {
+                    let _ = tx.send(Err(TransportError::XidInUse(xid)));
+                    return;
+                }
+                let r = self.conn.start_call(now, &mut self.prov, call);
+                match r {
+                    Ok(id) => {
+                        self.by_xid.insert(xid, id);
+                        self.pending.insert(id, Pending { xid, tx, span });
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(call_error(e)));
+                    }
+                }
+            }
+            Cmd::Cancel(xid) => {
+                if let Some(id) = self.by_xid.remove(&xid) {
+                    self.pending.remove(&id);
+                }
+            }
+            Cmd::Reply { xid, reply } => {
+                let Some(handle) = self.incoming.remove(&xid) else {
+                    tracing::debug!(xid, "reply to no outstanding call dropped");
+                    return;
+                };
+                let r = self.conn.send_reply(
+                    now,
+                    &mut self.prov,
+                    handle,
+                    OutgoingReply {
+                        message: convert::to_engine(&reply),
+                    },
+                );
+                match r {
+                    Ok(form) => tracing::debug!(xid, ?form, "reply sent"),
+                    Err(e) => tracing::debug!(xid, error = %e, "reply not sent"),
+                }
+            }
+            Cmd::SetBackchannel(d) => {
+                self.dispatcher = Some(d);
+                let slots = self.config.backchannel_slots;
+                self.conn.enable_backchannel(&mut self.prov, slots);
+            }
+            Cmd::Close => {
+                self.closing = true;
+                let p: &mut dyn Provider = &mut self.prov;
+                self.conn.close(p);
+            }
+            Cmd::WithProvider(f) => f(self.prov.as_any_mut()),
+        }
+    }
+
+    fn event(&mut self, e: Event) {
+        match e {
+            Event::CallReceived(ic) => {
+                let Some(d) = self.dispatcher.clone() else {
+                    tracing::debug!(xid = ic.xid, "call without a dispatcher dropped");
+                    return;
+                };
+                Metrics::inc(&self.shared.metrics.calls_received);
+                Metrics::add(&self.shared.metrics.bytes_received, ic.message.len() as u64);
+                tracing::debug!(
+                    xid = ic.xid,
+                    backchannel = ic.backchannel,
+                    long = ic.long,
+                    ddp = ic.ddp.len(),
+                    write_chunks = ic.write_chunks.len(),
+                    reply_chunk = ?ic.reply_chunk,
+                    "rpc/rdma call received"
+                );
+                self.incoming.insert(ic.xid, ic.handle);
+                let message = convert::incoming(ic.message, &ic.ddp);
+                d.dispatch(IncomingCall {
+                    message,
+                    client: self.identity.clone(),
+                    conn: Arc::new(ConnHandle(self.shared.clone())),
+                    guard: CallGuard::none(),
+                });
+            }
+            Event::ReplyReceived(r) => {
+                let Some(p) = self.pending.remove(&r.id) else {
+                    Metrics::inc(&self.shared.metrics.replies_unmatched);
+                    return;
+                };
+                self.by_xid.remove(&p.xid);
+                let bytes = r.message.len() + r.results.iter().map(Vec::len).sum::<usize>();
+                Metrics::inc(&self.shared.metrics.replies_received);
+                Metrics::add(&self.shared.metrics.bytes_received, bytes as u64);
+                {
+                    let _e = p.span.enter();
+                    p.span.record("wire_xid", r.xid);
+                    tracing::debug!(long = r.long, results = r.results.len(), "rpc/rdma reply");
+                }
+                let m = convert::reply(r.message, r.results, p.xid);
+                // The caller may look at the status as soon as it has the
+                // reply: publish first.
+                self.publish();
+                let _ = p.tx.send(Ok(m));
+            }
+            Event::CallFailed {
+                id,
+                xid,
+                error,
+                retransmit,
+            } => {
+                if retransmit && self.reconnect.is_some() && !self.closing {
+                    Metrics::inc(&self.shared.metrics.retransmits);
+                    if let Some(p) = self.pending.get(&id) {
+                        let _e = p.span.enter();
+                        tracing::debug!(wire_xid = xid, error = %error, "call interrupted; will be re-sent on the next connection");
+                    }
+                    return;
+                }
+                let Some(p) = self.pending.remove(&id) else {
+                    return;
+                };
+                self.by_xid.remove(&p.xid);
+                let err = match error {
+                    CallFailure::Local(e) => call_error(e),
+                    CallFailure::ConnectionLost(_) if self.closing => TransportError::Closed,
+                    other => TransportError::Lost(other.to_string()),
+                };
+                let _e = p.span.enter();
+                tracing::debug!(wire_xid = xid, error = %err, "rpc/rdma call failed");
+                self.publish();
+                let _ = p.tx.send(Err(err));
+            }
+            Event::CreditsChanged { credits } => {
+                tracing::trace!(credits, "credits changed");
+            }
+            Event::ConnectionLost(e) => {
+                if !self.closing {
+                    Metrics::inc(&self.shared.metrics.transport_errors);
+                }
+                tracing::debug!(peer = %self.shared.peer, error = %e, "rpc/rdma connection lost");
+            }
+        }
+    }
+
+    /// Reconnects with backoff; true when a new connection is up.
+    async fn reconnect_loop(&mut self) -> bool {
+        let Some(rc) = self.reconnect.as_ref() else {
+            return false;
+        };
+        let connector = rc.connector.clone();
+        let policy = rc.policy;
+        // The old socket goes away: deregister it first.
+        self.afd = None;
+        self.prov.disconnect();
+        let mut backoff = policy.initial_backoff;
+        for attempt in 0..policy.max_attempts.max(1) {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(policy.max_backoff);
+            while let Ok(cmd) = self.rx.try_recv() {
+                match cmd {
+                    Cmd::Close => {
+                        self.closing = true;
+                        return false;
+                    }
+                    other => self.deferred.push(other),
+                }
+            }
+            let c = connector.clone();
+            match tokio::task::spawn_blocking(move || c()).await {
+                Ok(Ok(connected)) => {
+                    tracing::info!(peer = %self.shared.peer, attempt, "rpc/rdma reconnected");
+                    Metrics::inc(&self.shared.metrics.connections);
+                    let old =
+                        std::mem::replace(&mut self.conn, Connection::new(self.config.clone()));
+                    self.conn = old.reconnect(self.config.clone());
+                    self.afd = register_fd(&connected.provider);
+                    self.prov = connected.provider;
+                    self.incoming.clear();
+                    if self.dispatcher.is_some() {
+                        let slots = self.config.backchannel_slots;
+                        self.conn.enable_backchannel(&mut self.prov, slots);
+                    }
+                    let mut st = self.shared.lock();
+                    st.status.link = connected.info;
+                    st.status.connects += 1;
+                    return true;
+                }
+                Ok(Err(e)) => tracing::debug!(attempt, error = %e, "rpc/rdma reconnect failed"),
+                Err(e) => tracing::debug!(attempt, error = %e, "rpc/rdma connector panicked"),
+            }
+        }
+        false
+    }
+
+    async fn finish(mut self) {
+        let err = if self.closing {
+            TransportError::Closed
+        } else {
+            TransportError::Lost(
+                self.conn
+                    .error()
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "connection ended".into()),
+            )
+        };
+        self.shared.lock().closed = Some(err.clone());
+        for (_, p) in self.pending.drain() {
+            let _ = p.tx.send(Err(err.clone()));
+        }
+        for cmd in std::mem::take(&mut self.deferred) {
+            if let Cmd::Call { tx, .. } = cmd {
+                let _ = tx.send(Err(err.clone()));
+            }
+        }
+        self.rx.close();
+        while let Ok(cmd) = self.rx.try_recv() {
+            if let Cmd::Call { tx, .. } = cmd {
+                let _ = tx.send(Err(err.clone()));
+            }
+        }
+        // Let the provider flush the close (bounded).
+        self.prov.disconnect();
+        for _ in 0..25 {
+            let mut c = Vec::new();
+            self.prov.poll_completions(&mut c);
+            if matches!(
+                self.prov.connection_state(),
+                rpcrdma_proto::provider::ConnectionState::Disconnected(_)
+            ) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.publish();
+        self.afd = None;
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn fd_ready(afd: Option<&AsyncFd<Fd>>, want_write: bool) {
+    let Some(a) = afd else {
+        return std::future::pending().await;
+    };
+    // Readiness is cleared before the provider is stepped again, so an
+    // edge that arrives while it works is not lost.
+    tokio::select! {
+        r = a.readable() => match r {
+            Ok(mut g) => g.clear_ready(),
+            Err(_) => std::future::pending().await,
+        },
+        w = a.writable(), if want_write => match w {
+            Ok(mut g) => g.clear_ready(),
+            Err(_) => std::future::pending().await,
+        },
+    }
+}
+
+/// Spawns the driver of a new connection; returns its shared state.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn spawn(
+    connected: Connected,
+    conn: Connection,
+    config: EngineConfig,
+    metrics: Arc<Metrics>,
+    client: bool,
+    dispatcher: Option<Arc<dyn CallDispatcher>>,
+    identity: ClientIdentity,
+    reconnect: Option<Reconnect>,
+) -> (Arc<Shared>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let peer = connected.info.peer.clone();
+    let shared = Arc::new(Shared {
+        tx,
+        metrics,
+        peer: peer.clone(),
+        state: Mutex::new(SharedState::default()),
+        client,
+    });
+    let d = Driver::new(
+        connected,
+        conn,
+        config,
+        shared.clone(),
+        rx,
+        dispatcher,
+        identity,
+        reconnect,
+    );
+    let span = tracing::debug_span!("rpc.rdma.conn", %peer, client);
+    let h = tokio::spawn(tracing::Instrument::instrument(d.run(), span));
+    (shared, h)
+}

@@ -1,0 +1,196 @@
+//! The client side: [`RdmaClientTransport`].
+
+use std::any::Any;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
+
+use super::driver::{self, Cmd, Reconnect, Shared};
+use super::{connect_iwarp, Connected, ProviderConnector, RdmaClientConfig, RdmaStatus};
+use crate::client::{Client, ClientConfig};
+use crate::metrics::Metrics;
+use crate::reconnect::ReconnectPolicy;
+use crate::transport::{
+    CallDispatcher, ClientIdentity, ClientTransport, OutgoingCall, ReplyReceiver, TransportError,
+};
+
+/// An RPC-over-RDMA client connection (with reconnection), driven by its
+/// own task. Dropping it closes the connection.
+pub struct RdmaClientTransport {
+    shared: Arc<Shared>,
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for RdmaClientTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaClientTransport")
+            .field("peer", &self.shared.peer)
+            .finish()
+    }
+}
+
+impl RdmaClientTransport {
+    /// Connects over iWARP (MPA/DDP/RDMAP over TCP) to `addr`, with the
+    /// engine's RFC 8797 private data and IRD/ORD; reconnects to the same
+    /// address after a loss when `config.reconnect` is set.
+    pub async fn connect(addr: SocketAddr, config: RdmaClientConfig) -> io::Result<Arc<Self>> {
+        let (iw, eng, to) = (
+            config.iwarp.clone(),
+            config.engine.clone(),
+            config.connect_timeout,
+        );
+        let connector: ProviderConnector = Arc::new(move || connect_iwarp(addr, &iw, &eng, to));
+        Self::with_connector(connector, config.engine, config.reconnect, config.metrics).await
+    }
+
+    /// Connects with `connector` (run in `spawn_blocking`), which is used
+    /// again to reconnect when `reconnect` is set.
+    pub async fn with_connector(
+        connector: ProviderConnector,
+        engine: EngineConfig,
+        reconnect: Option<ReconnectPolicy>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> io::Result<Arc<Self>> {
+        let c = connector.clone();
+        let connected = tokio::task::spawn_blocking(move || c())
+            .await
+            .map_err(io::Error::other)??;
+        Ok(Self::from_connected(
+            connected,
+            engine,
+            reconnect.map(|policy| (connector, policy)),
+            metrics,
+        ))
+    }
+
+    /// Drives an existing connection (e.g. one end of an in-memory
+    /// provider pair). With `reconnect`, the connector makes the next one.
+    ///
+    /// The engine assigns the wire XIDs. When `engine.first_xid` is the
+    /// engine's default, it is replaced by a clock-derived value, so that
+    /// two clients at one address (one DRC identity) do not send the same
+    /// XIDs (Linux also starts every transport at a random XID).
+    pub fn from_connected(
+        connected: Connected,
+        mut engine: EngineConfig,
+        reconnect: Option<(ProviderConnector, ReconnectPolicy)>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Arc<Self> {
+        if engine.first_xid == EngineConfig::client().first_xid {
+            engine.first_xid = clock_xid();
+        }
+        let metrics = metrics.unwrap_or_default();
+        Metrics::inc(&metrics.connections);
+        let conn = Connection::new(engine.clone());
+        let identity = ClientIdentity(Bytes::from(connected.info.peer.clone()));
+        let (shared, task) = driver::spawn(
+            connected,
+            conn,
+            engine,
+            metrics,
+            true,
+            None,
+            identity,
+            reconnect.map(|(connector, policy)| Reconnect { connector, policy }),
+        );
+        Arc::new(RdmaClientTransport {
+            shared,
+            task: std::sync::Mutex::new(Some(task)),
+        })
+    }
+
+    /// The connection's state: negotiated sizes, credits, engine counters.
+    pub fn status(&self) -> RdmaStatus {
+        self.shared.lock().status.clone()
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> &str {
+        &self.shared.peer
+    }
+
+    /// Runs `f` on the concrete provider inside the driver task (e.g.
+    /// `downcast_mut::<IwarpProvider>()` to take a capture) and returns
+    /// its result.
+    pub async fn with_provider<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut dyn Any) -> R + Send + 'static,
+    ) -> Result<R, TransportError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.shared.send(Cmd::WithProvider(Box::new(move |p| {
+            let _ = tx.send(f(p));
+        })))?;
+        rx.await.map_err(|_| TransportError::Closed)
+    }
+
+    /// Closes and waits for the driver task to finish.
+    pub async fn shutdown(&self) {
+        self.close();
+        let h = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = h {
+            let _ = h.await;
+        }
+    }
+}
+
+impl ClientTransport for RdmaClientTransport {
+    fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
+        self.shared.send_call(call)
+    }
+
+    fn cancel(&self, xid: u32) {
+        let _ = self.shared.send(Cmd::Cancel(xid));
+    }
+
+    fn set_backchannel(&self, dispatcher: Arc<dyn CallDispatcher>) -> Result<(), TransportError> {
+        self.shared.send(Cmd::SetBackchannel(dispatcher))
+    }
+
+    fn close(&self) {
+        let _ = self.shared.send(Cmd::Close);
+    }
+
+    fn closed_reason(&self) -> Option<TransportError> {
+        self.shared.closed()
+    }
+
+    fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+
+    fn name(&self) -> &'static str {
+        "rdma"
+    }
+}
+
+impl Drop for RdmaClientTransport {
+    fn drop(&mut self) {
+        let _ = self.shared.tx.send(Cmd::Close);
+    }
+}
+
+fn clock_xid() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SALT: AtomicU32 = AtomicU32::new(0);
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let salt = SALT.fetch_add(0x7f4a_7c15, Ordering::Relaxed);
+    (d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(16) ^ std::process::id().rotate_left(8))
+        .wrapping_add(salt)
+        .wrapping_mul(0x9e37_79b1)
+}
+
+/// Connects an RPC [`Client`] over iWARP to `addr`; also returns the
+/// transport (for [`RdmaClientTransport::status`]).
+pub async fn connect_client(
+    addr: SocketAddr,
+    client: ClientConfig,
+    rdma: RdmaClientConfig,
+) -> io::Result<(Client, Arc<RdmaClientTransport>)> {
+    let t = RdmaClientTransport::connect(addr, rdma).await?;
+    Ok((Client::new(t.clone(), client), t))
+}
