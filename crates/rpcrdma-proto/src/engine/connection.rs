@@ -812,16 +812,19 @@ impl Connection {
         //# over-RDMA Transport Header it carries.
         // Only when the call carried exactly one distinct handle (Linux
         // svc_rdma_get_inv_rkey), never on an error reply.
+        // Plain Send / Send With Invalidate, never the Solicited Event
+        // variants: that is what Linux xprtrdma and svcrdma post, and what
+        // Wireshark's RPC-over-RDMA dissector recognises.
         let remote_inv = self.negotiated.is_some_and(|n| n.remote_invalidation);
         let op = match (remote_inv, call.inv) {
             (true, Some(h)) => {
                 self.metrics.send_with_invalidate += 1;
                 SendOp::SendWithInvalidate {
                     invalidate: Stag(h),
-                    solicited: true,
+                    solicited: false,
                 }
             }
-            _ => SendOp::Send { solicited: true },
+            _ => SendOp::Send { solicited: false },
         };
         let r = self.post_reply(p, stream, plan, msg, op);
         //= rfc8166#section-4.5.4
@@ -1503,7 +1506,7 @@ impl Connection {
             p,
             SendWr {
                 wr_id,
-                op: SendOp::Send { solicited: true },
+                op: SendOp::Send { solicited: false },
                 sges: vec![sge],
             },
         ) {
@@ -1847,7 +1850,7 @@ impl Connection {
         self.errors_unacked += 1;
         let wr = SendWr {
             wr_id,
-            op: SendOp::Send { solicited: true },
+            op: SendOp::Send { solicited: false },
             sges: vec![mr.sge(0, len)],
         };
         if let Err(e) = self.post(p, wr) {
