@@ -3,6 +3,7 @@
 //! `rpcrdma decode` decodes RPC-over-RDMA transport headers (v1 and v2),
 //! RFC 8797 private data and ONC RPC message headers from hex or raw bytes.
 
+mod bench;
 mod decode;
 mod decode_pcap;
 mod input;
@@ -27,11 +28,14 @@ struct Cli {
 enum Command {
     /// Decode a transport header, RFC 8797 private data or an RPC message.
     Decode(decode::DecodeArgs),
+    /// Load generator: calls/s, MB/s, latency percentiles, CPU time.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
