@@ -146,9 +146,22 @@ pub struct BenchArgs {
     /// Raw TCP baseline on loopback (ping-pong; `--proc read`: stream).
     #[arg(long)]
     pub raw_tcp: bool,
+    /// RDMA only: ask for MPA CRC32C on (`on`) or off (`off`); default:
+    /// the provider's default.
+    #[arg(long, value_enum)]
+    pub crc: Option<OnOff>,
     /// Runtime worker threads (1: single-threaded runtime).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+}
+
+/// `on` / `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
 }
 
 /// A parsed `--sweep` list.
@@ -160,6 +173,8 @@ pub struct SizeList(pub Vec<u64>);
 pub struct ConnectOptions {
     /// Largest reply expected (an RDMA transport sizes its Reply chunk from it).
     pub reply_max: u32,
+    /// MPA CRC32C wanted (RDMA only; `None`: the provider's default).
+    pub mpa_crc: Option<bool>,
 }
 
 /// An established client and what is known of its transport parameters.
@@ -193,6 +208,9 @@ pub async fn connect(
     };
     match transport {
         Transport::Tcp => {
+            if opts.mpa_crc.is_some() {
+                return Err("--crc applies to --transport rdma (MPA CRC32C) only".into());
+            }
             let tcp = TcpConfig::default();
             let params = tcp_params(&tcp);
             let client = Client::connect_tcp(addr, config, tcp)
@@ -638,6 +656,7 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
         let max = sizes.iter().copied().max().unwrap_or(0);
         let opts = ConnectOptions {
             reply_max: u32::try_from(max + 64 * 1024).unwrap_or(u32::MAX),
+            mpa_crc: args.crc.map(|c| c == OnOff::On),
         };
         let mut clients = Vec::new();
         let mut params = Map::new();
@@ -808,7 +827,10 @@ mod tests {
         let e = connect(
             Transport::Rdma,
             addr,
-            &ConnectOptions { reply_max: 1 << 20 },
+            &ConnectOptions {
+                reply_max: 1 << 20,
+                mpa_crc: None,
+            },
         )
         .await
         .err()
@@ -816,6 +838,13 @@ mod tests {
         assert!(e.contains("not yet available"), "{e}");
         let e = serve(Transport::Rdma, addr, None).await.err().unwrap();
         assert!(e.contains("not yet available"), "{e}");
+        // --crc is an RDMA (MPA) setting.
+        let opts = ConnectOptions {
+            reply_max: 1 << 20,
+            mpa_crc: Some(false),
+        };
+        let e = connect(Transport::Tcp, addr, &opts).await.err().unwrap();
+        assert!(e.contains("--crc"), "{e}");
     }
 
     #[tokio::test]
@@ -823,7 +852,10 @@ mod tests {
         let s = serve(Transport::Tcp, "127.0.0.1:0".parse().unwrap(), None)
             .await
             .unwrap();
-        let opts = ConnectOptions { reply_max: 1 << 20 };
+        let opts = ConnectOptions {
+            reply_max: 1 << 20,
+            mpa_crc: None,
+        };
         let mut clients = Vec::new();
         for _ in 0..2 {
             let c = connect(Transport::Tcp, s.local_addr(), &opts)
@@ -880,7 +912,10 @@ mod tests {
         let c = connect(
             Transport::Tcp,
             tcp.local_addr(),
-            &ConnectOptions { reply_max: 1 << 20 },
+            &ConnectOptions {
+                reply_max: 1 << 20,
+                mpa_crc: None,
+            },
         )
         .await
         .unwrap();
