@@ -5,6 +5,7 @@
 //! `serve`, `call`, `probe` and `demo` run the RPC runtime over
 //! RPC-over-RDMA v1 over software iWARP.
 
+mod bench;
 mod decode;
 mod decode_pcap;
 mod demo;
@@ -40,6 +41,8 @@ enum Command {
     /// Server and client in one process: one exchange of each RPC-over-RDMA
     /// message class, as it went on the wire.
     Demo(demo::DemoArgs),
+    /// Load generator: calls/s, MB/s, latency percentiles, CPU time.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,5 +53,6 @@ fn main() -> ExitCode {
         Command::Call(args) => rdma_cmd::call(args),
         Command::Probe(args) => rdma_cmd::probe(args),
         Command::Demo(args) => demo::demo(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

@@ -1,0 +1,980 @@
+//! `rpcrdma bench`: a closed-loop load generator for the built-in test
+//! program (`rpcrdma::testprog`), with in-tool raw TCP baselines so that
+//! every figure can be compared with a baseline measured in the same run.
+//!
+//! * `rpcrdma bench ADDR --proc read --size 1M --depth 4 --duration 5`:
+//!   `--conns` connections, `--depth` calls in flight on each (one tokio
+//!   task per call slot, each calling again as soon as its reply arrives);
+//!   an `ADDR` with port 0 starts a server in this process first.
+//! * `rpcrdma bench --serve ADDR`: the server side alone, to be pinned as a
+//!   separate process.
+//! * `rpcrdma bench --raw-tcp --proc echo|read`: plain TCP ping-pong or
+//!   stream on loopback (see [`raw`]).
+//! * `--sweep 1K,4K,64K,1M --chart sweep.svg`: one point per size and an SVG
+//!   chart of throughput and p50 latency by size.
+//!
+//! Transports are opened by [`connect`] and served by [`serve`]: the RDMA
+//! transport plugs in there.
+
+use std::io::{IsTerminal, Write as _};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use rpcrdma::rdma::{connect_client, RdmaClientConfig, RdmaServer, RdmaServerConfig, RdmaStatus};
+use rpcrdma::testprog::{self, PROC_READ, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
+use rpcrdma::{
+    CallContext, Client, ClientConfig, HandlerError, Message, RpcError, Server, ServerConfig,
+    TcpConfig, TcpServer,
+};
+use serde_json::{json, Map, Value};
+
+#[path = "bench_raw.rs"]
+pub mod raw;
+#[path = "bench_report.rs"]
+pub mod report;
+#[path = "bench_svg.rs"]
+pub mod svg;
+
+use raw::RawKind;
+use report::{fmt_size, parse_size, parse_size_list, CpuTimes, Latency, Report};
+use svg::{render_chart, Series, SweepPoint};
+
+/// The transports `bench` can drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Transport {
+    /// RPC-over-RDMA (RFC 8166) over the software iWARP provider.
+    Rdma,
+    /// ONC RPC over TCP with RFC 5531 record marking.
+    Tcp,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Rdma => "rdma",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
+/// The default `--transport`: RPC-over-RDMA over software iWARP.
+pub const DEFAULT_TRANSPORT: Transport = Transport::Rdma;
+
+/// The test program procedure to call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchProc {
+    /// TEST_NULL: no arguments, no results.
+    Null,
+    /// TEST_ECHO: `size` octets each way, inline.
+    Echo,
+    /// TEST_READ: `size` octets of DDP-eligible results (Write chunk over RDMA).
+    Read,
+    /// TEST_WRITE: `size` octets of DDP-eligible arguments (Read chunk over RDMA).
+    Write,
+}
+
+impl BenchProc {
+    fn name(self) -> &'static str {
+        match self {
+            BenchProc::Null => "null",
+            BenchProc::Echo => "echo",
+            BenchProc::Read => "read",
+            BenchProc::Write => "write",
+        }
+    }
+}
+
+/// `rpcrdma bench` arguments.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Server address (host:port). Port 0: start a server in this process.
+    /// With --serve: the address to listen on.
+    #[arg(default_value = "127.0.0.1:0")]
+    pub addr: String,
+    /// Procedure of the test program to call.
+    #[arg(long, value_enum, default_value = "null")]
+    pub proc: BenchProc,
+    /// Payload octets per call (suffixes K, M: binary).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    pub size: u64,
+    /// Calls in flight per connection.
+    #[arg(long, default_value_t = 1)]
+    pub depth: u32,
+    /// Connections.
+    #[arg(long, default_value_t = 1)]
+    pub conns: u32,
+    /// Seconds to measure (default 5 unless --count).
+    #[arg(long, conflicts_with = "count")]
+    pub duration: Option<f64>,
+    /// Number of calls to measure (instead of --duration).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Seconds of unrecorded calls before measuring (default 0.2 with
+    /// --duration, 0 with --count).
+    #[arg(long)]
+    pub warmup: Option<f64>,
+    /// Transport.
+    #[arg(long, value_enum, default_value_t = DEFAULT_TRANSPORT)]
+    pub transport: Transport,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Run one point per size (comma-separated, e.g. 1K,4K,64K,1M).
+    #[arg(long, value_parser = |s: &str| parse_size_list(s).map(SizeList))]
+    pub sweep: Option<SizeList>,
+    /// With --sweep: write an SVG chart (throughput and p50 by size) here.
+    #[arg(long, requires = "sweep")]
+    pub chart: Option<String>,
+    /// Run the server only, on ADDR, until killed (or --serve-seconds).
+    #[arg(long, conflicts_with_all = ["raw_tcp", "sweep"])]
+    pub serve: bool,
+    /// With --serve: stop after this many seconds.
+    #[arg(long, requires = "serve")]
+    pub serve_seconds: Option<f64>,
+    /// Server: duplicate-reply cache entries (0 disables it).
+    #[arg(long)]
+    pub drc_entries: Option<usize>,
+    /// Raw TCP baseline on loopback (ping-pong; `--proc read`: stream).
+    #[arg(long)]
+    pub raw_tcp: bool,
+    /// RDMA only: ask for MPA CRC32C on (`on`) or off (`off`); default:
+    /// the provider's default.
+    #[arg(long, value_enum)]
+    pub crc: Option<OnOff>,
+    /// Runtime worker threads (1: single-threaded runtime).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+}
+
+/// `on` / `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
+}
+
+/// A parsed `--sweep` list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeList(pub Vec<u64>);
+
+/// Options of [`connect`].
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// Largest reply expected (an RDMA transport sizes its Reply chunk from it).
+    pub reply_max: u32,
+    /// MPA CRC32C wanted (RDMA only; `None`: the provider's default).
+    pub mpa_crc: Option<bool>,
+}
+
+/// An established client and what is known of its transport parameters.
+pub struct Connected {
+    /// The RPC client.
+    pub client: Client,
+    /// Negotiated (RDMA: inline sizes, credits, version...) or configured
+    /// (TCP: fragment size...) parameters, reported with the results.
+    pub params: Map<String, Value>,
+}
+
+fn tcp_params(tcp: &TcpConfig) -> Map<String, Value> {
+    let mut p = Map::new();
+    p.insert("record_marking".into(), json!("RFC 5531 section 11"));
+    p.insert("max_fragment".into(), json!(tcp.max_fragment));
+    p.insert("nodelay".into(), json!(tcp.nodelay));
+    p
+}
+
+/// Opens one client connection over `transport`. The RDMA transport plugs
+/// in here (and in [`serve`]): connect, then `Client::new(transport, config)`
+/// and fill `params` with what was negotiated.
+pub async fn connect(
+    transport: Transport,
+    addr: SocketAddr,
+    opts: &ConnectOptions,
+) -> Result<Connected, String> {
+    let config = ClientConfig {
+        reply_max: opts.reply_max,
+        ..ClientConfig::default()
+    };
+    match transport {
+        Transport::Tcp => {
+            if opts.mpa_crc.is_some() {
+                return Err("--crc applies to --transport rdma (MPA CRC32C) only".into());
+            }
+            let tcp = TcpConfig::default();
+            let params = tcp_params(&tcp);
+            let client = Client::connect_tcp(addr, config, tcp)
+                .await
+                .map_err(|e| format!("connect tcp {addr}: {e}"))?;
+            Ok(Connected { client, params })
+        }
+        Transport::Rdma => {
+            let mut rdma = RdmaClientConfig::default();
+            if let Some(crc) = opts.mpa_crc {
+                rdma.iwarp.crc = crc;
+            }
+            let (client, t) = connect_client(addr, config, rdma)
+                .await
+                .map_err(|e| format!("connect rdma {addr}: {e}"))?;
+            // One NULL call: its reply carries the grant, and the status
+            // then shows everything that was negotiated.
+            client
+                .call(TEST_PROG, TEST_VERS, 0, Message::default(), &[])
+                .await
+                .map_err(|e| format!("first NULL call over rdma {addr}: {e}"))?;
+            Ok(Connected {
+                client,
+                params: rdma_params(&t.status()),
+            })
+        }
+    }
+}
+
+/// What an RPC-over-RDMA connection negotiated, for the report.
+fn rdma_params(st: &RdmaStatus) -> Map<String, Value> {
+    let mut p = Map::new();
+    p.insert("mpa_rev".into(), json!(st.link.mpa_rev));
+    p.insert("crc".into(), json!(st.link.crc));
+    p.insert("markers".into(), json!(st.link.markers));
+    p.insert("ird".into(), json!(st.link.ird));
+    p.insert("ord".into(), json!(st.link.ord));
+    if let Some(n) = st.negotiated {
+        p.insert("inline_send".into(), json!(n.send_threshold));
+        p.insert("inline_recv".into(), json!(n.recv_threshold));
+        p.insert("remote_invalidate".into(), json!(n.remote_invalidation));
+    }
+    p.insert("credits_granted".into(), json!(st.credits));
+    p
+}
+
+/// A running benchmark server.
+pub enum Serving {
+    /// ONC RPC over TCP.
+    Tcp(TcpServer),
+    /// RPC-over-RDMA v1 over software iWARP.
+    Rdma(RdmaServer),
+}
+
+impl Serving {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        match self {
+            Serving::Tcp(t) => t.local_addr(),
+            Serving::Rdma(r) => r.local_addr(),
+        }
+    }
+
+    /// Graceful shutdown.
+    pub async fn shutdown(self) {
+        match self {
+            Serving::Tcp(t) => t.shutdown().await,
+            Serving::Rdma(r) => r.shutdown().await,
+        }
+    }
+}
+
+/// The test program's handler with READ results served from a cache of the
+/// last pattern generated (same bytes as `testprog::test_handler`, but a
+/// benchmark measures the transport, not the xorshift generator).
+fn bench_server(config: ServerConfig) -> Server {
+    let server = Server::new(config);
+    let cache: Arc<Mutex<Option<(u32, u32, Bytes)>>> = Arc::new(Mutex::new(None));
+    server.register(TEST_PROG, TEST_VERS, move |ctx: CallContext| {
+        let cache = cache.clone();
+        async move {
+            if ctx.proc != PROC_READ {
+                return testprog::test_handler(ctx).await;
+            }
+            let mut r = ctx.reader();
+            let count = r.u32("read.count")?;
+            let seed = r.u32("read.seed")?;
+            r.finish("read args")?;
+            if count > TEST_MAX_DATA {
+                return Err(HandlerError::GarbageArgs(format!(
+                    "read count {count} exceeds TEST_MAX_DATA = {TEST_MAX_DATA}"
+                )));
+            }
+            let data = {
+                let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
+                match &*c {
+                    Some((s, n, d)) if *s == seed && *n == count => d.clone(),
+                    _ => {
+                        let d = Bytes::from(testprog::pattern(seed, count as usize));
+                        *c = Some((seed, count, d.clone()));
+                        d
+                    }
+                }
+            };
+            let mut b = Message::builder();
+            b.put_ddp_opaque(data)
+                .map_err(|e| HandlerError::SystemErr(e.to_string()))?;
+            Ok(b.finish())
+        }
+    });
+    server
+}
+
+/// Starts the benchmark server (the test program) on `addr`.
+pub async fn serve(
+    transport: Transport,
+    addr: SocketAddr,
+    drc_entries: Option<usize>,
+) -> Result<Serving, String> {
+    let mut config = ServerConfig::default();
+    if let Some(n) = drc_entries {
+        config.drc_entries = n;
+    }
+    let server = bench_server(config);
+    match transport {
+        Transport::Tcp => server
+            .serve_tcp(addr, TcpConfig::default())
+            .await
+            .map(Serving::Tcp)
+            .map_err(|e| format!("serve tcp {addr}: {e}")),
+        Transport::Rdma => RdmaServer::serve(&server, addr, RdmaServerConfig::default())
+            .await
+            .map(Serving::Rdma)
+            .map_err(|e| format!("serve rdma {addr}: {e}")),
+    }
+}
+
+/// When a load phase stops.
+#[derive(Clone, Copy, Debug)]
+pub enum Stop {
+    /// After this long.
+    Duration(Duration),
+    /// After this many calls (successful or not).
+    Count(u64),
+}
+
+/// One load point.
+#[derive(Clone, Debug)]
+pub struct LoadSpec {
+    /// Procedure.
+    pub proc: BenchProc,
+    /// Payload octets.
+    pub size: u32,
+    /// Calls in flight per connection.
+    pub depth: u32,
+    /// Measured phase length.
+    pub stop: Stop,
+    /// Unrecorded phase before it.
+    pub warmup: Duration,
+    /// Print a progress line on stderr.
+    pub progress: bool,
+}
+
+struct Shared {
+    deadline: Option<Instant>,
+    remaining: AtomicI64,
+    done: AtomicU64,
+}
+
+struct WorkerResult {
+    latency: Latency,
+    ok: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// Consecutive errors after which a worker gives up.
+const MAX_WORKER_ERRORS: u64 = 100;
+
+async fn one_call(c: &Client, proc: BenchProc, payload: &[u8], size: u32) -> Result<(), String> {
+    let e = |e: RpcError| e.to_string();
+    match proc {
+        BenchProc::Null => testprog::null(c).await.map_err(e),
+        BenchProc::Echo => {
+            let got = testprog::echo(c, payload).await.map_err(e)?;
+            if got.len() != payload.len() {
+                return Err(format!(
+                    "echo: {} octets back, sent {}",
+                    got.len(),
+                    payload.len()
+                ));
+            }
+            Ok(())
+        }
+        BenchProc::Read => {
+            let got = testprog::read(c, size, 1).await.map_err(e)?;
+            if got.len() != size as usize {
+                return Err(format!("read: {} octets, asked {size}", got.len()));
+            }
+            Ok(())
+        }
+        BenchProc::Write => {
+            let (n, _crc) = testprog::write(c, payload).await.map_err(e)?;
+            if n != size {
+                return Err(format!("write: server counted {n} octets, sent {size}"));
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn worker(
+    client: Arc<Client>,
+    spec: Arc<LoadSpec>,
+    payload: Arc<Vec<u8>>,
+    shared: Arc<Shared>,
+) -> WorkerResult {
+    let mut res = WorkerResult {
+        latency: Latency::new(),
+        ok: 0,
+        errors: 0,
+        first_error: None,
+    };
+    let mut consecutive = 0u64;
+    loop {
+        match shared.deadline {
+            Some(end) => {
+                if Instant::now() >= end {
+                    break;
+                }
+            }
+            None => {
+                if shared.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
+                    break;
+                }
+            }
+        }
+        let t = Instant::now();
+        match one_call(&client, spec.proc, &payload, spec.size).await {
+            Ok(()) => {
+                res.latency.record(t.elapsed());
+                res.ok += 1;
+                consecutive = 0;
+                shared.done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                res.errors += 1;
+                consecutive += 1;
+                res.first_error.get_or_insert(e);
+                if client.transport().closed_reason().is_some() || consecutive >= MAX_WORKER_ERRORS
+                {
+                    break;
+                }
+            }
+        }
+    }
+    res
+}
+
+struct PhaseResult {
+    ok: u64,
+    errors: u64,
+    first_error: Option<String>,
+    seconds: f64,
+    latency: Latency,
+    cpu: CpuTimes,
+}
+
+async fn phase(
+    clients: &[Arc<Client>],
+    spec: &Arc<LoadSpec>,
+    stop: Stop,
+    progress: bool,
+) -> PhaseResult {
+    let payload = Arc::new(match spec.proc {
+        BenchProc::Echo | BenchProc::Write => testprog::pattern(7, spec.size as usize),
+        _ => Vec::new(),
+    });
+    let t0 = Instant::now();
+    let shared = Arc::new(Shared {
+        deadline: match stop {
+            Stop::Duration(d) => Some(t0 + d),
+            Stop::Count(_) => None,
+        },
+        remaining: AtomicI64::new(match stop {
+            Stop::Count(n) => i64::try_from(n).unwrap_or(i64::MAX),
+            Stop::Duration(_) => 0,
+        }),
+        done: AtomicU64::new(0),
+    });
+    let cpu0 = CpuTimes::now();
+    let mut set = tokio::task::JoinSet::new();
+    for c in clients {
+        for _ in 0..spec.depth.max(1) {
+            set.spawn(worker(
+                c.clone(),
+                spec.clone(),
+                payload.clone(),
+                shared.clone(),
+            ));
+        }
+    }
+    let ticker = progress.then(|| {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let secs = t0.elapsed().as_secs_f64();
+                let n = shared.done.load(Ordering::Relaxed);
+                let mut err = std::io::stderr();
+                let _ = write!(
+                    err,
+                    "\r  {secs:6.1} s  {n:>10} calls  {:>10.0} calls/s ",
+                    n as f64 / secs
+                );
+                let _ = err.flush();
+            }
+        })
+    });
+    let mut out = PhaseResult {
+        ok: 0,
+        errors: 0,
+        first_error: None,
+        seconds: 0.0,
+        latency: Latency::new(),
+        cpu: CpuTimes::default(),
+    };
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(w) => {
+                out.ok += w.ok;
+                out.errors += w.errors;
+                out.latency.merge(&w.latency);
+                if out.first_error.is_none() {
+                    out.first_error = w.first_error;
+                }
+            }
+            Err(e) => {
+                out.errors += 1;
+                out.first_error.get_or_insert(format!("worker task: {e}"));
+            }
+        }
+    }
+    out.seconds = t0.elapsed().as_secs_f64();
+    out.cpu = CpuTimes::now().since(&cpu0);
+    if let Some(t) = ticker {
+        t.abort();
+        let mut err = std::io::stderr();
+        let _ = write!(err, "\r{:60}\r", "");
+        let _ = err.flush();
+    }
+    out
+}
+
+/// Runs one load point (warm-up, then the measured phase) over `clients`.
+pub async fn run_load(
+    clients: &[Arc<Client>],
+    spec: LoadSpec,
+    transport: Transport,
+    params: &Map<String, Value>,
+) -> Report {
+    let spec = Arc::new(spec);
+    if !spec.warmup.is_zero() {
+        phase(clients, &spec, Stop::Duration(spec.warmup), false).await;
+    }
+    let before: u64 = clients.iter().map(|c| c.metrics().bytes_sent).sum();
+    let before_rx: u64 = clients.iter().map(|c| c.metrics().bytes_received).sum();
+    let r = phase(clients, &spec, spec.stop, spec.progress).await;
+    let sent: u64 = clients.iter().map(|c| c.metrics().bytes_sent).sum::<u64>() - before;
+    let rx: u64 = clients
+        .iter()
+        .map(|c| c.metrics().bytes_received)
+        .sum::<u64>()
+        - before_rx;
+    let mut params = params.clone();
+    params.insert("wire_bytes_sent".into(), json!(sent));
+    params.insert("wire_bytes_received".into(), json!(rx));
+    Report {
+        proc: spec.proc.name().into(),
+        size: spec.size as u64,
+        depth: spec.depth,
+        conns: clients.len() as u32,
+        transport: transport.name().into(),
+        calls: r.ok,
+        errors: r.errors,
+        first_error: r.first_error,
+        seconds: r.seconds,
+        latency: r.latency,
+        cpu: r.cpu,
+        params,
+    }
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    addr.to_socket_addrs()
+        .map_err(|e| format!("bad address {addr:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("address {addr:?} resolves to nothing"))
+}
+
+fn fail(msg: &str) -> ExitCode {
+    eprintln!("rpcrdma bench: {msg}");
+    ExitCode::from(2)
+}
+
+/// Runs `rpcrdma bench`.
+pub fn run(args: BenchArgs) -> ExitCode {
+    let rt = if args.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(args.threads)
+            .enable_all()
+            .build()
+    };
+    let rt = match rt {
+        Ok(rt) => rt,
+        Err(e) => return fail(&format!("runtime: {e}")),
+    };
+    match rt.block_on(run_async(args)) {
+        Ok(code) => code,
+        Err(e) => fail(&e),
+    }
+}
+
+fn stop_of(args: &BenchArgs) -> (Stop, Duration) {
+    let stop = match (args.count, args.duration) {
+        (Some(n), _) => Stop::Count(n),
+        (None, d) => Stop::Duration(Duration::from_secs_f64(d.unwrap_or(5.0).max(0.0))),
+    };
+    let warm = args.warmup.unwrap_or(match stop {
+        Stop::Duration(_) => 0.2,
+        Stop::Count(_) => 0.0,
+    });
+    (stop, Duration::from_secs_f64(warm.max(0.0)))
+}
+
+async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
+    let (stop, warmup) = stop_of(&args);
+    if args.serve {
+        return serve_forever(&args).await;
+    }
+    let sizes = args.sweep.clone().map_or_else(|| vec![args.size], |l| l.0);
+    if let Some(&big) = sizes.iter().find(|&&s| s > TEST_MAX_DATA as u64) {
+        return Err(format!(
+            "size {big} exceeds TEST_MAX_DATA = {TEST_MAX_DATA}"
+        ));
+    }
+    let progress = std::io::stderr().is_terminal();
+    let placement = report::cpus_allowed();
+    let mut reports = Vec::new();
+    if args.raw_tcp {
+        let kind = if args.proc == BenchProc::Read {
+            RawKind::Stream
+        } else {
+            RawKind::PingPong
+        };
+        for &size in &sizes {
+            let raw_stop = match stop {
+                Stop::Duration(d) => raw::Stop::Duration(d),
+                Stop::Count(n) => raw::Stop::Count(n),
+            };
+            let (depth, w) = (args.depth, warmup);
+            let r = tokio::task::spawn_blocking(move || raw::run(kind, size, depth, raw_stop, w))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("raw tcp: {e}"))?;
+            reports.push(r);
+        }
+    } else {
+        let addr = resolve(&args.addr)?;
+        let mut local = None;
+        let target = if addr.port() == 0 {
+            let s = serve(args.transport, addr, args.drc_entries).await?;
+            let a = s.local_addr();
+            local = Some(s);
+            a
+        } else {
+            addr
+        };
+        let max = sizes.iter().copied().max().unwrap_or(0);
+        let opts = ConnectOptions {
+            reply_max: u32::try_from(max + 64 * 1024).unwrap_or(u32::MAX),
+            mpa_crc: args.crc.map(|c| c == OnOff::On),
+        };
+        let mut clients = Vec::new();
+        let mut params = Map::new();
+        for _ in 0..args.conns.max(1) {
+            let c = connect(args.transport, target, &opts).await?;
+            params = c.params;
+            clients.push(Arc::new(c.client));
+        }
+        params.insert(
+            "server".into(),
+            json!(if local.is_some() {
+                "in-process"
+            } else {
+                "external"
+            }),
+        );
+        params.insert("cpu_includes_server".into(), json!(local.is_some()));
+        params.insert("runtime_threads".into(), json!(args.threads.max(1)));
+        for &size in &sizes {
+            let spec = LoadSpec {
+                proc: args.proc,
+                size: size as u32,
+                depth: args.depth.max(1),
+                stop,
+                warmup,
+                progress,
+            };
+            if progress && sizes.len() > 1 {
+                eprintln!("size {}", fmt_size(size));
+            }
+            reports.push(run_load(&clients, spec, args.transport, &params).await);
+        }
+        for c in &clients {
+            c.close();
+        }
+        if let Some(s) = local {
+            s.shutdown().await;
+        }
+    }
+    for r in &mut reports {
+        if let Some(p) = &placement {
+            r.params.insert("cpus_allowed".into(), json!(p));
+        }
+    }
+    if let Some(path) = &args.chart {
+        let name = format!(
+            "{} {} depth {}",
+            reports.first().map(|r| r.transport.as_str()).unwrap_or(""),
+            reports.first().map(|r| r.proc.as_str()).unwrap_or(""),
+            args.depth
+        );
+        let series = Series {
+            name,
+            points: reports
+                .iter()
+                .map(|r| SweepPoint {
+                    size: r.size,
+                    mb_per_sec: r.mb_per_sec(),
+                    p50_us: r.latency.quantile_us(0.5),
+                })
+                .collect(),
+        };
+        let svg = render_chart("rpcrdma bench sweep", &[series]);
+        std::fs::write(path, svg).map_err(|e| format!("write {path}: {e}"))?;
+    }
+    if args.json {
+        let v = if args.sweep.is_some() {
+            json!({
+                "sweep": reports.iter().map(Report::to_json).collect::<Vec<_>>(),
+                "chart": args.chart,
+            })
+        } else {
+            reports.first().map(Report::to_json).unwrap_or(Value::Null)
+        };
+        println!("{v}");
+    } else {
+        for r in &reports {
+            print!("{}", r.to_text());
+        }
+        if let Some(p) = &args.chart {
+            println!("chart written to {p}");
+        }
+    }
+    let bad = reports.iter().any(|r| r.errors > 0 || r.calls == 0);
+    Ok(if bad {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn serve_forever(args: &BenchArgs) -> Result<ExitCode, String> {
+    let addr = resolve(&args.addr)?;
+    let s = serve(args.transport, addr, args.drc_entries).await?;
+    println!(
+        "listening on {} (transport {})",
+        s.local_addr(),
+        args.transport.name()
+    );
+    let _ = std::io::stdout().flush();
+    match args.serve_seconds {
+        Some(secs) => tokio::time::sleep(Duration::from_secs_f64(secs.max(0.0))).await,
+        None => std::future::pending::<()>().await,
+    }
+    s.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        b: BenchArgs,
+    }
+
+    fn parse(a: &[&str]) -> Result<BenchArgs, clap::Error> {
+        T::try_parse_from(std::iter::once("t").chain(a.iter().copied())).map(|t| t.b)
+    }
+
+    #[test]
+    fn argument_parsing() {
+        let a = parse(&[
+            "10.0.0.1:20049",
+            "--proc",
+            "read",
+            "--size",
+            "1M",
+            "--depth",
+            "32",
+        ])
+        .unwrap();
+        assert_eq!(a.proc, BenchProc::Read);
+        assert_eq!(a.size, 1 << 20);
+        assert_eq!(a.depth, 32);
+        assert_eq!(a.transport, DEFAULT_TRANSPORT);
+        let a = parse(&[
+            "--sweep",
+            "1K,4K",
+            "--chart",
+            "x.svg",
+            "--transport",
+            "rdma",
+        ])
+        .unwrap();
+        assert_eq!(a.sweep, Some(SizeList(vec![1024, 4096])));
+        assert_eq!(a.transport, Transport::Rdma);
+        assert!(
+            parse(&["--chart", "x.svg"]).is_err(),
+            "--chart needs --sweep"
+        );
+        assert!(parse(&["--count", "5", "--duration", "1"]).is_err());
+        assert!(parse(&["--serve", "--raw-tcp"]).is_err());
+        let (stop, warm) = stop_of(&parse(&["--count", "7"]).unwrap());
+        assert!(matches!(stop, Stop::Count(7)));
+        assert!(warm.is_zero());
+        let (stop, warm) = stop_of(&parse(&[]).unwrap());
+        assert!(matches!(stop, Stop::Duration(d) if d == Duration::from_secs(5)));
+        assert_eq!(warm, Duration::from_millis(200));
+    }
+
+    #[tokio::test]
+    async fn rdma_connects_and_reports_what_was_negotiated() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let srv = serve(Transport::Rdma, any, None).await.unwrap();
+        let c = connect(
+            Transport::Rdma,
+            srv.local_addr(),
+            &ConnectOptions {
+                reply_max: 1 << 20,
+                mpa_crc: Some(true),
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(c.params["mpa_rev"], 2);
+        assert_eq!(c.params["crc"], true);
+        assert_eq!(c.params["inline_send"], 4096);
+        assert_eq!(c.params["credits_granted"], 64);
+        c.client
+            .call(TEST_PROG, TEST_VERS, 0, Message::default(), &[])
+            .await
+            .unwrap();
+        srv.shutdown().await;
+        // --crc is an RDMA (MPA) setting.
+        let opts = ConnectOptions {
+            reply_max: 1 << 20,
+            mpa_crc: Some(false),
+        };
+        let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
+        assert!(e.contains("--crc"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn load_over_tcp_counts_every_call() {
+        let s = serve(Transport::Tcp, "127.0.0.1:0".parse().unwrap(), None)
+            .await
+            .unwrap();
+        let opts = ConnectOptions {
+            reply_max: 1 << 20,
+            mpa_crc: None,
+        };
+        let mut clients = Vec::new();
+        for _ in 0..2 {
+            let c = connect(Transport::Tcp, s.local_addr(), &opts)
+                .await
+                .unwrap();
+            clients.push(Arc::new(c.client));
+        }
+        for proc in [
+            BenchProc::Null,
+            BenchProc::Echo,
+            BenchProc::Read,
+            BenchProc::Write,
+        ] {
+            let spec = LoadSpec {
+                proc,
+                size: 3000,
+                depth: 4,
+                stop: Stop::Count(100),
+                warmup: Duration::ZERO,
+                progress: false,
+            };
+            let r = run_load(&clients, spec, Transport::Tcp, &Map::new()).await;
+            assert_eq!(r.calls, 100, "{proc:?}: {:?}", r.first_error);
+            assert_eq!(r.errors, 0);
+            assert_eq!(r.latency.count(), 100);
+            assert_eq!(r.conns, 2);
+            let sent = r.params["wire_bytes_sent"].as_u64().unwrap();
+            let rx = r.params["wire_bytes_received"].as_u64().unwrap();
+            match proc {
+                BenchProc::Echo | BenchProc::Write => assert!(sent > 100 * 3000, "{sent}"),
+                _ => assert!(sent < 100 * 3000, "{sent}"),
+            }
+            match proc {
+                BenchProc::Echo | BenchProc::Read => assert!(rx > 100 * 3000, "{rx}"),
+                _ => assert!(rx < 100 * 3000, "{rx}"),
+            }
+        }
+        // The READ cache serves the pattern of testprog.
+        let got = testprog::read(&clients[0], 100, 9).await.unwrap();
+        assert_eq!(&got[..], &testprog::pattern(9, 100)[..]);
+        let got = testprog::read(&clients[0], 50, 9).await.unwrap();
+        assert_eq!(&got[..], &testprog::pattern(9, 50)[..]);
+        s.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn errors_are_counted() {
+        // A server without the test program: every call is PROG_UNAVAIL.
+        let server = Server::default();
+        let tcp = server
+            .serve_tcp("127.0.0.1:0", TcpConfig::default())
+            .await
+            .unwrap();
+        let c = connect(
+            Transport::Tcp,
+            tcp.local_addr(),
+            &ConnectOptions {
+                reply_max: 1 << 20,
+                mpa_crc: None,
+            },
+        )
+        .await
+        .unwrap();
+        let spec = LoadSpec {
+            proc: BenchProc::Null,
+            size: 0,
+            depth: 2,
+            stop: Stop::Count(10),
+            warmup: Duration::ZERO,
+            progress: false,
+        };
+        let r = run_load(&[Arc::new(c.client)], spec, Transport::Tcp, &Map::new()).await;
+        assert_eq!(r.calls, 0);
+        assert_eq!(r.errors, 10);
+        assert!(r.first_error.unwrap().contains("PROG_UNAVAIL"));
+        tcp.shutdown().await;
+    }
+}
