@@ -723,7 +723,10 @@ fn ird_overflow_terminates() {
         Some(DdpHeader::Untagged(u)) => assert_eq!((u.qn, u.msn), (1, 2)),
         other => panic!("{other:?}"),
     }
-    assert!(t.rdmap.is_some(), "Read Request header copied");
+    // A DDP-layer error: the DDP header is copied, the RDMA header is not.
+    //= rfc5040#section-4.8
+    //# DDP      | See DDP Spec| Yes        | No         | Any
+    assert!(t.rdmap.is_none(), "no RDMA header for a DDP-layer error");
 }
 
 #[test]
