@@ -584,7 +584,11 @@ impl MessageReader {
     /// A DDP-eligible `opaque<max>` (`max` named `limit`), such as an NFS
     /// READ's data: the item a requester offers a Write chunk for.
     ///
-    /// The length word is read from the inline stream. Then, if an
+    /// The length word is read from the inline stream. A zero-length item
+    /// consumes no Write chunk (a chunk written with zero octets cannot be
+    /// told from an unused one, so responders — this crate's engine, Linux
+    /// `svc_rdma_result_payload` — leave the chunk to the next item): its
+    /// data is empty (or a positioned empty DDP piece). Otherwise, if an
     /// out-of-band result slot is left, the next one is consumed:
     ///
     /// * a non-empty result is the data (the responder wrote it into the
@@ -645,6 +649,9 @@ impl MessageReader {
         field: &'static str,
     ) -> Result<Bytes, DecodeError> {
         let len = self.opaque_len(max, limit, field)?;
+        if len == 0 {
+            return self.opaque_data(len, field);
+        }
         if let Some(slot) = self.results.get(self.next_result).cloned() {
             self.next_result += 1;
             if !slot.is_empty() {
@@ -898,10 +905,12 @@ mod tests {
             let e = m.reader().ddp_opaque(100, "max", "d").unwrap_err();
             assert_eq!(e.kind.name(), "bad-value", "{} octets", bad.len());
         }
-        // A length word 0 with a non-empty result.
+        // A length word 0 leaves the result for a later item: if none
+        // claims it, it is trailing.
         let m = reply(&[0, 0, 0, 0], &[b"x"]);
-        let e = m.reader().ddp_opaque(100, "max", "d").unwrap_err();
-        assert_eq!(e.kind.name(), "bad-value");
+        let mut r = m.reader();
+        assert!(r.ddp_opaque(100, "max", "d").unwrap().is_empty());
+        assert_eq!(r.finish("end").unwrap_err().kind.name(), "trailing-bytes");
         // A length word 4 (no pad): only exactly 4 octets.
         let m = reply(&[0, 0, 0, 4], &[b"abcd\0"]);
         assert_eq!(
@@ -937,12 +946,13 @@ mod tests {
     #[test]
     fn ddp_opaque_consumes_results_in_order() {
         // { opaque a<> (DDP); unsigned 0x11; opaque name<> (not DDP);
-        //   opaque b<> (DDP); opaque c<> (DDP) }: a = "one", b = "", name
-        // inline = "n", c = "three"; b's chunk holds zero octets (empty).
+        //   opaque b<> (DDP); opaque c<> (DDP) }: a = "one", name inline =
+        // "n", b = "" (zero octets: no Write chunk), c = "three" in the
+        // second chunk; the third chunk came back unused.
         let mut inline = w(&[3, 0x11, 1]);
         inline.extend_from_slice(b"n\0\0\0");
         inline.extend(w(&[0, 5]));
-        let m = reply(&inline, &[b"one", b"", b"three"]);
+        let m = reply(&inline, &[b"one", b"three", b""]);
         let mut r = m.reader();
         assert_eq!(&r.ddp_opaque(10, "max", "a").unwrap()[..], b"one");
         assert_eq!(r.u32("x").unwrap(), 0x11);
@@ -967,11 +977,13 @@ mod tests {
         assert_eq!(r.u32("another").unwrap(), 0xfeed);
         r.finish("end").unwrap();
         // An unused chunk stays for the next DDP-eligible item: a union arm
-        // without one (here a plain u32 arm) does not consume it.
-        let m = reply(&w(&[2, 0x77, 3]), &[b"abc"]);
+        // without one (here a plain u32 arm) does not consume it, nor does
+        // a zero-length item.
+        let m = reply(&w(&[2, 0x77, 0, 3]), &[b"abc"]);
         let mut r = m.reader();
         assert_eq!(r.u32("arm").unwrap(), 2);
         assert_eq!(r.u32("arm2.value").unwrap(), 0x77);
+        assert!(r.ddp_opaque(10, "max", "empty").unwrap().is_empty());
         assert_eq!(&r.ddp_opaque(10, "max", "later").unwrap()[..], b"abc");
         r.finish("end").unwrap();
     }
@@ -1087,6 +1099,8 @@ mod tests {
                         inline.extend_from_slice(d);
                         inline.resize(inline.len() + pad_len(d.len()), 0);
                     }
+                    // A zero-length item takes no Write chunk.
+                    Item::Ddp(d) if d.is_empty() => inline.extend_from_slice(&[0; 4]),
                     Item::Ddp(d) => {
                         inline.extend_from_slice(&(d.len() as u32).to_be_bytes());
                         if i % 3 == 0 {
