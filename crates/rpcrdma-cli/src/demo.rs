@@ -691,7 +691,7 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
                     .await
                 {
                     Ok(r) => {
-                        let got = r.reader().opaque(k64, "count", "data").map_err(|e| e.to_string())?;
+                        let got = r.reader().ddp_opaque(k64, "count", "data").map_err(|e| e.to_string())?;
                         if got[..] == testprog::pattern(3, k64 as usize)[..] {
                             Ok(format!(
                                 "{} octets, pattern ok, crc32c 0x{:08x}",

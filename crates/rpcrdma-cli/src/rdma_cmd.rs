@@ -423,7 +423,7 @@ pub async fn one_call(c: &Client, xid: u32, spec: CallSpec) -> Outcome {
                             out.crc32c = crc32c::crc32c(&got);
                             (got[..] != data[..]).then(|| "echoed data differs".to_string())
                         }),
-                    ProcName::Read => rd.opaque(size, "read count", "read.result").map(|got| {
+                    ProcName::Read => rd.ddp_opaque(size, "read count", "read.result").map(|got| {
                         out.bytes = got.len() as u64;
                         out.crc32c = crc32c::crc32c(&got);
                         (got[..] != testprog::pattern(seed, size as usize)[..])

@@ -227,7 +227,8 @@ pub struct Reply {
 
 impl Reply {
     /// The procedure results (after the RPC header): inline XDR and, over
-    /// RDMA, DDP pieces holding data received by direct placement.
+    /// RDMA, the data received by direct placement into each Write chunk
+    /// ([`Message::results`]), which [`MessageReader::ddp_opaque`] places.
     pub fn results(&self) -> &Message {
         &self.results
     }
@@ -237,8 +238,10 @@ impl Reply {
         self.results.reader()
     }
 
-    /// DDP-received result data, in order (empty over TCP, where it arrives
-    /// inline and [`MessageReader::opaque`] finds it there).
+    /// DDP-received result data, in order: the non-empty Write chunk
+    /// results (empty over TCP, where the data arrives inline). Decode a
+    /// DDP-eligible result with [`MessageReader::ddp_opaque`], which takes it
+    /// from here or from the inline stream as it arrived.
     pub fn ddp_data(&self) -> impl Iterator<Item = &Bytes> {
         self.results.ddp_data()
     }

@@ -13,10 +13,26 @@
 //! piece is sent inline followed by its XDR pad: [`Message::flatten`] gives
 //! exactly those octets and [`Message::xdr_len`] their number.
 //!
+//! A received RPC-over-RDMA reply also carries **out-of-band DDP results**
+//! ([`Message::with_results`]): the data the responder wrote into each Write
+//! chunk the requester offered, in Write list order (empty for a Write
+//! chunk the responder returned unused or empty). The inline XDR stream of
+//! such a reply keeps each moved item's length word but neither its data nor
+//! its XDR pad, and nothing in the transport says *where* in the stream an
+//! item was: only the upper layer, which knows which result items are
+//! DDP-eligible, can tell. So placement is reader-driven (as Linux's
+//! `xdr_buf` page data): each DDP-eligible item is decoded with
+//! [`MessageReader::ddp_opaque`], which takes its data from the next
+//! out-of-band result.
+//!
 //! [`MessageReader`] decodes a received message without caring whether a
-//! DDP-eligible opaque arrived inline (TCP) or as a separate DDP piece (RDMA):
-//! [`MessageReader::opaque`] returns the data as [`Bytes`] either way, and
-//! always as a zero-copy slice of what was received.
+//! DDP-eligible opaque arrived inline (TCP), as a positioned DDP piece (an
+//! RDMA call's Read chunks) or as an out-of-band result (an RDMA reply's
+//! Write chunks): [`MessageReader::ddp_opaque`] returns the data as
+//! [`Bytes`] in every case, and always as a zero-copy slice of what was
+//! received. [`MessageReader::opaque`] is for items that are not
+//! DDP-eligible (and for positioned DDP pieces); it never looks at
+//! out-of-band results.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use rpcrdma_proto::xdr::{pad_len, DecodeErrorKind, Reader, XdrEncode};
@@ -56,18 +72,30 @@ impl Piece {
 }
 
 /// An RPC message (or the arguments / results part of one) as a list of
-/// [`Piece`]s.
+/// [`Piece`]s, plus (for a reply received over RPC-over-RDMA) the ordered
+/// out-of-band DDP results (see the [module documentation](self)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Message {
     pieces: Vec<Piece>,
+    /// Out-of-band DDP results, one per Write chunk offered, in Write list
+    /// order (empty: the chunk came back unused or empty).
+    results: Vec<Bytes>,
 }
 
 const ZERO_PAD: [u8; 3] = [0; 3];
 
+/// `n` rounded up to a multiple of four (saturating).
+fn round_up4(n: usize) -> usize {
+    n.saturating_add(pad_len(n))
+}
+
 impl Message {
     /// An empty message (the XDR of `void`).
     pub fn new() -> Self {
-        Message { pieces: Vec::new() }
+        Message {
+            pieces: Vec::new(),
+            results: Vec::new(),
+        }
     }
 
     /// A builder with XDR helpers.
@@ -82,6 +110,26 @@ impl Message {
         if !b.is_empty() {
             m.pieces.push(Piece::Inline(b));
         }
+        m
+    }
+
+    /// A received RPC-over-RDMA reply: the inline XDR stream (in which
+    /// every item the responder moved into a Write chunk keeps its length
+    /// word but not its data or XDR pad) and the data written into each
+    /// Write chunk offered, in Write list order, empty for a chunk that came
+    /// back unused or empty. The results are placed as the reply is decoded,
+    /// by [`MessageReader::ddp_opaque`].
+    //= rfc8166#section-4.3.2
+    //# When a Requester provides a Write list, the Responder MUST push data
+    //# corresponding to DDP-eligible result data items to Requester memory
+    //# referenced in the Write list.  The Responder removes these data items
+    //# from the reply's Payload stream.
+    pub fn with_results<R: Into<Bytes>>(
+        inline: impl Into<Bytes>,
+        results: impl IntoIterator<Item = R>,
+    ) -> Self {
+        let mut m = Message::inline(inline);
+        m.results = results.into_iter().map(Into::into).collect();
         m
     }
 
@@ -105,11 +153,13 @@ impl Message {
         self.pieces.push(piece);
     }
 
-    /// Appends all pieces of `other`.
+    /// Appends all pieces of `other` (and its out-of-band results after
+    /// ours).
     pub fn append(&mut self, other: Message) {
         for p in other.pieces {
             self.push(p);
         }
+        self.results.extend(other.results);
     }
 
     /// `header` (inline) followed by the pieces of `body`.
@@ -124,28 +174,48 @@ impl Message {
         &self.pieces
     }
 
-    /// Consumes the message, giving its pieces.
+    /// Consumes the message, giving its pieces (out-of-band results, if
+    /// any, are dropped).
     pub fn into_pieces(self) -> Vec<Piece> {
         self.pieces
     }
 
-    /// The DDP pieces' data, in order.
-    pub fn ddp_data(&self) -> impl Iterator<Item = &Bytes> {
-        self.pieces.iter().filter_map(|p| match p {
-            Piece::Ddp(b) => Some(b),
-            Piece::Inline(_) => None,
-        })
+    /// The out-of-band DDP results, one per Write chunk offered, in Write
+    /// list order (empty for a chunk that came back unused or empty). Empty
+    /// except for a reply received over RPC-over-RDMA.
+    pub fn results(&self) -> &[Bytes] {
+        &self.results
     }
 
-    /// Number of DDP pieces.
+    /// The DDP data, in order: the DDP pieces' data, then the non-empty
+    /// out-of-band results.
+    pub fn ddp_data(&self) -> impl Iterator<Item = &Bytes> {
+        self.pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Ddp(b) => Some(b),
+                Piece::Inline(_) => None,
+            })
+            .chain(self.results.iter().filter(|b| !b.is_empty()))
+    }
+
+    /// Number of items of [`Message::ddp_data`]: DDP pieces and non-empty
+    /// out-of-band results.
     pub fn ddp_count(&self) -> usize {
-        self.pieces.iter().filter(|p| p.is_ddp()).count()
+        self.ddp_data().count()
     }
 
     /// Octets of the contiguous XDR stream: inline octets plus every DDP
-    /// piece with its XDR pad.
+    /// piece and every non-empty out-of-band result with its XDR pad (a
+    /// result that already includes its pad counts once).
     pub fn xdr_len(&self) -> usize {
-        self.pieces.iter().map(Piece::xdr_len).sum()
+        let pieces: usize = self.pieces.iter().map(Piece::xdr_len).sum();
+        pieces
+            + self
+                .results
+                .iter()
+                .map(|b| round_up4(b.len()))
+                .sum::<usize>()
     }
 
     /// Octets in inline pieces only.
@@ -159,12 +229,13 @@ impl Message {
 
     /// True when the message has no octets at all.
     pub fn is_empty(&self) -> bool {
-        self.pieces.iter().all(|p| p.bytes().is_empty())
+        self.pieces.iter().all(|p| p.bytes().is_empty()) && self.results.iter().all(Bytes::is_empty)
     }
 
     /// The contiguous XDR stream: pieces in order, each DDP piece followed by
     /// its zero XDR pad. A message of one inline piece is returned without a
-    /// copy.
+    /// copy. Out-of-band results are not part of it: where they belong is
+    /// known only to the decoder ([`MessageReader::ddp_opaque`]).
     pub fn flatten(&self) -> Bytes {
         if let [Piece::Inline(b)] = self.pieces.as_slice() {
             return b.clone();
@@ -175,7 +246,8 @@ impl Message {
     }
 
     /// Calls `f` on each chunk of the contiguous XDR stream in order (piece
-    /// data and pads): what a stream transport writes.
+    /// data and pads): what a stream transport writes. Out-of-band results
+    /// are not included (see [`Message::flatten`]).
     pub fn for_each_xdr_chunk(&self, mut f: impl FnMut(&[u8])) {
         for p in &self.pieces {
             match p {
@@ -192,7 +264,7 @@ impl Message {
     }
 
     /// CRC32C (Castagnoli) of the contiguous XDR stream, computed piece by
-    /// piece without flattening.
+    /// piece without flattening (out-of-band results not included).
     pub fn crc32c(&self) -> u32 {
         let mut crc = 0u32;
         self.for_each_xdr_chunk(|c| crc = crc32c::crc32c_append(crc, c));
@@ -207,9 +279,11 @@ impl Message {
     /// The message with its first `n` XDR octets removed, where those octets
     /// lie in inline pieces (used to split an RPC header from the arguments
     /// or results). `None` if `n` reaches into a DDP piece or past the end.
+    /// The out-of-band results stay with the rest.
     pub fn split_inline_prefix(&self, n: usize) -> Option<Message> {
         let mut left = n;
         let mut out = Message::new();
+        out.results = self.results.clone();
         let mut iter = self.pieces.iter();
         for p in iter.by_ref() {
             if left == 0 {
@@ -333,9 +407,10 @@ impl MessageBuilder {
     }
 }
 
-/// Decodes the XDR of a [`Message`], inline and DDP pieces alike. Errors are
-/// the peer's ([`DecodeError`] with the field and the offset in the
-/// contiguous XDR stream).
+/// Decodes the XDR of a [`Message`], inline and DDP pieces alike, placing
+/// out-of-band DDP results as the DDP-eligible items are read
+/// ([`MessageReader::ddp_opaque`]). Errors are the peer's ([`DecodeError`]
+/// with the field and the offset in the contiguous XDR stream).
 #[derive(Debug, Clone)]
 pub struct MessageReader {
     /// The inline pieces concatenated (no copy for a single inline piece).
@@ -344,9 +419,14 @@ pub struct MessageReader {
     ddp: Vec<(usize, Bytes)>,
     /// Next DDP piece.
     next_ddp: usize,
+    /// Out-of-band DDP results (one per Write chunk, in order).
+    results: Vec<Bytes>,
+    /// Next out-of-band result slot.
+    next_result: usize,
     /// Position in `inline`.
     pos: usize,
-    /// XDR octets of DDP pieces (with pad) already consumed, for offsets.
+    /// XDR octets of DDP pieces and results (with pad) already consumed,
+    /// for offsets.
     ddp_consumed: usize,
 }
 
@@ -354,7 +434,7 @@ impl MessageReader {
     /// A reader at the start of `m`.
     pub fn new(m: &Message) -> Self {
         let mut ddp = Vec::new();
-        let inline = if m.ddp_count() == 0 && m.pieces.len() <= 1 {
+        let inline = if m.pieces.len() <= 1 && !m.pieces.iter().any(Piece::is_ddp) {
             m.pieces
                 .first()
                 .map(|p| p.bytes().clone())
@@ -373,6 +453,8 @@ impl MessageReader {
             inline,
             ddp,
             next_ddp: 0,
+            results: m.results.clone(),
+            next_result: 0,
             pos: 0,
             ddp_consumed: 0,
         }
@@ -380,7 +462,7 @@ impl MessageReader {
 
     /// Offset in the contiguous XDR stream.
     pub fn position(&self) -> usize {
-        self.pos + self.ddp_consumed
+        self.pos.saturating_add(self.ddp_consumed)
     }
 
     fn err(&self, kind: DecodeErrorKind, field: &'static str) -> DecodeError {
@@ -430,16 +512,14 @@ impl MessageReader {
         self.with_reader(|r| r.bool(field))
     }
 
-    /// A variable-length `opaque<max>` (`max` named `limit`). If a DDP piece
-    /// stands right after the length word, the data is that piece (whose
-    /// length must equal the length word); otherwise the data and its zero
-    /// pad are inline. Either way the result is a zero-copy slice.
-    pub fn opaque(
+    /// The length word of an `opaque<max>`, checked against `max` (named
+    /// `limit`).
+    fn opaque_len(
         &mut self,
         max: u32,
         limit: &'static str,
         field: &'static str,
-    ) -> Result<Bytes, DecodeError> {
+    ) -> Result<usize, DecodeError> {
         let at = self.position();
         let len = self.u32(field)?;
         if len > max {
@@ -453,7 +533,12 @@ impl MessageReader {
                 field,
             ));
         }
-        let len = len as usize;
+        Ok(len as usize)
+    }
+
+    /// The `len` data octets of an opaque whose length word was just read:
+    /// the DDP piece standing here, or inline data and its zero pad.
+    fn opaque_data(&mut self, len: usize, field: &'static str) -> Result<Bytes, DecodeError> {
         if let Some((ddp_at, data)) = self.ddp.get(self.next_ddp) {
             if *ddp_at == self.pos {
                 if data.len() != len {
@@ -470,13 +555,125 @@ impl MessageReader {
                 }
                 let data = data.clone();
                 self.next_ddp += 1;
-                self.ddp_consumed += len + pad_len(len);
+                self.ddp_consumed = self.ddp_consumed.saturating_add(round_up4(len));
                 return Ok(data);
             }
         }
         let start = self.pos;
         self.with_reader(|r| r.fixed_opaque(len, field).map(|_| ()))?;
         Ok(self.inline.slice(start..start + len))
+    }
+
+    /// A variable-length `opaque<max>` (`max` named `limit`) that is not a
+    /// DDP-eligible result. If a DDP piece stands right after the length
+    /// word (a call whose Read chunks gave exact positions), the data is
+    /// that piece (whose length must equal the length word); otherwise the
+    /// data and its zero pad are inline. Either way the result is a
+    /// zero-copy slice. Out-of-band results are never looked at: decode a
+    /// DDP-eligible result with [`MessageReader::ddp_opaque`].
+    pub fn opaque(
+        &mut self,
+        max: u32,
+        limit: &'static str,
+        field: &'static str,
+    ) -> Result<Bytes, DecodeError> {
+        let len = self.opaque_len(max, limit, field)?;
+        self.opaque_data(len, field)
+    }
+
+    /// A DDP-eligible `opaque<max>` (`max` named `limit`), such as an NFS
+    /// READ's data: the item a requester offers a Write chunk for.
+    ///
+    /// The length word is read from the inline stream. A zero-length item
+    /// consumes no Write chunk (a chunk written with zero octets cannot be
+    /// told from an unused one, so responders — this crate's engine, Linux
+    /// `svc_rdma_result_payload` — leave the chunk to the next item): its
+    /// data is empty (or a positioned empty DDP piece). Otherwise, if an
+    /// out-of-band result slot is left, the next one is consumed:
+    ///
+    /// * a non-empty result is the data (the responder wrote it into the
+    ///   Write chunk and left data and pad out of the inline stream, so
+    ///   nothing more is read inline). Its length must equal the length
+    ///   word; a result exactly the length word plus its XDR pad (a legacy
+    ///   RFC 5666 responder that wrote the pad; the pad is not checked) is
+    ///   cut to the length word; any other length is a `bad-value` error;
+    /// * an empty result (the chunk came back empty or unused, so the
+    ///   responder sent the item inline) or no slot left: the data is read
+    ///   as [`MessageReader::opaque`] reads it (inline, or a positioned DDP
+    ///   piece).
+    ///
+    /// Without out-of-band results (TCP, in-memory transports, calls) this
+    /// is exactly [`MessageReader::opaque`].
+    //= rfc8166#section-4.3.2.1
+    //# When a Requester has provided multiple Write chunks, the Responder
+    //# fills in each Write chunk with one DDP-eligible result until there
+    //# are either no more DDP-eligible results or no more Write chunks.
+    //
+    //= rfc8166#section-4.3.2.1
+    //# As a Requester decodes a reply Payload stream, it is clear from the
+    //# contents of the RPC Reply message which Write chunk contains which
+    //# result data item.
+    //
+    //= rfc8166#section-3.4.6.1
+    //# After receiving the RPC Reply message, the Requester reconstructs the
+    //# transferred data by concatenating the contents of each segment, in
+    //# array order, into the RPC Reply message's XDR stream at the known XDR
+    //# position of the associated DDP-eligible result data item.
+    //
+    // A chunk left unconsumed by a union arm without a DDP-eligible item is
+    // not skipped: slots are consumed only by DDP-eligible items read here.
+    //= rfc8166#section-4.3.2.2
+    //# If there is a subsequent DDP-eligible result data item in the RPC
+    //# Reply message, it MUST be placed in that unconsumed Write chunk.
+    //
+    //= rfc8166#section-4.3.2.3
+    //# The Responder MUST return the corresponding
+    //# result data item inline and MUST return an empty Write chunk in
+    //# that Write list position in the RPC Reply message.
+    //
+    // No pad inline after a moved item:
+    //= rfc8166#section-3.4.4.4
+    //# When a variable-length XDR data item is reduced, the sender MUST
+    //# remove XDR roundup padding for that data item from the Payload stream
+    //# so that data items remaining in the Payload stream begin on four-byte
+    //# alignment.
+    //
+    //= rfc8166#section-3.4.6.2
+    //# Therefore, when returning a single variable-length result data item,
+    //# a returned Write chunk's total length MUST be the same as the encoded
+    //# length of the result data item.
+    pub fn ddp_opaque(
+        &mut self,
+        max: u32,
+        limit: &'static str,
+        field: &'static str,
+    ) -> Result<Bytes, DecodeError> {
+        let len = self.opaque_len(max, limit, field)?;
+        if len == 0 {
+            return self.opaque_data(len, field);
+        }
+        if let Some(slot) = self.results.get(self.next_result).cloned() {
+            self.next_result += 1;
+            if !slot.is_empty() {
+                let padded = round_up4(len);
+                if slot.len() != len && slot.len() != padded {
+                    return Err(self.err(
+                        DecodeErrorKind::BadValue {
+                            what: "Write chunk result length",
+                            detail: format!(
+                                "length word says {len} octets, Write chunk {} returned {}",
+                                self.next_result - 1,
+                                slot.len()
+                            ),
+                        },
+                        field,
+                    ));
+                }
+                self.ddp_consumed = self.ddp_consumed.saturating_add(padded);
+                return Ok(slot.slice(..len));
+            }
+        }
+        self.opaque_data(len, field)
     }
 
     /// Fixed-length opaque data of `len` octets (inline) and its pad.
@@ -486,20 +683,33 @@ impl MessageReader {
         Ok(self.inline.slice(start..start + len))
     }
 
-    /// Octets of XDR left (inline and DDP).
+    /// Octets of XDR left (inline, DDP pieces and unconsumed non-empty
+    /// out-of-band results, each with its pad).
     pub fn remaining(&self) -> usize {
         let ddp_left: usize = self
             .ddp
             .get(self.next_ddp..)
             .unwrap_or_default()
             .iter()
-            .map(|(_, b)| b.len() + pad_len(b.len()))
+            .map(|(_, b)| round_up4(b.len()))
             .sum();
-        self.inline.len().saturating_sub(self.pos) + ddp_left
+        let results_left: usize = self
+            .results
+            .get(self.next_result..)
+            .unwrap_or_default()
+            .iter()
+            .map(|b| round_up4(b.len()))
+            .sum();
+        self.inline
+            .len()
+            .saturating_sub(self.pos)
+            .saturating_add(ddp_left)
+            .saturating_add(results_left)
     }
 
-    /// Fails with `trailing-bytes` unless everything (inline and DDP) was
-    /// consumed.
+    /// Fails with `trailing-bytes` unless everything (inline, DDP pieces and
+    /// non-empty out-of-band results) was consumed: a Write chunk holding
+    /// data no DDP-eligible item claimed is trailing data.
     pub fn finish(&self, field: &'static str) -> Result<(), DecodeError> {
         match self.remaining() {
             0 => Ok(()),
@@ -579,6 +789,240 @@ mod tests {
         assert_eq!(r.finish("end").unwrap_err().kind.name(), "trailing-bytes");
     }
 
+    /// Big-endian words, written out by hand in the tests below.
+    fn w(words: &[u32]) -> Vec<u8> {
+        words.iter().flat_map(|x| x.to_be_bytes()).collect()
+    }
+
+    fn reply(inline: &[u8], results: &[&'static [u8]]) -> Message {
+        Message::with_results(
+            inline.to_vec(),
+            results.iter().map(|r| Bytes::from_static(r)),
+        )
+    }
+
+    //= rfc8166#section-4.3.2
+    //# The Responder removes these data items
+    //# from the reply's Payload stream.
+    #[test]
+    fn ddp_opaque_takes_the_write_chunk_result() {
+        // Inline: length word 5, then trailer 0x01020304; no data, no pad.
+        let inline = [0, 0, 0, 5, 1, 2, 3, 4];
+        let m = reply(&inline, &[b"hello"]);
+        assert_eq!(m.pieces().len(), 1);
+        assert_eq!(m.results(), &[Bytes::from_static(b"hello")][..]);
+        assert_eq!(
+            m.ddp_data().collect::<Vec<_>>(),
+            vec![&Bytes::from_static(b"hello")]
+        );
+        assert_eq!(m.xdr_len(), 8 + 8);
+        let mut r = m.reader();
+        assert_eq!(r.remaining(), 16);
+        assert_eq!(&r.ddp_opaque(100, "max", "data").unwrap()[..], b"hello");
+        // Offsets count the moved item with its pad.
+        assert_eq!(r.position(), 4 + 8);
+        assert_eq!(r.u32("trailer").unwrap(), 0x0102_0304);
+        r.finish("end").unwrap();
+        // opaque() never looks at out-of-band results: here it reads the
+        // trailer as 5 data octets and runs out.
+        let e = m.reader().opaque(100, "max", "data").unwrap_err();
+        assert_eq!(e.kind.name(), "truncated");
+    }
+
+    //= rfc8166#section-4.3.2.3
+    //# The Responder MUST return the corresponding
+    //# result data item inline and MUST return an empty Write chunk in
+    //# that Write list position in the RPC Reply message.
+    #[test]
+    fn ddp_opaque_empty_slot_reads_inline_and_consumes_the_slot() {
+        // Item 1 inline (empty chunk): length 3, "abc", pad 0; item 2 in
+        // chunk 2: length 2.
+        let inline = [0, 0, 0, 3, b'a', b'b', b'c', 0, 0, 0, 0, 2];
+        let m = reply(&inline, &[b"", b"xy"]);
+        assert_eq!(m.ddp_count(), 1);
+        assert_eq!(m.xdr_len(), 12 + 4);
+        let mut r = m.reader();
+        assert_eq!(&r.ddp_opaque(100, "max", "a").unwrap()[..], b"abc");
+        assert_eq!(&r.ddp_opaque(100, "max", "b").unwrap()[..], b"xy");
+        r.finish("end").unwrap();
+        // The inline read of an item whose chunk came back empty keeps the
+        // strict pad check.
+        let bad = reply(&[0, 0, 0, 1, b'a', 0, 9, 0], &[b""]);
+        let e = bad.reader().ddp_opaque(100, "max", "a").unwrap_err();
+        assert_eq!(e.kind.name(), "bad-padding");
+    }
+
+    #[test]
+    fn ddp_opaque_without_slots_is_opaque() {
+        // No results at all (TCP): length 2, "hi", pad, then 7.
+        let inline = [0, 0, 0, 2, b'h', b'i', 0, 0, 0, 0, 0, 7];
+        for m in [Message::inline(inline.to_vec()), reply(&inline, &[])] {
+            let mut r = m.reader();
+            assert_eq!(&r.ddp_opaque(100, "max", "d").unwrap()[..], b"hi");
+            assert_eq!(r.u32("n").unwrap(), 7);
+            r.finish("end").unwrap();
+        }
+        // More DDP items than slots: the extra ones are inline.
+        let inline = [0, 0, 0, 1, 0, 0, 0, 1, b'z', 0, 0, 0];
+        let m = reply(&inline, &[b"y"]);
+        let mut r = m.reader();
+        assert_eq!(&r.ddp_opaque(100, "max", "a").unwrap()[..], b"y");
+        assert_eq!(&r.ddp_opaque(100, "max", "b").unwrap()[..], b"z");
+        r.finish("end").unwrap();
+        // Positioned DDP pieces (in-memory transports, calls) as opaque().
+        let m = Message::from_pieces([
+            Piece::Inline(Bytes::from_static(&[0, 0, 0, 3])),
+            Piece::Ddp(Bytes::from_static(b"abc")),
+            Piece::Inline(Bytes::from_static(&[0, 0, 0, 9])),
+        ]);
+        let mut r = m.reader();
+        assert_eq!(&r.ddp_opaque(100, "max", "d").unwrap()[..], b"abc");
+        assert_eq!(r.u32("n").unwrap(), 9);
+        r.finish("end").unwrap();
+    }
+
+    //= rfc8166#section-3.4.6.2
+    //# A Responder MUST NOT write XDR roundup padding into
+    //# a Write chunk, even if the Requester made space available for it.
+    #[test]
+    fn ddp_opaque_result_with_legacy_pad_is_cut_and_others_fail() {
+        // Length word 5; a legacy responder returned 8 octets (data + pad).
+        let m = reply(&[0, 0, 0, 5, 0, 0, 0, 6], &[b"hello\0\0\0"]);
+        let mut r = m.reader();
+        assert_eq!(&r.ddp_opaque(100, "max", "d").unwrap()[..], b"hello");
+        assert_eq!(r.position(), 12);
+        assert_eq!(r.u32("n").unwrap(), 6);
+        r.finish("end").unwrap();
+        // Shorter than the length word: bad-value at the data's offset.
+        let m = reply(&[0, 0, 0, 5], &[b"hell"]);
+        let e = m.reader().ddp_opaque(100, "max", "d").unwrap_err();
+        assert_eq!(e.kind.name(), "bad-value");
+        assert_eq!(e.offset, 4);
+        assert_eq!(e.field, "d");
+        // Longer, but not by exactly the pad (5 + 3 = 8): 6, 7 and 9 fail.
+        for bad in [&b"hello!"[..], b"hello!!", b"hello!!!!"] {
+            let m = reply(&[0, 0, 0, 5], &[bad]);
+            let e = m.reader().ddp_opaque(100, "max", "d").unwrap_err();
+            assert_eq!(e.kind.name(), "bad-value", "{} octets", bad.len());
+        }
+        // A length word 0 leaves the result for a later item: if none
+        // claims it, it is trailing.
+        let m = reply(&[0, 0, 0, 0], &[b"x"]);
+        let mut r = m.reader();
+        assert!(r.ddp_opaque(100, "max", "d").unwrap().is_empty());
+        assert_eq!(r.finish("end").unwrap_err().kind.name(), "trailing-bytes");
+        // A length word 4 (no pad): only exactly 4 octets.
+        let m = reply(&[0, 0, 0, 4], &[b"abcd\0"]);
+        assert_eq!(
+            m.reader()
+                .ddp_opaque(100, "max", "d")
+                .unwrap_err()
+                .kind
+                .name(),
+            "bad-value"
+        );
+        // Over the limit: limit-exceeded at the length word, before the
+        // result is looked at.
+        let m = reply(&[0, 0, 0, 5], &[b"hello"]);
+        let e = m.reader().ddp_opaque(4, "max_d", "d").unwrap_err();
+        assert_eq!(e.kind.name(), "limit-exceeded");
+        assert_eq!(e.offset, 0);
+        // No length word at all.
+        let m = reply(&[0, 0, 5], &[b"hello"]);
+        assert_eq!(
+            m.reader()
+                .ddp_opaque(100, "max", "d")
+                .unwrap_err()
+                .kind
+                .name(),
+            "truncated"
+        );
+    }
+
+    //= rfc8166#section-4.3.2.1
+    //# When a Requester has provided multiple Write chunks, the Responder
+    //# fills in each Write chunk with one DDP-eligible result until there
+    //# are either no more DDP-eligible results or no more Write chunks.
+    #[test]
+    fn ddp_opaque_consumes_results_in_order() {
+        // { opaque a<> (DDP); unsigned 0x11; opaque name<> (not DDP);
+        //   opaque b<> (DDP); opaque c<> (DDP) }: a = "one", name inline =
+        // "n", b = "" (zero octets: no Write chunk), c = "three" in the
+        // second chunk; the third chunk came back unused.
+        let mut inline = w(&[3, 0x11, 1]);
+        inline.extend_from_slice(b"n\0\0\0");
+        inline.extend(w(&[0, 5]));
+        let m = reply(&inline, &[b"one", b"three", b""]);
+        let mut r = m.reader();
+        assert_eq!(&r.ddp_opaque(10, "max", "a").unwrap()[..], b"one");
+        assert_eq!(r.u32("x").unwrap(), 0x11);
+        assert_eq!(&r.opaque(10, "max", "name").unwrap()[..], b"n");
+        assert!(r.ddp_opaque(10, "max", "b").unwrap().is_empty());
+        assert_eq!(&r.ddp_opaque(10, "max", "c").unwrap()[..], b"three");
+        r.finish("end").unwrap();
+    }
+
+    //= rfc8166#section-4.3.2.2
+    //# If there is a subsequent DDP-eligible result data item in the RPC
+    //# Reply message, it MUST be placed in that unconsumed Write chunk.
+    #[test]
+    fn ddp_item_followed_by_a_word_equal_to_its_length() {
+        // { opaque data<> (DDP); unsigned trailer; unsigned another } with
+        // trailer == 4 == the data length. Inline: 4, 4, 0xfeed. A search
+        // for a word equal to the length from the end finds `trailer`.
+        let m = reply(&w(&[4, 4, 0xfeed]), &[b"DATA"]);
+        let mut r = m.reader();
+        assert_eq!(&r.ddp_opaque(10, "max", "data").unwrap()[..], b"DATA");
+        assert_eq!(r.u32("trailer").unwrap(), 4);
+        assert_eq!(r.u32("another").unwrap(), 0xfeed);
+        r.finish("end").unwrap();
+        // An unused chunk stays for the next DDP-eligible item: a union arm
+        // without one (here a plain u32 arm) does not consume it, nor does
+        // a zero-length item.
+        let m = reply(&w(&[2, 0x77, 0, 3]), &[b"abc"]);
+        let mut r = m.reader();
+        assert_eq!(r.u32("arm").unwrap(), 2);
+        assert_eq!(r.u32("arm2.value").unwrap(), 0x77);
+        assert!(r.ddp_opaque(10, "max", "empty").unwrap().is_empty());
+        assert_eq!(&r.ddp_opaque(10, "max", "later").unwrap()[..], b"abc");
+        r.finish("end").unwrap();
+    }
+
+    #[test]
+    fn unclaimed_results_are_trailing_and_travel_with_the_body() {
+        let m = reply(&w(&[1, 2, 3]), &[b"", b"abcde"]);
+        let mut r = m.reader();
+        for _ in 0..3 {
+            r.u32("w").unwrap();
+        }
+        // 5 octets of chunk data (8 with pad) nobody claimed.
+        assert_eq!(r.remaining(), 8);
+        let e = r.finish("end").unwrap_err();
+        assert_eq!(e.kind.name(), "trailing-bytes");
+        // An empty (unused) slot is not trailing.
+        let m = reply(&w(&[1]), &[b""]);
+        let mut r = m.reader();
+        r.u32("w").unwrap();
+        r.finish("end").unwrap();
+        // Splitting the RPC header off keeps the results; so does append.
+        let rest = m.split_inline_prefix(4).unwrap();
+        assert!(rest.pieces().is_empty());
+        assert_eq!(rest.results().len(), 1);
+        assert!(rest.is_empty());
+        let full = reply(&w(&[9, 3]), &[b"xyz"]);
+        let body = full.split_inline_prefix(4).unwrap();
+        assert!(!body.is_empty());
+        assert_eq!(
+            &body.reader().ddp_opaque(3, "max", "d").unwrap()[..],
+            b"xyz"
+        );
+        let mut joined = Message::inline(w(&[7]));
+        joined.append(body.clone());
+        assert_eq!(joined.results(), body.results());
+        // flatten() cannot place results: the inline stream only.
+        assert_eq!(&full.flatten()[..], &w(&[9, 3])[..]);
+    }
+
     #[test]
     fn split_inline_prefix() {
         let mut b = Message::builder();
@@ -641,6 +1085,63 @@ mod tests {
                     }
                 }
                 prop_assert!(r.finish("end").is_ok());
+            }
+            // The RPC-over-RDMA reply form: DDP items' data out of band
+            // (every third one's chunk comes back empty, the item inline),
+            // read with ddp_opaque.
+            let mut inline = Vec::new();
+            let mut results: Vec<Bytes> = Vec::new();
+            for (i, it) in items.iter().enumerate() {
+                match it {
+                    Item::U32(v) => inline.extend_from_slice(&v.to_be_bytes()),
+                    Item::Opaque(d) => {
+                        inline.extend_from_slice(&(d.len() as u32).to_be_bytes());
+                        inline.extend_from_slice(d);
+                        inline.resize(inline.len() + pad_len(d.len()), 0);
+                    }
+                    // A zero-length item takes no Write chunk.
+                    Item::Ddp(d) if d.is_empty() => inline.extend_from_slice(&[0; 4]),
+                    Item::Ddp(d) => {
+                        inline.extend_from_slice(&(d.len() as u32).to_be_bytes());
+                        if i % 3 == 0 {
+                            inline.extend_from_slice(d);
+                            inline.resize(inline.len() + pad_len(d.len()), 0);
+                            results.push(Bytes::new());
+                        } else {
+                            results.push(Bytes::from(d.clone()));
+                        }
+                    }
+                }
+            }
+            let rdma = Message::with_results(inline.clone(), results.clone());
+            prop_assert_eq!(rdma.xdr_len(), expect_len);
+            for msg in [rdma.clone(), m.clone(), Message::inline(flat.clone())] {
+                let mut r = msg.reader();
+                for it in &items {
+                    match it {
+                        Item::U32(v) => prop_assert_eq!(r.u32("u").unwrap(), *v),
+                        Item::Opaque(d) => prop_assert_eq!(&r.opaque(u32::MAX, "m", "o").unwrap()[..], &d[..]),
+                        Item::Ddp(d) => prop_assert_eq!(&r.ddp_opaque(u32::MAX, "m", "o").unwrap()[..], &d[..]),
+                    }
+                }
+                prop_assert_eq!(r.position(), expect_len);
+                prop_assert!(r.finish("end").is_ok());
+            }
+            // Every truncation of the reply form's inline stream fails to
+            // decode, never panics.
+            for cut in 0..inline.len() {
+                let msg = Message::with_results(inline[..cut].to_vec(), results.clone());
+                let mut r = msg.reader();
+                let mut failed = false;
+                for it in &items {
+                    let res = match it {
+                        Item::U32(_) => r.u32("u").map(|_| ()),
+                        Item::Opaque(_) => r.opaque(u32::MAX, "m", "o").map(|_| ()),
+                        Item::Ddp(_) => r.ddp_opaque(u32::MAX, "m", "o").map(|_| ()),
+                    };
+                    if res.is_err() { failed = true; break; }
+                }
+                prop_assert!(failed || r.finish("end").is_err());
             }
             // Every truncation of the flattened form fails to decode, never panics.
             for cut in 0..flat.len() {

@@ -30,7 +30,9 @@
 //! * **ECHO** returns its argument (neither is DDP-eligible).
 //! * **READ** returns `count` octets of the pattern [`pattern`]`(seed,
 //!   count)`; the result data is DDP-eligible (an RDMA server writes it into
-//!   the caller's Write chunk). `count` > [`TEST_MAX_DATA`] is GARBAGE_ARGS.
+//!   the caller's Write chunk; a client decodes it with
+//!   [`MessageReader::ddp_opaque`](crate::MessageReader::ddp_opaque), as
+//!   [`read`] does). `count` > [`TEST_MAX_DATA`] is GARBAGE_ARGS.
 //! * **WRITE** takes DDP-eligible data (an RDMA client may send it in a Read
 //!   chunk) and returns its length and its CRC32C (Castagnoli, as iSCSI:
 //!   `crc32c("123456789") = 0xe3069283`).
@@ -220,7 +222,8 @@ pub async fn read(c: &Client, count: u32, seed: u32) -> Result<Bytes, RpcError> 
         .call(TEST_PROG, TEST_VERS, PROC_READ, b.finish(), &[count])
         .await?;
     let mut rd = r.reader();
-    let out = rd.opaque(count, "read count", "read.result")?;
+    // DDP-eligible: over RDMA the data is the Write chunk's.
+    let out = rd.ddp_opaque(count, "read count", "read.result")?;
     rd.finish("read result")?;
     Ok(out)
 }

@@ -549,7 +549,7 @@ async fn remote_invalidation_when_both_sides_set_r_and_mpa_crc() {
             )
             .await
             .unwrap();
-        let got = r.reader().opaque(100_000, "max", "data").unwrap();
+        let got = r.reader().ddp_opaque(100_000, "max", "data").unwrap();
         assert_eq!(&got[..], &testprog::pattern(12, 100_000)[..]);
         let st = t.status();
         //= rfc8797#section-4.1

@@ -52,75 +52,23 @@ pub(crate) fn incoming(message: Vec<u8>, ddp: &[Range<usize>]) -> Message {
     Message::from_pieces(pieces)
 }
 
-fn word_at(b: &[u8], off: usize) -> Option<u32> {
-    let w = b.get(off..off.checked_add(4)?)?;
-    Some(u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
-}
-
-/// Smallest accepted-reply header (xid, REPLY, MSG_ACCEPTED, verifier
-/// flavor and length, accept_stat).
-const MIN_REPLY_HEADER: usize = 24;
-
 /// A received reply → runtime message: the first word is set to the
-/// runtime's `xid`, and each non-empty Write chunk result goes back as a
-/// DDP piece after its length word (see the module docs of `rdma` for the
-/// placement rule).
+/// runtime's `xid`, and the data written into each Write chunk goes along,
+/// in Write list order, as the message's out-of-band results
+/// ([`Message::with_results`]; empty for a chunk that came back unused or
+/// empty). Nothing is searched: where each result belongs is decided by the
+/// upper layer as it decodes the reply, each DDP-eligible item taking the
+/// next result ([`MessageReader::ddp_opaque`](crate::MessageReader::ddp_opaque)).
+//= rfc8166#section-3.4.6
+//# In addition, the XDR position of DDP-eligible data items in the
+//# reply's Payload stream is not predictable when a Requester constructs
+//# an RPC Call message.  Therefore, RDMA segments in a Write chunk do
+//# not have a Position field.
 pub(crate) fn reply(mut message: Vec<u8>, results: Vec<Vec<u8>>, xid: u32) -> Message {
     if let Some(w) = message.get_mut(0..4) {
         w.copy_from_slice(&xid.to_be_bytes());
     }
-    let b = Bytes::from(message);
-    // (offset of the byte after the length word, data), searched from the
-    // last result backwards.
-    let mut places: Vec<(usize, Vec<u8>)> = Vec::new();
-    let mut limit = b.len();
-    for data in results.into_iter().rev() {
-        if data.is_empty() {
-            continue;
-        }
-        let Ok(len) = u32::try_from(data.len()) else {
-            continue;
-        };
-        let mut found = None;
-        let mut off = limit.saturating_sub(4) & !3;
-        while off >= MIN_REPLY_HEADER {
-            if off + 4 <= limit && word_at(&b, off) == Some(len) {
-                found = Some(off);
-                break;
-            }
-            if off < 4 {
-                break;
-            }
-            off -= 4;
-        }
-        match found {
-            Some(off) => {
-                places.push((off + 4, data));
-                limit = off;
-            }
-            None => {
-                tracing::debug!(len, "DDP result without a matching length word");
-                places.push((b.len(), data));
-            }
-        }
-    }
-    if places.is_empty() {
-        return Message::inline(b);
-    }
-    places.sort_by_key(|(o, _)| *o);
-    let mut pieces = Vec::with_capacity(places.len() * 2 + 1);
-    let mut pos = 0usize;
-    for (at, data) in places {
-        if at > pos {
-            pieces.push(Piece::Inline(b.slice(pos..at)));
-            pos = at;
-        }
-        pieces.push(Piece::Ddp(Bytes::from(data)));
-    }
-    if pos < b.len() {
-        pieces.push(Piece::Inline(b.slice(pos..)));
-    }
-    Message::from_pieces(pieces)
+    Message::with_results(message, results)
 }
 
 #[cfg(test)]
@@ -131,40 +79,79 @@ mod tests {
         w.iter().flat_map(|x| x.to_be_bytes()).collect()
     }
 
+    /// xid, REPLY, MSG_ACCEPTED, AUTH_NONE, length 0, SUCCESS.
+    const HDR: [u32; 6] = [0xaaaa_aaaa, 1, 0, 0, 0, 0];
+
+    fn reply_words(body: &[u32]) -> Vec<u8> {
+        let mut w = HDR.to_vec();
+        w.extend_from_slice(body);
+        words(&w)
+    }
+
     #[test]
-    fn reply_result_goes_after_its_length_word() {
-        // xid, REPLY, MSG_ACCEPTED, AUTH_NONE, 0, SUCCESS, length 5.
-        let m = words(&[0xaaaa_aaaa, 1, 0, 0, 0, 0, 5]);
-        let r = reply(m, vec![b"hello".to_vec()], 0x0102_0304);
-        let p = r.pieces();
-        assert_eq!(p.len(), 2);
-        assert_eq!(&p[0].bytes()[..4], &[1, 2, 3, 4]);
-        assert_eq!(p[0].bytes().len(), 28);
-        assert_eq!(p[1], Piece::Ddp(Bytes::from_static(b"hello")));
+    fn reply_rewrites_the_xid_and_keeps_the_rest_inline() {
+        let m = reply_words(&[5]);
+        let r = reply(m.clone(), vec![b"hello".to_vec()], 0x0102_0304);
+        // One inline piece, byte for byte what the engine delivered except
+        // the first word.
+        assert_eq!(r.pieces().len(), 1);
+        assert_eq!(&r.pieces()[0].bytes()[..8], &[1, 2, 3, 4, 0, 0, 0, 1][..]);
+        assert_eq!(&r.pieces()[0].bytes()[4..], &m[4..]);
+        // The result goes along out of band, unplaced.
+        assert_eq!(r.results(), &[Bytes::from_static(b"hello")][..]);
+        assert_eq!(r.ddp_count(), 1);
+        // Placed by the reader.
         let mut rd = r.reader();
         rd.fixed_opaque(24, "hdr").unwrap();
-        assert_eq!(&rd.opaque(100, "max", "data").unwrap()[..], b"hello");
+        assert_eq!(&rd.ddp_opaque(100, "max", "data").unwrap()[..], b"hello");
+        rd.finish("end").unwrap();
+        // A reply shorter than a word keeps its octets.
+        assert_eq!(&reply(vec![7, 7], vec![], 9).flatten()[..], &[7, 7][..]);
+    }
+
+    #[test]
+    fn reply_result_followed_by_a_word_equal_to_its_length() {
+        // {opaque data<> (DDP); unsigned trailer; unsigned another} with
+        // trailer == 3 == the data length: the old backwards search put the
+        // data after `trailer`. Inline: length 3, trailer 3, another 0xfeed.
+        let m = reply_words(&[3, 3, 0xfeed]);
+        let r = reply(m, vec![b"abc".to_vec()], 9);
+        let mut rd = r.reader();
+        rd.fixed_opaque(24, "hdr").unwrap();
+        assert_eq!(&rd.ddp_opaque(10, "max", "data").unwrap()[..], b"abc");
+        assert_eq!(rd.u32("trailer").unwrap(), 3);
+        assert_eq!(rd.u32("another").unwrap(), 0xfeed);
         rd.finish("end").unwrap();
     }
 
     #[test]
-    fn reply_result_with_trailing_words_and_equal_count_field() {
-        // NFS-READ-like: count (= 3), eof, data length 3, then a trailer.
-        let m = words(&[9, 1, 0, 0, 0, 0, 3, 1, 3, 0xfeed]);
-        let r = reply(m, vec![b"abc".to_vec()], 9);
-        let p = r.pieces();
-        assert_eq!(p.len(), 3);
-        assert_eq!(p[0].bytes().len(), 36);
-        assert!(p[1].is_ddp());
-        assert_eq!(&p[2].bytes()[..], &words(&[0xfeed])[..]);
+    fn reply_slots_keep_write_list_order_including_empty_ones() {
+        // Two DDP items; the first chunk came back unused (item inline), the
+        // second holds "xy". Inline: len 1, "q" + pad, len 2.
+        let mut m = reply_words(&[1]);
+        m.extend_from_slice(b"q\0\0\0");
+        m.extend(words(&[2]));
+        let r = reply(m, vec![Vec::new(), b"xy".to_vec()], 9);
+        assert_eq!(r.results().len(), 2);
+        assert_eq!(r.ddp_count(), 1);
+        let mut rd = r.reader();
+        rd.fixed_opaque(24, "hdr").unwrap();
+        assert_eq!(&rd.ddp_opaque(10, "max", "a").unwrap()[..], b"q");
+        assert_eq!(&rd.ddp_opaque(10, "max", "b").unwrap()[..], b"xy");
+        rd.finish("end").unwrap();
     }
 
     #[test]
     fn empty_results_leave_the_reply_inline() {
-        let m = words(&[9, 1, 0, 0, 0, 0, 0]);
+        let m = reply_words(&[0]);
         let r = reply(m.clone(), vec![Vec::new()], 7);
         assert_eq!(r.pieces().len(), 1);
+        assert_eq!(r.ddp_count(), 0);
         assert_eq!(&r.flatten()[4..], &m[4..]);
+        let mut rd = r.reader();
+        rd.fixed_opaque(24, "hdr").unwrap();
+        assert!(rd.ddp_opaque(10, "max", "data").unwrap().is_empty());
+        rd.finish("end").unwrap();
     }
 
     #[test]
