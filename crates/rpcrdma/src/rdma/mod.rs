@@ -69,14 +69,15 @@
 //!
 //! # DDP results in replies
 //!
-//! The engine delivers a reply without the data that arrived in Write
-//! chunks (the length words stay in place) but does not say where that data
-//! was. The transport puts each result back as a [`Piece::Ddp`](crate::Piece::Ddp) right after
-//! the last 4-octet-aligned word (searching backwards, after the RPC reply
-//! header and before later results) whose value is the result's length. This
-//! is exact when DDP-eligible results end the reply (NFS READ/READLINK, the
-//! test program's READ) — the usual case — and is documented as a limitation
-//! otherwise.
+//! The engine delivers a reply as its inline XDR stream (the length words
+//! of DDP-eligible items stay in place, their data and pad do not) plus the
+//! data written into each Write chunk, in Write-list order. The transport
+//! passes both on unchanged as [`Message::with_results`](crate::Message::with_results);
+//! the upper layer's decoder places them: each DDP-eligible item, read with
+//! [`MessageReader::ddp_opaque`](crate::MessageReader::ddp_opaque), takes the
+//! next result (RFC 8166 section 4.3.2: Write chunks are consumed in order),
+//! and an unused (empty) chunk means the item came inline. See
+//! `crates/rpcrdma/README.md`.
 //!
 //! # Metrics
 //!
