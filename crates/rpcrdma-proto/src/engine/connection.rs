@@ -206,10 +206,6 @@ fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
 /// Send buffers kept registered for reuse.
 const SEND_POOL_MAX: usize = 256;
 
-fn ok_or_fatal<T>(r: Result<T, ProviderError>) -> Result<T, ConnectionError> {
-    r.map_err(ConnectionError::Provider)
-}
-
 impl Connection {
     /// A connection engine for a connection that is being set up.
     pub fn new(config: Config) -> Connection {
@@ -613,16 +609,21 @@ impl Connection {
             }
         }
         let thr = self.send_threshold();
-        let (mut stream, ddp) = marshal::flatten(&reply.message);
+        // The DDP data is never copied: the pieces that go into Write
+        // chunks are registered as they are (see `post_reply`).
+        let mut message = reply.message;
+        let (stream_len, ddp) = marshal::layout(&message);
         let Some(call) = self.incoming.get(&handle.0) else {
             return Err(CallError::UnknownHandle);
         };
         let xid = call.xid;
-        if let Some(w) = stream.get_mut(..4) {
-            w.copy_from_slice(&xid.to_be_bytes());
+        if let Some(Piece::Inline(b)) = message.first_mut() {
+            if let Some(w) = b.get_mut(..4) {
+                w.copy_from_slice(&xid.to_be_bytes());
+            }
         }
         if call.backchannel {
-            let need = self.framing.min_msg_header_len() + stream.len();
+            let need = self.framing.min_msg_header_len() + stream_len;
             if need > thr {
                 return Err(CallError::TooLarge {
                     len: need,
@@ -663,9 +664,11 @@ impl Connection {
                 )
             })
             .collect();
-        let mut written: Vec<DdpItem> = Vec::new();
-        // (remote, stream range)
-        let mut plan: Vec<(RemoteAddr, usize, usize)> = Vec::new();
+        // Indexes (in `message`) of the DDP pieces written to Write chunks.
+        let mut written: Vec<usize> = Vec::new();
+        // (remote, source, offset in the source, octets); the sources are
+        // the written DDP pieces in order, then (Long Reply) the inline part.
+        let mut plan: Vec<(RemoteAddr, usize, usize, usize)> = Vec::new();
         //= rfc8166#section-4.3.2
         //# When a Requester provides a Write list, the Responder MUST push data
         //# corresponding to DDP-eligible result data items to Requester memory
@@ -675,8 +678,8 @@ impl Connection {
         //# Reply message, it MUST be placed in that unconsumed Write chunk.
         // The k-th non-empty DDP item goes into the k-th Write chunk: an
         // empty item (a union arm without data) consumes no chunk.
-        let ddp: Vec<DdpItem> = ddp.into_iter().filter(|d| d.len > 0).collect();
-        for (k, d) in ddp.iter().enumerate() {
+        let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
+        for (k, &(pi, d)) in ddp.iter().enumerate() {
             let Some(chunk) = call.writes.get(k) else {
                 break; // no Write chunk left: the item goes inline
             };
@@ -706,13 +709,15 @@ impl Connection {
                         stag: Stag(seg.handle),
                         offset: seg.offset,
                     },
-                    d.position + off,
+                    written.len(),
+                    off,
                     n,
                 ));
             }
-            written.push(*d);
+            written.push(pi);
         }
-        let inline = marshal::strip(&stream, &written);
+        let mut inline = marshal::inline_except(&message, &written);
+        let mut long_src: Option<Vec<u8>> = None;
         //= rfc8166#section-4.3.3
         //# When a Requester provides a Reply chunk in an RPC Call message, the
         //# Responder MUST copy that chunk into the Transport header of the RPC
@@ -763,9 +768,8 @@ impl Connection {
                         .map(|s| Segment::new(s.handle, 0, s.offset))
                         .collect(),
                 );
-                // The inline part is appended after the DDP data in the
-                // source buffer: offsets are shifted below.
-                let base = stream.len();
+                // The inline part is the source after the DDP pieces.
+                let src = written.len();
                 for (si, off, n) in parts {
                     let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
                     else {
@@ -777,11 +781,12 @@ impl Connection {
                             stag: Stag(seg.handle),
                             offset: seg.offset,
                         },
-                        base + off,
+                        src,
+                        off,
                         n,
                     ));
                 }
-                stream.extend_from_slice(&inline);
+                long_src = Some(std::mem::take(&mut inline));
                 let chunks = ChunkLists {
                     reads: Vec::new(),
                     writes: echo,
@@ -826,7 +831,15 @@ impl Connection {
             }
             _ => SendOp::Send { solicited: false },
         };
-        let r = self.post_reply(p, stream, plan, msg, op);
+        let mut sources: Vec<Vec<u8>> = written
+            .iter()
+            .map(|&pi| match message.get_mut(pi) {
+                Some(Piece::Ddp(b)) => std::mem::take(b),
+                _ => Vec::new(),
+            })
+            .collect();
+        sources.extend(long_src);
+        let r = self.post_reply(p, sources, plan, msg, op);
         //= rfc8166#section-4.5.4
         //# If a Responder is unable to construct and transmit an RPC Reply or
         //# RPC-over-RDMA error message, the Responder MUST close the connection
@@ -1712,26 +1725,42 @@ impl Connection {
             .unwrap_or(Err(CallFailure::BadReply("no reply")));
         match result {
             Ok(data) => {
-                let read = |mr: &MemoryRegion, len: usize| -> Vec<u8> {
-                    p.region(mr)
-                        .ok()
-                        .and_then(|b| b.get(..len))
-                        .map(<[u8]>::to_vec)
-                        .unwrap_or_default()
+                // Every chunk STag has been invalidated (locally or by Send
+                // With Invalidate) before we get here. The region ends now
+                // and its buffer becomes the result: no copy. A region the
+                // provider still holds is copied instead (and released with
+                // the others).
+                let mut taken: Vec<MemoryRegion> = Vec::new();
+                let mut take = |mr: &MemoryRegion, len: usize| -> Vec<u8> {
+                    match p.deregister(mr) {
+                        Ok(buf) => {
+                            taken.push(*mr);
+                            let mut v = Vec::from(buf);
+                            v.truncate(len);
+                            v
+                        }
+                        Err(_) => p
+                            .region(mr)
+                            .ok()
+                            .and_then(|b| b.get(..len))
+                            .map(<[u8]>::to_vec)
+                            .unwrap_or_default(),
+                    }
                 };
                 let mut results = Vec::with_capacity(call.write_mrs.len());
                 for (mr, &l) in call.write_mrs.iter().zip(&data.write_lens) {
                     self.metrics.write_chunk_bytes += u64::from(l);
-                    results.push(read(mr, l as usize));
+                    results.push(take(mr, l as usize));
                 }
                 let (message, long) = match (data.reply_len, call.reply_mr.as_ref()) {
                     (Some(l), Some(mr)) => {
                         self.metrics.long_replies += 1;
                         self.metrics.reply_chunk_bytes += u64::from(l);
-                        (read(mr, l as usize), true)
+                        (take(mr, l as usize), true)
                     }
                     _ => (data.inline, false),
                 };
+                call.chunk_mrs.retain(|m| !taken.contains(m));
                 Event::ReplyReceived(Reply {
                     id: call.id,
                     xid: call.xid,
@@ -2262,24 +2291,28 @@ impl Connection {
     fn post_reply(
         &mut self,
         p: &mut dyn Provider,
-        source: Vec<u8>,
-        plan: Vec<(RemoteAddr, usize, usize)>,
+        sources: Vec<Vec<u8>>,
+        plan: Vec<(RemoteAddr, usize, usize, usize)>,
         msg: Vec<u8>,
         op: SendOp,
     ) -> Result<(), ConnectionError> {
         let job = self.next_job;
         self.next_job += 1;
         let mut mrs = Vec::new();
-        let src = if plan.is_empty() {
-            None
-        } else {
-            Some(ok_or_fatal(self.register(
-                p,
-                source,
-                Access::NONE,
-                &mut mrs,
-            ))?)
-        };
+        let mut srcs: Vec<Option<MemoryRegion>> = Vec::with_capacity(sources.len());
+        for (i, source) in sources.into_iter().enumerate() {
+            if source.is_empty() || !plan.iter().any(|e| e.1 == i) {
+                srcs.push(None);
+                continue;
+            }
+            match self.register(p, source, Access::NONE, &mut mrs) {
+                Ok(mr) => srcs.push(Some(mr)),
+                Err(e) => {
+                    self.zombies.extend(mrs);
+                    return Err(ConnectionError::Provider(e));
+                }
+            }
+        }
         let (send_mr, send_len) = match self.message_buffer(p, msg) {
             Ok(x) => x,
             Err(e) => {
@@ -2290,15 +2323,16 @@ impl Connection {
         mrs.push(send_mr);
         self.jobs.insert(job, ReplyJob { mrs, pending: 0 });
         let mut wrs = Vec::new();
-        if let Some(src) = src {
-            for (remote, off, n) in plan {
-                self.metrics.rdma_writes += 1;
-                self.metrics.rdma_write_bytes += n as u64;
-                wrs.push((
-                    SendOp::Write { remote },
-                    vec![src.sge(off as u64, n as u32)],
-                ));
-            }
+        for (remote, i, off, n) in plan {
+            let Some(Some(src)) = srcs.get(i) else {
+                continue;
+            };
+            self.metrics.rdma_writes += 1;
+            self.metrics.rdma_write_bytes += n as u64;
+            wrs.push((
+                SendOp::Write { remote },
+                vec![src.sge(off as u64, n as u32)],
+            ));
         }
         wrs.push((op, vec![send_mr.sge(0, send_len)]));
         for (op, sges) in wrs {
