@@ -181,6 +181,10 @@ pub struct Connection {
     backlog: VecDeque<SendWr>,
     /// Registered Send buffers of `send_buffer_size()` octets, reused.
     send_pool: Vec<MemoryRegion>,
+    /// Buffers of deregistered chunk sinks the responder left unused, for
+    /// the next calls' Write and Reply chunks (see `Connection::sink_buffer`).
+    sink_pool: Vec<Box<[u8]>>,
+    sink_pool_bytes: usize,
     // teardown
     zombies: Vec<MemoryRegion>,
     events: VecDeque<Event>,
@@ -205,6 +209,8 @@ fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
 
 /// Send buffers kept registered for reuse.
 const SEND_POOL_MAX: usize = 256;
+/// Octets of (unregistered) chunk-sink buffers kept for reuse.
+const SINK_POOL_BYTES: usize = 32 << 20;
 
 impl Connection {
     /// A connection engine for a connection that is being set up.
@@ -243,6 +249,8 @@ impl Connection {
             jobs: HashMap::new(),
             backlog: VecDeque::new(),
             send_pool: Vec::new(),
+            sink_pool: Vec::new(),
+            sink_pool_bytes: 0,
             zombies: Vec::new(),
             events: VecDeque::new(),
             metrics: Metrics::default(),
@@ -1451,7 +1459,8 @@ impl Connection {
             // stays inside it. A conforming one never writes it; the pad is
             // never handed out as data (see `Reply::result`).
             let l = l.saturating_add(pad4(l as usize) as u32);
-            match self.register(p, vec![0u8; l as usize], rw, &mut mrs) {
+            let buf = self.sink_buffer(l as usize);
+            match self.register(p, buf, rw, &mut mrs) {
                 Ok(mr) => {
                     writes.push(WriteChunk::new(vec![Segment::new(mr.stag().0, l, 0)]));
                     write_mrs.push(mr);
@@ -1464,7 +1473,8 @@ impl Connection {
             }
         }
         if let (None, Some(l)) = (&failed, reply_len) {
-            match self.register(p, vec![0u8; l as usize], rw, &mut mrs) {
+            let buf = self.sink_buffer(l as usize);
+            match self.register(p, buf, rw, &mut mrs) {
                 Ok(mr) => {
                     reply = Some(WriteChunk::new(vec![Segment::new(mr.stag().0, l, 0)]));
                     reply_mr = Some(mr);
@@ -1726,41 +1736,30 @@ impl Connection {
         match result {
             Ok(data) => {
                 // Every chunk STag has been invalidated (locally or by Send
-                // With Invalidate) before we get here. The region ends now
-                // and its buffer becomes the result: no copy. A region the
-                // provider still holds is copied instead (and released with
-                // the others).
-                let mut taken: Vec<MemoryRegion> = Vec::new();
-                let mut take = |mr: &MemoryRegion, len: usize| -> Vec<u8> {
-                    match p.deregister(mr) {
-                        Ok(buf) => {
-                            taken.push(*mr);
-                            let mut v = Vec::from(buf);
-                            v.truncate(len);
-                            v
-                        }
-                        Err(_) => p
-                            .region(mr)
-                            .ok()
-                            .and_then(|b| b.get(..len))
-                            .map(<[u8]>::to_vec)
-                            .unwrap_or_default(),
-                    }
+                // With Invalidate) before we get here. The result is copied
+                // out and the chunk's buffer goes back to the sink pool: one
+                // copy costs less than a fresh (zeroed, page-faulted) buffer
+                // for every call.
+                let read = |mr: &MemoryRegion, len: usize| -> Vec<u8> {
+                    p.region(mr)
+                        .ok()
+                        .and_then(|b| b.get(..len))
+                        .map(<[u8]>::to_vec)
+                        .unwrap_or_default()
                 };
                 let mut results = Vec::with_capacity(call.write_mrs.len());
                 for (mr, &l) in call.write_mrs.iter().zip(&data.write_lens) {
                     self.metrics.write_chunk_bytes += u64::from(l);
-                    results.push(take(mr, l as usize));
+                    results.push(read(mr, l as usize));
                 }
                 let (message, long) = match (data.reply_len, call.reply_mr.as_ref()) {
                     (Some(l), Some(mr)) => {
                         self.metrics.long_replies += 1;
                         self.metrics.reply_chunk_bytes += u64::from(l);
-                        (take(mr, l as usize), true)
+                        (read(mr, l as usize), true)
                     }
                     _ => (data.inline, false),
                 };
-                call.chunk_mrs.retain(|m| !taken.contains(m));
                 Event::ReplyReceived(Reply {
                     id: call.id,
                     xid: call.xid,
@@ -1789,8 +1788,42 @@ impl Connection {
             self.send_pool.push(mr);
             return;
         }
+        // A chunk sink (its contents, if any, were copied out): the registration ends
+        // here (its STag is dead for good), the buffer is kept for a later
+        // call, which registers it afresh under a new STag.
+        if self.error.is_none() && mr.access().contains(Access::REMOTE_WRITE) {
+            match p.deregister(&mr) {
+                Ok(buf) => {
+                    if self.sink_pool_bytes + buf.len() <= SINK_POOL_BYTES {
+                        self.sink_pool_bytes += buf.len();
+                        self.sink_pool.push(buf);
+                    }
+                }
+                Err(_) => self.zombies.push(mr),
+            }
+            return;
+        }
         if p.deregister(&mr).is_err() {
             self.zombies.push(mr);
+        }
+    }
+
+    /// A buffer of `len` octets for a Write or Reply chunk: a pooled one of
+    /// that size if there is one, else a new zeroed one. A pooled buffer is
+    /// not cleared: it only ever held zeros or what this connection's
+    /// responder wrote into it (results are copied out of it), so nothing
+    /// in it is new to the responder, which can never read a chunk anyway
+    /// (they are registered `REMOTE_WRITE` only), and a caller only ever
+    /// sees the octets the responder says it wrote for that call. The pool
+    /// dies with the connection.
+    fn sink_buffer(&mut self, len: usize) -> Vec<u8> {
+        match self.sink_pool.iter().rposition(|b| b.len() == len) {
+            Some(i) => {
+                let b = self.sink_pool.swap_remove(i);
+                self.sink_pool_bytes -= b.len();
+                Vec::from(b)
+            }
+            None => vec![0u8; len],
         }
     }
 
