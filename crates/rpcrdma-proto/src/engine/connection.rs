@@ -1,9 +1,10 @@
 //! [`Connection`]: the per-connection state machine.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use super::framing::{ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
+use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
 use super::{
     CallError, CallFailure, CallHandle, CallId, Config, ConnectionError, Event, IncomingCall,
@@ -144,7 +145,7 @@ pub struct Connection {
     established: bool,
     error: Option<ConnectionError>,
     next_wr: u64,
-    ops: HashMap<u64, Op>,
+    ops: IdMap<u64, Op>,
     // receives
     recv_posted: usize,
     recv_free: Vec<MemoryRegion>,
@@ -155,7 +156,7 @@ pub struct Connection {
     next_id: u64,
     queue: VecDeque<OutCall>,
     calls: BTreeMap<u64, OutCall>,
-    by_xid: HashMap<u32, u64>,
+    by_xid: IdMap<u32, u64>,
     outstanding: usize,
     retransmits: Vec<OutCall>,
     // responder
@@ -164,7 +165,7 @@ pub struct Connection {
     /// still be using it.
     max_grant: u32,
     next_handle: u64,
-    incoming: HashMap<u64, InCall>,
+    incoming: IdMap<u64, InCall>,
     reads: VecDeque<PendingRead>,
     reads_outstanding: usize,
     /// Octets of RDMA Read sinks registered now (at most
@@ -175,7 +176,7 @@ pub struct Connection {
     /// Error replies whose Send has not completed.
     errors_unacked: usize,
     next_job: u64,
-    jobs: HashMap<u64, ReplyJob>,
+    jobs: IdMap<u64, ReplyJob>,
     /// Send-queue WRs refused with QueueFull, posted in order as the queue
     /// drains.
     backlog: VecDeque<SendWr>,
@@ -225,7 +226,7 @@ impl Connection {
             established: false,
             error: None,
             next_wr: 1,
-            ops: HashMap::new(),
+            ops: IdMap::default(),
             recv_posted: 0,
             recv_free: Vec::new(),
             backchannel_enabled: false,
@@ -233,20 +234,20 @@ impl Connection {
             next_id: 1,
             queue: VecDeque::new(),
             calls: BTreeMap::new(),
-            by_xid: HashMap::new(),
+            by_xid: IdMap::default(),
             outstanding: 0,
             retransmits: Vec::new(),
             grant,
             max_grant: grant,
             next_handle: 1,
-            incoming: HashMap::new(),
+            incoming: IdMap::default(),
             reads: VecDeque::new(),
             reads_outstanding: 0,
             sink_bytes: 0,
             sink_waiting: VecDeque::new(),
             errors_unacked: 0,
             next_job: 1,
-            jobs: HashMap::new(),
+            jobs: IdMap::default(),
             backlog: VecDeque::new(),
             send_pool: Vec::new(),
             sink_pool: Vec::new(),

@@ -299,6 +299,11 @@ impl Driver {
     }
 
     pub(crate) async fn run(mut self) {
+        // One fallback timer for the driver's life, re-armed only after it
+        // fired (a new `Sleep` per wait cost a timer-wheel insert and
+        // removal on every call).
+        let fallback_sleep = tokio::time::sleep(FALLBACK_TICK);
+        tokio::pin!(fallback_sleep);
         loop {
             self.poll_readable().await;
             let mut busy = false;
@@ -339,8 +344,13 @@ impl Driver {
                 _ = self.notify.0.notified() => None,
                 _ = fd_ready(afd, want_write) => None,
                 _ = sleep_until(deadline), if deadline.is_some() => None,
-                _ = tokio::time::sleep(FALLBACK_TICK), if fallback => None,
+                _ = &mut fallback_sleep, if fallback => None,
             };
+            if fallback_sleep.is_elapsed() {
+                fallback_sleep
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + FALLBACK_TICK);
+            }
             match cmd {
                 Some(Some(c)) => self.command(c),
                 // Every handle is gone: nobody can use the connection.
