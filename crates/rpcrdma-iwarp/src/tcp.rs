@@ -85,6 +85,11 @@ pub struct IwarpProvider {
     capture: Option<Vec<(Direction, Vec<u8>)>>,
     first_fpdu_delay: Duration,
     hold_tx_until: Option<Instant>,
+    /// `None`: every progress pass reads the socket. `Some(open)`: the
+    /// owner watches the socket edge-triggered and calls
+    /// [`IwarpProvider::note_readable`] after each readiness edge; reads
+    /// stop (`Some(false)`) once the socket is drained.
+    read_gate: Option<bool>,
 }
 
 impl std::fmt::Debug for IwarpProvider {
@@ -160,6 +165,7 @@ impl IwarpProvider {
             capture: None,
             first_fpdu_delay: Duration::ZERO,
             hold_tx_until: None,
+            read_gate: None,
         })
     }
 
@@ -252,6 +258,23 @@ impl IwarpProvider {
         self.write_blocked
     }
 
+    /// Edge-triggered reading (for an event-loop owner such as tokio's
+    /// `AsyncFd`): with `on`, a progress pass stops reading the socket once
+    /// a read came back short or `WouldBlock`, and reads again only after
+    /// [`IwarpProvider::note_readable`]. The owner must clear its readiness
+    /// *before* calling `note_readable` (so an arrival after the drain
+    /// shows up as a new edge). Off (the default): every pass reads.
+    pub fn set_read_gate(&mut self, on: bool) {
+        self.read_gate = on.then_some(true);
+    }
+
+    /// The socket may be readable (see [`IwarpProvider::set_read_gate`]).
+    pub fn note_readable(&mut self) {
+        if self.read_gate.is_some() {
+            self.read_gate = Some(true);
+        }
+    }
+
     /// The local socket address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()
@@ -292,7 +315,11 @@ impl IwarpProvider {
         if self.write_blocked || (self.hs.is_some() && !self.hs_output_empty()) {
             flags |= PollFlags::OUT;
         }
-        wait_fd(&self.sock, flags, timeout)
+        let r = wait_fd(&self.sock, flags, timeout)?;
+        if r {
+            self.note_readable();
+        }
+        Ok(r)
     }
 
     fn hs_output_empty(&self) -> bool {
@@ -415,9 +442,11 @@ impl IwarpProvider {
     fn progress_stream(&mut self) {
         // 1. Read, placing payloads directly where possible.
         let mut budget = READ_BUDGET;
-        while !self.eof && budget > 0 {
+        while !self.eof && budget > 0 && self.read_gate != Some(false) {
+            let asked;
             let r = if let Some(t) = self.qp.direct_target() {
                 let len = t.len().min(budget);
+                asked = len;
                 match self.sock.read(&mut t[..len]) {
                     Ok(n) if n > 0 => {
                         if let Some(c) = self.capture.as_mut() {
@@ -430,6 +459,7 @@ impl IwarpProvider {
                 }
             } else {
                 let len = self.qp.suggested_read_len().min(RBUF).min(budget);
+                asked = len;
                 match self.sock.read(&mut self.rbuf[..len]) {
                     Ok(n) if n > 0 => {
                         if let Some(c) = self.capture.as_mut() {
@@ -446,8 +476,20 @@ impl IwarpProvider {
                     self.eof = true;
                     self.qp.peer_closed();
                 }
-                Ok(n) => budget = budget.saturating_sub(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Ok(n) => {
+                    budget = budget.saturating_sub(n);
+                    // A short read drained the socket: with the gate, the
+                    // next arrival is a new readiness edge.
+                    if n < asked && self.read_gate.is_some() {
+                        self.read_gate = Some(false);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.read_gate.is_some() {
+                        self.read_gate = Some(false);
+                    }
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.eof = true;

@@ -400,11 +400,12 @@ impl Server {
                 args,
                 conn: conn.clone(),
             };
-            // Run the handler in its own task so that a panic becomes
-            // SYSTEM_ERR instead of killing the connection.
-            let result = match tokio::spawn(handler.call(ctx).in_current_span()).await {
+            // A panicking handler becomes SYSTEM_ERR instead of killing
+            // the connection. Caught in this (per-call) task: a task of its
+            // own per call cost a spawn, a schedule and a wake-up.
+            let result = match (CatchUnwind(handler.call(ctx))).in_current_span().await {
                 Ok(r) => r,
-                Err(e) => Err(HandlerError::SystemErr(format!("handler task failed: {e}"))),
+                Err(_) => Err(HandlerError::SystemErr("handler panicked".into())),
             };
             let reply = match result {
                 Ok(results) => match RpcMsg::success(xid).to_vec() {
@@ -447,6 +448,24 @@ impl Server {
         }
         .instrument(span)
         .await;
+    }
+}
+
+/// Polls a handler's future, turning a panic into `Err`.
+struct CatchUnwind(HandlerFuture);
+
+impl Future for CatchUnwind {
+    type Output = std::thread::Result<Result<Message, HandlerError>>;
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let f = &mut self.0;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(r)) => std::task::Poll::Ready(Ok(r)),
+            Err(e) => std::task::Poll::Ready(Err(e)),
+        }
     }
 }
 

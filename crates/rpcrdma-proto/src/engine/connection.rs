@@ -1,9 +1,10 @@
 //! [`Connection`]: the per-connection state machine.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use super::framing::{ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
+use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
 use super::{
     CallError, CallFailure, CallHandle, CallId, Config, ConnectionError, Event, IncomingCall,
@@ -144,7 +145,7 @@ pub struct Connection {
     established: bool,
     error: Option<ConnectionError>,
     next_wr: u64,
-    ops: HashMap<u64, Op>,
+    ops: IdMap<u64, Op>,
     // receives
     recv_posted: usize,
     recv_free: Vec<MemoryRegion>,
@@ -155,7 +156,7 @@ pub struct Connection {
     next_id: u64,
     queue: VecDeque<OutCall>,
     calls: BTreeMap<u64, OutCall>,
-    by_xid: HashMap<u32, u64>,
+    by_xid: IdMap<u32, u64>,
     outstanding: usize,
     retransmits: Vec<OutCall>,
     // responder
@@ -164,7 +165,7 @@ pub struct Connection {
     /// still be using it.
     max_grant: u32,
     next_handle: u64,
-    incoming: HashMap<u64, InCall>,
+    incoming: IdMap<u64, InCall>,
     reads: VecDeque<PendingRead>,
     reads_outstanding: usize,
     /// Octets of RDMA Read sinks registered now (at most
@@ -175,12 +176,16 @@ pub struct Connection {
     /// Error replies whose Send has not completed.
     errors_unacked: usize,
     next_job: u64,
-    jobs: HashMap<u64, ReplyJob>,
+    jobs: IdMap<u64, ReplyJob>,
     /// Send-queue WRs refused with QueueFull, posted in order as the queue
     /// drains.
     backlog: VecDeque<SendWr>,
     /// Registered Send buffers of `send_buffer_size()` octets, reused.
     send_pool: Vec<MemoryRegion>,
+    /// Buffers of deregistered chunk sinks the responder left unused, for
+    /// the next calls' Write and Reply chunks (see `Connection::sink_buffer`).
+    sink_pool: Vec<Box<[u8]>>,
+    sink_pool_bytes: usize,
     // teardown
     zombies: Vec<MemoryRegion>,
     events: VecDeque<Event>,
@@ -205,10 +210,8 @@ fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
 
 /// Send buffers kept registered for reuse.
 const SEND_POOL_MAX: usize = 256;
-
-fn ok_or_fatal<T>(r: Result<T, ProviderError>) -> Result<T, ConnectionError> {
-    r.map_err(ConnectionError::Provider)
-}
+/// Octets of (unregistered) chunk-sink buffers kept for reuse.
+const SINK_POOL_BYTES: usize = 32 << 20;
 
 impl Connection {
     /// A connection engine for a connection that is being set up.
@@ -223,7 +226,7 @@ impl Connection {
             established: false,
             error: None,
             next_wr: 1,
-            ops: HashMap::new(),
+            ops: IdMap::default(),
             recv_posted: 0,
             recv_free: Vec::new(),
             backchannel_enabled: false,
@@ -231,22 +234,24 @@ impl Connection {
             next_id: 1,
             queue: VecDeque::new(),
             calls: BTreeMap::new(),
-            by_xid: HashMap::new(),
+            by_xid: IdMap::default(),
             outstanding: 0,
             retransmits: Vec::new(),
             grant,
             max_grant: grant,
             next_handle: 1,
-            incoming: HashMap::new(),
+            incoming: IdMap::default(),
             reads: VecDeque::new(),
             reads_outstanding: 0,
             sink_bytes: 0,
             sink_waiting: VecDeque::new(),
             errors_unacked: 0,
             next_job: 1,
-            jobs: HashMap::new(),
+            jobs: IdMap::default(),
             backlog: VecDeque::new(),
             send_pool: Vec::new(),
+            sink_pool: Vec::new(),
+            sink_pool_bytes: 0,
             zombies: Vec::new(),
             events: VecDeque::new(),
             metrics: Metrics::default(),
@@ -613,16 +618,21 @@ impl Connection {
             }
         }
         let thr = self.send_threshold();
-        let (mut stream, ddp) = marshal::flatten(&reply.message);
+        // The DDP data is never copied: the pieces that go into Write
+        // chunks are registered as they are (see `post_reply`).
+        let mut message = reply.message;
+        let (stream_len, ddp) = marshal::layout(&message);
         let Some(call) = self.incoming.get(&handle.0) else {
             return Err(CallError::UnknownHandle);
         };
         let xid = call.xid;
-        if let Some(w) = stream.get_mut(..4) {
-            w.copy_from_slice(&xid.to_be_bytes());
+        if let Some(Piece::Inline(b)) = message.first_mut() {
+            if let Some(w) = b.get_mut(..4) {
+                w.copy_from_slice(&xid.to_be_bytes());
+            }
         }
         if call.backchannel {
-            let need = self.framing.min_msg_header_len() + stream.len();
+            let need = self.framing.min_msg_header_len() + stream_len;
             if need > thr {
                 return Err(CallError::TooLarge {
                     len: need,
@@ -663,9 +673,11 @@ impl Connection {
                 )
             })
             .collect();
-        let mut written: Vec<DdpItem> = Vec::new();
-        // (remote, stream range)
-        let mut plan: Vec<(RemoteAddr, usize, usize)> = Vec::new();
+        // Indexes (in `message`) of the DDP pieces written to Write chunks.
+        let mut written: Vec<usize> = Vec::new();
+        // (remote, source, offset in the source, octets); the sources are
+        // the written DDP pieces in order, then (Long Reply) the inline part.
+        let mut plan: Vec<(RemoteAddr, usize, usize, usize)> = Vec::new();
         //= rfc8166#section-4.3.2
         //# When a Requester provides a Write list, the Responder MUST push data
         //# corresponding to DDP-eligible result data items to Requester memory
@@ -675,8 +687,8 @@ impl Connection {
         //# Reply message, it MUST be placed in that unconsumed Write chunk.
         // The k-th non-empty DDP item goes into the k-th Write chunk: an
         // empty item (a union arm without data) consumes no chunk.
-        let ddp: Vec<DdpItem> = ddp.into_iter().filter(|d| d.len > 0).collect();
-        for (k, d) in ddp.iter().enumerate() {
+        let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
+        for (k, &(pi, d)) in ddp.iter().enumerate() {
             let Some(chunk) = call.writes.get(k) else {
                 break; // no Write chunk left: the item goes inline
             };
@@ -706,13 +718,15 @@ impl Connection {
                         stag: Stag(seg.handle),
                         offset: seg.offset,
                     },
-                    d.position + off,
+                    written.len(),
+                    off,
                     n,
                 ));
             }
-            written.push(*d);
+            written.push(pi);
         }
-        let inline = marshal::strip(&stream, &written);
+        let mut inline = marshal::inline_except(&message, &written);
+        let mut long_src: Option<Vec<u8>> = None;
         //= rfc8166#section-4.3.3
         //# When a Requester provides a Reply chunk in an RPC Call message, the
         //# Responder MUST copy that chunk into the Transport header of the RPC
@@ -763,9 +777,8 @@ impl Connection {
                         .map(|s| Segment::new(s.handle, 0, s.offset))
                         .collect(),
                 );
-                // The inline part is appended after the DDP data in the
-                // source buffer: offsets are shifted below.
-                let base = stream.len();
+                // The inline part is the source after the DDP pieces.
+                let src = written.len();
                 for (si, off, n) in parts {
                     let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
                     else {
@@ -777,11 +790,12 @@ impl Connection {
                             stag: Stag(seg.handle),
                             offset: seg.offset,
                         },
-                        base + off,
+                        src,
+                        off,
                         n,
                     ));
                 }
-                stream.extend_from_slice(&inline);
+                long_src = Some(std::mem::take(&mut inline));
                 let chunks = ChunkLists {
                     reads: Vec::new(),
                     writes: echo,
@@ -826,7 +840,15 @@ impl Connection {
             }
             _ => SendOp::Send { solicited: false },
         };
-        let r = self.post_reply(p, stream, plan, msg, op);
+        let mut sources: Vec<Vec<u8>> = written
+            .iter()
+            .map(|&pi| match message.get_mut(pi) {
+                Some(Piece::Ddp(b)) => std::mem::take(b),
+                _ => Vec::new(),
+            })
+            .collect();
+        sources.extend(long_src);
+        let r = self.post_reply(p, sources, plan, msg, op);
         //= rfc8166#section-4.5.4
         //# If a Responder is unable to construct and transmit an RPC Reply or
         //# RPC-over-RDMA error message, the Responder MUST close the connection
@@ -1438,7 +1460,8 @@ impl Connection {
             // stays inside it. A conforming one never writes it; the pad is
             // never handed out as data (see `Reply::result`).
             let l = l.saturating_add(pad4(l as usize) as u32);
-            match self.register(p, vec![0u8; l as usize], rw, &mut mrs) {
+            let buf = self.sink_buffer(l as usize);
+            match self.register(p, buf, rw, &mut mrs) {
                 Ok(mr) => {
                     writes.push(WriteChunk::new(vec![Segment::new(mr.stag().0, l, 0)]));
                     write_mrs.push(mr);
@@ -1451,7 +1474,8 @@ impl Connection {
             }
         }
         if let (None, Some(l)) = (&failed, reply_len) {
-            match self.register(p, vec![0u8; l as usize], rw, &mut mrs) {
+            let buf = self.sink_buffer(l as usize);
+            match self.register(p, buf, rw, &mut mrs) {
                 Ok(mr) => {
                     reply = Some(WriteChunk::new(vec![Segment::new(mr.stag().0, l, 0)]));
                     reply_mr = Some(mr);
@@ -1712,6 +1736,11 @@ impl Connection {
             .unwrap_or(Err(CallFailure::BadReply("no reply")));
         match result {
             Ok(data) => {
+                // Every chunk STag has been invalidated (locally or by Send
+                // With Invalidate) before we get here. The result is copied
+                // out and the chunk's buffer goes back to the sink pool: one
+                // copy costs less than a fresh (zeroed, page-faulted) buffer
+                // for every call.
                 let read = |mr: &MemoryRegion, len: usize| -> Vec<u8> {
                     p.region(mr)
                         .ok()
@@ -1760,8 +1789,42 @@ impl Connection {
             self.send_pool.push(mr);
             return;
         }
+        // A chunk sink (its contents, if any, were copied out): the registration ends
+        // here (its STag is dead for good), the buffer is kept for a later
+        // call, which registers it afresh under a new STag.
+        if self.error.is_none() && mr.access().contains(Access::REMOTE_WRITE) {
+            match p.deregister(&mr) {
+                Ok(buf) => {
+                    if self.sink_pool_bytes + buf.len() <= SINK_POOL_BYTES {
+                        self.sink_pool_bytes += buf.len();
+                        self.sink_pool.push(buf);
+                    }
+                }
+                Err(_) => self.zombies.push(mr),
+            }
+            return;
+        }
         if p.deregister(&mr).is_err() {
             self.zombies.push(mr);
+        }
+    }
+
+    /// A buffer of `len` octets for a Write or Reply chunk: a pooled one of
+    /// that size if there is one, else a new zeroed one. A pooled buffer is
+    /// not cleared: it only ever held zeros or what this connection's
+    /// responder wrote into it (results are copied out of it), so nothing
+    /// in it is new to the responder, which can never read a chunk anyway
+    /// (they are registered `REMOTE_WRITE` only), and a caller only ever
+    /// sees the octets the responder says it wrote for that call. The pool
+    /// dies with the connection.
+    fn sink_buffer(&mut self, len: usize) -> Vec<u8> {
+        match self.sink_pool.iter().rposition(|b| b.len() == len) {
+            Some(i) => {
+                let b = self.sink_pool.swap_remove(i);
+                self.sink_pool_bytes -= b.len();
+                Vec::from(b)
+            }
+            None => vec![0u8; len],
         }
     }
 
@@ -2262,24 +2325,28 @@ impl Connection {
     fn post_reply(
         &mut self,
         p: &mut dyn Provider,
-        source: Vec<u8>,
-        plan: Vec<(RemoteAddr, usize, usize)>,
+        sources: Vec<Vec<u8>>,
+        plan: Vec<(RemoteAddr, usize, usize, usize)>,
         msg: Vec<u8>,
         op: SendOp,
     ) -> Result<(), ConnectionError> {
         let job = self.next_job;
         self.next_job += 1;
         let mut mrs = Vec::new();
-        let src = if plan.is_empty() {
-            None
-        } else {
-            Some(ok_or_fatal(self.register(
-                p,
-                source,
-                Access::NONE,
-                &mut mrs,
-            ))?)
-        };
+        let mut srcs: Vec<Option<MemoryRegion>> = Vec::with_capacity(sources.len());
+        for (i, source) in sources.into_iter().enumerate() {
+            if source.is_empty() || !plan.iter().any(|e| e.1 == i) {
+                srcs.push(None);
+                continue;
+            }
+            match self.register(p, source, Access::NONE, &mut mrs) {
+                Ok(mr) => srcs.push(Some(mr)),
+                Err(e) => {
+                    self.zombies.extend(mrs);
+                    return Err(ConnectionError::Provider(e));
+                }
+            }
+        }
         let (send_mr, send_len) = match self.message_buffer(p, msg) {
             Ok(x) => x,
             Err(e) => {
@@ -2290,15 +2357,16 @@ impl Connection {
         mrs.push(send_mr);
         self.jobs.insert(job, ReplyJob { mrs, pending: 0 });
         let mut wrs = Vec::new();
-        if let Some(src) = src {
-            for (remote, off, n) in plan {
-                self.metrics.rdma_writes += 1;
-                self.metrics.rdma_write_bytes += n as u64;
-                wrs.push((
-                    SendOp::Write { remote },
-                    vec![src.sge(off as u64, n as u32)],
-                ));
-            }
+        for (remote, i, off, n) in plan {
+            let Some(Some(src)) = srcs.get(i) else {
+                continue;
+            };
+            self.metrics.rdma_writes += 1;
+            self.metrics.rdma_write_bytes += n as u64;
+            wrs.push((
+                SendOp::Write { remote },
+                vec![src.sge(off as u64, n as u32)],
+            ));
         }
         wrs.push((op, vec![send_mr.sge(0, send_len)]));
         for (op, sges) in wrs {

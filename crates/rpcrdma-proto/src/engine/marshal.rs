@@ -57,6 +57,46 @@ pub(crate) fn flatten(pieces: &[Piece]) -> (Vec<u8>, Vec<DdpItem>) {
     (stream, ddp)
 }
 
+/// [`flatten`] without building the stream: the stream's length and, for
+/// each DDP piece, its index in `pieces` and where it would be.
+pub(crate) fn layout(pieces: &[Piece]) -> (usize, Vec<(usize, DdpItem)>) {
+    let mut at = 0usize;
+    let mut ddp = Vec::new();
+    for (i, p) in pieces.iter().enumerate() {
+        match p {
+            Piece::Inline(b) => at += b.len(),
+            Piece::Ddp(b) => {
+                ddp.push((
+                    i,
+                    DdpItem {
+                        position: at,
+                        len: b.len(),
+                    },
+                ));
+                at += b.len() + pad4(b.len());
+            }
+        }
+    }
+    (at, ddp)
+}
+
+/// `strip(&flatten(pieces).0, items)` without building the full stream:
+/// every piece except the DDP pieces whose indexes are in `skip`.
+pub(crate) fn inline_except(pieces: &[Piece], skip: &[usize]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, p) in pieces.iter().enumerate() {
+        match p {
+            Piece::Inline(b) => out.extend_from_slice(b),
+            Piece::Ddp(b) if !skip.contains(&i) => {
+                out.extend_from_slice(b);
+                out.resize(out.len() + pad4(b.len()), 0);
+            }
+            Piece::Ddp(_) => {}
+        }
+    }
+    out
+}
+
 /// The stream with the listed DDP items (data and XDR pad) removed.
 //= rfc8166#section-3.4.4.4
 //# When a variable-length XDR data item is reduced, the sender MUST
@@ -181,6 +221,47 @@ mod tests {
             }]
         );
         assert_eq!(strip(&s, &d), vec![1, 2, 3, 4, 0, 0, 0, 5, 7, 7, 7, 7]);
+    }
+
+    #[test]
+    fn layout_and_inline_except_match_flatten_and_strip() {
+        let pieces = vec![
+            Piece::Inline(vec![1, 2, 3, 4, 0, 0, 0, 5]),
+            Piece::Ddp(vec![9, 9, 9, 9, 9]),
+            Piece::Inline(vec![0, 0, 0, 2]),
+            Piece::Ddp(vec![6, 6]),
+            Piece::Inline(vec![7, 7, 7, 7]),
+        ];
+        let (total, items) = layout(&pieces);
+        assert_eq!(total, 28);
+        assert_eq!(
+            items,
+            vec![
+                (
+                    1,
+                    DdpItem {
+                        position: 8,
+                        len: 5
+                    }
+                ),
+                (
+                    3,
+                    DdpItem {
+                        position: 20,
+                        len: 2
+                    }
+                ),
+            ]
+        );
+        // Only the first DDP item removed: the second stays, padded.
+        assert_eq!(
+            inline_except(&pieces, &[1]),
+            vec![1, 2, 3, 4, 0, 0, 0, 5, 0, 0, 0, 2, 6, 6, 0, 0, 7, 7, 7, 7]
+        );
+        let (s, d) = flatten(&pieces);
+        assert_eq!(s.len(), total);
+        assert_eq!(inline_except(&pieces, &[1, 3]), strip(&s, &d));
+        assert_eq!(inline_except(&pieces, &[]), s);
     }
 
     #[test]

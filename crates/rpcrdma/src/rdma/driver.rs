@@ -223,7 +223,15 @@ pub(crate) struct Driver {
     deferred: Vec<Cmd>,
 }
 
-fn register_fd(p: &BoxProvider) -> Option<AsyncFd<Fd>> {
+fn register_fd(p: &mut BoxProvider) -> Option<AsyncFd<Fd>> {
+    let a = register_fd_inner(p);
+    // With the fd watched, the provider reads only after readiness edges
+    // (see `Driver::poll_readable`).
+    p.set_read_gate(a.is_some());
+    a
+}
+
+fn register_fd_inner(p: &BoxProvider) -> Option<AsyncFd<Fd>> {
     let fd = p.raw_fd()?;
     // `with_interest` is the safe (deprecated) registration; the I/O-safety
     // invariant it cannot check holds here: the provider keeps the socket
@@ -268,9 +276,10 @@ impl Driver {
             st.status.link = connected.info;
             st.status.connects = 1;
         }
+        let mut prov = connected.provider;
         Driver {
-            afd: register_fd(&connected.provider),
-            prov: connected.provider,
+            afd: register_fd(&mut prov),
+            prov,
             conn,
             config,
             shared,
@@ -290,7 +299,13 @@ impl Driver {
     }
 
     pub(crate) async fn run(mut self) {
+        // One fallback timer for the driver's life, re-armed only after it
+        // fired (a new `Sleep` per wait cost a timer-wheel insert and
+        // removal on every call).
+        let fallback_sleep = tokio::time::sleep(FALLBACK_TICK);
+        tokio::pin!(fallback_sleep);
         loop {
+            self.poll_readable().await;
             let mut busy = false;
             let deferred = std::mem::take(&mut self.deferred);
             for cmd in deferred {
@@ -329,8 +344,13 @@ impl Driver {
                 _ = self.notify.0.notified() => None,
                 _ = fd_ready(afd, want_write) => None,
                 _ = sleep_until(deadline), if deadline.is_some() => None,
-                _ = tokio::time::sleep(FALLBACK_TICK), if fallback => None,
+                _ = &mut fallback_sleep, if fallback => None,
             };
+            if fallback_sleep.is_elapsed() {
+                fallback_sleep
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + FALLBACK_TICK);
+            }
             match cmd {
                 Some(Some(c)) => self.command(c),
                 // Every handle is gone: nobody can use the connection.
@@ -339,6 +359,26 @@ impl Driver {
             }
         }
         self.finish().await;
+    }
+
+    /// Consumes a readiness edge of the socket, if there is one, and lets
+    /// the provider read again. Readiness is cleared *before* the provider
+    /// reads, so an arrival after its drain is a new edge.
+    async fn poll_readable(&mut self) {
+        let Some(a) = self.afd.as_ref() else { return };
+        let ready = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match a.poll_read_ready(cx) {
+                std::task::Poll::Ready(Ok(mut g)) => {
+                    g.clear_ready();
+                    true
+                }
+                _ => false,
+            })
+        })
+        .await;
+        if ready {
+            self.prov.note_readable();
+        }
     }
 
     /// One pass over the provider and the engine; true if anything moved.
@@ -547,6 +587,7 @@ impl Driver {
         let policy = rc.policy;
         // The old socket goes away: deregister it first.
         self.afd = None;
+        self.prov.set_read_gate(false);
         self.prov.disconnect();
         let mut backoff = policy.initial_backoff;
         for attempt in 0..policy.max_attempts.max(1) {
@@ -569,8 +610,9 @@ impl Driver {
                     let old =
                         std::mem::replace(&mut self.conn, Connection::new(self.config.clone()));
                     self.conn = old.reconnect(self.config.clone());
-                    self.afd = register_fd(&connected.provider);
-                    self.prov = connected.provider;
+                    let mut prov = connected.provider;
+                    self.afd = register_fd(&mut prov);
+                    self.prov = prov;
                     self.incoming.clear();
                     if self.dispatcher.is_some() {
                         let slots = self.config.backchannel_slots;
@@ -614,7 +656,8 @@ impl Driver {
                 let _ = tx.send(Err(err.clone()));
             }
         }
-        // Let the provider flush the close (bounded).
+        // Let the provider flush the close (bounded), reading freely.
+        self.prov.set_read_gate(false);
         self.prov.disconnect();
         for _ in 0..25 {
             let mut c = Vec::new();
@@ -643,11 +686,12 @@ async fn fd_ready(afd: Option<&AsyncFd<Fd>>, want_write: bool) {
     let Some(a) = afd else {
         return std::future::pending().await;
     };
-    // Readiness is cleared before the provider is stepped again, so an
-    // edge that arrives while it works is not lost.
+    // Read readiness is left set: `Driver::poll_readable` clears it (before
+    // the provider is stepped again, so an edge that arrives while it works
+    // is not lost) and tells the provider.
     tokio::select! {
         r = a.readable() => match r {
-            Ok(mut g) => g.clear_ready(),
+            Ok(_) => {}
             Err(_) => std::future::pending().await,
         },
         w = a.writable(), if want_write => match w {

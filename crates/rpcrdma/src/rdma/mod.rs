@@ -122,6 +122,14 @@ pub trait RdmaProvider: Provider + Send + 'static {
     fn write_blocked(&self) -> bool {
         false
     }
+    /// The driver watches [`Provider::raw_fd`] edge-triggered and will call
+    /// [`RdmaProvider::note_readable`] after clearing each readiness edge
+    /// (`on`), or stops doing so (`!on`). A provider may then skip reading
+    /// its socket between edges once it has drained it.
+    fn set_read_gate(&mut self, _on: bool) {}
+    /// The socket may have become readable (see
+    /// [`RdmaProvider::set_read_gate`]).
+    fn note_readable(&mut self) {}
     /// The concrete provider, for [`RdmaClientTransport::with_provider`]
     /// (e.g. to take an iWARP capture).
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -130,6 +138,12 @@ pub trait RdmaProvider: Provider + Send + 'static {
 impl RdmaProvider for IwarpProvider {
     fn write_blocked(&self) -> bool {
         IwarpProvider::write_blocked(self)
+    }
+    fn set_read_gate(&mut self, on: bool) {
+        IwarpProvider::set_read_gate(self, on)
+    }
+    fn note_readable(&mut self) {
+        IwarpProvider::note_readable(self)
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
