@@ -149,6 +149,25 @@ pub struct BenchArgs {
     /// Runtime worker threads (1: single-threaded runtime).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Connections being set up at once (bounded ramp; each RDMA setup is a
+    /// TCP handshake plus an MPA exchange served by a few accept threads).
+    #[arg(long, default_value_t = 32)]
+    pub ramp: u32,
+    /// Read VmRSS of this (server) process from /proc before connecting and
+    /// again once every connection has made one NULL call and then sat idle
+    /// for a second; report (RSS_N - RSS_0) / N as memory per idle connection.
+    #[arg(long)]
+    pub report_server_rss: Option<u32>,
+}
+
+/// VmRSS of process `pid` in KiB, from `/proc/PID/status`.
+pub fn vm_rss_kib(pid: u32) -> Result<u64, String> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("read {path}: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| format!("{path}: no VmRSS line"))
 }
 
 /// `on` / `off`.
@@ -696,12 +715,40 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
             reply_max: u32::try_from(max + 64 * 1024).unwrap_or(u32::MAX),
             mpa_crc: args.crc.map(|c| c == OnOff::On),
         };
-        let mut clients = Vec::new();
-        let mut params = Map::new();
-        for _ in 0..args.conns.max(1) {
-            let c = connect(args.transport, target, &opts).await?;
-            params = c.params;
-            clients.push(Arc::new(c.client));
+        let rss0 = match args.report_server_rss {
+            Some(pid) => Some(vm_rss_kib(pid)?),
+            None => None,
+        };
+        let setup_start = Instant::now();
+        let (clients, mut params) =
+            connect_all(args.transport, target, &opts, args.conns.max(1), args.ramp).await?;
+        let setup = setup_start.elapsed();
+        params.insert("setup_seconds".into(), json!(setup.as_secs_f64()));
+        if progress || args.conns > 1 {
+            eprintln!(
+                "{} connections set up in {:.3} s (ramp {})",
+                clients.len(),
+                setup.as_secs_f64(),
+                args.ramp.max(1)
+            );
+        }
+        if let (Some(pid), Some(rss0)) = (args.report_server_rss, rss0) {
+            // One NULL call on every connection, then idle.
+            for c in &clients {
+                testprog::null(c)
+                    .await
+                    .map_err(|e| format!("null before idle: {e}"))?;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let rss_n = vm_rss_kib(pid)?;
+            let n = clients.len() as u64;
+            let per = (rss_n as f64 - rss0 as f64) / n as f64;
+            eprintln!(
+                "server pid {pid} VmRSS: {rss0} KiB with 0 connections, {rss_n} KiB with {n} idle; {per:.1} KiB per idle connection"
+            );
+            params.insert("server_rss_0_kib".into(), json!(rss0));
+            params.insert("server_rss_n_kib".into(), json!(rss_n));
+            params.insert("server_rss_per_idle_conn_kib".into(), json!(per));
         }
         params.insert(
             "server".into(),
@@ -784,6 +831,49 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Opens `n` connections, at most `ramp` being set up at once; returns the
+/// clients (in no particular order) and the parameters of the last one.
+async fn connect_all(
+    transport: Transport,
+    target: SocketAddr,
+    opts: &ConnectOptions,
+    n: u32,
+    ramp: u32,
+) -> Result<(Vec<Arc<Client>>, Map<String, Value>), String> {
+    let mut clients = Vec::with_capacity(n as usize);
+    let mut params = Map::new();
+    let mut set = tokio::task::JoinSet::new();
+    let mut started = 0u32;
+    let mut first_err = None;
+    while started < n || !set.is_empty() {
+        while first_err.is_none() && started < n && set.len() < ramp.max(1) as usize {
+            let o = opts.clone();
+            set.spawn(async move { connect(transport, target, &o).await });
+            started += 1;
+        }
+        match set.join_next().await {
+            Some(Ok(Ok(c))) => {
+                params = c.params;
+                clients.push(Arc::new(c.client));
+            }
+            Some(Ok(Err(e))) => {
+                first_err.get_or_insert(e);
+            }
+            Some(Err(e)) => {
+                first_err.get_or_insert(e.to_string());
+            }
+            None => break,
+        }
+    }
+    if let Some(e) = first_err {
+        for c in &clients {
+            c.close();
+        }
+        return Err(format!("{e} (after {} of {n} connections)", clients.len()));
+    }
+    Ok((clients, params))
 }
 
 async fn serve_forever(args: &BenchArgs) -> Result<ExitCode, String> {

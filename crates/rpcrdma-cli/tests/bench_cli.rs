@@ -278,3 +278,76 @@ fn serve_runs_as_its_own_process() {
     let _ = child.wait();
     check_point(&j, "echo", 10, 1, 1, 100);
 }
+
+/// A small version of the 1,000-connection target (BENCHMARKS.md): 50 RDMA
+/// connections to one separate server process, opened through the bounded
+/// ramp, NULL calls on every one, zero errors, and the server's memory per
+/// idle connection read from /proc.
+#[test]
+fn many_rdma_connections_to_one_server() {
+    let mut child = rpcrdma()
+        .args([
+            "bench",
+            "--serve",
+            "127.0.0.1:0",
+            "--transport",
+            "rdma",
+            "--serve-seconds",
+            "30",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .strip_prefix("listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    let pid = child.id().to_string();
+    let out = rpcrdma()
+        .args([
+            "bench",
+            &addr,
+            "--transport",
+            "rdma",
+            "--conns",
+            "50",
+            "--ramp",
+            "8",
+            "--proc",
+            "null",
+            "--count",
+            "500",
+            "--report-server-rss",
+            &pid,
+            "--json",
+        ])
+        .output()
+        .expect("run rpcrdma");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["conns"], 50, "{j}");
+    assert_eq!(j["transport"], "rdma", "{j}");
+    assert_eq!(j["errors"], 0, "{j}");
+    assert_eq!(j["calls"], 500, "{j}");
+    assert_eq!(j["params"]["server"], "external", "{j}");
+    assert!(j["params"]["setup_seconds"].as_f64().unwrap() > 0.0, "{j}");
+    let rss0 = j["params"]["server_rss_0_kib"].as_u64().unwrap();
+    let rss_n = j["params"]["server_rss_n_kib"].as_u64().unwrap();
+    assert!(rss0 > 0 && rss_n > rss0, "{j}");
+    let per = j["params"]["server_rss_per_idle_conn_kib"]
+        .as_f64()
+        .unwrap();
+    assert!((per - (rss_n - rss0) as f64 / 50.0).abs() < 0.01, "{j}");
+}
