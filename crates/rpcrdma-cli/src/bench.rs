@@ -6,6 +6,9 @@
 //!   `--conns` connections, `--depth` calls in flight on each (one tokio
 //!   task per call slot, each calling again as soon as its reply arrives);
 //!   an `ADDR` with port 0 starts a server in this process first.
+//!   Connections are opened `--ramp` at a time (default 32) and the setup
+//!   time is reported; `--report-server-rss PID` reports the server's
+//!   memory per idle connection (see `scripts/bench-conns`).
 //! * `rpcrdma bench --serve ADDR`: the server side alone, to be pinned as a
 //!   separate process.
 //! * `rpcrdma bench --raw-tcp --proc echo|read`: plain TCP ping-pong or
