@@ -48,6 +48,7 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 
+use rpcrdma_proto::provider::memory::{Hold as Held, MemoryTable, SendRules};
 use rpcrdma_proto::provider::{
     Access, Blame, Caps, Completion, DisconnectReason, MemoryRegion, Opcode as CqOpcode,
     ProviderError, RecvWr, RegisterError, SendOp, SendWr, Sge, Stag, Status,
@@ -109,25 +110,6 @@ const HBUF_LEN: usize = 2 + Segment::MAX_PREFIX;
 pub enum QpEvent {
     /// The stream ended; every outstanding WR has been flushed.
     Disconnected(DisconnectReason),
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Held {
-    idx: u32,
-    write: bool,
-}
-
-struct Region {
-    buf: Box<[u8]>,
-    access: Access,
-    remote_valid: bool,
-    readers: u32,
-    writers: u32,
-}
-
-struct Slot {
-    key: u8,
-    region: Option<Region>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,14 +206,6 @@ fn inline(data: &[u8]) -> Chunk {
     let n = data.len().min(24);
     buf[..n].copy_from_slice(&data[..n]);
     Chunk::Inline { buf, len: n as u8 }
-}
-
-fn slot_slice(slots: &[Slot], idx: u32, off: usize, len: usize) -> &[u8] {
-    slots
-        .get(idx as usize)
-        .and_then(|s| s.region.as_ref())
-        .and_then(|r| r.buf.get(off..off.checked_add(len)?))
-        .unwrap_or(&[])
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -362,10 +336,7 @@ pub struct QpStats {
 /// One RDMAP stream. See the [module docs](self).
 pub struct QueuePair {
     caps: Caps,
-    key_base: u8,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    registered: u32,
+    mem: MemoryTable,
     state: QpState,
     params: StreamParams,
     framer: FpduSender,
@@ -443,13 +414,8 @@ impl QueuePair {
     pub fn new(caps: Caps, key_base: u8) -> Self {
         QueuePair {
             caps,
-            key_base,
-            slots: vec![Slot {
-                key: 0,
-                region: None,
-            }],
-            free: Vec::new(),
-            registered: 0,
+            // Index 0 is never used: no STag with index 0 is valid.
+            mem: MemoryTable::without_index_zero(key_base),
             state: QpState::Idle,
             params: StreamParams::DEFAULT,
             framer: FpduSender::new(FramingConfig::default()),
@@ -536,70 +502,18 @@ impl QueuePair {
     // Memory table
     // ------------------------------------------------------------------
 
-    fn slot_region(&self, key32: u32) -> Option<(u32, &Region)> {
-        let s = Stag(key32);
-        let slot = self.slots.get(s.index() as usize)?;
-        let r = slot.region.as_ref()?;
-        (slot.key == s.key()).then_some((s.index(), r))
-    }
-
-    fn region_at_mut(&mut self, idx: u32) -> Option<&mut Region> {
-        self.slots.get_mut(idx as usize)?.region.as_mut()
-    }
-
     fn region_info(&self, stag: u32) -> Option<(u32, RegionInfo)> {
-        let (idx, r) = self.slot_region(stag)?;
+        let (idx, r) = self.mem.lookup(stag)?;
         Some((
             idx,
             RegionInfo {
-                valid: r.remote_valid,
+                valid: r.remote_valid(),
                 owned_by_stream: true,
                 base_to: 0,
-                len: r.buf.len() as u64,
-                access: to_ddp_access(r.access),
+                len: r.buf().len() as u64,
+                access: to_ddp_access(r.access()),
             },
         ))
-    }
-
-    fn check_sge(&self, sge: &Sge, need: Access) -> Result<u32, ProviderError> {
-        let (idx, r) = self
-            .slot_region(sge.lkey)
-            .ok_or(ProviderError::InvalidHandle)?;
-        let end = sge
-            .offset
-            .checked_add(u64::from(sge.length))
-            .ok_or(ProviderError::OutOfBounds)?;
-        if end > r.buf.len() as u64 {
-            return Err(ProviderError::OutOfBounds);
-        }
-        if !r.access.contains(need) {
-            return Err(ProviderError::AccessDenied { needed: need });
-        }
-        Ok(idx)
-    }
-
-    fn hold(&mut self, holds: &[Held]) {
-        for h in holds {
-            if let Some(r) = self.region_at_mut(h.idx) {
-                if h.write {
-                    r.writers = r.writers.saturating_add(1);
-                } else {
-                    r.readers = r.readers.saturating_add(1);
-                }
-            }
-        }
-    }
-
-    fn release(&mut self, holds: &[Held]) {
-        for h in holds {
-            if let Some(r) = self.region_at_mut(h.idx) {
-                if h.write {
-                    r.writers = r.writers.saturating_sub(1);
-                } else {
-                    r.readers = r.readers.saturating_sub(1);
-                }
-            }
-        }
     }
 
     /// Registers `buf` (see [`rpcrdma_proto::provider::Provider::register`]).
@@ -610,92 +524,23 @@ impl QueuePair {
         buf: Box<[u8]>,
         access: Access,
     ) -> Result<MemoryRegion, RegisterError> {
-        let refuse = |error, buf| Err(RegisterError { error, buf });
-        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
-            return refuse(
-                ProviderError::InvalidArgument("REMOTE_WRITE requires LOCAL_WRITE"),
-                buf,
-            );
-        }
-        if buf.len() as u64 > self.caps.max_mr_size {
-            return refuse(ProviderError::TooLong, buf);
-        }
-        if self.registered >= self.caps.max_mr {
-            return refuse(ProviderError::QueueFull, buf);
-        }
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                let i = self.slots.len() as u32;
-                if i >= 1 << 24 {
-                    return refuse(ProviderError::QueueFull, buf);
-                }
-                self.slots.push(Slot {
-                    key: self.key_base,
-                    region: None,
-                });
-                i
-            }
-        };
-        let len = buf.len() as u64;
-        let Some(slot) = self.slots.get_mut(idx as usize) else {
-            return refuse(ProviderError::QueueFull, buf);
-        };
-        slot.key = slot.key.wrapping_add(1);
-        slot.region = Some(Region {
-            buf,
-            access,
-            remote_valid: true,
-            readers: 0,
-            writers: 0,
-        });
-        self.registered += 1;
-        let stag = Stag::new(idx, slot.key);
-        Ok(MemoryRegion::new(stag.0, stag, len, access))
+        self.mem.register(buf, access, &self.caps)
     }
 
     /// Ends a registration; `Busy` while a WR or a queued Read Response
     /// references the region.
     pub fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
-        let (idx, r) = self
-            .slot_region(mr.lkey())
-            .ok_or(ProviderError::InvalidHandle)?;
-        if r.readers != 0 || r.writers != 0 {
-            return Err(ProviderError::Busy);
-        }
-        let region = self
-            .slots
-            .get_mut(idx as usize)
-            .and_then(|s| s.region.take())
-            .ok_or(ProviderError::InvalidHandle)?;
-        self.free.push(idx);
-        self.registered = self.registered.saturating_sub(1);
-        Ok(region.buf)
+        self.mem.deregister(mr)
     }
 
     /// The region's bytes (`Busy` while a Receive or Read sink holds it).
     pub fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
-        let (_, r) = self
-            .slot_region(mr.lkey())
-            .ok_or(ProviderError::InvalidHandle)?;
-        if r.writers != 0 {
-            return Err(ProviderError::Busy);
-        }
-        Ok(&r.buf)
+        self.mem.region(mr)
     }
 
     /// The region's bytes for writing (`Busy` while any WR holds it).
     pub fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
-        let (idx, r) = self
-            .slot_region(mr.lkey())
-            .ok_or(ProviderError::InvalidHandle)?;
-        if r.writers != 0 || r.readers != 0 {
-            return Err(ProviderError::Busy);
-        }
-        let r = self
-            .region_at_mut(idx)
-            .ok_or(ProviderError::InvalidHandle)?;
-        Ok(&mut r.buf)
+        self.mem.region_mut(mr)
     }
 
     // ------------------------------------------------------------------
@@ -710,8 +555,9 @@ impl QueuePair {
         if self.recv_outstanding >= self.caps.max_recv_wr {
             return Err(ProviderError::QueueFull);
         }
-        let idx = self.check_sge(&wr.sge, Access::LOCAL_WRITE)?;
-        self.hold(&[Held { idx, write: true }]);
+        let hold = self.mem.check_recv(&wr)?;
+        let idx = hold.idx;
+        self.mem.hold(&[hold]);
         self.recv_outstanding += 1;
         self.rq.push_back(PostedRecv {
             wr_id: wr.wr_id,
@@ -731,50 +577,14 @@ impl QueuePair {
         if self.send_outstanding >= self.caps.max_send_wr {
             return Err(ProviderError::QueueFull);
         }
-        let caps = self.caps;
-        let (opcode, need, write, max_sge) = match wr.op {
-            SendOp::Send { .. } | SendOp::SendWithInvalidate { .. } => {
-                (CqOpcode::Send, Access::NONE, false, caps.max_send_sge)
-            }
-            SendOp::Write { .. } => (CqOpcode::Write, Access::NONE, false, caps.max_send_sge),
-            SendOp::Read { .. } => {
-                if wr.sges.len() != 1 {
-                    return Err(ProviderError::BadSgeCount);
-                }
-                if self.params.ord == 0 {
-                    return Err(ProviderError::InvalidArgument(
-                        "RDMA Read needs an ORD above 0",
-                    ));
-                }
-                (
-                    CqOpcode::Read,
-                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-                    true,
-                    caps.max_read_sge,
-                )
-            }
-            SendOp::LocalInvalidate { .. } => (CqOpcode::LocalInvalidate, Access::NONE, false, 0),
+        let rules = SendRules {
+            read_single_sge: true,
+            read_sink_access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            ord_zero: self.params.ord == 0,
         };
-        if wr.sges.len() > max_sge as usize {
-            return Err(ProviderError::BadSgeCount);
-        }
-        let mut holds = Vec::with_capacity(wr.sges.len() + 1);
-        let mut total: u64 = 0;
-        for s in &wr.sges {
-            let idx = self.check_sge(s, need)?;
-            total += u64::from(s.length);
-            holds.push(Held { idx, write });
-        }
-        if total > u64::from(caps.max_msg_size) {
-            return Err(ProviderError::TooLong);
-        }
-        if let SendOp::LocalInvalidate { stag } = wr.op {
-            let (idx, _) = self
-                .slot_region(stag.0)
-                .ok_or(ProviderError::InvalidHandle)?;
-            holds.push(Held { idx, write: false });
-        }
-        self.hold(&holds);
+        let checked = self.mem.check_send(&wr, &self.caps, &rules)?;
+        let (opcode, holds, total) = (checked.opcode, checked.holds, checked.total);
+        self.mem.hold(&holds);
         self.send_outstanding += 1;
         self.sq.push_back(SqWr {
             wr_id: wr.wr_id,
@@ -851,7 +661,7 @@ impl QueuePair {
     pub fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
         let mut n = 0;
         while let Some((c, holds)) = self.cq.pop_front() {
-            self.release(&holds);
+            self.mem.release(&holds);
             match c.opcode {
                 CqOpcode::Recv | CqOpcode::RecvWithInvalidate { .. } => {
                     self.recv_outstanding = self.recv_outstanding.saturating_sub(1)
@@ -895,7 +705,7 @@ impl QueuePair {
     fn materialize_output(&mut self) {
         for c in self.out.iter_mut() {
             if let Chunk::Mem { idx, off, len } = *c {
-                *c = Chunk::Owned(slot_slice(&self.slots, idx, off, len).to_vec());
+                *c = Chunk::Owned(self.mem.slice(idx, off, len).to_vec());
             }
         }
         // Read Response jobs in the output release their holds now.
@@ -908,7 +718,7 @@ impl QueuePair {
             _ => true,
         });
         for idx in releases {
-            self.release(&[Held { idx, write: false }]);
+            self.mem.release(&[Held { idx, write: false }]);
         }
     }
 
@@ -923,13 +733,13 @@ impl QueuePair {
             ..
         }) = self.cur.take()
         {
-            self.release(&[Held {
+            self.mem.release(&[Held {
                 idx: j.idx,
                 write: false,
             }]);
         }
         for j in std::mem::take(&mut self.resp_q) {
-            self.release(&[Held {
+            self.mem.release(&[Held {
                 idx: j.idx,
                 write: false,
             }]);
@@ -1080,7 +890,7 @@ impl QueuePair {
             let mut ulpdu = Vec::with_capacity(hl + payload);
             ulpdu.extend_from_slice(&hb[..hl]);
             for &(idx, off, len) in pieces {
-                ulpdu.extend_from_slice(slot_slice(&self.slots, idx, off, len));
+                ulpdu.extend_from_slice(self.mem.slice(idx, off, len));
             }
             let mut v = vec![0u8; self.framer.fpdu_wire_len(ulpdu.len())];
             if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
@@ -1092,7 +902,7 @@ impl QueuePair {
             let mut parts: Vec<&[u8]> = Vec::with_capacity(pieces.len() + 1);
             parts.push(&hb[..hl]);
             for &(idx, off, len) in pieces {
-                parts.push(slot_slice(&self.slots, idx, off, len));
+                parts.push(self.mem.slice(idx, off, len));
             }
             let Ok(fp) = self.framer.frame_parts(&parts) else {
                 return;
@@ -1133,13 +943,10 @@ impl QueuePair {
         };
         match w.op {
             SendOp::LocalInvalidate { stag } => {
-                let idx = self.slot_region(stag.0).map(|(i, _)| i);
-                let status = match idx.and_then(|i| self.region_at_mut(i)) {
-                    Some(r) => {
-                        r.remote_valid = false;
-                        Status::Success
-                    }
-                    None => Status::LocalProtection,
+                let status = if self.mem.invalidate(stag) {
+                    Status::Success
+                } else {
+                    Status::LocalProtection
                 };
                 if let Some(w) = self.sq_get_mut(seq) {
                     w.state = WrState::Done(status, 0);
@@ -1341,7 +1148,7 @@ impl QueuePair {
                     }
                 }
                 TxMark::RespDone(idx) => {
-                    self.release(&[Held { idx, write: false }]);
+                    self.mem.release(&[Held { idx, write: false }]);
                     self.inbound_reads = self.inbound_reads.saturating_sub(1);
                 }
                 TxMark::Terminate => {}
@@ -1391,7 +1198,7 @@ impl QueuePair {
                     }
                     let s: &[u8] = match c {
                         Chunk::Inline { buf, len } => &buf[..usize::from(*len)],
-                        Chunk::Mem { idx, off, len } => slot_slice(&self.slots, *idx, *off, *len),
+                        Chunk::Mem { idx, off, len } => self.mem.slice(*idx, *off, *len),
                         Chunk::Owned(v) => v,
                         Chunk::Mark(_) => continue,
                     };
@@ -1478,11 +1285,9 @@ impl QueuePair {
             return None;
         };
         let rem = self.rx.remaining;
-        self.slots
-            .get_mut(idx as usize)?
-            .region
-            .as_mut()?
-            .buf
+        self.mem
+            .region_at_mut(idx)?
+            .buf_mut()
             .get_mut(off..off.checked_add(rem)?)
     }
 
@@ -1496,7 +1301,7 @@ impl QueuePair {
         };
         let n = n.min(self.rx.remaining);
         if self.params.crc {
-            let s = slot_slice(&self.slots, idx, off, n);
+            let s = self.mem.slice(idx, off, n);
             self.rx.crc = self.rx.crc.update(s);
         }
         self.rx.pos += n as u64;
@@ -1594,10 +1399,9 @@ impl QueuePair {
                     }
                     if let Dst::Mem { idx, off } = self.rx.dst {
                         if let Some(dst) = self
-                            .slots
-                            .get_mut(idx as usize)
-                            .and_then(|s| s.region.as_mut())
-                            .and_then(|r| r.buf.get_mut(off..off + take))
+                            .mem
+                            .region_at_mut(idx)
+                            .and_then(|r| r.buf_mut().get_mut(off..off + take))
                         {
                             dst.copy_from_slice(src);
                         }
@@ -1811,9 +1615,9 @@ impl QueuePair {
                                 inval: u.rsvd_ulp_word,
                             };
                             if u.last && seg.control.opcode.carries_invalidate_stag() {
-                                let ok = self.slot_region(u.rsvd_ulp_word).is_some_and(|(_, r)| {
-                                    r.access.contains(Access::REMOTE_WRITE)
-                                        || r.access.contains(Access::REMOTE_READ)
+                                let ok = self.mem.lookup(u.rsvd_ulp_word).is_some_and(|(_, r)| {
+                                    r.access().contains(Access::REMOTE_WRITE)
+                                        || r.access().contains(Access::REMOTE_READ)
                                 });
                                 if !ok {
                                     // A Send with Invalidate naming an STag
@@ -2013,11 +1817,7 @@ impl QueuePair {
                     }
                 }
                 if last && opcode.carries_invalidate_stag() {
-                    if let Some((idx, _)) = self.slot_region(inval) {
-                        if let Some(r) = self.region_at_mut(idx) {
-                            r.remote_valid = false;
-                        }
-                    }
+                    self.mem.invalidate(Stag(inval));
                 }
                 // Complete finished receives in MSN order.
                 while let Some(r) = self.rq.front() {
@@ -2060,7 +1860,7 @@ impl QueuePair {
                 self.rd_msn = self.rd_msn.wrapping_add(1);
                 self.inbound_reads += 1;
                 if job.len > 0 {
-                    self.hold(&[Held {
+                    self.mem.hold(&[Held {
                         idx: job.idx,
                         write: false,
                     }]);

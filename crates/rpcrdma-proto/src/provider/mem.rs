@@ -41,6 +41,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
+use super::memory::{Hold as Held, MemoryTable, SendRules};
 use super::{
     Access, Blame, Caps, Completion, ConnectParams, ConnectionEvent, ConnectionInfo,
     ConnectionState, DisconnectReason, MemoryRegion, Notify, Opcode, Provider, ProviderError,
@@ -188,12 +189,6 @@ fn lock(link: &Mutex<Link>) -> MutexGuard<'_, Link> {
     link.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Held {
-    idx: u32,
-    write: bool,
-}
-
 #[derive(Debug)]
 struct Entry {
     wr_id: u64,
@@ -220,27 +215,12 @@ struct PostedRecv {
     sge: Sge,
 }
 
-struct Region {
-    buf: Box<[u8]>,
-    access: Access,
-    remote_valid: bool,
-    readers: u32,
-    writers: u32,
-}
-
-struct Slot {
-    key: u8,
-    region: Option<Region>,
-}
-
 /// One end of an in-memory pair. See the [module docs](self).
 pub struct MemProvider {
     link: Arc<Mutex<Link>>,
     side: usize,
     caps: Caps,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    registered: u32,
+    mem: MemoryTable,
     rq: VecDeque<PostedRecv>,
     sq: VecDeque<Queued>,
     inflight: VecDeque<Inflight>,
@@ -259,7 +239,7 @@ impl std::fmt::Debug for MemProvider {
         f.debug_struct("MemProvider")
             .field("side", &self.side)
             .field("state", &self.state)
-            .field("registered", &self.registered)
+            .field("registered", &self.mem.registered())
             .field("rq", &self.rq.len())
             .field("sq", &self.sq.len())
             .field("inflight", &self.inflight.len())
@@ -282,9 +262,11 @@ impl MemProvider {
             link,
             side,
             caps: config.caps,
-            slots: Vec::new(),
-            free: Vec::new(),
-            registered: 0,
+            // The two ends start their key bytes half a cycle apart, so
+            // an STag of one end never names a region of the other
+            // (until 128 re-registrations of one index): an upper layer
+            // that mixes up local and remote keys fails loudly.
+            mem: MemoryTable::new(if side == 0 { 0 } else { 0x80 }),
             rq: VecDeque::new(),
             sq: VecDeque::new(),
             inflight: VecDeque::new(),
@@ -411,77 +393,14 @@ impl MemProvider {
 
     // ----- memory -----
 
-    fn slot_region(&self, key32: u32) -> Option<(u32, &Region)> {
-        let s = Stag(key32);
-        let slot = self.slots.get(s.index() as usize)?;
-        let r = slot.region.as_ref()?;
-        (slot.key == s.key()).then_some((s.index(), r))
-    }
-
-    fn region_at_mut(&mut self, idx: u32) -> Option<&mut Region> {
-        self.slots.get_mut(idx as usize)?.region.as_mut()
-    }
-
-    /// Validates a local SGE; returns the region index.
-    fn check_sge(&self, sge: &Sge, need: Access) -> Result<u32, ProviderError> {
-        let (idx, r) = self
-            .slot_region(sge.lkey)
-            .ok_or(ProviderError::InvalidHandle)?;
-        let end = sge
-            .offset
-            .checked_add(u64::from(sge.length))
-            .ok_or(ProviderError::OutOfBounds)?;
-        if end > r.buf.len() as u64 {
-            return Err(ProviderError::OutOfBounds);
-        }
-        if !r.access.contains(need) {
-            return Err(ProviderError::AccessDenied { needed: need });
-        }
-        Ok(idx)
-    }
-
-    /// Validates a remote access by the peer; `None` = remote access error.
-    fn check_remote(&self, remote: RemoteAddr, len: u64, need: Access) -> Option<(u32, usize)> {
-        let (idx, r) = self.slot_region(remote.stag.0)?;
-        let end = remote.offset.checked_add(len)?;
-        if !r.remote_valid || !r.access.contains(need) || end > r.buf.len() as u64 {
-            return None;
-        }
-        Some((idx, usize::try_from(remote.offset).ok()?))
-    }
-
-    fn hold(&mut self, holds: &[Held]) {
-        for h in holds {
-            if let Some(r) = self.region_at_mut(h.idx) {
-                if h.write {
-                    r.writers = r.writers.saturating_add(1);
-                } else {
-                    r.readers = r.readers.saturating_add(1);
-                }
-            }
-        }
-    }
-
-    fn release(&mut self, holds: &[Held]) {
-        for h in holds {
-            if let Some(r) = self.region_at_mut(h.idx) {
-                if h.write {
-                    r.writers = r.writers.saturating_sub(1);
-                } else {
-                    r.readers = r.readers.saturating_sub(1);
-                }
-            }
-        }
-    }
-
     fn gather(&self, sges: &[Sge]) -> Vec<u8> {
         let total: usize = sges.iter().map(|s| s.length as usize).sum();
         let mut data = Vec::with_capacity(total);
         for s in sges {
-            if let Some((_, r)) = self.slot_region(s.lkey) {
+            if let Some((_, r)) = self.mem.lookup(s.lkey) {
                 let start = usize::try_from(s.offset).unwrap_or(usize::MAX);
                 let end = start.saturating_add(s.length as usize);
-                if let Some(src) = r.buf.get(start..end) {
+                if let Some(src) = r.buf().get(start..end) {
                     data.extend_from_slice(src);
                 }
             }
@@ -490,13 +409,13 @@ impl MemProvider {
     }
 
     fn place(&mut self, idx: u32, offset: usize, data: &[u8]) -> bool {
-        let Some(r) = self.region_at_mut(idx) else {
+        let Some(r) = self.mem.region_at_mut(idx) else {
             return false;
         };
         let Some(end) = offset.checked_add(data.len()) else {
             return false;
         };
-        match r.buf.get_mut(offset..end) {
+        match r.buf_mut().get_mut(offset..end) {
             Some(dst) => {
                 dst.copy_from_slice(data);
                 true
@@ -656,7 +575,10 @@ impl MemProvider {
                 invalidate,
             } => self.on_send(seq, data, invalidate),
             Msg::Write { seq, remote, data } => {
-                match self.check_remote(remote, data.len() as u64, Access::REMOTE_WRITE) {
+                match self
+                    .mem
+                    .check_remote(remote, data.len() as u64, Access::REMOTE_WRITE)
+                {
                     Some((idx, off)) if self.place(idx, off, &data) => {
                         self.push(Msg::Ack { seq });
                     }
@@ -670,10 +592,11 @@ impl MemProvider {
             }
             Msg::ReadReq { seq, remote, len } => {
                 let src = self
+                    .mem
                     .check_remote(remote, u64::from(len), Access::REMOTE_READ)
                     .and_then(|(idx, off)| {
-                        let r = self.slots.get(idx as usize)?.region.as_ref()?;
-                        r.buf.get(off..off.checked_add(len as usize)?)
+                        let r = self.mem.region_at(idx)?;
+                        r.buf().get(off..off.checked_add(len as usize)?)
                     })
                     .map(|s| s.to_vec());
                 match src {
@@ -724,22 +647,17 @@ impl MemProvider {
         }
         let mut opcode = Opcode::Recv;
         if let Some(stag) = invalidate {
-            let idx = self.slot_region(stag.0).map(|(i, _)| i);
-            match idx.and_then(|i| self.region_at_mut(i)) {
-                Some(r) => {
-                    r.remote_valid = false;
-                    opcode = Opcode::RecvWithInvalidate { stag };
-                }
-                None => {
-                    self.complete(recv.entry, Status::LocalProtection, 0);
-                    self.fail_here(
-                        Status::RemoteInvalidRequest,
-                        Blame::Remote,
-                        seq,
-                        Status::RemoteOperation,
-                    );
-                    return;
-                }
+            if self.mem.invalidate(stag) {
+                opcode = Opcode::RecvWithInvalidate { stag };
+            } else {
+                self.complete(recv.entry, Status::LocalProtection, 0);
+                self.fail_here(
+                    Status::RemoteInvalidRequest,
+                    Blame::Remote,
+                    seq,
+                    Status::RemoteOperation,
+                );
+                return;
             }
         }
         let idx = Stag(recv.sge.lkey).index();
@@ -807,13 +725,10 @@ impl MemProvider {
                 SendOp::LocalInvalidate { stag } => {
                     // Validated and held at post time, so it cannot have
                     // been deregistered since; checked again all the same.
-                    let idx = self.slot_region(stag.0).map(|(i, _)| i);
-                    done = Some(match idx.and_then(|i| self.region_at_mut(i)) {
-                        Some(r) => {
-                            r.remote_valid = false;
-                            (Status::Success, 0)
-                        }
-                        None => (Status::LocalProtection, 0),
+                    done = Some(if self.mem.invalidate(stag) {
+                        (Status::Success, 0)
+                    } else {
+                        (Status::LocalProtection, 0)
                     });
                 }
             }
@@ -886,92 +801,19 @@ impl Provider for MemProvider {
     }
 
     fn register(&mut self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, RegisterError> {
-        let refuse = |error, buf| Err(RegisterError { error, buf });
-        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
-            return refuse(
-                ProviderError::InvalidArgument("REMOTE_WRITE requires LOCAL_WRITE"),
-                buf,
-            );
-        }
-        if buf.len() as u64 > self.caps.max_mr_size {
-            return refuse(ProviderError::TooLong, buf);
-        }
-        if self.registered >= self.caps.max_mr {
-            return refuse(ProviderError::QueueFull, buf);
-        }
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                let i = self.slots.len() as u32;
-                if i >= 1 << 24 {
-                    return refuse(ProviderError::QueueFull, buf);
-                }
-                // The two ends start their key bytes half a cycle apart, so
-                // an STag of one end never names a region of the other
-                // (until 128 re-registrations of one index): an upper layer
-                // that mixes up local and remote keys fails loudly.
-                self.slots.push(Slot {
-                    key: if self.side == 0 { 0 } else { 0x80 },
-                    region: None,
-                });
-                i
-            }
-        };
-        let len = buf.len() as u64;
-        let Some(slot) = self.slots.get_mut(idx as usize) else {
-            return refuse(ProviderError::QueueFull, buf);
-        };
-        slot.key = slot.key.wrapping_add(1);
-        slot.region = Some(Region {
-            buf,
-            access,
-            remote_valid: true,
-            readers: 0,
-            writers: 0,
-        });
-        self.registered += 1;
-        let stag = Stag::new(idx, slot.key);
-        Ok(MemoryRegion::new(stag.0, stag, len, access))
+        self.mem.register(buf, access, &self.caps)
     }
 
     fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
-        let (idx, r) = self
-            .slot_region(mr.lkey())
-            .ok_or(ProviderError::InvalidHandle)?;
-        if r.readers != 0 || r.writers != 0 {
-            return Err(ProviderError::Busy);
-        }
-        let region = self
-            .slots
-            .get_mut(idx as usize)
-            .and_then(|s| s.region.take())
-            .ok_or(ProviderError::InvalidHandle)?;
-        self.free.push(idx);
-        self.registered = self.registered.saturating_sub(1);
-        Ok(region.buf)
+        self.mem.deregister(mr)
     }
 
     fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
-        let (_, r) = self
-            .slot_region(mr.lkey())
-            .ok_or(ProviderError::InvalidHandle)?;
-        if r.writers != 0 {
-            return Err(ProviderError::Busy);
-        }
-        Ok(&r.buf)
+        self.mem.region(mr)
     }
 
     fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
-        let (idx, r) = self
-            .slot_region(mr.lkey())
-            .ok_or(ProviderError::InvalidHandle)?;
-        if r.writers != 0 || r.readers != 0 {
-            return Err(ProviderError::Busy);
-        }
-        let r = self
-            .region_at_mut(idx)
-            .ok_or(ProviderError::InvalidHandle)?;
-        Ok(&mut r.buf)
+        self.mem.region_mut(mr)
     }
 
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError> {
@@ -981,9 +823,8 @@ impl Provider for MemProvider {
         if self.recv_outstanding >= self.caps.max_recv_wr {
             return Err(ProviderError::QueueFull);
         }
-        let idx = self.check_sge(&wr.sge, Access::LOCAL_WRITE)?;
-        let holds = vec![Held { idx, write: true }];
-        self.hold(&holds);
+        let holds = vec![self.mem.check_recv(&wr)?];
+        self.mem.hold(&holds);
         self.recv_outstanding += 1;
         self.rq.push_back(PostedRecv {
             entry: Entry {
@@ -1004,49 +845,18 @@ impl Provider for MemProvider {
         if self.send_outstanding >= self.caps.max_send_wr {
             return Err(ProviderError::QueueFull);
         }
-        let caps = self.caps;
-        let (opcode, need, write, max_sge) = match wr.op {
-            SendOp::Send { .. } | SendOp::SendWithInvalidate { .. } => {
-                (Opcode::Send, Access::NONE, false, caps.max_send_sge)
-            }
-            SendOp::Write { .. } => (Opcode::Write, Access::NONE, false, caps.max_send_sge),
-            SendOp::Read { .. } => {
-                if wr.sges.is_empty() {
-                    return Err(ProviderError::BadSgeCount);
-                }
-                if self.info.as_ref().is_some_and(|i| i.ord == 0) {
-                    return Err(ProviderError::InvalidArgument(
-                        "RDMA Read needs an ORD above 0",
-                    ));
-                }
-                let mut need = Access::LOCAL_WRITE;
-                if caps.read_sink_needs_remote_write {
-                    need = need | Access::REMOTE_WRITE;
-                }
-                (Opcode::Read, need, true, caps.max_read_sge)
-            }
-            SendOp::LocalInvalidate { .. } => (Opcode::LocalInvalidate, Access::NONE, false, 0),
+        let mut read_sink_access = Access::LOCAL_WRITE;
+        if self.caps.read_sink_needs_remote_write {
+            read_sink_access = read_sink_access | Access::REMOTE_WRITE;
+        }
+        let rules = SendRules {
+            read_single_sge: false,
+            read_sink_access,
+            ord_zero: self.info.as_ref().is_some_and(|i| i.ord == 0),
         };
-        if wr.sges.len() > max_sge as usize {
-            return Err(ProviderError::BadSgeCount);
-        }
-        let mut holds = Vec::with_capacity(wr.sges.len() + 1);
-        let mut total: u64 = 0;
-        for s in &wr.sges {
-            let idx = self.check_sge(s, need)?;
-            total += u64::from(s.length);
-            holds.push(Held { idx, write });
-        }
-        if total > u64::from(caps.max_msg_size) {
-            return Err(ProviderError::TooLong);
-        }
-        if let SendOp::LocalInvalidate { stag } = wr.op {
-            let (idx, _) = self
-                .slot_region(stag.0)
-                .ok_or(ProviderError::InvalidHandle)?;
-            holds.push(Held { idx, write: false });
-        }
-        self.hold(&holds);
+        let checked = self.mem.check_send(&wr, &self.caps, &rules)?;
+        let (opcode, holds) = (checked.opcode, checked.holds);
+        self.mem.hold(&holds);
         self.send_outstanding += 1;
         self.sq.push_back(Queued {
             entry: Entry {
@@ -1065,7 +875,7 @@ impl Provider for MemProvider {
         self.progress();
         let mut n = 0;
         while let Some((c, holds)) = self.cq.pop_front() {
-            self.release(&holds);
+            self.mem.release(&holds);
             match c.opcode {
                 Opcode::Recv | Opcode::RecvWithInvalidate { .. } => {
                     self.recv_outstanding = self.recv_outstanding.saturating_sub(1)

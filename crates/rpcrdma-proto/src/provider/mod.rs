@@ -74,6 +74,7 @@ use std::task::Waker;
 pub mod conformance;
 pub mod fault;
 pub mod mem;
+pub mod memory;
 
 //= rfc5044#section-7.1.1
 //# Private Data: This field may contain any value defined by ULPs or may

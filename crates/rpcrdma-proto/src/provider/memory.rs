@@ -1,0 +1,666 @@
+//! The memory registration table shared by the software providers (the
+//! in-memory [`super::mem`] pair and the software iWARP queue pair).
+//!
+//! A [`MemoryTable`] owns registered buffers and implements the rules of the
+//! [module docs](super): STags are a 24-bit index plus an 8-bit key that
+//! changes on every registration of the index (so a stale STag is refused),
+//! a region held by an outstanding work request cannot be deregistered nor
+//! borrowed mutably ([`ProviderError::Busy`]), and invalidation revokes
+//! remote access only.
+//!
+//! It also performs the post-time validation of work requests
+//! ([`MemoryTable::check_recv`], [`MemoryTable::check_send`]): SGE count,
+//! bounds and access rights of every SGE, total length, and the region a
+//! `LocalInvalidate` names. These return the [`Hold`]s the caller takes with
+//! [`MemoryTable::hold`] when it queues the WR and gives back with
+//! [`MemoryTable::release`] when the completion is polled.
+
+use super::{
+    Access, Caps, MemoryRegion, Opcode, ProviderError, RecvWr, RegisterError, RemoteAddr, SendOp,
+    SendWr, Sge, Stag,
+};
+
+/// One registered buffer. Its hold counts are private to the table.
+#[derive(Debug)]
+pub struct Region {
+    buf: Box<[u8]>,
+    access: Access,
+    remote_valid: bool,
+    readers: u32,
+    writers: u32,
+}
+
+impl Region {
+    /// The registered bytes.
+    pub fn buf(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// The registered bytes, for a provider placing inbound data.
+    pub fn buf_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+
+    /// The access rights given at registration.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// Whether the STag is still valid for remote access (not invalidated).
+    pub fn remote_valid(&self) -> bool {
+        self.remote_valid
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    key: u8,
+    region: Option<Region>,
+}
+
+/// A region a posted work request holds until its completion is polled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// Index of the region in its [`MemoryTable`] (the STag's 24-bit index).
+    pub idx: u32,
+    /// Whether the WR writes the region (a Receive or an RDMA Read sink);
+    /// such a hold also refuses [`MemoryTable::region`].
+    pub write: bool,
+}
+
+/// Provider-specific rules for [`MemoryTable::check_send`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendRules {
+    /// An RDMA Read takes exactly one SGE (else: at least one, up to
+    /// `Caps::max_read_sge`).
+    pub read_single_sge: bool,
+    /// Rights an RDMA Read sink SGE needs.
+    pub read_sink_access: Access,
+    /// The connection's ORD is 0, so RDMA Reads are refused.
+    pub ord_zero: bool,
+}
+
+/// What [`MemoryTable::check_send`] found acceptable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckedSend {
+    /// The completion opcode of the WR.
+    pub opcode: Opcode,
+    /// The regions to hold (one per SGE, then the invalidated region).
+    pub holds: Vec<Hold>,
+    /// Total length of the SGEs (at most `Caps::max_msg_size`).
+    pub total: u64,
+}
+
+/// The registration table: see the [module docs](self).
+#[derive(Debug)]
+pub struct MemoryTable {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    registered: u32,
+    key_base: u8,
+}
+
+impl MemoryTable {
+    /// An empty table. A new index's first registration gets the key byte
+    /// `key_base + 1`; giving two ends different bases makes a local/remote
+    /// key mix-up fail.
+    pub fn new(key_base: u8) -> Self {
+        MemoryTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            registered: 0,
+            key_base,
+        }
+    }
+
+    /// An empty table whose index 0 is never used (so no STag with index 0
+    /// is ever valid).
+    pub fn without_index_zero(key_base: u8) -> Self {
+        let mut t = Self::new(key_base);
+        t.slots.push(Slot {
+            key: 0,
+            region: None,
+        });
+        t
+    }
+
+    /// Number of live registrations.
+    pub fn registered(&self) -> u32 {
+        self.registered
+    }
+
+    /// The region an STag or local key names, with its index; `None` if the
+    /// index is unused or the key byte is stale.
+    pub fn lookup(&self, key32: u32) -> Option<(u32, &Region)> {
+        let s = Stag(key32);
+        let slot = self.slots.get(s.index() as usize)?;
+        let r = slot.region.as_ref()?;
+        (slot.key == s.key()).then_some((s.index(), r))
+    }
+
+    /// The region at `idx` (as returned by a lookup or held).
+    pub fn region_at(&self, idx: u32) -> Option<&Region> {
+        self.slots.get(idx as usize)?.region.as_ref()
+    }
+
+    /// The region at `idx` (as returned by a lookup or held), for writing.
+    pub fn region_at_mut(&mut self, idx: u32) -> Option<&mut Region> {
+        self.slots.get_mut(idx as usize)?.region.as_mut()
+    }
+
+    /// `len` bytes at `off` of the region at `idx`, or empty if out of range.
+    pub fn slice(&self, idx: u32, off: usize, len: usize) -> &[u8] {
+        self.slots
+            .get(idx as usize)
+            .and_then(|s| s.region.as_ref())
+            .and_then(|r| r.buf.get(off..off.checked_add(len)?))
+            .unwrap_or(&[])
+    }
+
+    /// Revokes remote access through `stag`; `false` if it names no live
+    /// region (stale key or unused index).
+    pub fn invalidate(&mut self, stag: Stag) -> bool {
+        let idx = self.lookup(stag.0).map(|(i, _)| i);
+        match idx.and_then(|i| self.region_at_mut(i)) {
+            Some(r) => {
+                r.remote_valid = false;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Registers `buf` with `access`, within `caps.max_mr` and
+    /// `caps.max_mr_size`; on refusal the buffer comes back in the error.
+    pub fn register(
+        &mut self,
+        buf: Box<[u8]>,
+        access: Access,
+        caps: &Caps,
+    ) -> Result<MemoryRegion, RegisterError> {
+        let refuse = |error, buf| Err(RegisterError { error, buf });
+        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
+            return refuse(
+                ProviderError::InvalidArgument("REMOTE_WRITE requires LOCAL_WRITE"),
+                buf,
+            );
+        }
+        if buf.len() as u64 > caps.max_mr_size {
+            return refuse(ProviderError::TooLong, buf);
+        }
+        if self.registered >= caps.max_mr {
+            return refuse(ProviderError::QueueFull, buf);
+        }
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                let i = self.slots.len() as u32;
+                if i >= 1 << 24 {
+                    return refuse(ProviderError::QueueFull, buf);
+                }
+                self.slots.push(Slot {
+                    key: self.key_base,
+                    region: None,
+                });
+                i
+            }
+        };
+        let len = buf.len() as u64;
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return refuse(ProviderError::QueueFull, buf);
+        };
+        slot.key = slot.key.wrapping_add(1);
+        slot.region = Some(Region {
+            buf,
+            access,
+            remote_valid: true,
+            readers: 0,
+            writers: 0,
+        });
+        self.registered += 1;
+        let stag = Stag::new(idx, slot.key);
+        Ok(MemoryRegion::new(stag.0, stag, len, access))
+    }
+
+    /// Ends a registration and gives the buffer back; `Busy` while held.
+    pub fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+        let (idx, r) = self.lookup(mr.lkey()).ok_or(ProviderError::InvalidHandle)?;
+        if r.readers != 0 || r.writers != 0 {
+            return Err(ProviderError::Busy);
+        }
+        let region = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.region.take())
+            .ok_or(ProviderError::InvalidHandle)?;
+        self.free.push(idx);
+        self.registered = self.registered.saturating_sub(1);
+        Ok(region.buf)
+    }
+
+    /// The region's bytes; `Busy` while a WR that writes it holds it.
+    pub fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
+        let (_, r) = self.lookup(mr.lkey()).ok_or(ProviderError::InvalidHandle)?;
+        if r.writers != 0 {
+            return Err(ProviderError::Busy);
+        }
+        Ok(&r.buf)
+    }
+
+    /// The region's bytes for writing; `Busy` while any WR holds it.
+    pub fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
+        let (idx, r) = self.lookup(mr.lkey()).ok_or(ProviderError::InvalidHandle)?;
+        if r.writers != 0 || r.readers != 0 {
+            return Err(ProviderError::Busy);
+        }
+        let r = self
+            .region_at_mut(idx)
+            .ok_or(ProviderError::InvalidHandle)?;
+        Ok(&mut r.buf)
+    }
+
+    /// Validates a local SGE (key, bounds, then rights); returns the index.
+    pub fn check_sge(&self, sge: &Sge, need: Access) -> Result<u32, ProviderError> {
+        let (idx, r) = self.lookup(sge.lkey).ok_or(ProviderError::InvalidHandle)?;
+        let end = sge
+            .offset
+            .checked_add(u64::from(sge.length))
+            .ok_or(ProviderError::OutOfBounds)?;
+        if end > r.buf.len() as u64 {
+            return Err(ProviderError::OutOfBounds);
+        }
+        if !r.access.contains(need) {
+            return Err(ProviderError::AccessDenied { needed: need });
+        }
+        Ok(idx)
+    }
+
+    /// Validates a remote access by the peer (valid STag, rights, bounds);
+    /// returns the index and the offset, `None` for a remote access error.
+    pub fn check_remote(&self, remote: RemoteAddr, len: u64, need: Access) -> Option<(u32, usize)> {
+        let (idx, r) = self.lookup(remote.stag.0)?;
+        let end = remote.offset.checked_add(len)?;
+        if !r.remote_valid || !r.access.contains(need) || end > r.buf.len() as u64 {
+            return None;
+        }
+        Some((idx, usize::try_from(remote.offset).ok()?))
+    }
+
+    /// Takes holds (see [`Hold`]); unknown indices are ignored.
+    pub fn hold(&mut self, holds: &[Hold]) {
+        for h in holds {
+            if let Some(r) = self.region_at_mut(h.idx) {
+                if h.write {
+                    r.writers = r.writers.saturating_add(1);
+                } else {
+                    r.readers = r.readers.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Gives back holds taken with [`MemoryTable::hold`].
+    pub fn release(&mut self, holds: &[Hold]) {
+        for h in holds {
+            if let Some(r) = self.region_at_mut(h.idx) {
+                if h.write {
+                    r.writers = r.writers.saturating_sub(1);
+                } else {
+                    r.readers = r.readers.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// Post-time validation of a Receive: its SGE needs `LOCAL_WRITE`.
+    /// Returns the (writing) hold to take.
+    pub fn check_recv(&self, wr: &RecvWr) -> Result<Hold, ProviderError> {
+        let idx = self.check_sge(&wr.sge, Access::LOCAL_WRITE)?;
+        Ok(Hold { idx, write: true })
+    }
+
+    /// Post-time validation of a Send-queue WR: SGE count against `caps`
+    /// (and `rules` for RDMA Read), every SGE's key, bounds and rights
+    /// (an RDMA Read sink needs `rules.read_sink_access` and is held for
+    /// writing), the total length against `caps.max_msg_size`, and the
+    /// region a `LocalInvalidate` names (held for reading). Nothing is held
+    /// yet: the caller holds [`CheckedSend::holds`] once it queues the WR.
+    pub fn check_send(
+        &self,
+        wr: &SendWr,
+        caps: &Caps,
+        rules: &SendRules,
+    ) -> Result<CheckedSend, ProviderError> {
+        let (opcode, need, write, max_sge) = match wr.op {
+            SendOp::Send { .. } | SendOp::SendWithInvalidate { .. } => {
+                (Opcode::Send, Access::NONE, false, caps.max_send_sge)
+            }
+            SendOp::Write { .. } => (Opcode::Write, Access::NONE, false, caps.max_send_sge),
+            SendOp::Read { .. } => {
+                let bad_count = if rules.read_single_sge {
+                    wr.sges.len() != 1
+                } else {
+                    wr.sges.is_empty()
+                };
+                if bad_count {
+                    return Err(ProviderError::BadSgeCount);
+                }
+                if rules.ord_zero {
+                    return Err(ProviderError::InvalidArgument(
+                        "RDMA Read needs an ORD above 0",
+                    ));
+                }
+                (
+                    Opcode::Read,
+                    rules.read_sink_access,
+                    true,
+                    caps.max_read_sge,
+                )
+            }
+            SendOp::LocalInvalidate { .. } => (Opcode::LocalInvalidate, Access::NONE, false, 0),
+        };
+        if wr.sges.len() > max_sge as usize {
+            return Err(ProviderError::BadSgeCount);
+        }
+        let mut holds = Vec::with_capacity(wr.sges.len() + 1);
+        let mut total: u64 = 0;
+        for s in &wr.sges {
+            let idx = self.check_sge(s, need)?;
+            total += u64::from(s.length);
+            holds.push(Hold { idx, write });
+        }
+        if total > u64::from(caps.max_msg_size) {
+            return Err(ProviderError::TooLong);
+        }
+        if let SendOp::LocalInvalidate { stag } = wr.op {
+            let (idx, _) = self.lookup(stag.0).ok_or(ProviderError::InvalidHandle)?;
+            holds.push(Hold { idx, write: false });
+        }
+        Ok(CheckedSend {
+            opcode,
+            holds,
+            total,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::mem::MemConfig;
+
+    fn caps() -> Caps {
+        let mut c = MemConfig::DEFAULT.caps;
+        c.max_send_sge = 2;
+        c.max_read_sge = 2;
+        c.max_msg_size = 100;
+        c.max_mr = 3;
+        c.max_mr_size = 64;
+        c
+    }
+
+    const RULES: SendRules = SendRules {
+        read_single_sge: false,
+        read_sink_access: Access::LOCAL_WRITE,
+        ord_zero: false,
+    };
+
+    fn reg(t: &mut MemoryTable, len: usize, access: Access) -> MemoryRegion {
+        t.register(vec![0u8; len].into_boxed_slice(), access, &caps())
+            .map_err(|e| e.error)
+            .expect("register")
+    }
+
+    fn send(sges: Vec<Sge>) -> SendWr {
+        SendWr {
+            wr_id: 1,
+            op: SendOp::Send { solicited: false },
+            sges,
+        }
+    }
+
+    #[test]
+    fn keys_start_after_base_and_rotate() {
+        let mut t = MemoryTable::new(0x80);
+        let a = reg(&mut t, 8, Access::NONE);
+        assert_eq!(a.stag(), Stag::new(0, 0x81));
+        assert_eq!(a.lkey(), a.stag().0);
+        t.deregister(&a).expect("deregister");
+        let b = reg(&mut t, 8, Access::NONE);
+        // Same index, next key.
+        assert_eq!(b.stag(), Stag::new(0, 0x82));
+        let mut z = MemoryTable::without_index_zero(7);
+        assert_eq!(reg(&mut z, 1, Access::NONE).stag(), Stag::new(1, 8));
+        assert!(z.lookup(Stag::new(0, 0).0).is_none());
+    }
+
+    #[test]
+    fn stale_key_refused() {
+        let mut t = MemoryTable::new(0);
+        let old = reg(&mut t, 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        t.deregister(&old).expect("deregister");
+        let new = reg(&mut t, 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        assert_eq!(old.stag().index(), new.stag().index());
+        assert_eq!(t.region(&old), Err(ProviderError::InvalidHandle));
+        assert_eq!(t.region_mut(&old).err(), Some(ProviderError::InvalidHandle));
+        assert_eq!(t.deregister(&old).err(), Some(ProviderError::InvalidHandle));
+        assert_eq!(
+            t.check_sge(&old.sge(0, 1), Access::NONE),
+            Err(ProviderError::InvalidHandle)
+        );
+        assert_eq!(t.check_remote(old.remote(0), 1, Access::REMOTE_WRITE), None);
+        assert!(!t.invalidate(old.stag()));
+        assert!(t.region(&new).is_ok());
+    }
+
+    #[test]
+    fn busy_while_held() {
+        let mut t = MemoryTable::new(0);
+        let mr = reg(&mut t, 8, Access::LOCAL_WRITE);
+        let idx = mr.stag().index();
+        // A reading hold (Send source): region readable, not writable.
+        let r = [Hold { idx, write: false }];
+        t.hold(&r);
+        assert!(t.region(&mr).is_ok());
+        assert_eq!(t.region_mut(&mr).err(), Some(ProviderError::Busy));
+        assert_eq!(t.deregister(&mr).err(), Some(ProviderError::Busy));
+        t.release(&r);
+        // A writing hold (Receive): neither readable nor writable.
+        let w = [t
+            .check_recv(&RecvWr {
+                wr_id: 0,
+                sge: mr.sge(0, 8),
+            })
+            .expect("recv")];
+        assert_eq!(w[0], Hold { idx, write: true });
+        t.hold(&w);
+        assert_eq!(t.region(&mr), Err(ProviderError::Busy));
+        assert_eq!(t.region_mut(&mr).err(), Some(ProviderError::Busy));
+        assert_eq!(t.deregister(&mr).err(), Some(ProviderError::Busy));
+        t.release(&w);
+        t.region_mut(&mr).expect("free again")[0] = 9;
+        assert_eq!(
+            &*t.deregister(&mr).expect("deregister"),
+            &[9, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(t.registered(), 0);
+    }
+
+    #[test]
+    fn access_rights() {
+        let mut t = MemoryTable::new(0);
+        let bad = t.register(
+            vec![0u8; 4].into_boxed_slice(),
+            Access::REMOTE_WRITE,
+            &caps(),
+        );
+        assert!(matches!(
+            bad,
+            Err(RegisterError { error: ProviderError::InvalidArgument(_), ref buf }) if buf.len() == 4
+        ));
+        let ro = reg(&mut t, 8, Access::REMOTE_READ);
+        assert_eq!(
+            t.check_recv(&RecvWr {
+                wr_id: 0,
+                sge: ro.sge(0, 8)
+            }),
+            Err(ProviderError::AccessDenied {
+                needed: Access::LOCAL_WRITE
+            })
+        );
+        let read = SendWr {
+            wr_id: 2,
+            op: SendOp::Read {
+                remote: ro.remote(0),
+            },
+            sges: vec![ro.sge(0, 4)],
+        };
+        assert_eq!(
+            t.check_send(&read, &caps(), &RULES),
+            Err(ProviderError::AccessDenied {
+                needed: Access::LOCAL_WRITE
+            })
+        );
+        assert!(t
+            .check_remote(ro.remote(0), 8, Access::REMOTE_READ)
+            .is_some());
+        assert!(t
+            .check_remote(ro.remote(0), 8, Access::REMOTE_WRITE)
+            .is_none());
+        // Invalidation revokes remote access only.
+        assert!(t.invalidate(ro.stag()));
+        assert!(t
+            .check_remote(ro.remote(0), 8, Access::REMOTE_READ)
+            .is_none());
+        assert!(t.check_sge(&ro.sge(0, 8), Access::NONE).is_ok());
+    }
+
+    #[test]
+    fn bounds() {
+        let mut t = MemoryTable::new(0);
+        let mr = reg(&mut t, 8, Access::LOCAL_WRITE);
+        assert_eq!(
+            t.check_sge(&mr.sge(0, 8), Access::NONE),
+            Ok(mr.stag().index())
+        );
+        assert_eq!(
+            t.check_sge(&mr.sge(1, 8), Access::NONE),
+            Err(ProviderError::OutOfBounds)
+        );
+        assert_eq!(
+            t.check_sge(&mr.sge(u64::MAX, 1), Access::NONE),
+            Err(ProviderError::OutOfBounds)
+        );
+        assert_eq!(t.check_remote(mr.remote(u64::MAX), 1, Access::NONE), None);
+        assert_eq!(t.check_remote(mr.remote(7), 2, Access::NONE), None);
+        assert_eq!(t.check_remote(mr.remote(7), 1, Access::NONE), Some((0, 7)));
+        assert_eq!(t.slice(0, 6, 2).len(), 2);
+        assert!(t.slice(0, 7, 2).is_empty());
+        // Registration limits: size, then count.
+        let big = t.register(vec![0u8; 65].into_boxed_slice(), Access::NONE, &caps());
+        assert_eq!(big.map_err(|e| e.error).err(), Some(ProviderError::TooLong));
+        reg(&mut t, 1, Access::NONE);
+        reg(&mut t, 1, Access::NONE);
+        let full = t.register(vec![0u8; 1].into_boxed_slice(), Access::NONE, &caps());
+        assert_eq!(
+            full.map_err(|e| e.error).err(),
+            Some(ProviderError::QueueFull)
+        );
+    }
+
+    #[test]
+    fn check_send_counts_lengths_and_holds() {
+        let mut t = MemoryTable::new(0);
+        let a = reg(&mut t, 64, Access::LOCAL_WRITE);
+        let b = reg(&mut t, 64, Access::LOCAL_WRITE);
+        let ok = t.check_send(&send(vec![a.sge(0, 50), b.sge(0, 50)]), &caps(), &RULES);
+        assert_eq!(
+            ok,
+            Ok(CheckedSend {
+                opcode: Opcode::Send,
+                holds: vec![
+                    Hold {
+                        idx: 0,
+                        write: false
+                    },
+                    Hold {
+                        idx: 1,
+                        write: false
+                    }
+                ],
+                total: 100,
+            })
+        );
+        // Nothing is held by validation alone.
+        assert!(t.region_mut(&a).is_ok());
+        let long = send(vec![a.sge(0, 50), b.sge(0, 51)]);
+        assert_eq!(
+            t.check_send(&long, &caps(), &RULES),
+            Err(ProviderError::TooLong)
+        );
+        let three = send(vec![a.sge(0, 1); 3]);
+        assert_eq!(
+            t.check_send(&three, &caps(), &RULES),
+            Err(ProviderError::BadSgeCount)
+        );
+        // RDMA Read: sink held for writing; count and ORD rules.
+        let mut read = SendWr {
+            wr_id: 3,
+            op: SendOp::Read {
+                remote: b.remote(0),
+            },
+            sges: vec![a.sge(0, 4), b.sge(0, 4)],
+        };
+        let r = t.check_send(&read, &caps(), &RULES).expect("read");
+        assert_eq!(r.opcode, Opcode::Read);
+        assert!(r.holds.iter().all(|h| h.write));
+        let single = SendRules {
+            read_single_sge: true,
+            ..RULES
+        };
+        assert_eq!(
+            t.check_send(&read, &caps(), &single),
+            Err(ProviderError::BadSgeCount)
+        );
+        let no_ord = SendRules {
+            ord_zero: true,
+            ..RULES
+        };
+        assert!(matches!(
+            t.check_send(&read, &caps(), &no_ord),
+            Err(ProviderError::InvalidArgument(_))
+        ));
+        read.sges.clear();
+        assert_eq!(
+            t.check_send(&read, &caps(), &RULES),
+            Err(ProviderError::BadSgeCount)
+        );
+        // LocalInvalidate: no SGE allowed; holds the named region.
+        let mut inv = SendWr {
+            wr_id: 4,
+            op: SendOp::LocalInvalidate { stag: b.stag() },
+            sges: vec![],
+        };
+        let c = t.check_send(&inv, &caps(), &RULES).expect("inv");
+        assert_eq!(
+            c.holds,
+            vec![Hold {
+                idx: 1,
+                write: false
+            }]
+        );
+        assert_eq!(c.opcode, Opcode::LocalInvalidate);
+        inv.op = SendOp::LocalInvalidate {
+            stag: Stag::new(1, 0x55),
+        };
+        assert_eq!(
+            t.check_send(&inv, &caps(), &RULES),
+            Err(ProviderError::InvalidHandle)
+        );
+        inv.sges.push(a.sge(0, 1));
+        assert_eq!(
+            t.check_send(&inv, &caps(), &RULES),
+            Err(ProviderError::BadSgeCount)
+        );
+    }
+}
