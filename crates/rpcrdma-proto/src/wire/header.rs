@@ -48,6 +48,34 @@ impl Prefix {
     }
 }
 
+impl Prefix {
+    /// Reads the four common words and checks that `rdma_vers` is `want`
+    /// (a version-specific decoder is only called for its own version).
+    pub(crate) fn read_expecting(r: &mut Reader<'_>, want: u32) -> Result<Prefix, DecodeError> {
+        let xid = r.u32("rdma_xid")?;
+        let vers_at = r.position();
+        let vers = r.u32("rdma_vers")?;
+        if vers != want {
+            return Err(DecodeError::new(
+                DecodeErrorKind::BadValue {
+                    what: "rdma_vers",
+                    detail: format!("{vers} is not version {want}"),
+                },
+                vers_at,
+                "rdma_vers",
+            ));
+        }
+        let credit = r.u32("rdma_credit")?;
+        let proc = r.u32("rdma_proc")?;
+        Ok(Prefix {
+            xid,
+            vers,
+            credit,
+            proc,
+        })
+    }
+}
+
 /// A message whose `rdma_vers` is neither 1 nor 2: the prefix and the raw
 /// rest, re-encoded byte-exactly.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -32,6 +32,7 @@
 use core::fmt;
 
 use crate::wire::chunk::ChunkLists;
+use crate::wire::header::Prefix;
 use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
 
@@ -211,24 +212,13 @@ impl Header {
 /// other type `header_len == buf.len()`.
 pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeError> {
     let mut r = Reader::new(buf);
-    let xid = r.u32("rdma_xid")?;
-    let vers_at = r.position();
-    let vers = r.u32("rdma_vers")?;
     //= rfc8166#section-4.2.2
     //# For RPC-over-RDMA version 1, this field MUST contain the value one
     //# (1).
-    if vers != RPCRDMA_VERSION {
-        return Err(DecodeError::new(
-            DecodeErrorKind::BadValue {
-                what: "rdma_vers",
-                detail: format!("{vers} is not version 1"),
-            },
-            vers_at,
-            "rdma_vers",
-        ));
-    }
-    let credit = r.u32("rdma_credit")?;
-    let proc = Proc(r.u32("rdma_proc")?);
+    let Prefix {
+        xid, credit, proc, ..
+    } = Prefix::read_expecting(&mut r, RPCRDMA_VERSION)?;
+    let proc = Proc(proc);
     let body = match proc {
         Proc::RDMA_MSG => Body::Msg(ChunkLists::read(&mut r, limits)?),
         Proc::RDMA_NOMSG => {

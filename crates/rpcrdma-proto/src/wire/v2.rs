@@ -38,6 +38,7 @@
 use core::fmt;
 
 use crate::wire::chunk::ChunkLists;
+use crate::wire::header::Prefix;
 use crate::wire::v1::hex_string;
 use crate::xdr::{var_opaque_len, DecodeErrorKind, EncodeError, Reader, Writer};
 use crate::{DecodeError, Limits, XdrEncode};
@@ -776,21 +777,10 @@ impl Header {
 /// other type `header_len == buf.len()`.
 pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeError> {
     let mut r = Reader::new(buf);
-    let xid = r.u32("rdma_xid")?;
-    let vers_at = r.position();
-    let vers = r.u32("rdma_vers")?;
-    if vers != RPCRDMA_VERSION_2 {
-        return Err(DecodeError::new(
-            DecodeErrorKind::BadValue {
-                what: "rdma_vers",
-                detail: format!("{vers} is not version 2"),
-            },
-            vers_at,
-            "rdma_vers",
-        ));
-    }
-    let credit = r.u32("rdma_credit")?;
-    let htype = HType(r.u32("rdma_htype")?);
+    let Prefix {
+        xid, credit, proc, ..
+    } = Prefix::read_expecting(&mut r, RPCRDMA_VERSION_2)?;
+    let htype = HType(proc);
     let flags = Flags(r.u32("rdma_flags")?);
     let body = match htype {
         HType::RDMA2_MSG => {
