@@ -12,9 +12,7 @@
 mod common;
 mod tcp_common;
 
-use std::process::Command;
-
-use common::{PcapWriter, TcpConn};
+use common::{tshark, tshark_available, PcapWriter, TcpConn};
 use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_iwarp::mpa::fpdu::{FpduReceiver, FramingConfig, Received};
 use rpcrdma_iwarp::rdmap;
@@ -193,29 +191,6 @@ fn traffic() -> (Vec<u8>, usize, [usize; 8]) {
     }
     assert!(fa.buf.is_empty() && fb.buf.is_empty(), "partial FPDU left");
     (p.bytes, count, seen)
-}
-
-fn tshark_available() -> bool {
-    Command::new("tshark")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-fn tshark(args: &[&str], pcap: &str) -> String {
-    let out = Command::new("tshark")
-        .args([
-            "-2",
-            "-o",
-            "iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE",
-            "-r",
-            pcap,
-        ])
-        .args(args)
-        .output()
-        .expect("run tshark");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

@@ -5,9 +5,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{read_pcap, streams, PcapWriter, TcpConn};
+use common::{read_pcap, streams, tshark, tshark_available, PcapWriter, TcpConn};
 use rpcrdma_iwarp::ddp::{segments, DdpHeader};
 use rpcrdma_iwarp::mpa::fpdu::{FpduReceiver, FpduSender, FramingConfig, Received};
 use rpcrdma_iwarp::mpa::{FrameKind, IrdOrd, MpaFlags, MpaFrame};
@@ -150,29 +148,6 @@ fn self_check(pcap: &[u8], markers: bool, fpdus: usize) {
     }
     assert_eq!(count, fpdus);
     assert!(seen.iter().all(|s| *s), "{seen:?}");
-}
-
-fn tshark_available() -> bool {
-    Command::new("tshark")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-fn tshark(args: &[&str], pcap: &str) -> String {
-    let out = Command::new("tshark")
-        .args([
-            "-2",
-            "-o",
-            "iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE",
-            "-r",
-            pcap,
-        ])
-        .args(args)
-        .output()
-        .expect("run tshark");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

@@ -225,3 +225,31 @@ pub fn streams(segs: &[Seg]) -> BTreeMap<(u16, u16), Stream> {
     }
     m.into_iter().map(|(k, (a, b, _))| (k, (a, b))).collect()
 }
+
+/// True if `tshark` runs here (oracle tests print SKIPPED otherwise).
+#[allow(dead_code)]
+pub fn tshark_available() -> bool {
+    std::process::Command::new("tshark")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Runs tshark on `pcap` with the oracle options of the lab README
+/// (`-2`, no iWARP Send reassembly) plus `args`; returns stdout.
+#[allow(dead_code)]
+pub fn tshark(args: &[&str], pcap: &str) -> String {
+    let out = std::process::Command::new("tshark")
+        .args([
+            "-2",
+            "-o",
+            "iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE",
+            "-r",
+            pcap,
+        ])
+        .args(args)
+        .output()
+        .expect("run tshark");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
