@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use rpcrdma::rdma::{connect_client, RdmaClientConfig, RdmaServer, RdmaServerConfig, RdmaStatus};
-use rpcrdma::testprog::{self, PROC_READ, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
+use rpcrdma::testprog::{
+    self, PROC_ECHO, PROC_NULL, PROC_READ, TEST_MAX_DATA, TEST_PROG, TEST_VERS,
+};
 use rpcrdma::{
     CallContext, Client, ClientConfig, HandlerError, Message, RpcError, Server, ServerConfig,
     TcpConfig, TcpServer,
@@ -339,6 +341,8 @@ fn bench_server(config: ServerConfig) -> Server {
             Ok(b.finish())
         }
     });
+    // As `testprog::register`: NULL, ECHO and READ are idempotent.
+    server.set_uncached(TEST_PROG, TEST_VERS, &[PROC_NULL, PROC_ECHO, PROC_READ]);
     server
 }
 

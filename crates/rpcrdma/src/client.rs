@@ -55,8 +55,12 @@ pub struct ClientConfig {
     pub auth: Auth,
     /// Limits for decoding reply headers.
     pub limits: Limits,
-    /// Largest reply expected, in octets (an RDMA transport sizes its Reply
-    /// chunk from it). Default 1 MiB + 4 KiB.
+    /// Largest reply expected, in XDR octets, the data of DDP-eligible
+    /// results excluded (an RDMA transport offers a Reply chunk only when
+    /// a reply this large may not fit inline, and sizes it from this).
+    /// Default 1 MiB + 4 KiB; callers that know a procedure's largest reply
+    /// should say so per call ([`CallOptions::reply_max`]), as the test
+    /// program does, to spare small calls a Reply chunk.
     pub reply_max: u32,
     /// First XID; default derived from the clock.
     pub first_xid: Option<u32>,

@@ -163,7 +163,15 @@ impl Default for ServerConfig {
     }
 }
 
-type Registry = HashMap<u32, BTreeMap<u32, Arc<dyn Handler>>>;
+/// One registered program version.
+#[derive(Clone)]
+struct Registered {
+    handler: Arc<dyn Handler>,
+    /// Procedures whose replies the duplicate-reply cache does not keep.
+    uncached: Arc<[u32]>,
+}
+
+type Registry = HashMap<u32, BTreeMap<u32, Registered>>;
 
 struct Inner {
     programs: RwLock<Registry>,
@@ -222,7 +230,33 @@ impl Server {
             .unwrap_or_else(|p| p.into_inner())
             .entry(prog)
             .or_default()
-            .insert(vers, handler);
+            .insert(
+                vers,
+                Registered {
+                    handler,
+                    uncached: Arc::new([]),
+                },
+            );
+    }
+
+    /// Declares procedures of `prog` version `vers` (registered before)
+    /// idempotent: their replies are not kept in the duplicate-reply cache
+    /// and a retransmission simply runs them again (Linux's `RC_NOCACHE`,
+    /// used for NULL, GETATTR, READ, ...). Every other procedure's reply is
+    /// cached. Returns false when the version is not registered.
+    pub fn set_uncached(&self, prog: u32, vers: u32, procs: &[u32]) -> bool {
+        let mut reg = self
+            .inner
+            .programs
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        match reg.get_mut(&prog).and_then(|v| v.get_mut(&vers)) {
+            Some(r) => {
+                r.uncached = procs.into();
+                true
+            }
+            None => false,
+        }
     }
 
     /// The dispatcher to hand to a transport.
@@ -244,7 +278,7 @@ impl Server {
         TcpServer::bind(addr, config, self.dispatcher(), self.inner.metrics.clone()).await
     }
 
-    fn lookup(&self, prog: u32, vers: u32) -> Result<Arc<dyn Handler>, Option<(u32, u32)>> {
+    fn lookup(&self, prog: u32, vers: u32) -> Result<Registered, Option<(u32, u32)>> {
         let reg = self
             .inner
             .programs
@@ -348,7 +382,7 @@ impl Server {
                 );
                 return;
             }
-            let handler = match self.lookup(cb.prog, cb.vers) {
+            let Registered { handler, uncached } = match self.lookup(cb.prog, cb.vers) {
                 Ok(h) => h,
                 Err(None) => {
                     Metrics::inc(&metrics.err_prog_unavail);
@@ -361,20 +395,23 @@ impl Server {
                     return;
                 }
             };
-            let key = DrcKey {
+            let key = (!uncached.contains(&cb.procedure)).then(|| DrcKey {
                 client: client.clone(),
                 xid,
                 prog: cb.prog,
                 vers: cb.vers,
                 proc: cb.procedure,
                 crc: message.crc32c(),
+            });
+            let lookup = match &key {
+                Some(key) => self
+                    .inner
+                    .drc
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .begin(key),
+                None => DrcLookup::New,
             };
-            let lookup = self
-                .inner
-                .drc
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .begin(&key);
             match lookup {
                 DrcLookup::New => {}
                 DrcLookup::InProgress => {
@@ -436,14 +473,15 @@ impl Server {
                     hdr.and_then(|h| h.to_vec().ok()).map(Message::inline)
                 }
             };
-            let mut drc = self.inner.drc.lock().unwrap_or_else(|p| p.into_inner());
-            match reply {
-                Some(reply) => {
-                    drc.complete(&key, &reply);
-                    drop(drc);
-                    self.send(&*conn, xid, reply, guard);
+            if let Some(key) = &key {
+                let mut drc = self.inner.drc.lock().unwrap_or_else(|p| p.into_inner());
+                match &reply {
+                    Some(reply) => drc.complete(key, reply),
+                    None => drc.abandon(key),
                 }
-                None => drc.abandon(&key),
+            }
+            if let Some(reply) = reply {
+                self.send(&*conn, xid, reply, guard);
             }
         }
         .instrument(span)
@@ -469,8 +507,32 @@ impl Future for CatchUnwind {
     }
 }
 
+/// A waker that does nothing (for the first, inline poll of a call).
+struct NoopWake;
+
+impl std::task::Wake for NoopWake {
+    fn wake(self: Arc<Self>) {}
+}
+
+thread_local! {
+    static NOOP_WAKER: std::task::Waker = std::task::Waker::from(Arc::new(NoopWake));
+}
+
 impl CallDispatcher for Server {
+    /// Runs the call on the transport's task as far as it goes without
+    /// waiting (most handlers never wait: then no task is spawned, and the
+    /// reply is queued before the transport looks for more work); a call
+    /// that has to wait continues in a task of its own. The inline poll
+    /// uses a no-op waker: the spawned task polls the future again at once,
+    /// which re-checks (and re-registers) whatever it waits for.
     fn dispatch(&self, call: IncomingCall) {
-        tokio::spawn(self.clone().handle(call));
+        let mut fut = Box::pin(self.clone().handle(call));
+        let pending = NOOP_WAKER.with(|w| {
+            let mut cx = std::task::Context::from_waker(w);
+            fut.as_mut().poll(&mut cx).is_pending()
+        });
+        if pending {
+            tokio::spawn(fut);
+        }
     }
 }

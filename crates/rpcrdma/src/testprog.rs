@@ -49,7 +49,7 @@
 
 use bytes::Bytes;
 
-use crate::client::{CallerError, Client, RpcError};
+use crate::client::{CallOptions, CallerError, Client, RpcError};
 use crate::message::Message;
 use crate::server::{CallContext, HandlerError, Server};
 
@@ -159,6 +159,9 @@ pub async fn cb_handler(ctx: CallContext) -> Result<Message, HandlerError> {
 /// Registers the test program (version 1) on `server`.
 pub fn register(server: &Server) {
     server.register(TEST_PROG, TEST_VERS, test_handler);
+    // Idempotent, as NFS's NULL and READ are in Linux (RC_NOCACHE): a
+    // retransmission runs them again. WRITE's reply is cached.
+    server.set_uncached(TEST_PROG, TEST_VERS, &[PROC_NULL, PROC_ECHO, PROC_READ]);
 }
 
 /// Registers the backchannel program on `server` (a client's backchannel
@@ -186,10 +189,39 @@ fn check_len(n: usize) -> Result<(), RpcError> {
     Ok(())
 }
 
+/// The largest accepted reply header: xid, msg_type, reply_stat, a verifier
+/// of at most 400 octets (RFC 5531 `MAX_AUTH_BYTES`), accept_stat and, for
+/// PROG_MISMATCH, the two version words.
+pub const REPLY_HEADER_MAX: u32 = 4 * 3 + 8 + 400 + 4 + 8;
+
+/// Per-call options with the exact largest reply of a procedure whose
+/// results take at most `results` XDR octets apart from the data of its
+/// DDP-eligible items (whose largest lengths are `ddp_results`), so
+/// that an RDMA transport offers a Reply chunk only when the reply may not
+/// fit inline (as Linux does from each procedure's `p_replen`).
+fn reply_of(results: u64, ddp_results: Vec<u32>) -> CallOptions {
+    CallOptions {
+        reply_max: Some(u32::try_from(u64::from(REPLY_HEADER_MAX) + results).unwrap_or(u32::MAX)),
+        ddp_results,
+        ..CallOptions::default()
+    }
+}
+
+/// XDR length of an `opaque_data` of `n` octets.
+fn opaque_len(n: u64) -> u64 {
+    4 + n.div_ceil(4) * 4
+}
+
 /// TEST_NULL.
 pub async fn null(c: &Client) -> Result<(), RpcError> {
     let r = c
-        .call(TEST_PROG, TEST_VERS, PROC_NULL, Message::new(), &[])
+        .call_with(
+            TEST_PROG,
+            TEST_VERS,
+            PROC_NULL,
+            Message::new(),
+            &reply_of(0, Vec::new()),
+        )
         .await?;
     r.reader().finish("void")?;
     Ok(())
@@ -199,12 +231,12 @@ pub async fn null(c: &Client) -> Result<(), RpcError> {
 pub async fn echo(c: &Client, data: &[u8]) -> Result<Bytes, RpcError> {
     check_len(data.len())?;
     let r = c
-        .call(
+        .call_with(
             TEST_PROG,
             TEST_VERS,
             PROC_ECHO,
             opaque_args(data, false)?,
-            &[],
+            &reply_of(opaque_len(data.len() as u64), Vec::new()),
         )
         .await?;
     let mut rd = r.reader();
@@ -219,7 +251,13 @@ pub async fn read(c: &Client, count: u32, seed: u32) -> Result<Bytes, RpcError> 
     let mut b = Message::builder();
     b.put_u32(count).put_u32(seed);
     let r = c
-        .call(TEST_PROG, TEST_VERS, PROC_READ, b.finish(), &[count])
+        .call_with(
+            TEST_PROG,
+            TEST_VERS,
+            PROC_READ,
+            b.finish(),
+            &reply_of(4, vec![count]),
+        )
         .await?;
     let mut rd = r.reader();
     // DDP-eligible: over RDMA the data is the Write chunk's.
@@ -233,12 +271,12 @@ pub async fn read(c: &Client, count: u32, seed: u32) -> Result<Bytes, RpcError> 
 pub async fn write(c: &Client, data: &[u8]) -> Result<(u32, u32), RpcError> {
     check_len(data.len())?;
     let r = c
-        .call(
+        .call_with(
             TEST_PROG,
             TEST_VERS,
             PROC_WRITE,
             opaque_args(data, true)?,
-            &[],
+            &reply_of(8, Vec::new()),
         )
         .await?;
     let mut rd = r.reader();

@@ -525,11 +525,28 @@ async fn remote_invalidation_when_both_sides_set_r_and_mpa_crc() {
         let (c, t) = connect_client(rdma.local_addr(), ClientConfig::default(), ccfg)
             .await
             .unwrap();
-        // testprog::read offers a Write chunk and (for the default
-        // reply_max) a Reply chunk: two handles, so no Send With
-        // Invalidate (Linux svc_rdma_get_inv_rkey: only one handle).
-        let d = testprog::read(&c, 100_000, 11).await.unwrap();
+        // A Write chunk and (for the client's default reply_max) a Reply
+        // chunk: two handles, so no Send With Invalidate (Linux
+        // svc_rdma_get_inv_rkey: only one handle).
+        let mut args = Message::builder();
+        args.put_u32(100_000).put_u32(11);
+        let opts = rpcrdma::CallOptions {
+            ddp_results: vec![100_000],
+            ..Default::default()
+        };
+        let r = c
+            .call_with(
+                TEST_PROG,
+                TEST_VERS,
+                testprog::PROC_READ,
+                args.finish(),
+                &opts,
+            )
+            .await
+            .unwrap();
+        let d = r.reader().ddp_opaque(100_000, "max", "data").unwrap();
         assert_eq!(&d[..], &testprog::pattern(11, 100_000)[..]);
+        assert_eq!(t.status().engine.reply_chunks, 1);
         assert_eq!(t.status().engine.remote_invalidations, 0);
         // A Write chunk alone: one handle, invalidated by the reply.
         let mut args = Message::builder();

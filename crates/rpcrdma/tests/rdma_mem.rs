@@ -62,6 +62,10 @@ async fn test_program_over_the_in_memory_provider() {
         c.serve_backchannel(&cb).unwrap();
 
         testprog::null(&c).await.unwrap();
+        // The test program states each procedure's largest reply, so a
+        // NULL call offers no Reply chunk (nothing to register or
+        // invalidate); only a reply that may exceed 4 KiB gets one.
+        assert_eq!(t.status().engine.reply_chunks, 0);
         let big = testprog::pattern(5, 9000);
         assert_eq!(&testprog::echo(&c, &big).await.unwrap()[..], &big[..]);
         let d = testprog::read(&c, 200_001, 8).await.unwrap();
@@ -72,6 +76,9 @@ async fn test_program_over_the_in_memory_provider() {
             (300_000, crc32c::crc32c(&w))
         );
         let e = t.status().engine;
+        // Only ECHO 9000 needed a Reply chunk; READ's reply apart from its
+        // Write chunk, and WRITE's, fit inline.
+        assert_eq!(e.reply_chunks, 1);
         // Read chunks: the Long Call's Position-Zero chunk and WRITE's data.
         assert_eq!(
             (e.long_calls, e.long_replies, e.write_chunks, e.read_chunks),
