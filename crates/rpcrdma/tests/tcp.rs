@@ -389,6 +389,33 @@ async fn rpc_mismatch_for_rpcvers_other_than_2() {
 }
 
 #[tokio::test]
+async fn uncached_procedures_run_again_on_a_retransmission() {
+    timeout(T, async {
+        let f = start().await;
+        assert!(f.server.set_uncached(ERR_PROG, 2, &[P_COUNT]));
+        assert!(
+            !f.server.set_uncached(ERR_PROG, 9, &[P_COUNT]),
+            "no such version"
+        );
+        let mut s = TcpStream::connect(f.addr).await.unwrap();
+        let call = raw_call(0xdead_0101, 2, ERR_PROG, 2, P_COUNT, &0u32.to_be_bytes());
+        raw_send(&mut s, &call).await;
+        let r1 = raw_recv(&mut s).await.unwrap();
+        raw_send(&mut s, &call).await;
+        let r2 = raw_recv(&mut s).await.unwrap();
+        // Executed twice: the second reply counts 2, nothing came from the
+        // cache.
+        assert_eq!(&r1[r1.len() - 4..], &1u32.to_be_bytes());
+        assert_eq!(&r2[r2.len() - 4..], &2u32.to_be_bytes());
+        assert_eq!(f.count.load(Ordering::SeqCst), 2);
+        assert_eq!(f.server.metrics().drc_hits, 0);
+        f.tcp.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
 async fn duplicate_reply_cache_executes_a_retransmission_once() {
     timeout(T, async {
         let f = start().await;
