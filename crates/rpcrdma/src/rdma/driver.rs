@@ -2,9 +2,11 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Wake, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use rpcrdma_proto::engine::{
@@ -166,15 +168,12 @@ impl ClientTransport for ConnHandle {
     }
 }
 
-struct NotifyWaker(tokio::sync::Notify);
-
-impl Wake for NotifyWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.notify_one();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.notify_one();
-    }
+/// The driver's timer state (see [`Driver::run`]).
+struct Clock {
+    /// The instant the timer is set to, if it is in use.
+    armed: Option<tokio::time::Instant>,
+    /// The next fallback tick.
+    fallback_at: tokio::time::Instant,
 }
 
 /// The provider's socket, registered with tokio (never closed by us).
@@ -219,8 +218,7 @@ pub(crate) struct Driver {
     dispatcher: Option<Arc<dyn CallDispatcher>>,
     identity: ClientIdentity,
     reconnect: Option<Reconnect>,
-    notify: Arc<NotifyWaker>,
-    waker: Waker,
+    rx_done: bool,
     closing: bool,
     comps: Vec<Completion>,
     deferred: Vec<Cmd>,
@@ -229,7 +227,7 @@ pub(crate) struct Driver {
 fn register_fd(p: &mut BoxProvider) -> Option<AsyncFd<Fd>> {
     let a = register_fd_inner(p);
     // With the fd watched, the provider reads only after readiness edges
-    // (see `Driver::poll_readable`).
+    // (see `Driver::poll_work`).
     p.set_read_gate(a.is_some());
     a
 }
@@ -272,8 +270,6 @@ impl Driver {
         identity: ClientIdentity,
         reconnect: Option<Reconnect>,
     ) -> Driver {
-        let notify = Arc::new(NotifyWaker(tokio::sync::Notify::new()));
-        let waker = Waker::from(notify.clone());
         {
             let mut st = shared.lock();
             st.status.link = connected.info;
@@ -293,8 +289,7 @@ impl Driver {
             dispatcher,
             identity,
             reconnect,
-            notify,
-            waker,
+            rx_done: false,
             closing: false,
             comps: Vec::new(),
             deferred: Vec::new(),
@@ -302,23 +297,69 @@ impl Driver {
     }
 
     pub(crate) async fn run(mut self) {
-        // One fallback timer for the driver's life, re-armed only after it
-        // fired (a new `Sleep` per wait cost a timer-wheel insert and
-        // removal on every call).
-        let fallback_sleep = tokio::time::sleep(FALLBACK_TICK);
-        tokio::pin!(fallback_sleep);
+        // One timer for the driver's life: the engine's next deadline or,
+        // with work in flight, the fallback tick, whichever comes first. It
+        // is reset only when that instant changes (a new `Sleep` per wait
+        // cost a timer-wheel insert and removal on every call).
+        let timer = tokio::time::sleep(FALLBACK_TICK);
+        tokio::pin!(timer);
+        let mut clock = Clock {
+            armed: None,
+            fallback_at: tokio::time::Instant::now() + FALLBACK_TICK,
+        };
+        loop {
+            std::future::poll_fn(|cx| self.poll_work(cx, timer.as_mut(), &mut clock)).await;
+            // The engine closed.
+            if !self.closing && self.reconnect.is_some() && self.reconnect_loop().await {
+                continue;
+            }
+            break;
+        }
+        self.finish().await;
+    }
+
+    /// Steps the connection until the engine closes (`Ready`) or nothing
+    /// can move until a command, a readiness edge, a provider wake-up or
+    /// the timer (`Pending`, with every one of them registered with `cx`).
+    /// A hand-written poll (rather than a `select!` per pass) registers
+    /// each source once and creates no futures per call.
+    fn poll_work(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut timer: Pin<&mut tokio::time::Sleep>,
+        clock: &mut Clock,
+    ) -> Poll<()> {
         let mut spins = 0u32;
         loop {
-            self.poll_readable().await;
             let mut busy = false;
-            let deferred = std::mem::take(&mut self.deferred);
-            for cmd in deferred {
+            // A readiness edge of the socket: cleared *before* the provider
+            // reads, so an arrival after its drain is a new edge.
+            if let Some(a) = self.afd.as_ref() {
+                if let Poll::Ready(Ok(mut g)) = a.poll_read_ready(cx) {
+                    g.clear_ready();
+                    self.prov.note_readable();
+                }
+                if self.prov.write_blocked() {
+                    if let Poll::Ready(Ok(mut g)) = a.poll_write_ready(cx) {
+                        g.clear_ready();
+                    }
+                }
+            }
+            for cmd in std::mem::take(&mut self.deferred) {
                 busy = true;
                 self.command(cmd);
             }
-            while let Ok(cmd) = self.rx.try_recv() {
+            while !self.rx_done {
+                match self.rx.poll_recv(cx) {
+                    Poll::Ready(Some(c)) => self.command(c),
+                    // Every handle is gone: nobody can use the connection.
+                    Poll::Ready(None) => {
+                        self.rx_done = true;
+                        self.command(Cmd::Close);
+                    }
+                    Poll::Pending => break,
+                }
                 busy = true;
-                self.command(cmd);
             }
             if busy {
                 // Commands changed the engine (e.g. a reply went out).
@@ -326,72 +367,60 @@ impl Driver {
             }
             busy |= self.step();
             if self.conn.is_closed() {
-                if !self.closing && self.reconnect.is_some() && self.reconnect_loop().await {
-                    continue;
-                }
-                break;
+                return Poll::Ready(());
             }
             if busy {
-                // Keep going while there is work, without a trip through the
-                // scheduler (a `yield_now` costs the runtime an extra
-                // non-blocking epoll_wait per call); yield now and then so
-                // that the other tasks of the runtime (e.g. the callers
-                // woken by replies) are not starved.
+                // Keep going while there is work, without a trip through
+                // the scheduler; now and then let the runtime's other tasks
+                // (e.g. callers woken by replies) run.
                 spins += 1;
                 if spins >= BUSY_SPINS {
-                    spins = 0;
-                    tokio::task::yield_now().await;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
                 continue;
             }
-            spins = 0;
-            self.prov.arm(&self.waker, Notify::Any);
+            self.prov.arm(cx.waker(), Notify::Any);
             if self.step() {
                 continue;
             }
-            let deadline = self.conn.poll_timeout();
+            if self.conn.is_closed() {
+                return Poll::Ready(());
+            }
+            // The timer: the engine's deadline, or the fallback tick while
+            // work is in flight.
+            let now = tokio::time::Instant::now();
             let fallback = self.conn.inflight_work_requests() > 0 || !self.pending.is_empty();
-            let want_write = self.prov.write_blocked();
-            let afd = self.afd.as_ref();
-            let cmd = tokio::select! {
-                c = self.rx.recv() => Some(c),
-                _ = self.notify.0.notified() => None,
-                _ = fd_ready(afd, want_write) => None,
-                _ = sleep_until(deadline), if deadline.is_some() => None,
-                _ = &mut fallback_sleep, if fallback => None,
+            if clock.fallback_at <= now {
+                clock.fallback_at = now + FALLBACK_TICK;
+            }
+            let engine = self.conn.poll_timeout().map(tokio::time::Instant::from_std);
+            let want = match (engine, fallback) {
+                (Some(d), true) => Some(d.min(clock.fallback_at)),
+                (Some(d), false) => Some(d),
+                (None, true) => Some(clock.fallback_at),
+                (None, false) => None,
             };
-            if fallback_sleep.is_elapsed() {
-                fallback_sleep
-                    .as_mut()
-                    .reset(tokio::time::Instant::now() + FALLBACK_TICK);
+            let Some(want) = want else {
+                clock.armed = None;
+                return Poll::Pending;
+            };
+            if clock.armed != Some(want) {
+                timer.as_mut().reset(want);
+                clock.armed = Some(want);
             }
-            match cmd {
-                Some(Some(c)) => self.command(c),
-                // Every handle is gone: nobody can use the connection.
-                Some(None) => self.command(Cmd::Close),
-                None => {}
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
             }
-        }
-        self.finish().await;
-    }
-
-    /// Consumes a readiness edge of the socket, if there is one, and lets
-    /// the provider read again. Readiness is cleared *before* the provider
-    /// reads, so an arrival after its drain is a new edge.
-    async fn poll_readable(&mut self) {
-        let Some(a) = self.afd.as_ref() else { return };
-        let ready = std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(match a.poll_read_ready(cx) {
-                std::task::Poll::Ready(Ok(mut g)) => {
-                    g.clear_ready();
-                    true
-                }
-                _ => false,
-            })
-        })
-        .await;
-        if ready {
-            self.prov.note_readable();
+            // It fired: step again (the engine handles its timeouts); count
+            // it as a busy pass so a deadline that does not move cannot
+            // keep this loop from yielding.
+            clock.armed = None;
+            spins += 1;
+            if spins >= BUSY_SPINS {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
         }
     }
 
@@ -686,32 +715,6 @@ impl Driver {
         }
         self.publish();
         self.afd = None;
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn fd_ready(afd: Option<&AsyncFd<Fd>>, want_write: bool) {
-    let Some(a) = afd else {
-        return std::future::pending().await;
-    };
-    // Read readiness is left set: `Driver::poll_readable` clears it (before
-    // the provider is stepped again, so an edge that arrives while it works
-    // is not lost) and tells the provider.
-    tokio::select! {
-        r = a.readable() => match r {
-            Ok(_) => {}
-            Err(_) => std::future::pending().await,
-        },
-        w = a.writable(), if want_write => match w {
-            Ok(mut g) => g.clear_ready(),
-            Err(_) => std::future::pending().await,
-        },
     }
 }
 
