@@ -8,7 +8,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// Multiply-rotate hash of integer keys (FxHash style).
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct IdHasher(u64);
+pub struct IdHasher(u64);
 
 const K: u64 = 0x517c_c1b7_2722_0a95;
 
@@ -34,7 +34,7 @@ impl Hasher for IdHasher {
 }
 
 /// A map keyed by locally assigned ids.
-pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 #[cfg(test)]
 mod tests {

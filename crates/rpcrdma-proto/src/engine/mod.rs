@@ -40,7 +40,7 @@ use crate::Limits;
 
 mod connection;
 mod framing;
-mod ids;
+pub mod ids;
 mod marshal;
 
 pub use crate::wire::direction::Role;

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use rpcrdma_proto::engine::ids::IdMap;
 use rpcrdma_proto::engine::{
     CallError, CallFailure, CallHandle, CallId, Config as EngineConfig, Connection, Event,
     OutgoingCall as ECall, OutgoingReply,
@@ -52,6 +53,9 @@ pub(crate) enum Cmd {
 /// State shared between a driver and the handles of its connection.
 pub(crate) struct Shared {
     pub(crate) tx: mpsc::UnboundedSender<Cmd>,
+    /// Set (after `state.closed`) when the connection is closed for good:
+    /// the per-call check without the lock.
+    pub(crate) is_closed: std::sync::atomic::AtomicBool,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) peer: String,
     pub(crate) state: Mutex<SharedState>,
@@ -75,8 +79,10 @@ impl Shared {
     }
 
     pub(crate) fn send(&self, cmd: Cmd) -> Result<(), TransportError> {
-        if let Some(e) = self.closed() {
-            return Err(e);
+        if self.is_closed.load(std::sync::atomic::Ordering::Acquire) {
+            if let Some(e) = self.closed() {
+                return Err(e);
+            }
         }
         self.tx.send(cmd).map_err(|_| TransportError::Closed)
     }
@@ -212,8 +218,10 @@ pub(crate) struct Driver {
     config: EngineConfig,
     shared: Arc<Shared>,
     rx: mpsc::UnboundedReceiver<Cmd>,
-    pending: HashMap<CallId, Pending>,
-    by_xid: HashMap<u32, CallId>,
+    pending: IdMap<CallId, Pending>,
+    /// Keyed by the runtime's XIDs (assigned by this end).
+    by_xid: IdMap<u32, CallId>,
+    /// Keyed by the peer's XIDs: SipHash.
     incoming: HashMap<u32, CallHandle>,
     dispatcher: Option<Arc<dyn CallDispatcher>>,
     identity: ClientIdentity,
@@ -283,8 +291,8 @@ impl Driver {
             config,
             shared,
             rx,
-            pending: HashMap::new(),
-            by_xid: HashMap::new(),
+            pending: IdMap::default(),
+            by_xid: IdMap::default(),
             incoming: HashMap::new(),
             dispatcher,
             identity,
@@ -685,6 +693,9 @@ impl Driver {
             )
         };
         self.shared.lock().closed = Some(err.clone());
+        self.shared
+            .is_closed
+            .store(true, std::sync::atomic::Ordering::Release);
         for (_, p) in self.pending.drain() {
             let _ = p.tx.send(Err(err.clone()));
         }
@@ -734,6 +745,7 @@ pub(crate) fn spawn(
     let peer = connected.info.peer.clone();
     let shared = Arc::new(Shared {
         tx,
+        is_closed: std::sync::atomic::AtomicBool::new(false),
         metrics,
         peer: peer.clone(),
         state: Mutex::new(SharedState::default()),
