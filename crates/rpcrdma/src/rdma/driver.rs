@@ -395,6 +395,24 @@ impl Driver {
             if self.conn.is_closed() {
                 return Poll::Ready(());
             }
+            // Before sleeping, register for the socket's next readiness
+            // edge: the one consumed at the top of this pass took its waker
+            // (and a pass that read without producing work never looked
+            // again). Likewise for writability when output waits for room
+            // (the provider may have become blocked during this pass).
+            if let Some(a) = self.afd.as_ref() {
+                if let Poll::Ready(Ok(mut g)) = a.poll_read_ready(cx) {
+                    g.clear_ready();
+                    self.prov.note_readable();
+                    continue;
+                }
+                if self.prov.write_blocked() {
+                    if let Poll::Ready(Ok(mut g)) = a.poll_write_ready(cx) {
+                        g.clear_ready();
+                        continue;
+                    }
+                }
+            }
             // The timer: the engine's deadline, or the fallback tick while
             // work is in flight.
             let now = tokio::time::Instant::now();
@@ -762,6 +780,12 @@ pub(crate) fn spawn(
         reconnect,
     );
     let span = tracing::debug_span!("rpc.rdma.conn", %peer, client);
-    let h = tokio::spawn(tracing::Instrument::instrument(d.run(), span));
+    // Unconstrained by tokio's cooperative budget: the driver yields by
+    // itself (`BUSY_SPINS`), and a budget-forced `Pending` from its fd,
+    // channel or timer would leave that source unregistered for the pass.
+    let h = tokio::spawn(tokio::task::unconstrained(tracing::Instrument::instrument(
+        d.run(),
+        span,
+    )));
     (shared, h)
 }
