@@ -207,6 +207,11 @@ pub(crate) struct Reconnect {
 /// least this often even without a readiness notification.
 const FALLBACK_TICK: Duration = Duration::from_millis(20);
 
+/// Fallback rescues of every driver of this process (see
+/// [`super::fallback_rescues_total`]).
+pub(crate) static FALLBACK_RESCUES: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
 /// Busy passes over the engine before the driver yields to the runtime.
 const BUSY_SPINS: u32 = 16;
 
@@ -227,6 +232,7 @@ pub(crate) struct Driver {
     identity: ClientIdentity,
     reconnect: Option<Reconnect>,
     rx_done: bool,
+    fallback_rescues: u64,
     closing: bool,
     comps: Vec<Completion>,
     deferred: Vec<Cmd>,
@@ -298,6 +304,7 @@ impl Driver {
             identity,
             reconnect,
             rx_done: false,
+            fallback_rescues: 0,
             closing: false,
             comps: Vec::new(),
             deferred: Vec::new(),
@@ -338,14 +345,22 @@ impl Driver {
         clock: &mut Clock,
     ) -> Poll<()> {
         let mut spins = 0u32;
+        // Anything moved during this poll (pushes the fallback tick back).
+        let mut moved = false;
+        // Woken by the fallback tick (nothing moved for a while): if the
+        // first pass then finds the socket readable or work to do, a
+        // wake-up was lost on the way (counted, see `fallback_rescues`).
+        let mut by_fallback = clock.armed == Some(clock.fallback_at) && timer.is_elapsed();
         loop {
             let mut busy = false;
+            let mut readable = false;
             // A readiness edge of the socket: cleared *before* the provider
             // reads, so an arrival after its drain is a new edge.
             if let Some(a) = self.afd.as_ref() {
                 if let Poll::Ready(Ok(mut g)) = a.poll_read_ready(cx) {
                     g.clear_ready();
                     self.prov.note_readable();
+                    readable = true;
                 }
                 if self.prov.write_blocked() {
                     if let Poll::Ready(Ok(mut g)) = a.poll_write_ready(cx) {
@@ -377,6 +392,16 @@ impl Driver {
             if self.conn.is_closed() {
                 return Poll::Ready(());
             }
+            if std::mem::take(&mut by_fallback) && (readable || busy) {
+                self.fallback_rescues += 1;
+                FALLBACK_RESCUES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(
+                    rescues = self.fallback_rescues,
+                    "fallback tick found work (a lost wake-up)"
+                );
+                self.publish();
+            }
+            moved |= busy;
             if busy {
                 // Keep going while there is work, without a trip through
                 // the scheduler; now and then let the runtime's other tasks
@@ -415,9 +440,12 @@ impl Driver {
             }
             // The timer: the engine's deadline, or the fallback tick while
             // work is in flight.
+            // The fallback tick fires only after at least half a tick
+            // without progress while work is in flight (moved back at most
+            // once per half tick, so the timer is not reset on every call).
             let now = tokio::time::Instant::now();
             let fallback = self.conn.inflight_work_requests() > 0 || !self.pending.is_empty();
-            if clock.fallback_at <= now {
+            if clock.fallback_at <= now || (moved && clock.fallback_at < now + FALLBACK_TICK / 2) {
                 clock.fallback_at = now + FALLBACK_TICK;
             }
             let engine = self.conn.poll_timeout().map(tokio::time::Instant::from_std);
@@ -440,8 +468,13 @@ impl Driver {
             }
             // It fired: step again (the engine handles its timeouts); count
             // it as a busy pass so a deadline that does not move cannot
-            // keep this loop from yielding.
+            // keep this loop from yielding. The fallback tick also looks at
+            // the socket (the next pass counts what it finds).
+            by_fallback = clock.armed == Some(clock.fallback_at);
             clock.armed = None;
+            if by_fallback {
+                self.prov.note_readable();
+            }
             spins += 1;
             if spins >= BUSY_SPINS {
                 cx.waker().wake_by_ref();
@@ -497,6 +530,7 @@ impl Driver {
         st.status.queued = self.conn.queued();
         st.status.engine = *self.conn.metrics();
         st.status.last_error = self.conn.error().map(|e| e.to_string());
+        st.status.fallback_rescues = self.fallback_rescues;
     }
 
     fn command(&mut self, cmd: Cmd) {

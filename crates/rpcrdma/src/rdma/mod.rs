@@ -156,6 +156,12 @@ impl RdmaProvider for MemProvider {
     }
 }
 
+/// [`RdmaStatus::fallback_rescues`] summed over every connection this
+/// process has driven (for tools; zero in a healthy process).
+pub fn fallback_rescues_total() -> u64 {
+    driver::FALLBACK_RESCUES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The provider of one connection, owned by its driver task.
 pub type BoxProvider = Box<dyn RdmaProvider>;
 
@@ -347,6 +353,11 @@ pub struct RdmaStatus {
     pub engine: EngineMetrics,
     /// The engine's last connection error, as text.
     pub last_error: Option<String>,
+    /// Times the driver's fallback tick (a safety net while work is in
+    /// flight) found work that no readiness notification had announced:
+    /// each one is a lost wake-up that stalled the connection for up to the
+    /// tick (20 ms). Zero in a healthy driver.
+    pub fallback_rescues: u64,
 }
 
 impl RdmaStatus {
