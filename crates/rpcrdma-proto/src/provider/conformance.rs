@@ -321,7 +321,9 @@ pub fn write_remote_access_error<P: Provider>(h: &mut Harness<P>, bad: BadRemote
         BadRemote::StaleKey => {
             let old = target.stag();
             let buf = h.b.deregister(&target).map_err(|e| err(N, e))?;
-            target = h.b.register(buf, access).map_err(|e| err(N, e.error))?;
+            target =
+                h.b.register(buf.into_owned(), access)
+                    .map_err(|e| err(N, e.error))?;
             ensure!(N, target.stag() != old, "re-registration reused STag {old}");
             remote.stag = old;
         }
