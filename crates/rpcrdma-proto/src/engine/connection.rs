@@ -2354,13 +2354,27 @@ impl Connection {
         let sink_need = call.sink_need;
         for c in &mut call.chunks {
             if let Some(mr) = c.sink.take() {
-                c.data = p
-                    .region(&mr)
-                    .ok()
-                    .and_then(|b| b.get(..c.len))
-                    .map(<[u8]>::to_vec)
-                    .unwrap_or_default();
-                sinks.push(mr);
+                // Every Read into the sink has completed: its registration
+                // ends and the buffer itself is the chunk's data (no copy).
+                // Should it still be held, the data is copied out and the
+                // region released as usual.
+                match p.deregister(&mr) {
+                    Ok(Buffer::Owned(buf)) if buf.len() >= c.len => {
+                        let mut v = Vec::from(buf);
+                        v.truncate(c.len);
+                        c.data = v;
+                    }
+                    Ok(other) => c.data = other.get(..c.len).unwrap_or_default().to_vec(),
+                    Err(_) => {
+                        c.data = p
+                            .region(&mr)
+                            .ok()
+                            .and_then(|b| b.get(..c.len))
+                            .map(<[u8]>::to_vec)
+                            .unwrap_or_default();
+                        sinks.push(mr);
+                    }
+                }
             }
         }
         let base = match call.pz {

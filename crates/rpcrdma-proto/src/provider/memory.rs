@@ -577,6 +577,79 @@ mod tests {
     }
 
     #[test]
+    fn shared_bytes_are_read_only_and_bounded_by_their_slice() {
+        let mut t = MemoryTable::new(0);
+        let backing = Bytes::from(vec![7u8; 32]);
+        for bad in [
+            Access::LOCAL_WRITE,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        ] {
+            assert!(matches!(
+                t.register_shared(backing.clone(), bad, &caps()),
+                Err(ProviderError::InvalidArgument(_))
+            ));
+        }
+        // REMOTE_WRITE alone is refused too (it is a write right).
+        assert!(t
+            .register_shared(backing.clone(), Access::REMOTE_WRITE, &caps())
+            .is_err());
+        let mr = t
+            .register_shared(backing.slice(8..24), Access::REMOTE_READ, &caps())
+            .expect("shared");
+        assert_eq!(mr.len(), 16);
+        let idx = mr.stag().index();
+        assert!(t.region_at(idx).is_some_and(Region::is_shared));
+        assert!(t.region_at_mut(idx).and_then(Region::buf_mut).is_none());
+        assert_eq!(
+            t.region_mut(&mr).err(),
+            Some(ProviderError::AccessDenied {
+                needed: Access::LOCAL_WRITE
+            })
+        );
+        assert_eq!(t.region(&mr), Ok(&[7u8; 16][..]));
+        // Local write uses and remote writes are refused; reads allowed
+        // within the slice only.
+        assert_eq!(
+            t.check_recv(&RecvWr {
+                wr_id: 0,
+                sge: mr.sge(0, 16)
+            }),
+            Err(ProviderError::AccessDenied {
+                needed: Access::LOCAL_WRITE
+            })
+        );
+        assert_eq!(t.check_remote(mr.remote(0), 1, Access::REMOTE_WRITE), None);
+        assert_eq!(
+            t.check_remote(mr.remote(0), 16, Access::REMOTE_READ),
+            Some((idx, 0))
+        );
+        assert_eq!(t.check_remote(mr.remote(0), 17, Access::REMOTE_READ), None);
+        assert_eq!(
+            t.check_sge(&mr.sge(8, 9), Access::NONE),
+            Err(ProviderError::OutOfBounds)
+        );
+        assert!(t.slice(idx, 10, 7).is_empty());
+        // Size limit as for owned buffers.
+        let big = Bytes::from(vec![0u8; 65]);
+        assert_eq!(
+            t.register_shared(big, Access::NONE, &caps()).err(),
+            Some(ProviderError::TooLong)
+        );
+        // Back as it came: shared, same octets, next key on the index.
+        let back = t.deregister(&mr).expect("deregister");
+        assert!(back.is_shared());
+        assert_eq!(back.into_bytes(), backing.slice(8..24));
+        assert_eq!(t.registered(), 0);
+        let again = reg(&mut t, 4, Access::NONE);
+        assert_eq!(again.stag().index(), idx);
+        assert_ne!(again.stag(), mr.stag());
+        assert!(matches!(
+            t.deregister(&again),
+            Ok(Buffer::Owned(ref b)) if b.len() == 4
+        ));
+    }
+
+    #[test]
     fn bounds() {
         let mut t = MemoryTable::new(0);
         let mr = reg(&mut t, 8, Access::LOCAL_WRITE);
