@@ -1862,9 +1862,10 @@ impl Connection {
             self.send_pool.push(mr);
             return;
         }
-        // A chunk sink (its contents, if any, were copied out): the registration ends
-        // here (its STag is dead for good), the buffer is kept for a later
-        // call, which registers it afresh under a new STag.
+        // A chunk sink whose data nobody took (an unused Write chunk, the
+        // Reply chunk, whose contents were copied out): the registration
+        // ends here (its STag is dead for good), the buffer is kept for a
+        // later call, which registers it afresh under a new STag.
         if self.error.is_none() && mr.access().contains(Access::REMOTE_WRITE) {
             match p.deregister(&mr) {
                 Ok(Buffer::Owned(buf)) => self.pool().put(buf),
@@ -1880,12 +1881,14 @@ impl Connection {
 
     /// A buffer of `len` octets for a Write or Reply chunk: a pooled one of
     /// that size if there is one, else a new zeroed one. A pooled buffer is
-    /// not cleared: it only ever held zeros or what this connection's
-    /// responder wrote into it (results are copied out of it), so nothing
-    /// in it is new to the responder, which can never read a chunk anyway
-    /// (they are registered `REMOTE_WRITE` only), and a caller only ever
-    /// sees the octets the responder says it wrote for that call. The pool
-    /// dies with the connection.
+    /// not cleared: it only ever held zeros or what this connection's peer
+    /// placed in it (a result handed out as `Bytes` comes back unchanged,
+    /// and only once every clone is dropped, so nothing the upper layer
+    /// still holds is ever reused), so nothing in it is new to the peer,
+    /// which can never read a chunk anyway (they are registered
+    /// `REMOTE_WRITE` only), and a caller only ever sees the octets the
+    /// responder says it wrote for that call. The pool dies with the
+    /// connection (results returned later are freed).
     fn sink_buffer(&mut self, len: usize) -> Vec<u8> {
         match self.pool().take(len) {
             Some(b) => Vec::from(b),
