@@ -50,8 +50,8 @@ use std::io::{self, IoSlice};
 
 use rpcrdma_proto::provider::memory::{Hold as Held, MemoryTable, SendRules};
 use rpcrdma_proto::provider::{
-    Access, Blame, Caps, Completion, DisconnectReason, MemoryRegion, Opcode as CqOpcode,
-    ProviderError, RecvWr, RegisterError, SendOp, SendWr, Sge, Stag, Status,
+    Access, Blame, Buffer, Bytes, Caps, Completion, DisconnectReason, MemoryRegion,
+    Opcode as CqOpcode, ProviderError, RecvWr, RegisterError, SendOp, SendWr, Sge, Stag, Status,
 };
 
 use crate::crc::{self, Crc32c};
@@ -527,9 +527,21 @@ impl QueuePair {
         self.mem.register(buf, access, &self.caps)
     }
 
+    /// Registers shared read-only bytes without a copy (see
+    /// [`rpcrdma_proto::provider::Provider::register_shared`]): only
+    /// `NONE` or `REMOTE_READ` access; RDMA Writes and Sends gather from
+    /// them as from any region, no placement ever reaches them.
+    pub fn register_shared(
+        &mut self,
+        buf: Bytes,
+        access: Access,
+    ) -> Result<MemoryRegion, ProviderError> {
+        self.mem.register_shared(buf, access, &self.caps)
+    }
+
     /// Ends a registration; `Busy` while a WR or a queued Read Response
     /// references the region.
-    pub fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+    pub fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
         self.mem.deregister(mr)
     }
 
@@ -1287,7 +1299,7 @@ impl QueuePair {
         let rem = self.rx.remaining;
         self.mem
             .region_at_mut(idx)?
-            .buf_mut()
+            .buf_mut()?
             .get_mut(off..off.checked_add(rem)?)
     }
 
@@ -1401,7 +1413,7 @@ impl QueuePair {
                         if let Some(dst) = self
                             .mem
                             .region_at_mut(idx)
-                            .and_then(|r| r.buf_mut().get_mut(off..off + take))
+                            .and_then(|r| r.buf_mut()?.get_mut(off..off + take))
                         {
                             dst.copy_from_slice(src);
                         }

@@ -42,8 +42,9 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use rpcrdma_proto::provider::{
-    Blame, Caps, Completion, ConnectionEvent, ConnectionInfo, ConnectionState, DisconnectReason,
-    MemoryRegion, Notify, Provider, ProviderError, RecvWr, RegisterError, SendWr, Status,
+    Blame, Buffer, Bytes, Caps, Completion, ConnectionEvent, ConnectionInfo, ConnectionState,
+    DisconnectReason, MemoryRegion, Notify, Provider, ProviderError, RecvWr, RegisterError, SendWr,
+    Status,
 };
 use rustix::event::{PollFd, PollFlags, Timespec};
 
@@ -591,7 +592,15 @@ impl Provider for IwarpProvider {
         self.qp.register(buf, access)
     }
 
-    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+    fn register_shared(
+        &mut self,
+        buf: Bytes,
+        access: rpcrdma_proto::provider::Access,
+    ) -> Result<MemoryRegion, ProviderError> {
+        self.qp.register_shared(buf, access)
+    }
+
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
         self.qp.deregister(mr)
     }
 

@@ -366,7 +366,7 @@ fn stag_key_rotates_on_reregistration() {
     let mut q = QueuePair::new(CAPS, 0);
     let mr = reg(&mut q, vec![0; 8], RW);
     let buf = q.deregister(&mr).unwrap();
-    let mr2 = q.register(buf, RW).unwrap();
+    let mr2 = q.register(buf.into_owned(), RW).unwrap();
     assert_eq!(mr.stag().index(), mr2.stag().index());
     assert_ne!(mr.stag().key(), mr2.stag().key());
     assert_eq!(mr2.stag().key(), mr.stag().key().wrapping_add(1));

@@ -362,7 +362,7 @@ fn send_with_invalidate_then_reregister_gives_a_fresh_key() {
     h.b.region_mut(&chunk).unwrap()[0] = 1;
     let buf = h.b.deregister(&chunk).unwrap();
     assert_eq!(buf[0], 1);
-    let again = h.b.register(buf, RW).unwrap();
+    let again = h.b.register(buf.into_owned(), RW).unwrap();
     assert_eq!(again.stag().index(), chunk.stag().index());
     assert_eq!(again.stag().key(), chunk.stag().key().wrapping_add(1));
     // The new key works.
@@ -712,7 +712,7 @@ fn stags_rotate_per_registration_and_differ_between_ends() {
     let mut mr = ma;
     for _ in 0..3 {
         let buf = a.deregister(&mr).unwrap();
-        mr = a.register(buf, RW).unwrap();
+        mr = a.register(buf.into_owned(), RW).unwrap();
         assert_eq!(mr.stag(), Stag::new(0, stag.key().wrapping_add(1)));
         stag = mr.stag();
     }

@@ -195,7 +195,7 @@ fn run<P: Provider>(
                 match e.p.deregister(&e.mrs[r]) {
                     Ok(buf) => {
                         let old = e.mrs[r].stag();
-                        e.mrs[r] = e.p.register(buf, ALL).unwrap();
+                        e.mrs[r] = e.p.register(buf.into_owned(), ALL).unwrap();
                         prop_assert_ne!(e.mrs[r].stag(), old);
                     }
                     Err(err) => prop_assert_eq!(err, ProviderError::Busy),

@@ -167,7 +167,7 @@ fn write_chunk_reply_returns_actual_length() {
     let r = OutgoingReply {
         message: vec![
             Piece::Inline(head.clone()),
-            Piece::Ddp(result.clone()),
+            Piece::Ddp(result.clone().into()),
             Piece::Inline(tail.clone()),
         ],
     };
@@ -389,7 +389,7 @@ fn swi_case(
     p.reply(
         call.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(head), Piece::Ddp(result.clone())],
+            message: vec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
         },
     );
     let ev = p.client_events();
@@ -444,7 +444,7 @@ fn oversized_descriptions_are_refused_synchronously() {
     let r = p.c.conn.start_call(p.now, &mut p.c.prov, huge);
     assert!(matches!(r, Err(CallError::TooLarge { .. })), "{r:?}");
     let no_header = OutgoingCall {
-        message: vec![Piece::Ddp(vec![1, 2, 3, 4, 5, 6, 7, 8])],
+        message: vec![Piece::Ddp(vec![1, 2, 3, 4, 5, 6, 7, 8].into())],
         reply_max: 256,
         ddp_results: vec![],
     };
@@ -463,7 +463,7 @@ fn long_call_with_write_chunk_and_reply_chunk_together() {
     let ddp = data(10_000, 2);
     let msg = vec![
         Piece::Inline(head),
-        Piece::Ddp(ddp.clone()),
+        Piece::Ddp(ddp.clone().into()),
         Piece::Inline(word(1)),
     ];
     p.call(OutgoingCall {
@@ -483,7 +483,10 @@ fn long_call_with_write_chunk_and_reply_chunk_together() {
     let form = p.reply(
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(rhead.clone()), Piece::Ddp(result.clone())],
+            message: vec![
+                Piece::Inline(rhead.clone()),
+                Piece::Ddp(result.clone().into()),
+            ],
         },
     );
     assert_eq!(form, ReplyForm::ReplyChunk);
@@ -511,7 +514,7 @@ fn megabyte_read_and_write_chunks() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(head), Piece::Ddp(arg.clone())],
+            message: vec![Piece::Inline(head), Piece::Ddp(arg.clone().into())],
         },
     );
     let ev = p.client_events();
@@ -534,7 +537,7 @@ fn unaligned_write_chunks_leave_room_for_a_legacy_pad() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(head), Piece::Ddp(result.clone())],
+            message: vec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
         },
     );
     let ev = p.client_events();

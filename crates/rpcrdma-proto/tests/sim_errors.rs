@@ -444,7 +444,10 @@ fn write_chunk_reply_bytes_by_hand() {
             &mut p.side.prov,
             c.handle,
             OutgoingReply {
-                message: vec![Piece::Inline(head.clone()), Piece::Ddp(result.clone())],
+                message: vec![
+                    Piece::Inline(head.clone()),
+                    Piece::Ddp(result.clone().into()),
+                ],
             },
         )
         .unwrap();

@@ -31,7 +31,7 @@ fn echo(call: &IncomingCall) -> OutgoingReply {
         }
     } else {
         OutgoingReply {
-            message: vec![Piece::Inline(head), Piece::Ddp(arg)],
+            message: vec![Piece::Inline(head), Piece::Ddp(arg.into())],
         }
     }
 }

@@ -155,7 +155,10 @@ fn responder_never_writes_the_pad_and_returns_actual_lengths() {
             &mut p.side.prov,
             c.handle,
             OutgoingReply {
-                message: vec![Piece::Inline(head.clone()), Piece::Ddp(result.clone())],
+                message: vec![
+                    Piece::Inline(head.clone()),
+                    Piece::Ddp(result.clone().into()),
+                ],
             },
         )
         .unwrap();
@@ -219,7 +222,7 @@ fn engine_pair_unaligned_result_round_trip_through_reply() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(head), Piece::Ddp(result.clone())],
+            message: vec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
         },
     );
     let ev = p.client_events();

@@ -182,7 +182,7 @@ fn start_call_refuses_unaligned_inline_pieces() {
         p.now,
         &mut p.side.prov,
         OutgoingCall {
-            message: vec![Piece::Inline(head), Piece::Ddp(vec![9; 5000])],
+            message: vec![Piece::Inline(head), Piece::Ddp(vec![9; 5000].into())],
             reply_max: 256,
             ddp_results: Vec::new(),
         },
@@ -278,9 +278,9 @@ fn responder_returns_an_item_inline_for_an_empty_write_chunk() {
         &c,
         vec![
             Piece::Inline(head.clone()),
-            Piece::Ddp(small.clone()),
+            Piece::Ddp(small.clone().into()),
             Piece::Inline(word(3000)),
-            Piece::Ddp(big.clone()),
+            Piece::Ddp(big.clone().into()),
         ],
     );
     assert_eq!(f, ReplyForm::Inline);
@@ -328,7 +328,7 @@ fn responder_returns_an_unconsumed_last_write_chunk_as_unused() {
     answer(
         &mut p,
         &c,
-        vec![Piece::Inline(head.clone()), Piece::Ddp(item.clone())],
+        vec![Piece::Inline(head.clone()), Piece::Ddp(item.clone().into())],
     );
     //= rfc8166#section-4.3.2.2
     //# If this is the last or only Write chunk available and it remains
@@ -635,9 +635,9 @@ fn a_zero_length_ddp_item_leaves_its_write_chunk_for_the_next_item() {
         &c,
         vec![
             Piece::Inline(head.clone()),
-            Piece::Ddp(Vec::new()),
+            Piece::Ddp(Default::default()),
             Piece::Inline(word(64)),
-            Piece::Ddp(item.clone()),
+            Piece::Ddp(item.clone().into()),
         ],
     );
     //= rfc8166#section-4.3.2.2

@@ -1,6 +1,7 @@
 //! [`Connection`]: the per-connection state machine.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
 use super::framing::{ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
@@ -11,8 +12,8 @@ use super::{
     Metrics, OutgoingCall, OutgoingReply, PeerError, Piece, Reply, ReplyForm, Role,
 };
 use crate::provider::{
-    Access, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode, Provider,
-    ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Stag, Status,
+    Access, Buffer, Bytes, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode,
+    Provider, ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Stag, Status,
 };
 use crate::wire::chunk::{ChunkLists, ReadSegment, Segment, WriteChunk};
 use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
@@ -131,7 +132,62 @@ struct PendingRead {
 #[derive(Debug)]
 struct ReplyJob {
     mrs: Vec<MemoryRegion>,
+    /// Shared read-only sources (the DDP pieces, the Long Reply's inline
+    /// part): deregistered when the job is done, never pooled.
+    shared: Vec<MemoryRegion>,
     pending: usize,
+}
+
+/// Buffers of deregistered chunk sinks, for the next calls' Write and
+/// Reply chunks (see `Connection::sink_buffer`). Shared with the
+/// [`PooledSink`]s that carry Write-chunk results to the upper layer, which
+/// give their buffer back when dropped.
+#[derive(Debug, Default)]
+struct SinkPool {
+    bufs: Vec<Box<[u8]>>,
+    bytes: usize,
+}
+
+impl SinkPool {
+    /// Keeps `buf` if the pool has room.
+    fn put(&mut self, buf: Box<[u8]>) {
+        if !buf.is_empty() && self.bytes + buf.len() <= SINK_POOL_BYTES {
+            self.bytes += buf.len();
+            self.bufs.push(buf);
+        }
+    }
+
+    /// A pooled buffer of exactly `len` octets.
+    fn take(&mut self, len: usize) -> Option<Box<[u8]>> {
+        let i = self.bufs.iter().rposition(|b| b.len() == len)?;
+        let b = self.bufs.swap_remove(i);
+        self.bytes -= b.len();
+        Some(b)
+    }
+}
+
+/// The buffer of a Write chunk whose registration has ended, owned by the
+/// `Bytes` of a [`Reply`] result: nobody but the holders of that `Bytes`
+/// can reach it. Dropped, it goes back to its connection's pool (if the
+/// connection still exists).
+struct PooledSink {
+    buf: Box<[u8]>,
+    pool: Weak<Mutex<SinkPool>>,
+}
+
+impl AsRef<[u8]> for PooledSink {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for PooledSink {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            let buf = std::mem::take(&mut self.buf);
+            pool.lock().unwrap_or_else(PoisonError::into_inner).put(buf);
+        }
+    }
 }
 
 /// One RPC-over-RDMA connection: requester and responder at once. See the
@@ -184,8 +240,7 @@ pub struct Connection {
     send_pool: Vec<MemoryRegion>,
     /// Buffers of deregistered chunk sinks the responder left unused, for
     /// the next calls' Write and Reply chunks (see `Connection::sink_buffer`).
-    sink_pool: Vec<Box<[u8]>>,
-    sink_pool_bytes: usize,
+    sink_pool: Arc<Mutex<SinkPool>>,
     // teardown
     zombies: Vec<MemoryRegion>,
     events: VecDeque<Event>,
@@ -250,8 +305,7 @@ impl Connection {
             jobs: IdMap::default(),
             backlog: VecDeque::new(),
             send_pool: Vec::new(),
-            sink_pool: Vec::new(),
-            sink_pool_bytes: 0,
+            sink_pool: Arc::default(),
             zombies: Vec::new(),
             events: VecDeque::new(),
             metrics: Metrics::default(),
@@ -726,7 +780,7 @@ impl Connection {
             written.push(pi);
         }
         let mut inline = marshal::inline_except(&message, &written);
-        let mut long_src: Option<Vec<u8>> = None;
+        let mut long_src: Option<Bytes> = None;
         //= rfc8166#section-4.3.3
         //# When a Requester provides a Reply chunk in an RPC Call message, the
         //# Responder MUST copy that chunk into the Transport header of the RPC
@@ -795,7 +849,7 @@ impl Connection {
                         n,
                     ));
                 }
-                long_src = Some(std::mem::take(&mut inline));
+                long_src = Some(Bytes::from(std::mem::take(&mut inline)));
                 let chunks = ChunkLists {
                     reads: Vec::new(),
                     writes: echo,
@@ -840,11 +894,13 @@ impl Connection {
             }
             _ => SendOp::Send { solicited: false },
         };
-        let mut sources: Vec<Vec<u8>> = written
+        // The DDP pieces are the Write sources as they are: registered
+        // read-only, shared with whoever else holds them, never copied.
+        let mut sources: Vec<Bytes> = written
             .iter()
             .map(|&pi| match message.get_mut(pi) {
                 Some(Piece::Ddp(b)) => std::mem::take(b),
-                _ => Vec::new(),
+                _ => Bytes::new(),
             })
             .collect();
         sources.extend(long_src);
@@ -1273,11 +1329,21 @@ impl Connection {
 
     fn send_call(&mut self, now: Instant, p: &mut dyn Provider, mut call: OutCall) {
         let backchannel = self.backchannel_requester();
-        let (mut stream, ddp) = marshal::flatten(&call.call.message);
-        if let Some(w) = stream.get_mut(..4) {
-            w.copy_from_slice(&call.xid.to_be_bytes());
-        }
-        let ddp: Vec<DdpItem> = ddp.into_iter().filter(|d| d.len > 0).collect();
+        // Nothing is copied yet: the stream is built only for the form
+        // chosen below, and DDP items that go into Read chunks are
+        // registered as they are.
+        let (stream_len, ddp) = marshal::layout(&call.call.message);
+        let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
+        let ddp_xdr_len: usize = ddp.iter().map(|(_, d)| d.len + pad4(d.len)).sum();
+        let stripped_len = stream_len.saturating_sub(ddp_xdr_len);
+        let xid = call.xid;
+        let with_xid = |mut v: Vec<u8>| {
+            if let Some(w) = v.get_mut(..4) {
+                w.copy_from_slice(&xid.to_be_bytes());
+            }
+            v
+        };
+        let flat = |pieces: &[Piece]| with_xid(marshal::flatten(pieces).0);
         let reply_max = match call.call.reply_max {
             0 => self.config.default_reply_max,
             n => n,
@@ -1334,10 +1400,6 @@ impl Connection {
             Reads,
             Long,
         }
-        //= rfc8166#section-3.4.2
-        //# All other XDR data items MUST NOT be reduced.
-        // Only the caller's `Piece::Ddp` items are ever reduced.
-        let stripped = marshal::strip(&stream, &ddp);
         let with_reads = |n: usize| {
             let mut c = base.clone();
             c.reads = vec![ReadSegment::default(); n];
@@ -1352,14 +1414,14 @@ impl Connection {
         // A Call that does not fit the send threshold moves its DDP-eligible
         // data to Read chunks, or becomes a Long Call (RDMA_NOMSG,
         // Position-Zero Read chunk).
-        let form = if self.framing.header_len(Shape::Msg, &base) + stream.len() <= send_thr {
+        let form = if self.framing.header_len(Shape::Msg, &base) + stream_len <= send_thr {
             Form::Inline
         } else if backchannel {
-            let len = self.framing.header_len(Shape::Msg, &base) + stream.len();
+            let len = self.framing.header_len(Shape::Msg, &base) + stream_len;
             self.fail_local(call, CallError::TooLarge { len, max: send_thr });
             return;
         } else if !ddp.is_empty()
-            && self.framing.header_len(Shape::Msg, &with_reads(ddp.len())) + stripped.len()
+            && self.framing.header_len(Shape::Msg, &with_reads(ddp.len())) + stripped_len
                 <= send_thr
         {
             Form::Reads
@@ -1377,13 +1439,12 @@ impl Connection {
         let mut shape = Shape::Msg;
         let r: Result<Vec<u8>, ProviderError> = (|| {
             let inline = match form {
-                Form::Inline => stream,
+                Form::Inline => flat(&call.call.message),
                 Form::Reads => {
-                    for d in &ddp {
-                        let data = stream
-                            .get(d.position..d.position + d.len)
-                            .unwrap_or(&[])
-                            .to_vec();
+                    for &(pi, d) in &ddp {
+                        let Some(Piece::Ddp(data)) = call.call.message.get(pi) else {
+                            continue;
+                        };
                         //= rfc8166#section-3.4.5.2
                         //# When reducing a variable-length argument data item, the Requester
                         //# SHOULD NOT include the data item's XDR roundup padding in the chunk.
@@ -1394,8 +1455,12 @@ impl Connection {
                         //= rfc8166#section-3.4.4.4
                         //# Except in special cases (covered in Section 3.5.3), a chunk MUST
                         //# contain exactly one XDR data item.
-                        // (Linux leaves the roundup out too.)
-                        let mr = self.register(p, data, Access::REMOTE_READ, &mut mrs)?;
+                        // (Linux leaves the roundup out too.) The piece is
+                        // registered as it is, shared and read-only: the
+                        // responder may read exactly its octets, nothing
+                        // can write them.
+                        let mr = p.register_shared(data.clone(), Access::REMOTE_READ)?;
+                        mrs.push(mr);
                         reads.push(ReadSegment::new(
                             d.position as u32,
                             Segment::new(mr.stag().0, d.len as u32, 0),
@@ -1403,7 +1468,11 @@ impl Connection {
                         self.metrics.read_chunks += 1;
                         self.metrics.read_chunk_bytes += d.len as u64;
                     }
-                    stripped
+                    //= rfc8166#section-3.4.2
+                    //# All other XDR data items MUST NOT be reduced.
+                    // Only the caller's `Piece::Ddp` items are ever reduced.
+                    let moved: Vec<usize> = ddp.iter().map(|&(pi, _)| pi).collect();
+                    with_xid(marshal::inline_except(&call.call.message, &moved))
                 }
                 Form::Long => {
                     //= rfc8166#section-3.5.3
@@ -1415,6 +1484,7 @@ impl Connection {
                     //# appropriate XDR roundup padding to maintain proper XDR alignment of
                     //# their contents.
                     // `stream` is the whole XDR stream, DDP items padded.
+                    let stream = flat(&call.call.message);
                     let len = stream.len();
                     let mr = self.register(p, stream, Access::REMOTE_READ, &mut mrs)?;
                     reads.push(ReadSegment::new(
@@ -1710,7 +1780,8 @@ impl Connection {
     }
 
     /// Completes a call once the reply is in, its Send completed and every
-    /// chunk is invalidated: copies the data out and deregisters.
+    /// chunk is invalidated: hands the Write chunks' buffers over as the
+    /// results, copies the Reply chunk out, and deregisters.
     fn try_finish(&mut self, p: &mut dyn Provider, id: u64) {
         let ready = self
             .calls
@@ -1737,10 +1808,11 @@ impl Connection {
         match result {
             Ok(data) => {
                 // Every chunk STag has been invalidated (locally or by Send
-                // With Invalidate) before we get here. The result is copied
-                // out and the chunk's buffer goes back to the sink pool: one
-                // copy costs less than a fresh (zeroed, page-faulted) buffer
-                // for every call.
+                // With Invalidate) before we get here. Each Write chunk's
+                // registration ends now and its buffer becomes the result,
+                // without a copy; it returns to the sink pool when the upper
+                // layer drops the result, so the next calls reuse it (no
+                // fresh zeroed, page-faulted buffer per call).
                 let read = |mr: &MemoryRegion, len: usize| -> Vec<u8> {
                     p.region(mr)
                         .ok()
@@ -1748,11 +1820,6 @@ impl Connection {
                         .map(<[u8]>::to_vec)
                         .unwrap_or_default()
                 };
-                let mut results = Vec::with_capacity(call.write_mrs.len());
-                for (mr, &l) in call.write_mrs.iter().zip(&data.write_lens) {
-                    self.metrics.write_chunk_bytes += u64::from(l);
-                    results.push(read(mr, l as usize));
-                }
                 let (message, long) = match (data.reply_len, call.reply_mr.as_ref()) {
                     (Some(l), Some(mr)) => {
                         self.metrics.long_replies += 1;
@@ -1761,6 +1828,12 @@ impl Connection {
                     }
                     _ => (data.inline, false),
                 };
+                let mut results = Vec::with_capacity(call.write_mrs.len());
+                let write_mrs = std::mem::take(&mut call.write_mrs);
+                for (mr, &l) in write_mrs.iter().zip(&data.write_lens) {
+                    self.metrics.write_chunk_bytes += u64::from(l);
+                    results.push(self.take_result(p, mr, l as usize, &mut call.chunk_mrs));
+                }
                 Event::ReplyReceived(Reply {
                     id: call.id,
                     xid: call.xid,
@@ -1789,17 +1862,14 @@ impl Connection {
             self.send_pool.push(mr);
             return;
         }
-        // A chunk sink (its contents, if any, were copied out): the registration ends
-        // here (its STag is dead for good), the buffer is kept for a later
-        // call, which registers it afresh under a new STag.
+        // A chunk sink whose data nobody took (an unused Write chunk, the
+        // Reply chunk, whose contents were copied out): the registration
+        // ends here (its STag is dead for good), the buffer is kept for a
+        // later call, which registers it afresh under a new STag.
         if self.error.is_none() && mr.access().contains(Access::REMOTE_WRITE) {
             match p.deregister(&mr) {
-                Ok(buf) => {
-                    if self.sink_pool_bytes + buf.len() <= SINK_POOL_BYTES {
-                        self.sink_pool_bytes += buf.len();
-                        self.sink_pool.push(buf);
-                    }
-                }
+                Ok(Buffer::Owned(buf)) => self.pool().put(buf),
+                Ok(Buffer::Shared(_)) => {}
                 Err(_) => self.zombies.push(mr),
             }
             return;
@@ -1811,21 +1881,61 @@ impl Connection {
 
     /// A buffer of `len` octets for a Write or Reply chunk: a pooled one of
     /// that size if there is one, else a new zeroed one. A pooled buffer is
-    /// not cleared: it only ever held zeros or what this connection's
-    /// responder wrote into it (results are copied out of it), so nothing
-    /// in it is new to the responder, which can never read a chunk anyway
-    /// (they are registered `REMOTE_WRITE` only), and a caller only ever
-    /// sees the octets the responder says it wrote for that call. The pool
-    /// dies with the connection.
+    /// not cleared: it only ever held zeros or what this connection's peer
+    /// placed in it (a result handed out as `Bytes` comes back unchanged,
+    /// and only once every clone is dropped, so nothing the upper layer
+    /// still holds is ever reused), so nothing in it is new to the peer,
+    /// which can never read a chunk anyway (they are registered
+    /// `REMOTE_WRITE` only), and a caller only ever sees the octets the
+    /// responder says it wrote for that call. The pool dies with the
+    /// connection (results returned later are freed).
     fn sink_buffer(&mut self, len: usize) -> Vec<u8> {
-        match self.sink_pool.iter().rposition(|b| b.len() == len) {
-            Some(i) => {
-                let b = self.sink_pool.swap_remove(i);
-                self.sink_pool_bytes -= b.len();
-                Vec::from(b)
-            }
+        match self.pool().take(len) {
+            Some(b) => Vec::from(b),
             None => vec![0u8; len],
         }
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, SinkPool> {
+        self.sink_pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The first `len` octets of a Write chunk whose STag has been
+    /// invalidated, as `Bytes`: the chunk's buffer itself once deregistered
+    /// (it goes back to the pool when the `Bytes` is dropped; `mr` is
+    /// removed from `mrs` so it is not released twice), or, if the region
+    /// cannot be deregistered yet (still held by a work request after a
+    /// failure), a copy. Never more than the registered length.
+    fn take_result(
+        &mut self,
+        p: &mut dyn Provider,
+        mr: &MemoryRegion,
+        len: usize,
+        mrs: &mut Vec<MemoryRegion>,
+    ) -> Bytes {
+        if len == 0 {
+            return Bytes::new();
+        }
+        if len as u64 <= mr.len() {
+            if let Ok(buf) = p.deregister(mr) {
+                mrs.retain(|m| m != mr);
+                return match buf {
+                    Buffer::Owned(buf) if len <= buf.len() => Bytes::from_owner(PooledSink {
+                        buf,
+                        pool: Arc::downgrade(&self.sink_pool),
+                    })
+                    .slice(..len),
+                    other => Bytes::copy_from_slice(other.get(..len).unwrap_or_default()),
+                };
+            }
+        }
+        p.region(mr)
+            .ok()
+            .and_then(|b| b.get(..len))
+            .map(Bytes::copy_from_slice)
+            .unwrap_or_default()
     }
 
     fn send_buffer_size(&self) -> usize {
@@ -2247,13 +2357,27 @@ impl Connection {
         let sink_need = call.sink_need;
         for c in &mut call.chunks {
             if let Some(mr) = c.sink.take() {
-                c.data = p
-                    .region(&mr)
-                    .ok()
-                    .and_then(|b| b.get(..c.len))
-                    .map(<[u8]>::to_vec)
-                    .unwrap_or_default();
-                sinks.push(mr);
+                // Every Read into the sink has completed: its registration
+                // ends and the buffer itself is the chunk's data (no copy).
+                // Should it still be held, the data is copied out and the
+                // region released as usual.
+                match p.deregister(&mr) {
+                    Ok(Buffer::Owned(buf)) if buf.len() >= c.len => {
+                        let mut v = Vec::from(buf);
+                        v.truncate(c.len);
+                        c.data = v;
+                    }
+                    Ok(other) => c.data = other.get(..c.len).unwrap_or_default().to_vec(),
+                    Err(_) => {
+                        c.data = p
+                            .region(&mr)
+                            .ok()
+                            .and_then(|b| b.get(..c.len))
+                            .map(<[u8]>::to_vec)
+                            .unwrap_or_default();
+                        sinks.push(mr);
+                    }
+                }
             }
         }
         let base = match call.pz {
@@ -2325,24 +2449,29 @@ impl Connection {
     fn post_reply(
         &mut self,
         p: &mut dyn Provider,
-        sources: Vec<Vec<u8>>,
+        sources: Vec<Bytes>,
         plan: Vec<(RemoteAddr, usize, usize, usize)>,
         msg: Vec<u8>,
         op: SendOp,
     ) -> Result<(), ConnectionError> {
         let job = self.next_job;
         self.next_job += 1;
-        let mut mrs = Vec::new();
+        let mut shared = Vec::new();
         let mut srcs: Vec<Option<MemoryRegion>> = Vec::with_capacity(sources.len());
         for (i, source) in sources.into_iter().enumerate() {
             if source.is_empty() || !plan.iter().any(|e| e.1 == i) {
                 srcs.push(None);
                 continue;
             }
-            match self.register(p, source, Access::NONE, &mut mrs) {
-                Ok(mr) => srcs.push(Some(mr)),
+            // Local read only: the source of RDMA Writes, never exposed to
+            // the peer (no STag of it is ever sent).
+            match p.register_shared(source, Access::NONE) {
+                Ok(mr) => {
+                    shared.push(mr);
+                    srcs.push(Some(mr));
+                }
                 Err(e) => {
-                    self.zombies.extend(mrs);
+                    self.zombies.extend(shared);
                     return Err(ConnectionError::Provider(e));
                 }
             }
@@ -2350,12 +2479,18 @@ impl Connection {
         let (send_mr, send_len) = match self.message_buffer(p, msg) {
             Ok(x) => x,
             Err(e) => {
-                self.zombies.extend(mrs);
+                self.zombies.extend(shared);
                 return Err(ConnectionError::Provider(e));
             }
         };
-        mrs.push(send_mr);
-        self.jobs.insert(job, ReplyJob { mrs, pending: 0 });
+        self.jobs.insert(
+            job,
+            ReplyJob {
+                mrs: vec![send_mr],
+                shared,
+                pending: 0,
+            },
+        );
         let mut wrs = Vec::new();
         for (remote, i, off, n) in plan {
             let Some(Some(src)) = srcs.get(i) else {
@@ -2397,6 +2532,11 @@ impl Connection {
             if let Some(j) = self.jobs.remove(&job) {
                 for mr in j.mrs {
                     self.release(p, mr);
+                }
+                for mr in j.shared {
+                    if p.deregister(&mr).is_err() {
+                        self.zombies.push(mr);
+                    }
                 }
             }
         }
@@ -2474,6 +2614,7 @@ impl Connection {
         self.sink_bytes = 0;
         for (_, j) in std::mem::take(&mut self.jobs) {
             self.zombies.extend(j.mrs);
+            self.zombies.extend(j.shared);
         }
         self.zombies.append(&mut self.recv_free);
         self.zombies.append(&mut self.send_pool);

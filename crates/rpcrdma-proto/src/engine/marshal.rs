@@ -81,7 +81,13 @@ pub(crate) fn layout(pieces: &[Piece]) -> (usize, Vec<(usize, DdpItem)>) {
 }
 
 /// `strip(&flatten(pieces).0, items)` without building the full stream:
-/// every piece except the DDP pieces whose indexes are in `skip`.
+/// every piece except the DDP pieces whose indexes are in `skip`, which
+/// leave neither their data nor their XDR pad.
+//= rfc8166#section-3.4.4.4
+//# When a variable-length XDR data item is reduced, the sender MUST
+//# remove XDR roundup padding for that data item from the Payload stream
+//# so that data items remaining in the Payload stream begin on four-byte
+//# alignment.
 pub(crate) fn inline_except(pieces: &[Piece], skip: &[usize]) -> Vec<u8> {
     let mut out = Vec::new();
     for (i, p) in pieces.iter().enumerate() {
@@ -98,11 +104,7 @@ pub(crate) fn inline_except(pieces: &[Piece], skip: &[usize]) -> Vec<u8> {
 }
 
 /// The stream with the listed DDP items (data and XDR pad) removed.
-//= rfc8166#section-3.4.4.4
-//# When a variable-length XDR data item is reduced, the sender MUST
-//# remove XDR roundup padding for that data item from the Payload stream
-//# so that data items remaining in the Payload stream begin on four-byte
-//# alignment.
+#[cfg(test)]
 pub(crate) fn strip(stream: &[u8], items: &[DdpItem]) -> Vec<u8> {
     let mut out = Vec::with_capacity(stream.len());
     let mut at = 0;
@@ -205,7 +207,7 @@ mod tests {
     fn flatten_and_strip() {
         let pieces = vec![
             Piece::Inline(vec![1, 2, 3, 4, 0, 0, 0, 5]),
-            Piece::Ddp(vec![9, 9, 9, 9, 9]),
+            Piece::Ddp(vec![9, 9, 9, 9, 9].into()),
             Piece::Inline(vec![7, 7, 7, 7]),
         ];
         let (s, d) = flatten(&pieces);
@@ -227,9 +229,9 @@ mod tests {
     fn layout_and_inline_except_match_flatten_and_strip() {
         let pieces = vec![
             Piece::Inline(vec![1, 2, 3, 4, 0, 0, 0, 5]),
-            Piece::Ddp(vec![9, 9, 9, 9, 9]),
+            Piece::Ddp(vec![9, 9, 9, 9, 9].into()),
             Piece::Inline(vec![0, 0, 0, 2]),
-            Piece::Ddp(vec![6, 6]),
+            Piece::Ddp(vec![6, 6].into()),
             Piece::Inline(vec![7, 7, 7, 7]),
         ];
         let (total, items) = layout(&pieces);

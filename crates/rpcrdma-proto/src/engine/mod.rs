@@ -34,7 +34,7 @@ use core::fmt;
 use core::ops::Range;
 use std::time::Duration;
 
-use crate::provider::{Blame, ConnectParams, DisconnectReason, ProviderError, Status};
+use crate::provider::{Blame, Bytes, ConnectParams, DisconnectReason, ProviderError, Status};
 use crate::wire::private_data::{InlineSize, PrivateData};
 use crate::Limits;
 
@@ -159,8 +159,11 @@ pub enum Piece {
     Inline(Vec<u8>),
     /// The data of a DDP-eligible opaque (its length word stays in the
     /// preceding inline piece), without XDR pad. Conveyed by a Read chunk
-    /// (calls) or a Write chunk (replies) when it does not fit inline.
-    Ddp(Vec<u8>),
+    /// (calls) or a Write chunk (replies) when it does not fit inline; the
+    /// chunk's source is then these very bytes, registered read-only with
+    /// [`Provider::register_shared`](crate::provider::Provider::register_shared)
+    /// (no copy, and never written).
+    Ddp(Bytes),
 }
 
 /// A call to send. The first piece must be inline and start with the RPC
@@ -246,7 +249,12 @@ pub struct Reply {
     /// 3 octets, which always fit: Write chunks are registered rounded up to
     /// a multiple of four). Take the item with [`Reply::result`] and the XDR
     /// length word from `message`, which never yields the pad.
-    pub results: Vec<Vec<u8>>,
+    ///
+    /// Each result is the chunk's own buffer, handed over without a copy
+    /// once its registration has ended (so the responder can no longer
+    /// reach it); the buffer goes back to the connection's pool for a later
+    /// call's chunks when the last clone of the `Bytes` is dropped.
+    pub results: Vec<Bytes>,
     /// The reply came in the Reply chunk (RDMA_NOMSG).
     pub long: bool,
 }
@@ -528,7 +536,11 @@ mod tests {
             id: CallId(1),
             xid: 1,
             message: Vec::new(),
-            results: vec![vec![1, 2, 3, 4, 5, 0, 0, 0], vec![9; 8], Vec::new()],
+            results: vec![
+                Bytes::from_static(&[1, 2, 3, 4, 5, 0, 0, 0]),
+                Bytes::from(vec![9; 8]),
+                Bytes::new(),
+            ],
             long: false,
         };
         // 5 octets + 3 of pad returned: the data is the 5.

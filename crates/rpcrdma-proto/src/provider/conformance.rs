@@ -29,8 +29,8 @@
 //! Nothing here panics: a failed check returns [`Failure`].
 
 use super::{
-    Access, Completion, ConnectionState, MemoryRegion, Opcode, Provider, ProviderError, RecvWr,
-    SendOp, SendWr, Status,
+    Access, Bytes, Completion, ConnectionState, MemoryRegion, Opcode, Provider, ProviderError,
+    RecvWr, SendOp, SendWr, Status,
 };
 
 /// A failed check.
@@ -321,7 +321,9 @@ pub fn write_remote_access_error<P: Provider>(h: &mut Harness<P>, bad: BadRemote
         BadRemote::StaleKey => {
             let old = target.stag();
             let buf = h.b.deregister(&target).map_err(|e| err(N, e))?;
-            target = h.b.register(buf, access).map_err(|e| err(N, e.error))?;
+            target =
+                h.b.register(buf.into_owned(), access)
+                    .map_err(|e| err(N, e.error))?;
             ensure!(N, target.stag() != old, "re-registration reused STag {old}");
             remote.stag = old;
         }
@@ -661,8 +663,224 @@ pub fn disconnect_flushes<P: Provider>(h: &mut Harness<P>) -> CheckResult {
     Ok(())
 }
 
+/// Shared read-only bytes ([`Provider::register_shared`]): a source for
+/// Send and RDMA Write and (with `REMOTE_READ`) the target of the peer's
+/// RDMA Read, intact; every write right is refused at registration, and a
+/// Receive, an RDMA Read sink and `region_mut` are refused on the region;
+/// only the slice's own octets are registered; `deregister` gives the same
+/// octets back and leaves the other holders' bytes untouched.
+pub fn shared_buffer_is_a_read_only_source<P: Provider>(h: &mut Harness<P>) -> CheckResult {
+    const N: &str = "shared_buffer_is_a_read_only_source";
+    let backing = Bytes::from((0u8..64).collect::<Vec<u8>>());
+    // Only the slice [16, 48) is registered.
+    let bytes = backing.slice(16..48);
+    for bad in [
+        Access::LOCAL_WRITE,
+        RW,
+        Access::LOCAL_WRITE | Access::REMOTE_READ,
+    ] {
+        ensure!(
+            N,
+            matches!(
+                h.a.register_shared(bytes.clone(), bad),
+                Err(ProviderError::InvalidArgument(_))
+            ),
+            "shared registration with {bad:?} accepted"
+        );
+    }
+    let src =
+        h.a.register_shared(bytes.clone(), Access::NONE)
+            .map_err(|e| err(N, e))?;
+    ensure!(N, src.len() == 32, "registered length {}", src.len());
+    ensure!(
+        N,
+        h.a.region(&src).map_err(|e| err(N, e))? == &bytes[..],
+        "region bytes differ"
+    );
+    ensure!(
+        N,
+        h.a.region_mut(&src).err()
+            == Some(ProviderError::AccessDenied {
+                needed: Access::LOCAL_WRITE
+            }),
+        "region_mut of shared bytes allowed"
+    );
+    ensure!(
+        N,
+        h.a.post_recv(RecvWr {
+            wr_id: 90,
+            sge: src.sge(0, 8)
+        }) == Err(ProviderError::AccessDenied {
+            needed: Access::LOCAL_WRITE
+        }),
+        "receive into shared bytes accepted"
+    );
+    ensure!(
+        N,
+        h.a.post_send(send_wr(91, &src, 0, 33)) == Err(ProviderError::OutOfBounds),
+        "SGE past the registered slice accepted"
+    );
+    // RDMA Write from the shared bytes, then a Send from them.
+    let target = register_filled(&mut h.b, 32, 0, RW).map_err(|e| err(N, e))?;
+    let rbuf = register_filled(&mut h.b, 8, 0, Access::LOCAL_WRITE).map_err(|e| err(N, e))?;
+    h.b.post_recv(RecvWr {
+        wr_id: 100,
+        sge: rbuf.sge(0, 8),
+    })
+    .map_err(|e| err(N, e))?;
+    h.a.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Write {
+            remote: target.remote(0),
+        },
+        sges: vec![src.sge(0, 16), src.sge(16, 16)],
+    })
+    .map_err(|e| err(N, e))?;
+    h.a.post_send(send_wr(2, &src, 28, 4))
+        .map_err(|e| err(N, e))?;
+    ensure!(N, h.wait(2, 1), "no completions a={:?} b={:?}", h.ca, h.cb);
+    ensure!(
+        N,
+        h.ca.iter().all(|c| c.status == Status::Success) && h.cb[0].status == Status::Success,
+        "completions a={:?} b={:?}",
+        h.ca,
+        h.cb
+    );
+    ensure!(
+        N,
+        h.b.region(&target).map_err(|e| err(N, e))? == &backing[16..48],
+        "written data differs"
+    );
+    ensure!(
+        N,
+        h.b.region(&rbuf).map_err(|e| err(N, e))?[..4] == backing[44..48],
+        "sent data differs"
+    );
+    // The peer reads shared bytes registered REMOTE_READ.
+    let readable =
+        h.a.register_shared(backing.slice(..8), Access::REMOTE_READ)
+            .map_err(|e| err(N, e))?;
+    let mut sink_access = Access::LOCAL_WRITE;
+    if h.b.caps().read_sink_needs_remote_write {
+        sink_access = RW;
+    }
+    let sink = register_filled(&mut h.b, 8, 0xee, sink_access).map_err(|e| err(N, e))?;
+    h.b.post_send(SendWr {
+        wr_id: 3,
+        op: SendOp::Read {
+            remote: readable.remote(0),
+        },
+        sges: vec![sink.sge(0, 8)],
+    })
+    .map_err(|e| err(N, e))?;
+    ensure!(N, h.wait(2, 2), "no read completion: {:?}", h.cb);
+    ensure!(
+        N,
+        h.cb[1].status == Status::Success && h.cb[1].byte_len == 8,
+        "read completion {:?}",
+        h.cb[1]
+    );
+    ensure!(
+        N,
+        h.b.region(&sink).map_err(|e| err(N, e))? == &backing[..8],
+        "read data differs"
+    );
+    // Our own RDMA Read may not land in shared bytes.
+    let local = register_filled(&mut h.b, 8, 1, Access::REMOTE_READ).map_err(|e| err(N, e))?;
+    ensure!(
+        N,
+        matches!(
+            h.a.post_send(SendWr {
+                wr_id: 4,
+                op: SendOp::Read {
+                    remote: local.remote(0),
+                },
+                sges: vec![src.sge(0, 8)],
+            }),
+            Err(ProviderError::AccessDenied { .. }) | Err(ProviderError::InvalidArgument(_))
+        ),
+        "RDMA Read into shared bytes accepted"
+    );
+    let back = h.a.deregister(&src).map_err(|e| err(N, e))?;
+    ensure!(N, back[..] == bytes[..], "deregistered bytes differ");
+    ensure!(
+        N,
+        backing == (0u8..64).collect::<Vec<u8>>(),
+        "shared bytes changed"
+    );
+    Ok(())
+}
+
+/// A peer's RDMA Write (or, without `REMOTE_READ`, RDMA Read) naming shared
+/// read-only bytes completes `RemoteAccess` at the peer, ends the
+/// connection, and leaves the bytes untouched.
+pub fn shared_buffer_remote_access_refused<P: Provider>(
+    h: &mut Harness<P>,
+    write: bool,
+) -> CheckResult {
+    const N: &str = "shared_buffer_remote_access_refused";
+    let bytes = Bytes::from(vec![0x5a; 16]);
+    // REMOTE_READ for the write attempt: a readable STag still cannot be
+    // written.
+    let access = if write {
+        Access::REMOTE_READ
+    } else {
+        Access::NONE
+    };
+    let shared =
+        h.b.register_shared(bytes.clone(), access)
+            .map_err(|e| err(N, e))?;
+    let wr = if write {
+        let src = register_filled(&mut h.a, 16, 0xab, Access::NONE).map_err(|e| err(N, e))?;
+        SendWr {
+            wr_id: 1,
+            op: SendOp::Write {
+                remote: shared.remote(0),
+            },
+            sges: vec![src.sge(0, 16)],
+        }
+    } else {
+        let mut sink_access = Access::LOCAL_WRITE;
+        if h.a.caps().read_sink_needs_remote_write {
+            sink_access = RW;
+        }
+        let sink = register_filled(&mut h.a, 16, 0, sink_access).map_err(|e| err(N, e))?;
+        SendWr {
+            wr_id: 1,
+            op: SendOp::Read {
+                remote: shared.remote(0),
+            },
+            sges: vec![sink.sge(0, 16)],
+        }
+    };
+    h.a.post_send(wr).map_err(|e| err(N, e))?;
+    ensure!(
+        N,
+        h.wait_down(),
+        "connection did not go down (write {write})"
+    );
+    ensure!(N, h.wait(1, 0), "no completion a={:?}", h.ca);
+    let c = h.ca.iter().find(|c| c.wr_id == 1);
+    let op = if write { Opcode::Write } else { Opcode::Read };
+    ensure!(
+        N,
+        c.is_some_and(|c| c.status == Status::RemoteAccess && c.opcode == op),
+        "completion {c:?} (write {write})"
+    );
+    ensure!(
+        N,
+        h.b.region(&shared)
+            .map_err(|e| err(N, e))?
+            .iter()
+            .all(|&x| x == 0x5a)
+            && bytes.iter().all(|&x| x == 0x5a),
+        "shared bytes touched"
+    );
+    Ok(())
+}
+
 /// Number of checks [`run_all`] runs.
-pub const CHECK_COUNT: usize = 13;
+pub const CHECK_COUNT: usize = 16;
 
 /// Runs every check, each on a fresh pair from `new_pair`; returns the
 /// number of checks passed ([`CHECK_COUNT`]) or the first failure.
@@ -694,5 +912,8 @@ pub fn run_all<P: Provider>(
     run(&busy_while_in_flight)?;
     run(&local_errors_refused)?;
     run(&disconnect_flushes)?;
+    run(&shared_buffer_is_a_read_only_source)?;
+    run(&|h| shared_buffer_remote_access_refused(h, true))?;
+    run(&|h| shared_buffer_remote_access_refused(h, false))?;
     Ok(n)
 }

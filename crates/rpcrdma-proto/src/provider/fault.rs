@@ -31,9 +31,9 @@
 use std::task::Waker;
 
 use super::{
-    Access, Blame, Caps, Completion, ConnectionEvent, ConnectionInfo, ConnectionState,
-    DisconnectReason, MemoryRegion, Notify, Opcode, Provider, ProviderError, RecvWr, RegisterError,
-    SendOp, SendWr, Stag, Status,
+    Access, Blame, Buffer, Bytes, Caps, Completion, ConnectionEvent, ConnectionInfo,
+    ConnectionState, DisconnectReason, MemoryRegion, Notify, Opcode, Provider, ProviderError,
+    RecvWr, RegisterError, SendOp, SendWr, Stag, Status,
 };
 
 /// Which faults to inject. `Default` injects none.
@@ -218,7 +218,15 @@ impl<P: Provider> Provider for FaultInjector<P> {
         self.inner.register(buf, access)
     }
 
-    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+    fn register_shared(
+        &mut self,
+        buf: Bytes,
+        access: Access,
+    ) -> Result<MemoryRegion, ProviderError> {
+        self.inner.register_shared(buf, access)
+    }
+
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
         self.inner.deregister(mr)
     }
 

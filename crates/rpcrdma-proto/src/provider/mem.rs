@@ -43,7 +43,7 @@ use std::task::Waker;
 
 use super::memory::{Hold as Held, MemoryTable, SendRules};
 use super::{
-    Access, Blame, Caps, Completion, ConnectParams, ConnectionEvent, ConnectionInfo,
+    Access, Blame, Buffer, Bytes, Caps, Completion, ConnectParams, ConnectionEvent, ConnectionInfo,
     ConnectionState, DisconnectReason, MemoryRegion, Notify, Opcode, Provider, ProviderError,
     RecvWr, RegisterError, RemoteAddr, SendOp, SendWr, Sge, Stag, Status,
 };
@@ -415,7 +415,7 @@ impl MemProvider {
         let Some(end) = offset.checked_add(data.len()) else {
             return false;
         };
-        match r.buf_mut().get_mut(offset..end) {
+        match r.buf_mut().and_then(|b| b.get_mut(offset..end)) {
             Some(dst) => {
                 dst.copy_from_slice(data);
                 true
@@ -804,7 +804,15 @@ impl Provider for MemProvider {
         self.mem.register(buf, access, &self.caps)
     }
 
-    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+    fn register_shared(
+        &mut self,
+        buf: Bytes,
+        access: Access,
+    ) -> Result<MemoryRegion, ProviderError> {
+        self.mem.register_shared(buf, access, &self.caps)
+    }
+
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
         self.mem.deregister(mr)
     }
 

@@ -6,7 +6,10 @@
 //! changes on every registration of the index (so a stale STag is refused),
 //! a region held by an outstanding work request cannot be deregistered nor
 //! borrowed mutably ([`ProviderError::Busy`]), and invalidation revokes
-//! remote access only.
+//! remote access only. Shared read-only bytes
+//! ([`MemoryTable::register_shared`]) are held as [`Buffer::Shared`] and
+//! never written: registration refuses every write right, and
+//! [`Region::buf_mut`] and [`MemoryTable::region_mut`] refuse them.
 //!
 //! It also performs the post-time validation of work requests
 //! ([`MemoryTable::check_recv`], [`MemoryTable::check_send`]): SGE count,
@@ -16,14 +19,14 @@
 //! [`MemoryTable::release`] when the completion is polled.
 
 use super::{
-    Access, Caps, MemoryRegion, Opcode, ProviderError, RecvWr, RegisterError, RemoteAddr, SendOp,
-    SendWr, Sge, Stag,
+    check_shared_access, Access, Buffer, Bytes, Caps, MemoryRegion, Opcode, ProviderError, RecvWr,
+    RegisterError, RemoteAddr, SendOp, SendWr, Sge, Stag,
 };
 
 /// One registered buffer. Its hold counts are private to the table.
 #[derive(Debug)]
 pub struct Region {
-    buf: Box<[u8]>,
+    buf: Buffer,
     access: Access,
     remote_valid: bool,
     readers: u32,
@@ -36,9 +39,16 @@ impl Region {
         &self.buf
     }
 
-    /// The registered bytes, for a provider placing inbound data.
-    pub fn buf_mut(&mut self) -> &mut [u8] {
-        &mut self.buf
+    /// The registered bytes, for a provider placing inbound data; `None`
+    /// for shared read-only bytes (which no placement may reach: they have
+    /// no write right).
+    pub fn buf_mut(&mut self) -> Option<&mut [u8]> {
+        self.buf.as_mut_slice()
+    }
+
+    /// True for shared read-only bytes ([`MemoryTable::register_shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.buf.is_shared()
     }
 
     /// The access rights given at registration.
@@ -178,25 +188,52 @@ impl MemoryTable {
         access: Access,
         caps: &Caps,
     ) -> Result<MemoryRegion, RegisterError> {
-        let refuse = |error, buf| Err(RegisterError { error, buf });
         if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
-            return refuse(
-                ProviderError::InvalidArgument("REMOTE_WRITE requires LOCAL_WRITE"),
+            return Err(RegisterError {
+                error: ProviderError::InvalidArgument("REMOTE_WRITE requires LOCAL_WRITE"),
                 buf,
-            );
+            });
         }
+        self.insert(Buffer::Owned(buf), access, caps)
+            .map_err(|(error, buf)| RegisterError {
+                error,
+                buf: buf.into_owned(),
+            })
+    }
+
+    /// Registers shared read-only bytes (see
+    /// [`Provider::register_shared`](super::Provider::register_shared)):
+    /// `access` may only be `NONE` or `REMOTE_READ`, within `caps.max_mr`
+    /// and `caps.max_mr_size`.
+    pub fn register_shared(
+        &mut self,
+        buf: Bytes,
+        access: Access,
+        caps: &Caps,
+    ) -> Result<MemoryRegion, ProviderError> {
+        check_shared_access(access)?;
+        self.insert(Buffer::Shared(buf), access, caps)
+            .map_err(|(e, _)| e)
+    }
+
+    fn insert(
+        &mut self,
+        buf: Buffer,
+        access: Access,
+        caps: &Caps,
+    ) -> Result<MemoryRegion, (ProviderError, Buffer)> {
         if buf.len() as u64 > caps.max_mr_size {
-            return refuse(ProviderError::TooLong, buf);
+            return Err((ProviderError::TooLong, buf));
         }
         if self.registered >= caps.max_mr {
-            return refuse(ProviderError::QueueFull, buf);
+            return Err((ProviderError::QueueFull, buf));
         }
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
                 let i = self.slots.len() as u32;
                 if i >= 1 << 24 {
-                    return refuse(ProviderError::QueueFull, buf);
+                    return Err((ProviderError::QueueFull, buf));
                 }
                 self.slots.push(Slot {
                     key: self.key_base,
@@ -207,7 +244,7 @@ impl MemoryTable {
         };
         let len = buf.len() as u64;
         let Some(slot) = self.slots.get_mut(idx as usize) else {
-            return refuse(ProviderError::QueueFull, buf);
+            return Err((ProviderError::QueueFull, buf));
         };
         slot.key = slot.key.wrapping_add(1);
         slot.region = Some(Region {
@@ -223,7 +260,7 @@ impl MemoryTable {
     }
 
     /// Ends a registration and gives the buffer back; `Busy` while held.
-    pub fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+    pub fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
         let (idx, r) = self.lookup(mr.lkey()).ok_or(ProviderError::InvalidHandle)?;
         if r.readers != 0 || r.writers != 0 {
             return Err(ProviderError::Busy);
@@ -244,19 +281,23 @@ impl MemoryTable {
         if r.writers != 0 {
             return Err(ProviderError::Busy);
         }
-        Ok(&r.buf)
+        Ok(r.buf.as_slice())
     }
 
-    /// The region's bytes for writing; `Busy` while any WR holds it.
+    /// The region's bytes for writing; `Busy` while any WR holds it,
+    /// `AccessDenied` (`LOCAL_WRITE`) for shared read-only bytes.
     pub fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
         let (idx, r) = self.lookup(mr.lkey()).ok_or(ProviderError::InvalidHandle)?;
         if r.writers != 0 || r.readers != 0 {
             return Err(ProviderError::Busy);
         }
-        let r = self
-            .region_at_mut(idx)
-            .ok_or(ProviderError::InvalidHandle)?;
-        Ok(&mut r.buf)
+        self.region_at_mut(idx)
+            .ok_or(ProviderError::InvalidHandle)?
+            .buf
+            .as_mut_slice()
+            .ok_or(ProviderError::AccessDenied {
+                needed: Access::LOCAL_WRITE,
+            })
     }
 
     /// Validates a local SGE (key, bounds, then rights); returns the index.
@@ -533,6 +574,79 @@ mod tests {
             .check_remote(ro.remote(0), 8, Access::REMOTE_READ)
             .is_none());
         assert!(t.check_sge(&ro.sge(0, 8), Access::NONE).is_ok());
+    }
+
+    #[test]
+    fn shared_bytes_are_read_only_and_bounded_by_their_slice() {
+        let mut t = MemoryTable::new(0);
+        let backing = Bytes::from(vec![7u8; 32]);
+        for bad in [
+            Access::LOCAL_WRITE,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        ] {
+            assert!(matches!(
+                t.register_shared(backing.clone(), bad, &caps()),
+                Err(ProviderError::InvalidArgument(_))
+            ));
+        }
+        // REMOTE_WRITE alone is refused too (it is a write right).
+        assert!(t
+            .register_shared(backing.clone(), Access::REMOTE_WRITE, &caps())
+            .is_err());
+        let mr = t
+            .register_shared(backing.slice(8..24), Access::REMOTE_READ, &caps())
+            .expect("shared");
+        assert_eq!(mr.len(), 16);
+        let idx = mr.stag().index();
+        assert!(t.region_at(idx).is_some_and(Region::is_shared));
+        assert!(t.region_at_mut(idx).and_then(Region::buf_mut).is_none());
+        assert_eq!(
+            t.region_mut(&mr).err(),
+            Some(ProviderError::AccessDenied {
+                needed: Access::LOCAL_WRITE
+            })
+        );
+        assert_eq!(t.region(&mr), Ok(&[7u8; 16][..]));
+        // Local write uses and remote writes are refused; reads allowed
+        // within the slice only.
+        assert_eq!(
+            t.check_recv(&RecvWr {
+                wr_id: 0,
+                sge: mr.sge(0, 16)
+            }),
+            Err(ProviderError::AccessDenied {
+                needed: Access::LOCAL_WRITE
+            })
+        );
+        assert_eq!(t.check_remote(mr.remote(0), 1, Access::REMOTE_WRITE), None);
+        assert_eq!(
+            t.check_remote(mr.remote(0), 16, Access::REMOTE_READ),
+            Some((idx, 0))
+        );
+        assert_eq!(t.check_remote(mr.remote(0), 17, Access::REMOTE_READ), None);
+        assert_eq!(
+            t.check_sge(&mr.sge(8, 9), Access::NONE),
+            Err(ProviderError::OutOfBounds)
+        );
+        assert!(t.slice(idx, 10, 7).is_empty());
+        // Size limit as for owned buffers.
+        let big = Bytes::from(vec![0u8; 65]);
+        assert_eq!(
+            t.register_shared(big, Access::NONE, &caps()).err(),
+            Some(ProviderError::TooLong)
+        );
+        // Back as it came: shared, same octets, next key on the index.
+        let back = t.deregister(&mr).expect("deregister");
+        assert!(back.is_shared());
+        assert_eq!(back.into_bytes(), backing.slice(8..24));
+        assert_eq!(t.registered(), 0);
+        let again = reg(&mut t, 4, Access::NONE);
+        assert_eq!(again.stag().index(), idx);
+        assert_ne!(again.stag(), mr.stag());
+        assert!(matches!(
+            t.deregister(&again),
+            Ok(Buffer::Owned(ref b)) if b.len() == 4
+        ));
     }
 
     #[test]

@@ -25,7 +25,17 @@
 //!   a Send or RDMA Write is allowed.
 //!
 //! So the owner reads and fills its buffers through the provider, and safe
-//! Rust proves that nothing else aliases them. Memory exposed for remote
+//! Rust proves that nothing else aliases them.
+//!
+//! [`Provider::register_shared`] registers a *shared, read-only* buffer
+//! ([`Bytes`], e.g. a cached file page or a reply the application still
+//! holds) without a copy. Such a region is a local source only (a Send or
+//! RDMA Write source, and with [`Access::REMOTE_READ`] the target of the
+//! peer's RDMA Read): registration refuses `LOCAL_WRITE` and
+//! `REMOTE_WRITE`, so no Receive, RDMA Read sink, [`Provider::region_mut`]
+//! or remote RDMA Write can ever place data in it, and the other owners of
+//! the bytes never see them change. [`Provider::deregister`] hands the
+//! [`Buffer`] back as it came ([`Buffer::Shared`]). Memory exposed for remote
 //! access is another matter: a peer may write a `REMOTE_WRITE` region at any
 //! time the STag is valid, as with real RDMA; the upper layer learns that a
 //! chunk is complete from the protocol (the Reply), and then invalidates the
@@ -69,7 +79,10 @@
 //! ends completes with [`Status::Flushed`].
 
 use std::fmt;
+use std::ops::Deref;
 use std::task::Waker;
+
+pub use bytes::Bytes;
 
 pub mod conformance;
 pub mod fault;
@@ -632,6 +645,83 @@ impl fmt::Display for ProviderError {
 
 impl std::error::Error for ProviderError {}
 
+/// A registered buffer as [`Provider::deregister`] gives it back: the
+/// owned buffer given to [`Provider::register`], or the shared read-only
+/// bytes given to [`Provider::register_shared`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Buffer {
+    /// A buffer the provider owned (and the owner may write).
+    Owned(Box<[u8]>),
+    /// Shared read-only bytes: never written while registered.
+    Shared(Bytes),
+}
+
+impl Buffer {
+    /// The octets.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Buffer::Owned(b) => b,
+            Buffer::Shared(b) => b,
+        }
+    }
+
+    /// The octets, writable: `None` for shared bytes.
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Buffer::Owned(b) => Some(b),
+            Buffer::Shared(_) => None,
+        }
+    }
+
+    /// True for [`Buffer::Shared`].
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Buffer::Shared(_))
+    }
+
+    /// An owned buffer (for registering it again, writable): the buffer
+    /// itself, or a copy of shared bytes.
+    pub fn into_owned(self) -> Box<[u8]> {
+        match self {
+            Buffer::Owned(b) => b,
+            Buffer::Shared(b) => Box::from(&b[..]),
+        }
+    }
+
+    /// The octets as [`Bytes`]: shared bytes as they are, an owned buffer
+    /// without a copy.
+    pub fn into_bytes(self) -> Bytes {
+        match self {
+            Buffer::Owned(b) => Bytes::from(b),
+            Buffer::Shared(b) => b,
+        }
+    }
+}
+
+impl Deref for Buffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for Buffer {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl From<Box<[u8]>> for Buffer {
+    fn from(b: Box<[u8]>) -> Self {
+        Buffer::Owned(b)
+    }
+}
+
+impl From<Bytes> for Buffer {
+    fn from(b: Bytes) -> Self {
+        Buffer::Shared(b)
+    }
+}
+
 /// A refused registration; the buffer comes back.
 #[derive(Debug)]
 pub struct RegisterError {
@@ -648,6 +738,18 @@ impl fmt::Display for RegisterError {
 }
 
 impl std::error::Error for RegisterError {}
+
+/// The rights [`Provider::register_shared`] accepts: none but
+/// [`Access::REMOTE_READ`] (shared bytes are never written, locally or
+/// remotely).
+pub fn check_shared_access(access: Access) -> Result<(), ProviderError> {
+    if access.contains(Access::LOCAL_WRITE) || access.contains(Access::REMOTE_WRITE) {
+        return Err(ProviderError::InvalidArgument(
+            "shared buffers are read-only (no LOCAL_WRITE or REMOTE_WRITE)",
+        ));
+    }
+    Ok(())
+}
 
 /// One RDMA connection endpoint: memory registration, work requests,
 /// completions, readiness and connection events. Object-safe, so a program
@@ -679,15 +781,41 @@ pub trait Provider {
     /// back: `REMOTE_WRITE` without `LOCAL_WRITE`, too large, table full.
     fn register(&mut self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, RegisterError>;
 
+    /// Registers shared read-only bytes without copying them: a local
+    /// source (Send, RDMA Write) and, with [`Access::REMOTE_READ`], a target
+    /// of the peer's RDMA Read. `access` may hold no right but
+    /// `REMOTE_READ`: `LOCAL_WRITE` or `REMOTE_WRITE` are refused with
+    /// [`ProviderError::InvalidArgument`], so the bytes are never written
+    /// (a Receive or RDMA Read sink SGE naming the region is refused with
+    /// [`ProviderError::AccessDenied`], a peer's RDMA Write to it completes
+    /// [`Status::RemoteAccess`] at the peer, [`Provider::region_mut`] is
+    /// refused). Only `buf.len()` octets are registered, whatever buffer
+    /// they are a slice of. [`Provider::deregister`] gives back
+    /// [`Buffer::Shared`].
+    ///
+    /// The default copies the bytes into an owned registration (correct,
+    /// not zero-copy; `deregister` then gives back [`Buffer::Owned`]).
+    fn register_shared(
+        &mut self,
+        buf: Bytes,
+        access: Access,
+    ) -> Result<MemoryRegion, ProviderError> {
+        check_shared_access(access)?;
+        self.register(Box::from(&buf[..]), access)
+            .map_err(|e| e.error)
+    }
+
     /// Ends a registration and returns the buffer. The STag becomes invalid.
     /// [`ProviderError::Busy`] while a WR still references the region.
-    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError>;
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError>;
 
     /// The region's bytes, for reading. `Busy` while a Receive or RDMA Read
     /// into it is outstanding.
     fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError>;
 
-    /// The region's bytes, for writing. `Busy` while any WR references it.
+    /// The region's bytes, for writing. `Busy` while any WR references it;
+    /// [`ProviderError::AccessDenied`] (`LOCAL_WRITE`) for shared bytes
+    /// ([`Provider::register_shared`]).
     fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError>;
 
     /// Posts a receive. Allowed before the connection is established (post
@@ -742,7 +870,14 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     fn register(&mut self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, RegisterError> {
         (**self).register(buf, access)
     }
-    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Box<[u8]>, ProviderError> {
+    fn register_shared(
+        &mut self,
+        buf: Bytes,
+        access: Access,
+    ) -> Result<MemoryRegion, ProviderError> {
+        (**self).register_shared(buf, access)
+    }
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
         (**self).deregister(mr)
     }
     fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {

@@ -276,7 +276,7 @@ pub fn opaque_call(proc_: u32, arg: &[u8], ddp: bool) -> Vec<Piece> {
     head.extend(word(arg.len() as u32));
     let mut v = vec![Piece::Inline(head)];
     if ddp {
-        v.push(Piece::Ddp(arg.to_vec()));
+        v.push(Piece::Ddp(arg.to_vec().into()));
     } else {
         let mut b = arg.to_vec();
         b.resize(b.len() + (4 - b.len() % 4) % 4, 0);

@@ -9,7 +9,9 @@ use rpcrdma_proto::xdr::pad_len;
 use crate::message::{Message, Piece};
 
 /// Runtime message → engine pieces (adjacent inline pieces merged; DDP
-/// pieces stay DDP pieces, without pad).
+/// pieces stay DDP pieces, without pad, sharing the message's bytes: the
+/// engine registers them read-only as they are, so bulk data is never
+/// copied here).
 pub(crate) fn to_engine(m: &Message) -> Vec<EPiece> {
     let mut out: Vec<EPiece> = Vec::with_capacity(m.pieces().len());
     for p in m.pieces() {
@@ -18,7 +20,7 @@ pub(crate) fn to_engine(m: &Message) -> Vec<EPiece> {
                 Some(EPiece::Inline(v)) => v.extend_from_slice(b),
                 _ => out.push(EPiece::Inline(b.to_vec())),
             },
-            Piece::Ddp(b) => out.push(EPiece::Ddp(b.to_vec())),
+            Piece::Ddp(b) => out.push(EPiece::Ddp(b.clone())),
         }
     }
     out
@@ -64,7 +66,8 @@ pub(crate) fn incoming(message: Vec<u8>, ddp: &[Range<usize>]) -> Message {
 //# reply's Payload stream is not predictable when a Requester constructs
 //# an RPC Call message.  Therefore, RDMA segments in a Write chunk do
 //# not have a Position field.
-pub(crate) fn reply(mut message: Vec<u8>, results: Vec<Vec<u8>>, xid: u32) -> Message {
+/// The results are the engine's chunk buffers, passed on without a copy.
+pub(crate) fn reply(mut message: Vec<u8>, results: Vec<Bytes>, xid: u32) -> Message {
     if let Some(w) = message.get_mut(0..4) {
         w.copy_from_slice(&xid.to_be_bytes());
     }
@@ -91,7 +94,7 @@ mod tests {
     #[test]
     fn reply_rewrites_the_xid_and_keeps_the_rest_inline() {
         let m = reply_words(&[5]);
-        let r = reply(m.clone(), vec![b"hello".to_vec()], 0x0102_0304);
+        let r = reply(m.clone(), vec![Bytes::from_static(b"hello")], 0x0102_0304);
         // One inline piece, byte for byte what the engine delivered except
         // the first word.
         assert_eq!(r.pieces().len(), 1);
@@ -115,7 +118,7 @@ mod tests {
         // trailer == 3 == the data length: the old backwards search put the
         // data after `trailer`. Inline: length 3, trailer 3, another 0xfeed.
         let m = reply_words(&[3, 3, 0xfeed]);
-        let r = reply(m, vec![b"abc".to_vec()], 9);
+        let r = reply(m, vec![Bytes::from_static(b"abc")], 9);
         let mut rd = r.reader();
         rd.fixed_opaque(24, "hdr").unwrap();
         assert_eq!(&rd.ddp_opaque(10, "max", "data").unwrap()[..], b"abc");
@@ -131,7 +134,7 @@ mod tests {
         let mut m = reply_words(&[1]);
         m.extend_from_slice(b"q\0\0\0");
         m.extend(words(&[2]));
-        let r = reply(m, vec![Vec::new(), b"xy".to_vec()], 9);
+        let r = reply(m, vec![Bytes::new(), Bytes::from_static(b"xy")], 9);
         assert_eq!(r.results().len(), 2);
         assert_eq!(r.ddp_count(), 1);
         let mut rd = r.reader();
@@ -144,7 +147,7 @@ mod tests {
     #[test]
     fn empty_results_leave_the_reply_inline() {
         let m = reply_words(&[0]);
-        let r = reply(m.clone(), vec![Vec::new()], 7);
+        let r = reply(m.clone(), vec![Bytes::new()], 7);
         assert_eq!(r.pieces().len(), 1);
         assert_eq!(r.ddp_count(), 0);
         assert_eq!(&r.flatten()[4..], &m[4..]);
@@ -182,7 +185,7 @@ mod tests {
             to_engine(&m),
             vec![
                 EPiece::Inline(vec![1, 2, 3, 4, 5, 6, 7, 8]),
-                EPiece::Ddp(b"xy".to_vec()),
+                EPiece::Ddp(Bytes::from_static(b"xy")),
                 EPiece::Inline(vec![0, 0, 0, 1]),
             ]
         );

@@ -627,7 +627,7 @@ impl Driver {
                     return;
                 };
                 self.by_xid.remove(&p.xid);
-                let bytes = r.message.len() + r.results.iter().map(Vec::len).sum::<usize>();
+                let bytes = r.message.len() + r.results.iter().map(|b| b.len()).sum::<usize>();
                 Metrics::inc(&self.shared.metrics.replies_received);
                 Metrics::add(&self.shared.metrics.bytes_received, bytes as u64);
                 {
