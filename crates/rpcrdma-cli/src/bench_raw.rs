@@ -167,7 +167,7 @@ fn pingpong_client(
     loop {
         match stop {
             Stop::Count(n) if calls >= n => break,
-            Stop::Duration(d) if calls % 64 == 0 && t0.elapsed() >= d => break,
+            Stop::Duration(d) if calls.is_multiple_of(64) && t0.elapsed() >= d => break,
             _ => {}
         }
         r.read_exact(&mut inb)?;

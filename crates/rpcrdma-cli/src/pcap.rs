@@ -434,7 +434,7 @@ impl<R: Read> PcapReader<R> {
             self.format = Format::Ng { ifaces: Vec::new() };
         }
         let total = u32_order(l, self.swapped);
-        if total < 12 || total % 4 != 0 {
+        if total < 12 || !total.is_multiple_of(4) {
             return Err(bad_block(
                 at,
                 format!("pcapng block length {total} is not a multiple of 4 of at least 12"),
@@ -893,7 +893,7 @@ mod tests {
 
     fn ng_block(be: bool, btype: u32, body: &[u8]) -> Vec<u8> {
         let mut b = body.to_vec();
-        while b.len() % 4 != 0 {
+        while !b.len().is_multiple_of(4) {
             b.push(0);
         }
         let total = (12 + b.len()) as u32;

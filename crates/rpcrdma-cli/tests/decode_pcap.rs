@@ -704,7 +704,7 @@ const PD: [u8; 8] = [0xf6, 0xab, 0x0e, 0x18, 1, 1, 3, 3];
 fn fpdu(ulpdu: &[u8], crc: bool) -> Vec<u8> {
     let mut v = (ulpdu.len() as u16).to_be_bytes().to_vec();
     v.extend_from_slice(ulpdu);
-    while v.len() % 4 != 0 {
+    while !v.len().is_multiple_of(4) {
         v.push(0);
     }
     let c = if crc {
@@ -838,7 +838,7 @@ fn to_pcapng(classic: &[u8], be: bool) -> Vec<u8> {
     let e32 = |x: u32| if be { x.to_be_bytes() } else { x.to_le_bytes() };
     let block = |out: &mut Vec<u8>, btype: u32, body: &[u8]| {
         let mut b = body.to_vec();
-        while b.len() % 4 != 0 {
+        while !b.len().is_multiple_of(4) {
             b.push(0);
         }
         let total = (12 + b.len()) as u32;

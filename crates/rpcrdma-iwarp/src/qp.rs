@@ -1333,7 +1333,7 @@ impl QueuePair {
             return if self.is_closed() { total } else { 0 };
         }
         while !data.is_empty() && self.rx.state != RxState::Dead {
-            if self.params.recv_markers && self.rx.pos % MARKER_INTERVAL == 0 {
+            if self.params.recv_markers && self.rx.pos.is_multiple_of(MARKER_INTERVAL) {
                 // Collect the Marker.
                 let take = (MARKER_LEN - self.rx.marker_have).min(data.len());
                 let h = self.rx.marker_have;

@@ -324,7 +324,7 @@ impl IwarpProvider {
     }
 
     fn hs_output_empty(&self) -> bool {
-        self.hs.as_ref().map_or(true, |h| h.output().is_empty())
+        self.hs.as_ref().is_none_or(|h| h.output().is_empty())
     }
 
     fn set_established(&mut self, est: Established) {

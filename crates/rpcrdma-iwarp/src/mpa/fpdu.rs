@@ -110,7 +110,7 @@ fn wire_len(start: u64, logical: usize, markers: bool) -> usize {
     let mut rem = logical;
     let mut w = 0usize;
     while rem > 0 {
-        if pos % MARKER_INTERVAL == 0 {
+        if pos.is_multiple_of(MARKER_INTERVAL) {
             pos += MARKER_LEN as u64;
             w += MARKER_LEN;
         }
@@ -153,7 +153,7 @@ struct MarkerWriter<'a> {
 
 impl MarkerWriter<'_> {
     fn marker_if_due(&mut self) -> Result<(), EncodeError> {
-        if self.markers && self.pos % MARKER_INTERVAL == 0 {
+        if self.markers && self.pos.is_multiple_of(MARKER_INTERVAL) {
             let ptr = u16::try_from(self.pos - self.fpdu_start)
                 .map_err(|_| EncodeError::ValueOutOfRange("MPA FPDUPTR"))?;
             let [a, b] = ptr.to_be_bytes();
@@ -385,7 +385,7 @@ impl Iterator for UlpduRanges {
         if self.remaining == 0 {
             return None;
         }
-        if self.markers && self.stream % MARKER_INTERVAL == 0 {
+        if self.markers && self.stream.is_multiple_of(MARKER_INTERVAL) {
             self.wire_off += MARKER_LEN;
             self.stream += MARKER_LEN as u64;
         }
@@ -427,7 +427,7 @@ impl Fpdu {
         let mut r = self.ranges;
         let mut n = skip.min(r.remaining);
         while n > 0 {
-            if r.markers && r.stream % MARKER_INTERVAL == 0 {
+            if r.markers && r.stream.is_multiple_of(MARKER_INTERVAL) {
                 r.wire_off += MARKER_LEN;
                 r.stream += MARKER_LEN as u64;
             }
@@ -551,7 +551,7 @@ impl FpduReceiver {
     //# any additional FPDUs on that half connection.
     pub fn poll(&mut self, buf: &[u8]) -> Result<Received, FramingError> {
         let markers = self.cfg.markers;
-        let lead = if markers && self.pos % MARKER_INTERVAL == 0 {
+        let lead = if markers && self.pos.is_multiple_of(MARKER_INTERVAL) {
             MARKER_LEN
         } else {
             0

@@ -131,7 +131,7 @@ impl InlineSize {
         if bytes > 262_144 {
             return Err(InlineSizeError::TooLarge(bytes));
         }
-        if bytes % 1024 != 0 {
+        if !bytes.is_multiple_of(1024) {
             return Err(InlineSizeError::NotMultiple(bytes));
         }
         Ok(InlineSize((bytes / 1024 - 1) as u8))
