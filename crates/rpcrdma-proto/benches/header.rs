@@ -30,12 +30,13 @@ fn nfs_read() -> TransportHeader {
         xid: 0x6b2a_11c0,
         credit: 128,
         body: Body::Msg(ChunkLists {
-            reads: Vec::new(),
+            reads: Default::default(),
             writes: vec![WriteChunk::new(vec![Segment::new(
                 0x1234,
                 1 << 20,
                 0x7f00_0000_1000,
-            )])],
+            )])]
+            .into(),
             reply: None,
         }),
     })

@@ -38,13 +38,31 @@ impl Prefix {
     /// The prefix of `buf`, or `None` if `buf` is shorter than
     /// [`FIXED_PREFIX_LEN`].
     pub fn read(buf: &[u8]) -> Option<Prefix> {
-        let mut r = Reader::new(buf);
-        Some(Prefix {
-            xid: r.u32("rdma_xid").ok()?,
-            vers: r.u32("rdma_vers").ok()?,
-            credit: r.u32("rdma_credit").ok()?,
-            proc: r.u32("rdma_proc").ok()?,
-        })
+        buf.first_chunk().map(Prefix::from_bytes)
+    }
+
+    /// The prefix in these 16 octets.
+    #[inline]
+    pub fn from_bytes(b: &[u8; FIXED_PREFIX_LEN]) -> Prefix {
+        let [x0, x1, x2, x3, v0, v1, v2, v3, c0, c1, c2, c3, p0, p1, p2, p3] = *b;
+        Prefix {
+            xid: u32::from_be_bytes([x0, x1, x2, x3]),
+            vers: u32::from_be_bytes([v0, v1, v2, v3]),
+            credit: u32::from_be_bytes([c0, c1, c2, c3]),
+            proc: u32::from_be_bytes([p0, p1, p2, p3]),
+        }
+    }
+
+    /// The 16 octets of the prefix.
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; FIXED_PREFIX_LEN] {
+        let [x0, x1, x2, x3] = self.xid.to_be_bytes();
+        let [v0, v1, v2, v3] = self.vers.to_be_bytes();
+        let [c0, c1, c2, c3] = self.credit.to_be_bytes();
+        let [p0, p1, p2, p3] = self.proc.to_be_bytes();
+        [
+            x0, x1, x2, x3, v0, v1, v2, v3, c0, c1, c2, c3, p0, p1, p2, p3,
+        ]
     }
 }
 
@@ -372,58 +390,77 @@ impl std::error::Error for HeaderError {}
 /// message) of any version. Returns the header and its length; the RPC
 /// payload, if [`TransportHeader::has_payload`], is `buf[header_len..]`.
 pub fn decode(buf: &[u8], limits: &Limits) -> Result<(TransportHeader, usize), HeaderError> {
-    let Some(prefix) = Prefix::read(buf) else {
-        let mut r = Reader::new(buf);
-        let error = r
-            .fixed_opaque(FIXED_PREFIX_LEN, "rpcrdma_common")
-            .err()
-            .unwrap_or_else(|| {
-                DecodeError::new(
-                    DecodeErrorKind::Truncated {
-                        needed: FIXED_PREFIX_LEN,
-                        available: buf.len(),
-                    },
-                    0,
-                    "rpcrdma_common",
-                )
-            });
-        return Err(HeaderError {
-            error,
-            prefix: None,
-            flags: None,
-        });
-    };
-    let fail = |error| {
-        let flags = if prefix.vers == v2::RPCRDMA_VERSION_2 {
-            buf.get(16..20)
-                .map(|b| Flags(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
-        } else {
-            None
-        };
-        HeaderError {
-            error,
-            prefix: Some(prefix),
-            flags,
+    // The common words are read once; the version's decoder goes on from
+    // there.
+    let mut r = Reader::new(buf);
+    let words = match r.array::<FIXED_PREFIX_LEN>("rpcrdma_common") {
+        Ok(w) => w,
+        Err(error) => {
+            return Err(HeaderError {
+                error,
+                prefix: None,
+                flags: None,
+            })
         }
     };
-    match prefix.vers {
-        v1::RPCRDMA_VERSION => v1::decode(buf, limits)
-            .map(|(h, n)| (TransportHeader::V1(h), n))
-            .map_err(fail),
-        v2::RPCRDMA_VERSION_2 => v2::decode(buf, limits)
-            .map(|(h, n)| (TransportHeader::V2(h), n))
-            .map_err(fail),
-        _ => Ok((
-            TransportHeader::UnknownVersion(UnknownVersion {
-                prefix,
-                rest: buf.get(FIXED_PREFIX_LEN..).unwrap_or(&[]).to_vec(),
-            }),
-            buf.len(),
-        )),
+    let prefix = Prefix::from_bytes(&words);
+    // The common version 1 headers decode straight into the result.
+    if prefix.vers == v1::RPCRDMA_VERSION {
+        if let Some((h, n)) = v1::decode_short(r.rest(), prefix, limits) {
+            return Ok((TransportHeader::V1(h), FIXED_PREFIX_LEN + n));
+        }
+    }
+    decode_general(r, prefix, limits)
+}
+
+/// [`decode`] after the common words, for every header.
+#[inline(never)]
+fn decode_general(
+    mut r: Reader<'_>,
+    prefix: Prefix,
+    limits: &Limits,
+) -> Result<(TransportHeader, usize), HeaderError> {
+    let res = match prefix.vers {
+        v1::RPCRDMA_VERSION => v1::decode_body_general(&mut r, prefix, limits)
+            .map(|(h, n)| (TransportHeader::V1(h), n)),
+        v2::RPCRDMA_VERSION_2 => {
+            v2::decode_body(&mut r, prefix, limits).map(|(h, n)| (TransportHeader::V2(h), n))
+        }
+        _ => {
+            return Ok((
+                TransportHeader::UnknownVersion(UnknownVersion {
+                    prefix,
+                    rest: r.rest().to_vec(),
+                }),
+                r.position() + r.remaining(),
+            ))
+        }
+    };
+    match res {
+        Ok(x) => Ok(x),
+        Err(error) => Err(header_error(r.whole(), prefix, error)),
+    }
+}
+
+/// The [`HeaderError`] of a message whose prefix could be read.
+#[cold]
+#[inline(never)]
+fn header_error(buf: &[u8], prefix: Prefix, error: DecodeError) -> HeaderError {
+    let flags = if prefix.vers == v2::RPCRDMA_VERSION_2 {
+        buf.get(16..20)
+            .map(|b| Flags(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+    } else {
+        None
+    };
+    HeaderError {
+        error,
+        prefix: Some(prefix),
+        flags,
     }
 }
 
 impl XdrEncode for TransportHeader {
+    #[inline]
     fn encoded_len(&self) -> usize {
         match self {
             TransportHeader::V1(h) => h.encoded_len(),
@@ -432,6 +469,7 @@ impl XdrEncode for TransportHeader {
         }
     }
 
+    #[inline]
     fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
         match self {
             TransportHeader::V1(h) => h.write(w),

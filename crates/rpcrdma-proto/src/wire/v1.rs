@@ -31,7 +31,7 @@
 
 use core::fmt;
 
-use crate::wire::chunk::ChunkLists;
+use crate::wire::chunk::{ChunkLists, ShortLists};
 use crate::wire::header::Prefix;
 use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
@@ -102,6 +102,7 @@ impl RdmaError {
         }
     }
 
+    #[inline]
     fn encoded_len(&self) -> usize {
         4 + match self {
             RdmaError::Vers { .. } => 8,
@@ -215,15 +216,80 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeErro
     //= rfc8166#section-4.2.2
     //# For RPC-over-RDMA version 1, this field MUST contain the value one
     //# (1).
+    let prefix = Prefix::read_expecting(&mut r, RPCRDMA_VERSION)?;
+    decode_body(&mut r, prefix, limits)
+}
+
+/// Decodes what follows the common words `prefix` (already read, with
+/// `rdma_vers` 1) from `r`, which is positioned after them at the start of
+/// the message.
+#[inline]
+pub(crate) fn decode_body(
+    r: &mut Reader<'_>,
+    prefix: Prefix,
+    limits: &Limits,
+) -> Result<(Header, usize), DecodeError> {
+    if let Some((h, n)) = decode_short(r.rest(), prefix, limits) {
+        r.skip(n);
+        return Ok((h, r.position()));
+    }
+    decode_body_general(r, prefix, limits)
+}
+
+/// The RDMA_MSG and RDMA_NOMSG headers with short chunk lists
+/// ([`ShortLists`]), decoded from `rest` (what follows the common words
+/// `prefix`) without building anything but the result; returns the header
+/// and the octets of `rest` it takes. `None` for every other header and
+/// for anything the general decoder refuses: [`decode_body_general`] then
+/// decodes it (again) to the same header or the error.
+#[inline(always)]
+pub(crate) fn decode_short(
+    rest: &[u8],
+    prefix: Prefix,
+    limits: &Limits,
+) -> Option<(Header, usize)> {
+    let nomsg = match Proc(prefix.proc) {
+        Proc::RDMA_MSG => false,
+        Proc::RDMA_NOMSG => true,
+        _ => return None,
+    };
+    let (lists, used) = ShortLists::parse(rest, limits)?;
+    // An RDMA_NOMSG must carry a chunk and end the message (see below).
+    if nomsg && (lists.is_empty() || used != rest.len()) {
+        return None;
+    }
+    let chunks = lists.into_lists();
+    let body = if nomsg {
+        Body::Nomsg(chunks)
+    } else {
+        Body::Msg(chunks)
+    };
+    Some((
+        Header {
+            xid: prefix.xid,
+            credit: prefix.credit,
+            body,
+        },
+        used,
+    ))
+}
+
+/// [`decode_body`] for every header: the general decoder.
+#[inline(never)]
+pub(crate) fn decode_body_general(
+    r: &mut Reader<'_>,
+    prefix: Prefix,
+    limits: &Limits,
+) -> Result<(Header, usize), DecodeError> {
     let Prefix {
         xid, credit, proc, ..
-    } = Prefix::read_expecting(&mut r, RPCRDMA_VERSION)?;
+    } = prefix;
     let proc = Proc(proc);
     let body = match proc {
-        Proc::RDMA_MSG => Body::Msg(ChunkLists::read(&mut r, limits)?),
+        Proc::RDMA_MSG => Body::Msg(ChunkLists::read(r, limits)?),
         Proc::RDMA_NOMSG => {
             let at = r.position();
-            let c = ChunkLists::read(&mut r, limits)?;
+            let c = ChunkLists::read(r, limits)?;
             //= rfc8166#section-4.5.2
             //# Examples of such errors include an invalid value in the
             //# rdma_proc field; an RDMA_NOMSG message where the Read list,
@@ -245,7 +311,7 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeErro
         Proc::RDMA_MSGP => {
             let align = r.u32("rdma_align")?;
             let thresh = r.u32("rdma_thresh")?;
-            let chunks = ChunkLists::read(&mut r, limits)?;
+            let chunks = ChunkLists::read(r, limits)?;
             Body::Msgp(Msgp {
                 align,
                 thresh,
@@ -281,13 +347,16 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeErro
         },
     };
     let header_len = match &body {
-        Body::Unknown { .. } | Body::Error(RdmaError::Unknown { .. }) => buf.len(),
+        Body::Unknown { .. } | Body::Error(RdmaError::Unknown { .. }) => {
+            r.position() + r.remaining()
+        }
         _ => r.position(),
     };
     Ok((Header { xid, credit, body }, header_len))
 }
 
 impl XdrEncode for Header {
+    #[inline]
     fn encoded_len(&self) -> usize {
         FIXED_PREFIX_LEN
             + match &self.body {
@@ -299,11 +368,15 @@ impl XdrEncode for Header {
             }
     }
 
+    #[inline]
     fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
-        w.u32(self.xid)?;
-        w.u32(RPCRDMA_VERSION)?;
-        w.u32(self.credit)?;
-        w.u32(self.proc().0)?;
+        let prefix = Prefix {
+            xid: self.xid,
+            vers: RPCRDMA_VERSION,
+            credit: self.credit,
+            proc: self.proc().0,
+        };
+        w.array(prefix.to_bytes())?;
         match &self.body {
             Body::Msg(c) | Body::Nomsg(c) => c.write(w),
             Body::Msgp(m) => {
@@ -430,8 +503,8 @@ pub(crate) mod tests {
         };
         assert!(c.reads.is_empty());
         assert_eq!(
-            c.writes,
-            vec![WriteChunk::new(vec![Segment::new(
+            c.writes[..],
+            [WriteChunk::new(vec![Segment::new(
                 0x0000_1234,
                 0x0000_2000,
                 0x0000_7f00_dead_0000
@@ -453,8 +526,8 @@ pub(crate) mod tests {
             panic!("not RDMA_NOMSG")
         };
         assert_eq!(
-            c.reads,
-            vec![
+            c.reads[..],
+            [
                 ReadSegment::new(0, Segment::new(0x11, 4096, 0x1000)),
                 ReadSegment::new(0, Segment::new(0x12, 600, 0x2000)),
             ]
