@@ -687,6 +687,153 @@ pub(crate) mod tests {
         assert_eq!(e.kind.name(), "bad-value");
     }
 
+    /// The general decoder alone (what `decode` does without the short
+    /// path).
+    fn dec_general(b: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeError> {
+        let mut r = Reader::new(b);
+        let prefix = Prefix::read_expecting(&mut r, RPCRDMA_VERSION)?;
+        decode_body_general(&mut r, prefix, limits)
+    }
+
+    #[test]
+    fn short_shapes_take_the_short_path_without_allocating() {
+        let b = sample("v1_msg_write_chunk");
+        let prefix = Prefix::read(&b).unwrap();
+        let (hdr, n) = decode_short(&b[16..], prefix, &Limits::DEFAULT).expect("short path");
+        assert_eq!(Ok((hdr.clone(), 16 + n)), dec_general(&b, &Limits::DEFAULT));
+        let Body::Msg(c) = &hdr.body else {
+            panic!("not RDMA_MSG")
+        };
+        // Inline storage: decoding this header touched no heap.
+        assert!(!c.reads.spilled() && !c.writes.spilled());
+        assert!(!c.writes[0].segments.spilled());
+        // Two read segments are not a short shape: the general path.
+        let b = sample("v1_nomsg_pzrc_reply");
+        let nomsg = Prefix::read(&b).unwrap();
+        assert_eq!(decode_short(&b[16..], nomsg, &Limits::DEFAULT), None);
+        let (hdr, _) = dec(&b).unwrap();
+        let Body::Nomsg(c) = &hdr.body else {
+            panic!("not RDMA_NOMSG")
+        };
+        assert!(c.reads.spilled(), "two read segments live on the heap");
+        // A limit of zero sends even a short shape to the general decoder,
+        // which names the limit.
+        let b = sample("v1_msg_write_chunk");
+        let limits = Limits {
+            max_write_chunks: 0,
+            ..Limits::DEFAULT
+        };
+        assert_eq!(decode_short(&b[16..], prefix, &limits), None);
+        assert!(matches!(
+            dec_general(&b, &limits).unwrap_err().kind,
+            DecodeErrorKind::LimitExceeded {
+                limit: "max_write_chunks",
+                ..
+            }
+        ));
+    }
+
+    /// Chunk lists of zero to two entries per list and segments per chunk
+    /// (the short shapes and their nearest neighbours).
+    fn arb_small_lists() -> impl Strategy<Value = ChunkLists> {
+        let seg = || {
+            (
+                0u32..4,
+                any::<u32>(),
+                prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>()],
+            )
+                .prop_map(|(h, l, o)| Segment::new(h, l, o))
+        };
+        let chunk = move || proptest::collection::vec(seg(), 0..3).prop_map(WriteChunk::new);
+        (
+            proptest::collection::vec(
+                (0u32..3, seg()).prop_map(|(p, s)| ReadSegment::new(p, s)),
+                0..3,
+            ),
+            proptest::collection::vec(chunk(), 0..3),
+            proptest::option::of(chunk()),
+        )
+            .prop_map(|(reads, writes, reply)| ChunkLists {
+                reads: reads.into(),
+                writes: writes.into(),
+                reply,
+            })
+    }
+
+    /// A small limit, rarely zero.
+    fn arb_limit() -> impl Strategy<Value = u32> {
+        prop_oneof![1 => Just(0u32), 4 => 1u32..3]
+    }
+
+    /// Words that make chunk lists of every shape, well-formed or not.
+    fn arb_word() -> impl Strategy<Value = u32> {
+        prop_oneof![
+            4 => Just(0u32),
+            4 => Just(1u32),
+            1 => Just(2u32),
+            1 => Just(u32::MAX),
+            2 => any::<u32>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// The short path agrees with the general decoder on every input
+        /// and every limit: the same header and length when it decodes,
+        /// and `decode` (short path first) returns exactly what the general
+        /// decoder returns, errors (kind, offset, field) included.
+        #[test]
+        fn short_path_matches_general_decoder(
+            proc in 0u32..3,
+            lists in arb_small_lists(),
+            garbage in proptest::collection::vec(arb_word(), 0..18),
+            structured in prop::bool::weighted(0.8),
+            mutate in proptest::option::weighted(0.2, (any::<prop::sample::Index>(), arb_word())),
+            cut in proptest::option::weighted(0.2, any::<prop::sample::Index>()),
+            tail in proptest::collection::vec(any::<u8>(), 0..4),
+            (rs, wc, spc, hs) in (arb_limit(), arb_limit(), arb_limit(), 0u32..4),
+        ) {
+            let mut b = h("0000000a 00000001 00000020");
+            b.extend_from_slice(&proc.to_be_bytes());
+            let mut body = if structured {
+                lists.to_vec().unwrap()
+            } else {
+                garbage.iter().flat_map(|w| w.to_be_bytes()).collect()
+            };
+            if let Some((i, w)) = mutate {
+                if body.len() >= 4 {
+                    let at = i.index(body.len() / 4) * 4;
+                    body[at..at + 4].copy_from_slice(&w.to_be_bytes());
+                }
+            }
+            if let Some(i) = cut {
+                body.truncate(i.index(body.len() + 1));
+            }
+            b.extend_from_slice(&body);
+            b.extend_from_slice(&tail);
+            let limits = Limits {
+                max_read_segments: rs,
+                max_write_chunks: wc,
+                max_segments_per_chunk: spc,
+                max_header_segments: hs,
+                ..Limits::DEFAULT
+            };
+            let general = dec_general(&b, &limits);
+            let prefix = Prefix::read(&b).unwrap();
+            if let Some((hdr, n)) = decode_short(&b[16..], prefix, &limits) {
+                prop_assert_eq!(&general, &Ok((hdr, 16 + n)));
+            }
+            prop_assert_eq!(&decode(&b, &limits), &general);
+            let via_dispatch = crate::wire::header::decode(&b, &limits)
+                .map_err(|e| e.error)
+                .map(|(t, n)| match t {
+                    crate::wire::header::TransportHeader::V1(h) => Some((h, n)),
+                    _ => None,
+                });
+            prop_assert_eq!(via_dispatch, general.map(Some));
+        }
+    }
+
     pub(crate) fn arb_header() -> impl Strategy<Value = Header> {
         let body = prop_oneof![
             arb_chunk_lists().prop_map(Body::Msg),
