@@ -174,6 +174,26 @@ pub const fn padded_len(len: usize) -> usize {
     len + pad_len(len)
 }
 
+/// The big-endian `u32` at octet `at` of `b` (0 if it does not fit; the
+/// callers pass constant offsets inside `b`). Reads the four octets in
+/// place: no copy of `b`.
+#[inline(always)]
+pub(crate) fn be_u32_at<const N: usize>(b: &[u8; N], at: usize) -> u32 {
+    match b.get(at..).and_then(|s| s.first_chunk::<4>()) {
+        Some(w) => u32::from_be_bytes(*w),
+        None => 0,
+    }
+}
+
+/// The big-endian `u64` at octet `at` of `b`, as [`be_u32_at`].
+#[inline(always)]
+pub(crate) fn be_u64_at<const N: usize>(b: &[u8; N], at: usize) -> u64 {
+    match b.get(at..).and_then(|s| s.first_chunk::<8>()) {
+        Some(w) => u64::from_be_bytes(*w),
+        None => 0,
+    }
+}
+
 /// Bounded, panic-free XDR reader over a borrowed buffer.
 #[derive(Clone, Debug)]
 pub struct Reader<'a> {

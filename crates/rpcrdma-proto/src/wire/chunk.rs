@@ -24,7 +24,7 @@ use core::fmt;
 
 use smallvec::SmallVec;
 
-use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
+use crate::xdr::{be_u32_at, be_u64_at, DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
 
 /// The segments of a Write chunk or Reply chunk (one kept inline).
@@ -67,10 +67,11 @@ impl Segment {
     #[inline]
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let at = r.position();
-        let Ok(b) = r.array::<SEGMENT_LEN>("rdma_segment") else {
+        let Some(b) = r.rest().first_chunk::<SEGMENT_LEN>() else {
             return Err(Self::truncated(r));
         };
-        let s = Segment::from_bytes(&b);
+        r.skip(SEGMENT_LEN);
+        let s = Segment::from_bytes(b);
         if s.offset.checked_add(s.length as u64).is_none() {
             return Err(overflow_error(at));
         }
@@ -102,11 +103,10 @@ impl Segment {
 
     #[inline]
     fn from_bytes(b: &[u8; SEGMENT_LEN]) -> Self {
-        let [h0, h1, h2, h3, l0, l1, l2, l3, o0, o1, o2, o3, o4, o5, o6, o7] = *b;
         Segment {
-            handle: u32::from_be_bytes([h0, h1, h2, h3]),
-            length: u32::from_be_bytes([l0, l1, l2, l3]),
-            offset: u64::from_be_bytes([o0, o1, o2, o3, o4, o5, o6, o7]),
+            handle: be_u32_at(b, 0),
+            length: be_u32_at(b, 4),
+            offset: be_u64_at(b, 8),
         }
     }
 

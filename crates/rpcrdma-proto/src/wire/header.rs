@@ -15,7 +15,7 @@ use core::fmt;
 
 use crate::wire::v1::{self, hex_string};
 use crate::wire::v2::{self, Flags, HType};
-use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
+use crate::xdr::{be_u32_at, DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
 
 /// Octets of the prefix every version shares (`rpcrdma_common`).
@@ -44,12 +44,11 @@ impl Prefix {
     /// The prefix in these 16 octets.
     #[inline]
     pub fn from_bytes(b: &[u8; FIXED_PREFIX_LEN]) -> Prefix {
-        let [x0, x1, x2, x3, v0, v1, v2, v3, c0, c1, c2, c3, p0, p1, p2, p3] = *b;
         Prefix {
-            xid: u32::from_be_bytes([x0, x1, x2, x3]),
-            vers: u32::from_be_bytes([v0, v1, v2, v3]),
-            credit: u32::from_be_bytes([c0, c1, c2, c3]),
-            proc: u32::from_be_bytes([p0, p1, p2, p3]),
+            xid: be_u32_at(b, 0),
+            vers: be_u32_at(b, 4),
+            credit: be_u32_at(b, 8),
+            proc: be_u32_at(b, 12),
         }
     }
 
@@ -393,17 +392,26 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(TransportHeader, usize), H
     // The common words are read once; the version's decoder goes on from
     // there.
     let mut r = Reader::new(buf);
-    let words = match r.array::<FIXED_PREFIX_LEN>("rpcrdma_common") {
-        Ok(w) => w,
-        Err(error) => {
-            return Err(HeaderError {
-                error,
-                prefix: None,
-                flags: None,
-            })
-        }
+    // The words are read in place (a copy of them would be a wide load of
+    // what the sender may have just stored word by word).
+    let Some(prefix) = Prefix::read(buf) else {
+        let error = r.array::<FIXED_PREFIX_LEN>("rpcrdma_common").err();
+        return Err(HeaderError {
+            error: error.unwrap_or_else(|| {
+                DecodeError::new(
+                    DecodeErrorKind::Truncated {
+                        needed: FIXED_PREFIX_LEN,
+                        available: buf.len(),
+                    },
+                    0,
+                    "rpcrdma_common",
+                )
+            }),
+            prefix: None,
+            flags: None,
+        });
     };
-    let prefix = Prefix::from_bytes(&words);
+    r.skip(FIXED_PREFIX_LEN);
     // The common version 1 headers decode straight into the result.
     if prefix.vers == v1::RPCRDMA_VERSION {
         if let Some((h, n)) = v1::decode_short(r.rest(), prefix, limits) {
