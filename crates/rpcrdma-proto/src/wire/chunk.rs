@@ -538,14 +538,16 @@ impl ShortLists {
             1 => Some(next_short_chunk(&mut p)?),
             _ => return None,
         };
-        let write_segs = matches!(write, Some(Some(_))) as u32;
-        let reply_segs = matches!(reply, Some(Some(_))) as u32;
-        let segs = read.is_some() as u32 + write_segs + reply_segs;
-        if (read.is_some() && limits.max_read_segments == 0)
-            || (write.is_some() && limits.max_write_chunks == 0)
-            || ((write_segs | reply_segs) != 0 && limits.max_segments_per_chunk == 0)
-            || segs > limits.max_header_segments
-        {
+        // Entry counts (0 or 1) against the limits, without branches.
+        let reads = u32::from(read.is_some());
+        let writes = u32::from(write.is_some());
+        let write_segs = u32::from(matches!(write, Some(Some(_))));
+        let reply_segs = u32::from(matches!(reply, Some(Some(_))));
+        let over = (reads > limits.max_read_segments)
+            | (writes > limits.max_write_chunks)
+            | ((write_segs | reply_segs) > limits.max_segments_per_chunk)
+            | (reads + write_segs + reply_segs > limits.max_header_segments);
+        if over {
             return None;
         }
         Some((ShortLists { read, write, reply }, b.len() - p.len()))
