@@ -389,11 +389,9 @@ impl std::error::Error for HeaderError {}
 /// message) of any version. Returns the header and its length; the RPC
 /// payload, if [`TransportHeader::has_payload`], is `buf[header_len..]`.
 pub fn decode(buf: &[u8], limits: &Limits) -> Result<(TransportHeader, usize), HeaderError> {
-    // The common words are read once; the version's decoder goes on from
-    // there.
+    // The common words are read once, in place, and the version's decoder
+    // goes on from there.
     let mut r = Reader::new(buf);
-    // The words are read in place (a copy of them would be a wide load of
-    // what the sender may have just stored word by word).
     let Some(prefix) = Prefix::read(buf) else {
         let error = r.array::<FIXED_PREFIX_LEN>("rpcrdma_common").err();
         return Err(HeaderError {
