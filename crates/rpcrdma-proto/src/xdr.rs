@@ -174,6 +174,26 @@ pub const fn padded_len(len: usize) -> usize {
     len + pad_len(len)
 }
 
+/// The big-endian `u32` at octet `at` of `b` (0 if it does not fit; the
+/// callers pass constant offsets inside `b`). Reads the four octets in
+/// place: no copy of `b`.
+#[inline(always)]
+pub(crate) fn be_u32_at<const N: usize>(b: &[u8; N], at: usize) -> u32 {
+    match b.get(at..).and_then(|s| s.first_chunk::<4>()) {
+        Some(w) => u32::from_be_bytes(*w),
+        None => 0,
+    }
+}
+
+/// The big-endian `u64` at octet `at` of `b`, as [`be_u32_at`].
+#[inline(always)]
+pub(crate) fn be_u64_at<const N: usize>(b: &[u8; N], at: usize) -> u64 {
+    match b.get(at..).and_then(|s| s.first_chunk::<8>()) {
+        Some(w) => u64::from_be_bytes(*w),
+        None => 0,
+    }
+}
+
 /// Bounded, panic-free XDR reader over a borrowed buffer.
 #[derive(Clone, Debug)]
 pub struct Reader<'a> {
@@ -199,6 +219,19 @@ impl<'a> Reader<'a> {
         self.buf.len() - self.pos
     }
 
+    /// Skips `n` octets (at most what is left) that the caller decoded from
+    /// [`Reader::rest`].
+    #[inline]
+    pub(crate) fn skip(&mut self, n: usize) {
+        self.pos += n.min(self.remaining());
+    }
+
+    /// The whole buffer, read and unread.
+    #[inline]
+    pub(crate) fn whole(&self) -> &'a [u8] {
+        self.buf
+    }
+
     /// The unread rest of the buffer.
     #[inline]
     pub fn rest(&self) -> &'a [u8] {
@@ -210,27 +243,60 @@ impl<'a> Reader<'a> {
         DecodeError::new(kind, self.pos, field)
     }
 
-    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
-        let avail = self.remaining();
-        if n > avail {
-            return Err(self.error(
-                DecodeErrorKind::Truncated {
-                    needed: n,
-                    available: avail,
-                },
-                field,
-            ));
+    /// The truncation error for an item of `needed` octets at the current
+    /// position (kept out of line: the hot paths only branch to it).
+    #[cold]
+    #[inline(never)]
+    fn truncated(&self, needed: usize, field: &'static str) -> DecodeError {
+        self.error(
+            DecodeErrorKind::Truncated {
+                needed,
+                available: self.remaining(),
+            },
+            field,
+        )
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn u64_truncated(&self, field: &'static str) -> DecodeError {
+        let mut r = self.clone();
+        match r.u32(field) {
+            Ok(_) => r.truncated(4, field),
+            Err(e) => e,
         }
-        let out = self.buf.get(self.pos..self.pos + n).unwrap_or(&[]);
-        self.pos += n;
-        Ok(out)
+    }
+
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        // `pos <= buf.len()` always, so `rest` is the whole unread input and
+        // `split_at_checked` is the only length check.
+        let rest = self.buf.get(self.pos..).unwrap_or(&[]);
+        match rest.split_at_checked(n) {
+            Some((out, _)) => {
+                self.pos += n;
+                Ok(out)
+            }
+            None => Err(self.truncated(n, field)),
+        }
+    }
+
+    /// The next `N` octets as an array (one length check).
+    #[inline]
+    pub fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], DecodeError> {
+        let rest = self.buf.get(self.pos..).unwrap_or(&[]);
+        match rest.first_chunk::<N>() {
+            Some(a) => {
+                self.pos += N;
+                Ok(*a)
+            }
+            None => Err(self.truncated(N, field)),
+        }
     }
 
     /// An XDR `unsigned int`.
     #[inline]
     pub fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
-        let b = self.take(4, field)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(u32::from_be_bytes(self.array::<4>(field)?))
     }
 
     /// An XDR `int`.
@@ -242,9 +308,15 @@ impl<'a> Reader<'a> {
     /// An XDR `unsigned hyper`.
     #[inline]
     pub fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
-        let hi = self.u32(field)? as u64;
-        let lo = self.u32(field)? as u64;
-        Ok((hi << 32) | lo)
+        let rest = self.buf.get(self.pos..).unwrap_or(&[]);
+        match rest.first_chunk::<8>() {
+            Some(a) => {
+                self.pos += 8;
+                Ok(u64::from_be_bytes(*a))
+            }
+            // Same error as two `unsigned int` reads: at the half that is cut.
+            None => Err(self.u64_truncated(field)),
+        }
     }
 
     /// An XDR `bool`, or the discriminant of optional-data (`*`): exactly 0
@@ -387,37 +459,61 @@ impl<'a> Writer<'a> {
         self.pos
     }
 
+    /// The error for `n` more octets than fit (out of line: the hot paths
+    /// only branch to it).
+    #[cold]
+    #[inline(never)]
+    fn too_small(&self, n: usize) -> EncodeError {
+        EncodeError::BufferTooSmall {
+            needed: self.pos.saturating_add(n),
+            available: self.buf.len(),
+        }
+    }
+
+    #[inline]
     fn put(&mut self, bytes: &[u8]) -> Result<(), EncodeError> {
-        let end = self.pos + bytes.len();
-        match self.buf.get_mut(self.pos..end) {
+        let rest = self.buf.get_mut(self.pos..).unwrap_or_default();
+        match rest.get_mut(..bytes.len()) {
             Some(dst) => {
                 dst.copy_from_slice(bytes);
-                self.pos = end;
+                self.pos += bytes.len();
                 Ok(())
             }
-            None => Err(EncodeError::BufferTooSmall {
-                needed: end,
-                available: self.buf.len(),
-            }),
+            None => Err(self.too_small(bytes.len())),
+        }
+    }
+
+    /// `N` octets, as they are (one length check): the XDR of several
+    /// fixed-size items assembled by the caller.
+    #[inline]
+    pub fn array<const N: usize>(&mut self, bytes: [u8; N]) -> Result<(), EncodeError> {
+        let rest = self.buf.get_mut(self.pos..).unwrap_or_default();
+        match rest.first_chunk_mut::<N>() {
+            Some(dst) => {
+                *dst = bytes;
+                self.pos += N;
+                Ok(())
+            }
+            None => Err(self.too_small(N)),
         }
     }
 
     /// An XDR `unsigned int`.
     #[inline]
     pub fn u32(&mut self, v: u32) -> Result<(), EncodeError> {
-        self.put(&v.to_be_bytes())
+        self.array(v.to_be_bytes())
     }
 
     /// An XDR `int`.
     #[inline]
     pub fn i32(&mut self, v: i32) -> Result<(), EncodeError> {
-        self.put(&v.to_be_bytes())
+        self.array(v.to_be_bytes())
     }
 
     /// An XDR `unsigned hyper`.
     #[inline]
     pub fn u64(&mut self, v: u64) -> Result<(), EncodeError> {
-        self.put(&v.to_be_bytes())
+        self.array(v.to_be_bytes())
     }
 
     /// An XDR `bool` / optional-data discriminant.

@@ -15,7 +15,7 @@ use crate::provider::{
     Access, Buffer, Bytes, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode,
     Provider, ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Stag, Status,
 };
-use crate::wire::chunk::{ChunkLists, ReadSegment, Segment, WriteChunk};
+use crate::wire::chunk::{ChunkLists, ReadList, ReadSegment, Segment, WriteChunk, WriteList};
 use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
 
 /// What a work request id stands for.
@@ -115,7 +115,7 @@ struct InCall {
     sink_need: u64,
     /// Its sinks are registered (counted in `Connection::sink_bytes`).
     admitted: bool,
-    writes: Vec<WriteChunk>,
+    writes: WriteList,
     reply: Option<WriteChunk>,
     inv: Option<u32>,
     delivered: bool,
@@ -715,7 +715,7 @@ impl Connection {
         //# Write chunk (see Section 3.4.6).
         // Every echoed segment starts at length zero (unused) and gets the
         // octets actually written (Linux pcl_process_nonpayloads).
-        let mut echo: Vec<WriteChunk> = call
+        let mut echo: WriteList = call
             .writes
             .iter()
             .map(|w| {
@@ -798,7 +798,7 @@ impl Connection {
         //= rfc8166#section-4.3.1
         //# Responders MUST leave the Read list empty in all replies.
         let msg_chunks = ChunkLists {
-            reads: Vec::new(),
+            reads: ReadList::new(),
             writes: echo.clone(),
             reply: unused_reply,
         };
@@ -851,7 +851,7 @@ impl Connection {
                 }
                 long_src = Some(Bytes::from(std::mem::take(&mut inline)));
                 let chunks = ChunkLists {
-                    reads: Vec::new(),
+                    reads: ReadList::new(),
                     writes: echo,
                     reply: Some(rc_echo),
                 };
@@ -1379,7 +1379,7 @@ impl Connection {
         if !backchannel && min_hdr + reply_max as usize > recv_thr {
             write_lens = call.call.ddp_results.clone();
             let echo = ChunkLists {
-                reads: Vec::new(),
+                reads: ReadList::new(),
                 writes: write_lens.iter().map(|&l| placeholder(l)).collect(),
                 reply: None,
             };
@@ -1390,7 +1390,7 @@ impl Connection {
             }
         }
         let base = ChunkLists {
-            reads: Vec::new(),
+            reads: ReadList::new(),
             writes: write_lens.iter().map(|&l| placeholder(l)).collect(),
             reply: reply_len.map(placeholder),
         };
@@ -1402,7 +1402,7 @@ impl Connection {
         }
         let with_reads = |n: usize| {
             let mut c = base.clone();
-            c.reads = vec![ReadSegment::default(); n];
+            c.reads = ReadList::from_elem(ReadSegment::default(), n);
             c
         };
         //= rfc8166#section-3.5.3
@@ -1435,7 +1435,7 @@ impl Connection {
 
         // Registration: every chunk region per call.
         let mut mrs: Vec<MemoryRegion> = Vec::new();
-        let mut reads: Vec<ReadSegment> = Vec::new();
+        let mut reads = ReadList::new();
         let mut shape = Shape::Msg;
         let r: Result<Vec<u8>, ProviderError> = (|| {
             let inline = match form {
@@ -1510,7 +1510,7 @@ impl Connection {
             }
         };
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
-        let mut writes = Vec::new();
+        let mut writes = WriteList::new();
         let mut write_mrs = Vec::new();
         let mut reply = None;
         let mut reply_mr = None;
@@ -1533,7 +1533,7 @@ impl Connection {
             let buf = self.sink_buffer(l as usize);
             match self.register(p, buf, rw, &mut mrs) {
                 Ok(mr) => {
-                    writes.push(WriteChunk::new(vec![Segment::new(mr.stag().0, l, 0)]));
+                    writes.push(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
                     write_mrs.push(mr);
                     self.metrics.write_chunks += 1;
                 }
@@ -1547,7 +1547,7 @@ impl Connection {
             let buf = self.sink_buffer(l as usize);
             match self.register(p, buf, rw, &mut mrs) {
                 Ok(mr) => {
-                    reply = Some(WriteChunk::new(vec![Segment::new(mr.stag().0, l, 0)]));
+                    reply = Some(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
                     reply_mr = Some(mr);
                     self.metrics.reply_chunks += 1;
                 }

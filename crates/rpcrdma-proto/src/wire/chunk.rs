@@ -12,11 +12,28 @@
 //! The three lists (`rdma_reads`, `rdma_writes`, `rdma_reply`) are XDR
 //! optional-data lists; every discriminant must be 0 or 1, and every count is
 //! checked against [`Limits`] before anything is allocated.
+//!
+//! The lists are small vectors ([`ReadList`], [`WriteList`],
+//! [`SegmentList`]) that keep one entry inline: the headers a Linux client
+//! or this crate's engine sends most (an NFS READ's Write list of one chunk
+//! of one segment, an NFS WRITE's one Read segment, a Reply chunk of one
+//! segment) decode without touching the heap. Longer lists spill to the
+//! heap, after their counts were checked against the limits.
 
 use core::fmt;
 
-use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
+use smallvec::SmallVec;
+
+use crate::xdr::{be_u32_at, be_u64_at, DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
+
+/// The segments of a Write chunk or Reply chunk (one kept inline).
+/// Build one from a `Vec` with `.into()`; read it as a slice.
+pub type SegmentList = SmallVec<[Segment; 1]>;
+/// The Read list (one read segment kept inline).
+pub type ReadList = SmallVec<[ReadSegment; 1]>;
+/// The Write list (one Write chunk kept inline).
+pub type WriteList = SmallVec<[WriteChunk; 1]>;
 
 /// Encoded size of a segment (handle, length, offset).
 pub const SEGMENT_LEN: usize = 16;
@@ -45,30 +62,79 @@ impl Segment {
         }
     }
 
+    /// Decodes the 16 octets of a segment (one length check), refusing
+    /// `offset + length > 2^64`.
+    #[inline]
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let at = r.position();
-        let handle = r.u32("rdma_handle")?;
-        let length = r.u32("rdma_length")?;
-        let offset = r.u64("rdma_offset")?;
-        if offset.checked_add(length as u64).is_none() {
-            return Err(DecodeError::new(
-                DecodeErrorKind::Overflow("rdma_offset + rdma_length"),
-                at,
-                "rdma_segment",
-            ));
+        let Some(b) = r.rest().first_chunk::<SEGMENT_LEN>() else {
+            return Err(Self::truncated(r));
+        };
+        r.skip(SEGMENT_LEN);
+        let s = Segment::from_bytes(b);
+        if s.offset.checked_add(s.length as u64).is_none() {
+            return Err(overflow_error(at));
         }
-        Ok(Segment {
-            handle,
-            length,
-            offset,
-        })
+        Ok(s)
     }
 
-    fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
-        w.u32(self.handle)?;
-        w.u32(self.length)?;
-        w.u64(self.offset)
+    /// The error of a segment cut short, at the word that is cut (as
+    /// reading the fields one by one reports it).
+    #[cold]
+    #[inline(never)]
+    fn truncated(r: &Reader<'_>) -> DecodeError {
+        let mut r = r.clone();
+        let at = r.position();
+        r.u32("rdma_handle")
+            .and_then(|_| r.u32("rdma_length"))
+            .and_then(|_| r.u64("rdma_offset"))
+            .err()
+            .unwrap_or_else(|| {
+                DecodeError::new(
+                    DecodeErrorKind::Truncated {
+                        needed: SEGMENT_LEN,
+                        available: 0,
+                    },
+                    at,
+                    "rdma_segment",
+                )
+            })
     }
+
+    #[inline]
+    fn from_bytes(b: &[u8; SEGMENT_LEN]) -> Self {
+        Segment {
+            handle: be_u32_at(b, 0),
+            length: be_u32_at(b, 4),
+            offset: be_u64_at(b, 8),
+        }
+    }
+
+    /// The 16 octets of the segment's XDR.
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; SEGMENT_LEN] {
+        let [h0, h1, h2, h3] = self.handle.to_be_bytes();
+        let [l0, l1, l2, l3] = self.length.to_be_bytes();
+        let [o0, o1, o2, o3, o4, o5, o6, o7] = self.offset.to_be_bytes();
+        [
+            h0, h1, h2, h3, l0, l1, l2, l3, o0, o1, o2, o3, o4, o5, o6, o7,
+        ]
+    }
+
+    #[inline]
+    fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
+        w.array(self.to_bytes())
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn overflow_error(at: usize) -> DecodeError {
+    DecodeError::new(
+        DecodeErrorKind::Overflow("rdma_offset + rdma_length"),
+        at,
+        "rdma_segment",
+    )
 }
 
 impl fmt::Display for Segment {
@@ -103,14 +169,31 @@ impl ReadSegment {
 /// A Write chunk (or the Reply chunk): a counted array of segments.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct WriteChunk {
-    /// The segments, in order.
-    pub segments: Vec<Segment>,
+    /// The segments, in order (one kept inline).
+    pub segments: SegmentList,
 }
 
 impl WriteChunk {
     /// A chunk of these segments.
     pub fn new(segments: Vec<Segment>) -> Self {
-        WriteChunk { segments }
+        WriteChunk {
+            segments: SegmentList::from_vec(segments),
+        }
+    }
+
+    /// A chunk of one segment (no heap allocation).
+    pub fn single(segment: Segment) -> Self {
+        WriteChunk {
+            segments: SegmentList::from_buf([segment]),
+        }
+    }
+
+    /// A chunk of these segments, from any list of them (a slice, an
+    /// array, a [`SegmentList`]).
+    pub fn from_segments(segments: impl Into<SegmentList>) -> Self {
+        WriteChunk {
+            segments: segments.into(),
+        }
     }
 
     /// Total octets the chunk can hold. Decoding guarantees it fits a `u32`.
@@ -119,6 +202,7 @@ impl WriteChunk {
     }
 
     /// Encoded size: count word plus segments.
+    #[inline]
     pub fn encoded_len(&self) -> usize {
         4 + SEGMENT_LEN * self.segments.len()
     }
@@ -137,18 +221,22 @@ impl WriteChunk {
             field,
         )?;
         budget.take(n, at, field)?;
-        let mut segments = Vec::with_capacity(n as usize);
+        // `n` is within the limits and the input: only now may it size a
+        // heap allocation (none for one segment).
+        let mut segments = SegmentList::with_capacity(n as usize);
         let mut total: u32 = 0;
         for _ in 0..n {
             let s = Segment::read(r)?;
-            total = total.checked_add(s.length).ok_or_else(|| {
-                DecodeError::new(DecodeErrorKind::Overflow("chunk length"), at, field)
-            })?;
+            total = match total.checked_add(s.length) {
+                Some(t) => t,
+                None => return Err(chunk_overflow_error(at, field)),
+            };
             segments.push(s);
         }
         Ok(WriteChunk { segments })
     }
 
+    #[inline]
     fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
         let n = u32::try_from(self.segments.len()).map_err(|_| EncodeError::TooLong("chunk"))?;
         w.u32(n)?;
@@ -157,6 +245,12 @@ impl WriteChunk {
         }
         Ok(())
     }
+}
+
+#[cold]
+#[inline(never)]
+fn chunk_overflow_error(at: usize, field: &'static str) -> DecodeError {
+    DecodeError::new(DecodeErrorKind::Overflow("chunk length"), at, field)
 }
 
 /// Counts segments across all lists of one header against
@@ -175,21 +269,49 @@ impl SegmentBudget {
         }
     }
 
+    #[inline]
     fn take(&mut self, n: u32, at: usize, field: &'static str) -> Result<(), DecodeError> {
         if n > self.left {
-            return Err(DecodeError::new(
-                DecodeErrorKind::LimitExceeded {
-                    limit: "max_header_segments",
-                    max: self.max as u64,
-                    value: (self.max - self.left) as u64 + n as u64,
-                },
-                at,
-                field,
-            ));
+            return Err(self.exceeded(n, at, field));
         }
         self.left -= n;
         Ok(())
     }
+
+    #[cold]
+    #[inline(never)]
+    fn exceeded(&self, n: u32, at: usize, field: &'static str) -> DecodeError {
+        DecodeError::new(
+            DecodeErrorKind::LimitExceeded {
+                limit: "max_header_segments",
+                max: self.max as u64,
+                value: (self.max - self.left) as u64 + n as u64,
+            },
+            at,
+            field,
+        )
+    }
+}
+
+/// A list grew past its limit (one more entry than `len`).
+#[cold]
+#[inline(never)]
+fn list_limit_error(
+    limit: &'static str,
+    max: u32,
+    len: usize,
+    at: usize,
+    field: &'static str,
+) -> DecodeError {
+    DecodeError::new(
+        DecodeErrorKind::LimitExceeded {
+            limit,
+            max: max as u64,
+            value: len as u64 + 1,
+        },
+        at,
+        field,
+    )
 }
 
 /// The three chunk lists of an RDMA_MSG / RDMA_NOMSG (v1) or RDMA2_MSG /
@@ -197,9 +319,9 @@ impl SegmentBudget {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct ChunkLists {
     /// `rdma_reads`: the Read list, in wire order.
-    pub reads: Vec<ReadSegment>,
+    pub reads: ReadList,
     /// `rdma_writes`: the Write list.
-    pub writes: Vec<WriteChunk>,
+    pub writes: WriteList,
     /// `rdma_reply`: the Reply chunk, if present.
     pub reply: Option<WriteChunk>,
 }
@@ -208,8 +330,8 @@ impl ChunkLists {
     /// Three empty lists.
     pub const fn empty() -> Self {
         ChunkLists {
-            reads: Vec::new(),
-            writes: Vec::new(),
+            reads: ReadList::new_const(),
+            writes: WriteList::new_const(),
             reply: None,
         }
     }
@@ -223,16 +345,14 @@ impl ChunkLists {
     pub fn read(r: &mut Reader<'_>, limits: &Limits) -> Result<Self, DecodeError> {
         let mut budget = SegmentBudget::new(limits);
         // Read list: optional-data linked list of read segments.
-        let mut reads = Vec::new();
+        let mut reads = ReadList::new();
         while r.bool("rdma_reads")? {
             let at = r.position();
             if reads.len() as u32 >= limits.max_read_segments {
-                return Err(DecodeError::new(
-                    DecodeErrorKind::LimitExceeded {
-                        limit: "max_read_segments",
-                        max: limits.max_read_segments as u64,
-                        value: reads.len() as u64 + 1,
-                    },
+                return Err(list_limit_error(
+                    "max_read_segments",
+                    limits.max_read_segments,
+                    reads.len(),
                     at,
                     "rdma_reads",
                 ));
@@ -243,15 +363,14 @@ impl ChunkLists {
             reads.push(ReadSegment { position, target });
         }
         // Write list: optional-data linked list of counted segment arrays.
-        let mut writes = Vec::new();
+        let mut writes = WriteList::new();
         while r.bool("rdma_writes")? {
             if writes.len() as u32 >= limits.max_write_chunks {
-                return Err(r.error(
-                    DecodeErrorKind::LimitExceeded {
-                        limit: "max_write_chunks",
-                        max: limits.max_write_chunks as u64,
-                        value: writes.len() as u64 + 1,
-                    },
+                return Err(list_limit_error(
+                    "max_write_chunks",
+                    limits.max_write_chunks,
+                    writes.len(),
+                    r.position(),
                     "rdma_writes",
                 ));
             }
@@ -329,23 +448,156 @@ impl ChunkLists {
     }
 }
 
-impl XdrEncode for ChunkLists {
-    fn encoded_len(&self) -> usize {
-        let reads = self.reads.len() * (4 + READ_SEGMENT_LEN) + 4;
-        let writes: usize = self
-            .writes
-            .iter()
-            .map(|c| 4 + c.encoded_len())
-            .sum::<usize>()
-            + 4;
-        let reply = 4 + self.reply.as_ref().map_or(0, |c| c.encoded_len());
-        reads + writes + reply
+/// Chunk lists of the shapes nearly every header has: a Read list of at
+/// most one read segment, a Write list of at most one Write chunk, a Reply
+/// chunk or none, each chunk of at most one segment. [`ShortLists::parse`]
+/// decodes them word by word into plain values (no list is built until
+/// [`ShortLists::into_lists`]), which is what lets a header decode
+/// straight into its final place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ShortLists {
+    read: Option<ReadSegment>,
+    /// The Write chunk, if present, and its segment, if it has one.
+    write: Option<Option<Segment>>,
+    /// The Reply chunk, if present, and its segment, if it has one.
+    reply: Option<Option<Segment>>,
+}
+
+/// The next XDR word of `p`, advancing it.
+#[inline(always)]
+fn next_word(p: &mut &[u8]) -> Option<u32> {
+    let (w, rest) = p.split_first_chunk::<4>()?;
+    *p = rest;
+    Some(u32::from_be_bytes(*w))
+}
+
+/// The next segment of `p`, advancing it; `None` if it is cut short or
+/// `offset + length` overflows.
+#[inline(always)]
+fn next_segment(p: &mut &[u8]) -> Option<Segment> {
+    let (b, rest) = p.split_first_chunk::<SEGMENT_LEN>()?;
+    *p = rest;
+    let s = Segment::from_bytes(b);
+    s.offset.checked_add(s.length as u64)?;
+    Some(s)
+}
+
+/// A counted array of at most one segment.
+#[inline(always)]
+fn next_short_chunk(p: &mut &[u8]) -> Option<Option<Segment>> {
+    match next_word(p)? {
+        0 => Some(None),
+        1 => Some(Some(next_segment(p)?)),
+        _ => None,
+    }
+}
+
+impl ShortLists {
+    /// Decodes the three lists at the start of `b` if they have a short
+    /// shape and [`ChunkLists::read`] would accept them under `limits`;
+    /// returns them and the octets they take. `None` otherwise (a longer
+    /// list, or anything [`ChunkLists::read`] refuses): the caller then
+    /// decodes with [`ChunkLists::read`], which yields the same lists, or
+    /// the error with its offset and field.
+    ///
+    /// The checks are those of [`ChunkLists::read`] for lists of this
+    /// shape: every optional-data discriminant is 0 or 1, every segment
+    /// count 0 or 1 (and within `max_segments_per_chunk`), no segment has
+    /// `offset + length > 2^64`, a Read segment and a Write chunk are
+    /// within `max_read_segments` and `max_write_chunks`, and all segments
+    /// together within `max_header_segments`.
+    #[inline(always)]
+    pub(crate) fn parse(b: &[u8], limits: &Limits) -> Option<(ShortLists, usize)> {
+        let mut p = b;
+        let read = match next_word(&mut p)? {
+            0 => None,
+            1 => {
+                let position = next_word(&mut p)?;
+                let target = next_segment(&mut p)?;
+                // A second read segment is not a short shape.
+                if next_word(&mut p)? != 0 {
+                    return None;
+                }
+                Some(ReadSegment { position, target })
+            }
+            _ => return None,
+        };
+        let write = match next_word(&mut p)? {
+            0 => None,
+            1 => {
+                let c = next_short_chunk(&mut p)?;
+                if next_word(&mut p)? != 0 {
+                    return None;
+                }
+                Some(c)
+            }
+            _ => return None,
+        };
+        let reply = match next_word(&mut p)? {
+            0 => None,
+            1 => Some(next_short_chunk(&mut p)?),
+            _ => return None,
+        };
+        // Entry counts (0 or 1) against the limits, without branches.
+        let reads = u32::from(read.is_some());
+        let writes = u32::from(write.is_some());
+        let write_segs = u32::from(matches!(write, Some(Some(_))));
+        let reply_segs = u32::from(matches!(reply, Some(Some(_))));
+        let over = (reads > limits.max_read_segments)
+            | (writes > limits.max_write_chunks)
+            | ((write_segs | reply_segs) > limits.max_segments_per_chunk)
+            | (reads + write_segs + reply_segs > limits.max_header_segments);
+        if over {
+            return None;
+        }
+        Some((ShortLists { read, write, reply }, b.len() - p.len()))
     }
 
+    /// True when all three lists are empty.
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.read.is_none() && self.write.is_none() && self.reply.is_none()
+    }
+
+    /// The lists, in inline storage.
+    #[inline(always)]
+    pub(crate) fn into_lists(self) -> ChunkLists {
+        fn chunk(c: Option<Segment>) -> WriteChunk {
+            match c {
+                Some(s) => WriteChunk::single(s),
+                None => WriteChunk::default(),
+            }
+        }
+        ChunkLists {
+            reads: match self.read {
+                Some(r) => ReadList::from_buf([r]),
+                None => ReadList::new(),
+            },
+            writes: match self.write {
+                Some(c) => WriteList::from_buf([chunk(c)]),
+                None => WriteList::new(),
+            },
+            reply: self.reply.map(chunk),
+        }
+    }
+}
+
+impl XdrEncode for ChunkLists {
+    #[inline]
+    fn encoded_len(&self) -> usize {
+        // Three list terminators / the Reply chunk discriminant, then each
+        // entry with its discriminant.
+        let reads = self.reads.len() * (4 + READ_SEGMENT_LEN);
+        let writes: usize = self.writes.iter().map(|c| 4 + c.encoded_len()).sum();
+        let reply = self.reply.as_ref().map_or(0, |c| c.encoded_len());
+        12 + reads + writes + reply
+    }
+
+    #[inline]
     fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
         for rs in &self.reads {
-            w.bool(true)?;
-            w.u32(rs.position)?;
+            let [p0, p1, p2, p3] = rs.position.to_be_bytes();
+            w.array([0, 0, 0, 1, p0, p1, p2, p3])?;
             rs.target.write(w)?;
         }
         w.bool(false)?;
@@ -368,6 +620,7 @@ impl XdrEncode for ChunkLists {
 pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
+    use smallvec::smallvec;
 
     pub(crate) fn arb_segment() -> impl Strategy<Value = Segment> {
         (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(h, l, o)| {
@@ -399,8 +652,8 @@ pub(crate) mod tests {
             proptest::option::of(arb_chunk(4)),
         )
             .prop_map(|(reads, writes, reply)| ChunkLists {
-                reads,
-                writes,
+                reads: reads.into(),
+                writes: writes.into(),
                 reply,
             })
     }
@@ -430,7 +683,7 @@ pub(crate) mod tests {
             ..Limits::default()
         };
         let c = ChunkLists {
-            reads: vec![ReadSegment::default(); 3],
+            reads: smallvec![ReadSegment::default(); 3],
             ..ChunkLists::empty()
         };
         let b = c.to_vec().unwrap();
@@ -451,8 +704,8 @@ pub(crate) mod tests {
             ..Limits::default()
         };
         let c = ChunkLists {
-            reads: vec![ReadSegment::default(); 2],
-            writes: vec![WriteChunk::new(vec![Segment::default(); 2])],
+            reads: smallvec![ReadSegment::default(); 2],
+            writes: smallvec![WriteChunk::new(vec![Segment::default(); 2])],
             reply: None,
         };
         let b = c.to_vec().unwrap();
@@ -494,7 +747,7 @@ pub(crate) mod tests {
         );
 
         let c = ChunkLists {
-            writes: vec![WriteChunk::new(vec![
+            writes: smallvec![WriteChunk::new(vec![
                 Segment::new(1, u32::MAX, 0),
                 Segment::new(2, 1, 0),
             ])],
@@ -509,7 +762,7 @@ pub(crate) mod tests {
     fn read_chunks_group_by_position() {
         let s = Segment::new(1, 2, 3);
         let c = ChunkLists {
-            reads: vec![
+            reads: smallvec![
                 ReadSegment::new(0, s),
                 ReadSegment::new(0, s),
                 ReadSegment::new(100, s),

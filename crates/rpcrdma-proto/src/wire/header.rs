@@ -15,7 +15,7 @@ use core::fmt;
 
 use crate::wire::v1::{self, hex_string};
 use crate::wire::v2::{self, Flags, HType};
-use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
+use crate::xdr::{be_u32_at, DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
 
 /// Octets of the prefix every version shares (`rpcrdma_common`).
@@ -38,13 +38,30 @@ impl Prefix {
     /// The prefix of `buf`, or `None` if `buf` is shorter than
     /// [`FIXED_PREFIX_LEN`].
     pub fn read(buf: &[u8]) -> Option<Prefix> {
-        let mut r = Reader::new(buf);
-        Some(Prefix {
-            xid: r.u32("rdma_xid").ok()?,
-            vers: r.u32("rdma_vers").ok()?,
-            credit: r.u32("rdma_credit").ok()?,
-            proc: r.u32("rdma_proc").ok()?,
-        })
+        buf.first_chunk().map(Prefix::from_bytes)
+    }
+
+    /// The prefix in these 16 octets.
+    #[inline]
+    pub fn from_bytes(b: &[u8; FIXED_PREFIX_LEN]) -> Prefix {
+        Prefix {
+            xid: be_u32_at(b, 0),
+            vers: be_u32_at(b, 4),
+            credit: be_u32_at(b, 8),
+            proc: be_u32_at(b, 12),
+        }
+    }
+
+    /// The 16 octets of the prefix.
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; FIXED_PREFIX_LEN] {
+        let [x0, x1, x2, x3] = self.xid.to_be_bytes();
+        let [v0, v1, v2, v3] = self.vers.to_be_bytes();
+        let [c0, c1, c2, c3] = self.credit.to_be_bytes();
+        let [p0, p1, p2, p3] = self.proc.to_be_bytes();
+        [
+            x0, x1, x2, x3, v0, v1, v2, v3, c0, c1, c2, c3, p0, p1, p2, p3,
+        ]
     }
 }
 
@@ -372,12 +389,13 @@ impl std::error::Error for HeaderError {}
 /// message) of any version. Returns the header and its length; the RPC
 /// payload, if [`TransportHeader::has_payload`], is `buf[header_len..]`.
 pub fn decode(buf: &[u8], limits: &Limits) -> Result<(TransportHeader, usize), HeaderError> {
+    // The common words are read once, in place, and the version's decoder
+    // goes on from there.
+    let mut r = Reader::new(buf);
     let Some(prefix) = Prefix::read(buf) else {
-        let mut r = Reader::new(buf);
-        let error = r
-            .fixed_opaque(FIXED_PREFIX_LEN, "rpcrdma_common")
-            .err()
-            .unwrap_or_else(|| {
+        let error = r.array::<FIXED_PREFIX_LEN>("rpcrdma_common").err();
+        return Err(HeaderError {
+            error: error.unwrap_or_else(|| {
                 DecodeError::new(
                     DecodeErrorKind::Truncated {
                         needed: FIXED_PREFIX_LEN,
@@ -386,44 +404,69 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(TransportHeader, usize), H
                     0,
                     "rpcrdma_common",
                 )
-            });
-        return Err(HeaderError {
-            error,
+            }),
             prefix: None,
             flags: None,
         });
     };
-    let fail = |error| {
-        let flags = if prefix.vers == v2::RPCRDMA_VERSION_2 {
-            buf.get(16..20)
-                .map(|b| Flags(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
-        } else {
-            None
-        };
-        HeaderError {
-            error,
-            prefix: Some(prefix),
-            flags,
+    r.skip(FIXED_PREFIX_LEN);
+    // The common version 1 headers decode straight into the result.
+    if prefix.vers == v1::RPCRDMA_VERSION {
+        if let Some((h, n)) = v1::decode_short(r.rest(), prefix, limits) {
+            return Ok((TransportHeader::V1(h), FIXED_PREFIX_LEN + n));
+        }
+    }
+    decode_general(r, prefix, limits)
+}
+
+/// [`decode`] after the common words, for every header.
+#[inline(never)]
+fn decode_general(
+    mut r: Reader<'_>,
+    prefix: Prefix,
+    limits: &Limits,
+) -> Result<(TransportHeader, usize), HeaderError> {
+    let res = match prefix.vers {
+        v1::RPCRDMA_VERSION => v1::decode_body_general(&mut r, prefix, limits)
+            .map(|(h, n)| (TransportHeader::V1(h), n)),
+        v2::RPCRDMA_VERSION_2 => {
+            v2::decode_body(&mut r, prefix, limits).map(|(h, n)| (TransportHeader::V2(h), n))
+        }
+        _ => {
+            return Ok((
+                TransportHeader::UnknownVersion(UnknownVersion {
+                    prefix,
+                    rest: r.rest().to_vec(),
+                }),
+                r.position() + r.remaining(),
+            ))
         }
     };
-    match prefix.vers {
-        v1::RPCRDMA_VERSION => v1::decode(buf, limits)
-            .map(|(h, n)| (TransportHeader::V1(h), n))
-            .map_err(fail),
-        v2::RPCRDMA_VERSION_2 => v2::decode(buf, limits)
-            .map(|(h, n)| (TransportHeader::V2(h), n))
-            .map_err(fail),
-        _ => Ok((
-            TransportHeader::UnknownVersion(UnknownVersion {
-                prefix,
-                rest: buf.get(FIXED_PREFIX_LEN..).unwrap_or(&[]).to_vec(),
-            }),
-            buf.len(),
-        )),
+    match res {
+        Ok(x) => Ok(x),
+        Err(error) => Err(header_error(r.whole(), prefix, error)),
+    }
+}
+
+/// The [`HeaderError`] of a message whose prefix could be read.
+#[cold]
+#[inline(never)]
+fn header_error(buf: &[u8], prefix: Prefix, error: DecodeError) -> HeaderError {
+    let flags = if prefix.vers == v2::RPCRDMA_VERSION_2 {
+        buf.get(16..20)
+            .map(|b| Flags(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+    } else {
+        None
+    };
+    HeaderError {
+        error,
+        prefix: Some(prefix),
+        flags,
     }
 }
 
 impl XdrEncode for TransportHeader {
+    #[inline]
     fn encoded_len(&self) -> usize {
         match self {
             TransportHeader::V1(h) => h.encoded_len(),
@@ -432,6 +475,7 @@ impl XdrEncode for TransportHeader {
         }
     }
 
+    #[inline]
     fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
         match self {
             TransportHeader::V1(h) => h.write(w),

@@ -31,7 +31,7 @@
 
 use core::fmt;
 
-use crate::wire::chunk::ChunkLists;
+use crate::wire::chunk::{ChunkLists, ShortLists};
 use crate::wire::header::Prefix;
 use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
@@ -102,6 +102,7 @@ impl RdmaError {
         }
     }
 
+    #[inline]
     fn encoded_len(&self) -> usize {
         4 + match self {
             RdmaError::Vers { .. } => 8,
@@ -215,15 +216,80 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeErro
     //= rfc8166#section-4.2.2
     //# For RPC-over-RDMA version 1, this field MUST contain the value one
     //# (1).
+    let prefix = Prefix::read_expecting(&mut r, RPCRDMA_VERSION)?;
+    decode_body(&mut r, prefix, limits)
+}
+
+/// Decodes what follows the common words `prefix` (already read, with
+/// `rdma_vers` 1) from `r`, which is positioned after them at the start of
+/// the message.
+#[inline]
+pub(crate) fn decode_body(
+    r: &mut Reader<'_>,
+    prefix: Prefix,
+    limits: &Limits,
+) -> Result<(Header, usize), DecodeError> {
+    if let Some((h, n)) = decode_short(r.rest(), prefix, limits) {
+        r.skip(n);
+        return Ok((h, r.position()));
+    }
+    decode_body_general(r, prefix, limits)
+}
+
+/// The RDMA_MSG and RDMA_NOMSG headers with short chunk lists
+/// ([`ShortLists`]), decoded from `rest` (what follows the common words
+/// `prefix`) without building anything but the result; returns the header
+/// and the octets of `rest` it takes. `None` for every other header and
+/// for anything the general decoder refuses: [`decode_body_general`] then
+/// decodes it (again) to the same header or the error.
+#[inline(always)]
+pub(crate) fn decode_short(
+    rest: &[u8],
+    prefix: Prefix,
+    limits: &Limits,
+) -> Option<(Header, usize)> {
+    let nomsg = match Proc(prefix.proc) {
+        Proc::RDMA_MSG => false,
+        Proc::RDMA_NOMSG => true,
+        _ => return None,
+    };
+    let (lists, used) = ShortLists::parse(rest, limits)?;
+    // An RDMA_NOMSG must carry a chunk and end the message (see below).
+    if nomsg && (lists.is_empty() || used != rest.len()) {
+        return None;
+    }
+    let chunks = lists.into_lists();
+    let body = if nomsg {
+        Body::Nomsg(chunks)
+    } else {
+        Body::Msg(chunks)
+    };
+    Some((
+        Header {
+            xid: prefix.xid,
+            credit: prefix.credit,
+            body,
+        },
+        used,
+    ))
+}
+
+/// [`decode_body`] for every header: the general decoder.
+#[inline(never)]
+pub(crate) fn decode_body_general(
+    r: &mut Reader<'_>,
+    prefix: Prefix,
+    limits: &Limits,
+) -> Result<(Header, usize), DecodeError> {
     let Prefix {
         xid, credit, proc, ..
-    } = Prefix::read_expecting(&mut r, RPCRDMA_VERSION)?;
+    } = prefix;
     let proc = Proc(proc);
     let body = match proc {
-        Proc::RDMA_MSG => Body::Msg(ChunkLists::read(&mut r, limits)?),
+        Proc::RDMA_MSG => Body::Msg(ChunkLists::read(r, limits)?),
         Proc::RDMA_NOMSG => {
             let at = r.position();
-            let c = ChunkLists::read(&mut r, limits)?;
+            let c = ChunkLists::read(r, limits)?;
             //= rfc8166#section-4.5.2
             //# Examples of such errors include an invalid value in the
             //# rdma_proc field; an RDMA_NOMSG message where the Read list,
@@ -245,7 +311,7 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeErro
         Proc::RDMA_MSGP => {
             let align = r.u32("rdma_align")?;
             let thresh = r.u32("rdma_thresh")?;
-            let chunks = ChunkLists::read(&mut r, limits)?;
+            let chunks = ChunkLists::read(r, limits)?;
             Body::Msgp(Msgp {
                 align,
                 thresh,
@@ -281,13 +347,16 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeErro
         },
     };
     let header_len = match &body {
-        Body::Unknown { .. } | Body::Error(RdmaError::Unknown { .. }) => buf.len(),
+        Body::Unknown { .. } | Body::Error(RdmaError::Unknown { .. }) => {
+            r.position() + r.remaining()
+        }
         _ => r.position(),
     };
     Ok((Header { xid, credit, body }, header_len))
 }
 
 impl XdrEncode for Header {
+    #[inline]
     fn encoded_len(&self) -> usize {
         FIXED_PREFIX_LEN
             + match &self.body {
@@ -299,11 +368,15 @@ impl XdrEncode for Header {
             }
     }
 
+    #[inline]
     fn write(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
-        w.u32(self.xid)?;
-        w.u32(RPCRDMA_VERSION)?;
-        w.u32(self.credit)?;
-        w.u32(self.proc().0)?;
+        let prefix = Prefix {
+            xid: self.xid,
+            vers: RPCRDMA_VERSION,
+            credit: self.credit,
+            proc: self.proc().0,
+        };
+        w.array(prefix.to_bytes())?;
         match &self.body {
             Body::Msg(c) | Body::Nomsg(c) => c.write(w),
             Body::Msgp(m) => {
@@ -430,8 +503,8 @@ pub(crate) mod tests {
         };
         assert!(c.reads.is_empty());
         assert_eq!(
-            c.writes,
-            vec![WriteChunk::new(vec![Segment::new(
+            c.writes[..],
+            [WriteChunk::new(vec![Segment::new(
                 0x0000_1234,
                 0x0000_2000,
                 0x0000_7f00_dead_0000
@@ -453,8 +526,8 @@ pub(crate) mod tests {
             panic!("not RDMA_NOMSG")
         };
         assert_eq!(
-            c.reads,
-            vec![
+            c.reads[..],
+            [
                 ReadSegment::new(0, Segment::new(0x11, 4096, 0x1000)),
                 ReadSegment::new(0, Segment::new(0x12, 600, 0x2000)),
             ]
@@ -612,6 +685,153 @@ pub(crate) mod tests {
         let e = dec(&b).unwrap_err();
         assert_eq!(e.offset, 4);
         assert_eq!(e.kind.name(), "bad-value");
+    }
+
+    /// The general decoder alone (what `decode` does without the short
+    /// path).
+    fn dec_general(b: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeError> {
+        let mut r = Reader::new(b);
+        let prefix = Prefix::read_expecting(&mut r, RPCRDMA_VERSION)?;
+        decode_body_general(&mut r, prefix, limits)
+    }
+
+    #[test]
+    fn short_shapes_take_the_short_path_without_allocating() {
+        let b = sample("v1_msg_write_chunk");
+        let prefix = Prefix::read(&b).unwrap();
+        let (hdr, n) = decode_short(&b[16..], prefix, &Limits::DEFAULT).expect("short path");
+        assert_eq!(Ok((hdr.clone(), 16 + n)), dec_general(&b, &Limits::DEFAULT));
+        let Body::Msg(c) = &hdr.body else {
+            panic!("not RDMA_MSG")
+        };
+        // Inline storage: decoding this header touched no heap.
+        assert!(!c.reads.spilled() && !c.writes.spilled());
+        assert!(!c.writes[0].segments.spilled());
+        // Two read segments are not a short shape: the general path.
+        let b = sample("v1_nomsg_pzrc_reply");
+        let nomsg = Prefix::read(&b).unwrap();
+        assert_eq!(decode_short(&b[16..], nomsg, &Limits::DEFAULT), None);
+        let (hdr, _) = dec(&b).unwrap();
+        let Body::Nomsg(c) = &hdr.body else {
+            panic!("not RDMA_NOMSG")
+        };
+        assert!(c.reads.spilled(), "two read segments live on the heap");
+        // A limit of zero sends even a short shape to the general decoder,
+        // which names the limit.
+        let b = sample("v1_msg_write_chunk");
+        let limits = Limits {
+            max_write_chunks: 0,
+            ..Limits::DEFAULT
+        };
+        assert_eq!(decode_short(&b[16..], prefix, &limits), None);
+        assert!(matches!(
+            dec_general(&b, &limits).unwrap_err().kind,
+            DecodeErrorKind::LimitExceeded {
+                limit: "max_write_chunks",
+                ..
+            }
+        ));
+    }
+
+    /// Chunk lists of zero to two entries per list and segments per chunk
+    /// (the short shapes and their nearest neighbours).
+    fn arb_small_lists() -> impl Strategy<Value = ChunkLists> {
+        let seg = || {
+            (
+                0u32..4,
+                any::<u32>(),
+                prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>()],
+            )
+                .prop_map(|(h, l, o)| Segment::new(h, l, o))
+        };
+        let chunk = move || proptest::collection::vec(seg(), 0..3).prop_map(WriteChunk::new);
+        (
+            proptest::collection::vec(
+                (0u32..3, seg()).prop_map(|(p, s)| ReadSegment::new(p, s)),
+                0..3,
+            ),
+            proptest::collection::vec(chunk(), 0..3),
+            proptest::option::of(chunk()),
+        )
+            .prop_map(|(reads, writes, reply)| ChunkLists {
+                reads: reads.into(),
+                writes: writes.into(),
+                reply,
+            })
+    }
+
+    /// A small limit, rarely zero.
+    fn arb_limit() -> impl Strategy<Value = u32> {
+        prop_oneof![1 => Just(0u32), 4 => 1u32..3]
+    }
+
+    /// Words that make chunk lists of every shape, well-formed or not.
+    fn arb_word() -> impl Strategy<Value = u32> {
+        prop_oneof![
+            4 => Just(0u32),
+            4 => Just(1u32),
+            1 => Just(2u32),
+            1 => Just(u32::MAX),
+            2 => any::<u32>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// The short path agrees with the general decoder on every input
+        /// and every limit: the same header and length when it decodes,
+        /// and `decode` (short path first) returns exactly what the general
+        /// decoder returns, errors (kind, offset, field) included.
+        #[test]
+        fn short_path_matches_general_decoder(
+            proc in 0u32..3,
+            lists in arb_small_lists(),
+            garbage in proptest::collection::vec(arb_word(), 0..18),
+            structured in prop::bool::weighted(0.8),
+            mutate in proptest::option::weighted(0.2, (any::<prop::sample::Index>(), arb_word())),
+            cut in proptest::option::weighted(0.2, any::<prop::sample::Index>()),
+            tail in proptest::collection::vec(any::<u8>(), 0..4),
+            (rs, wc, spc, hs) in (arb_limit(), arb_limit(), arb_limit(), 0u32..4),
+        ) {
+            let mut b = h("0000000a 00000001 00000020");
+            b.extend_from_slice(&proc.to_be_bytes());
+            let mut body = if structured {
+                lists.to_vec().unwrap()
+            } else {
+                garbage.iter().flat_map(|w| w.to_be_bytes()).collect()
+            };
+            if let Some((i, w)) = mutate {
+                if body.len() >= 4 {
+                    let at = i.index(body.len() / 4) * 4;
+                    body[at..at + 4].copy_from_slice(&w.to_be_bytes());
+                }
+            }
+            if let Some(i) = cut {
+                body.truncate(i.index(body.len() + 1));
+            }
+            b.extend_from_slice(&body);
+            b.extend_from_slice(&tail);
+            let limits = Limits {
+                max_read_segments: rs,
+                max_write_chunks: wc,
+                max_segments_per_chunk: spc,
+                max_header_segments: hs,
+                ..Limits::DEFAULT
+            };
+            let general = dec_general(&b, &limits);
+            let prefix = Prefix::read(&b).unwrap();
+            if let Some((hdr, n)) = decode_short(&b[16..], prefix, &limits) {
+                prop_assert_eq!(&general, &Ok((hdr, 16 + n)));
+            }
+            prop_assert_eq!(&decode(&b, &limits), &general);
+            let via_dispatch = crate::wire::header::decode(&b, &limits)
+                .map_err(|e| e.error)
+                .map(|(t, n)| match t {
+                    crate::wire::header::TransportHeader::V1(h) => Some((h, n)),
+                    _ => None,
+                });
+            prop_assert_eq!(via_dispatch, general.map(Some));
+        }
     }
 
     pub(crate) fn arb_header() -> impl Strategy<Value = Header> {

@@ -777,14 +777,27 @@ impl Header {
 /// other type `header_len == buf.len()`.
 pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeError> {
     let mut r = Reader::new(buf);
+    let prefix = Prefix::read_expecting(&mut r, RPCRDMA_VERSION_2)?;
+    decode_body(&mut r, prefix, limits)
+}
+
+/// Decodes what follows the common words `prefix` (already read, with
+/// `rdma_vers` 2) from `r`, which is positioned after them at the start of
+/// the message.
+#[inline]
+pub(crate) fn decode_body(
+    r: &mut Reader<'_>,
+    prefix: Prefix,
+    limits: &Limits,
+) -> Result<(Header, usize), DecodeError> {
     let Prefix {
         xid, credit, proc, ..
-    } = Prefix::read_expecting(&mut r, RPCRDMA_VERSION_2)?;
+    } = prefix;
     let htype = HType(proc);
     let flags = Flags(r.u32("rdma_flags")?);
     let body = match htype {
         HType::RDMA2_MSG => {
-            let c = ChunkLists2::read(&mut r, limits)?;
+            let c = ChunkLists2::read(r, limits)?;
             // rpcrdma2_msg ends with rdma_rpc_first_word: the RPC message
             // starts here, so at least one word must follow.
             if r.remaining() < 4 {
@@ -799,17 +812,17 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeErro
             Body::Msg(c)
         }
         HType::RDMA2_NOMSG => {
-            let c = ChunkLists2::read(&mut r, limits)?;
+            let c = ChunkLists2::read(r, limits)?;
             r.finish("rpcrdma2_nomsg")?;
             Body::Nomsg(c)
         }
         HType::RDMA2_ERROR => {
-            let e = RdmaError::read(&mut r)?;
+            let e = RdmaError::read(r)?;
             r.finish("rpcrdma2_error")?;
             Body::Error(e)
         }
         HType::RDMA2_CONNPROP => {
-            let p = PropSet::read(&mut r, limits)?;
+            let p = PropSet::read(r, limits)?;
             r.finish("rpcrdma2_connprop")?;
             Body::Connprop(p)
         }
@@ -819,7 +832,7 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(Header, usize), DecodeErro
         },
     };
     let header_len = match body {
-        Body::Unknown { .. } => buf.len(),
+        Body::Unknown { .. } => r.position() + r.remaining(),
         _ => r.position(),
     };
     Ok((
@@ -926,8 +939,8 @@ pub(crate) mod tests {
         };
         assert_eq!(c.inv_handle, 0x1234);
         assert_eq!(
-            c.lists.writes,
-            vec![WriteChunk::new(vec![Segment::new(
+            c.lists.writes[..],
+            [WriteChunk::new(vec![Segment::new(
                 0x1234,
                 4096,
                 0x4000_0000
@@ -959,8 +972,8 @@ pub(crate) mod tests {
         };
         assert_eq!(c.inv_handle, 0x55);
         assert_eq!(
-            c.lists.reads,
-            vec![ReadSegment::new(0, Segment::new(0x55, 2048, 0x10000))]
+            c.lists.reads[..],
+            [ReadSegment::new(0, Segment::new(0x55, 2048, 0x10000))]
         );
         assert_truncations_fail(&b, n);
 
