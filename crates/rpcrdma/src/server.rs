@@ -309,7 +309,11 @@ impl Server {
         }
     }
 
-    async fn handle(self, call: IncomingCall) {
+    /// Everything before the handler runs: decodes the call header,
+    /// answers what can be answered without the handler (errors, the
+    /// duplicate-reply cache) and returns the handler's future with what
+    /// [`Server::finish`] needs, or `None` when the call is done.
+    fn begin(&self, call: IncomingCall) -> Option<(CatchUnwind, Running)> {
         let IncomingCall {
             message,
             client,
@@ -346,13 +350,13 @@ impl Server {
                         tracing::debug!(error = %e, "undecodable call dropped");
                     }
                 }
-                return;
+                return None;
             }
         };
         let xid = msg.xid;
         let MsgBody::Call(cb) = msg.body else {
             Metrics::inc(&metrics.garbage_messages);
-            return;
+            return None;
         };
         let span = tracing::debug_span!(
             "rpc.serve",
@@ -363,130 +367,161 @@ impl Server {
             client = %client,
             transport = conn.name()
         );
-        async {
-            //= rfc5531#section-9
-            //# unsigned int rpcvers;       /* must be equal to two (2) */
-            if cb.rpcvers != RPC_VERSION {
-                Metrics::inc(&metrics.err_rpc_mismatch);
-                tracing::debug!(rpcvers = cb.rpcvers, "RPC_MISMATCH");
-                self.send_header(&*conn, RpcMsg::rpc_mismatch(xid), guard);
-                return;
+        let _e = span.enter();
+        //= rfc5531#section-9
+        //# unsigned int rpcvers;       /* must be equal to two (2) */
+        if cb.rpcvers != RPC_VERSION {
+            Metrics::inc(&metrics.err_rpc_mismatch);
+            tracing::debug!(rpcvers = cb.rpcvers, "RPC_MISMATCH");
+            self.send_header(&*conn, RpcMsg::rpc_mismatch(xid), guard);
+            return None;
+        }
+        let flavor = cb.cred.flavor();
+        if flavor != AuthFlavor::AUTH_NONE && flavor != AuthFlavor::AUTH_SYS {
+            Metrics::inc(&metrics.err_auth_error);
+            self.send_header(
+                &*conn,
+                RpcMsg::auth_error(xid, AuthStat::AUTH_BADCRED),
+                guard,
+            );
+            return None;
+        }
+        let Registered { handler, uncached } = match self.lookup(cb.prog, cb.vers) {
+            Ok(h) => h,
+            Err(None) => {
+                Metrics::inc(&metrics.err_prog_unavail);
+                self.send_header(&*conn, RpcMsg::prog_unavail(xid), guard);
+                return None;
             }
-            let flavor = cb.cred.flavor();
-            if flavor != AuthFlavor::AUTH_NONE && flavor != AuthFlavor::AUTH_SYS {
-                Metrics::inc(&metrics.err_auth_error);
-                self.send_header(
-                    &*conn,
-                    RpcMsg::auth_error(xid, AuthStat::AUTH_BADCRED),
-                    guard,
-                );
-                return;
+            Err(Some((low, high))) => {
+                Metrics::inc(&metrics.err_prog_mismatch);
+                self.send_header(&*conn, RpcMsg::prog_mismatch(xid, low, high), guard);
+                return None;
             }
-            let Registered { handler, uncached } = match self.lookup(cb.prog, cb.vers) {
-                Ok(h) => h,
-                Err(None) => {
-                    Metrics::inc(&metrics.err_prog_unavail);
-                    self.send_header(&*conn, RpcMsg::prog_unavail(xid), guard);
-                    return;
-                }
-                Err(Some((low, high))) => {
-                    Metrics::inc(&metrics.err_prog_mismatch);
-                    self.send_header(&*conn, RpcMsg::prog_mismatch(xid, low, high), guard);
-                    return;
-                }
-            };
-            let key = (!uncached.contains(&cb.procedure)).then(|| DrcKey {
-                client: client.clone(),
-                xid,
-                prog: cb.prog,
-                vers: cb.vers,
-                proc: cb.procedure,
-                crc: message.crc32c(),
-            });
-            let lookup = match &key {
-                Some(key) => self
-                    .inner
-                    .drc
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .begin(key),
-                None => DrcLookup::New,
-            };
-            match lookup {
-                DrcLookup::New => {}
-                DrcLookup::InProgress => {
-                    Metrics::inc(&metrics.drc_in_progress);
-                    tracing::debug!("retransmission of a call in progress dropped");
-                    return;
-                }
-                DrcLookup::Replay(reply) => {
-                    Metrics::inc(&metrics.drc_hits);
-                    tracing::debug!("retransmission answered from the duplicate-reply cache");
-                    self.send(&*conn, xid, reply, guard);
-                    return;
-                }
+        };
+        let key = (!uncached.contains(&cb.procedure)).then(|| DrcKey {
+            client: client.clone(),
+            xid,
+            prog: cb.prog,
+            vers: cb.vers,
+            proc: cb.procedure,
+            crc: message.crc32c(),
+        });
+        let lookup = match &key {
+            Some(key) => self
+                .inner
+                .drc
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .begin(key),
+            None => DrcLookup::New,
+        };
+        match lookup {
+            DrcLookup::New => {}
+            DrcLookup::InProgress => {
+                Metrics::inc(&metrics.drc_in_progress);
+                tracing::debug!("retransmission of a call in progress dropped");
+                return None;
             }
-            let args = message.split_inline_prefix(hdr_len).unwrap_or_default();
-            let ctx = CallContext {
-                xid,
-                prog: cb.prog,
-                vers: cb.vers,
-                proc: cb.procedure,
-                cred: cb.cred,
-                client,
-                args,
-                conn: conn.clone(),
-            };
-            // A panicking handler becomes SYSTEM_ERR instead of killing
-            // the connection. Caught in this (per-call) task: a task of its
-            // own per call cost a spawn, a schedule and a wake-up.
-            let result = match (CatchUnwind(handler.call(ctx))).in_current_span().await {
-                Ok(r) => r,
-                Err(_) => Err(HandlerError::SystemErr("handler panicked".into())),
-            };
-            let reply = match result {
-                Ok(results) => match RpcMsg::success(xid).to_vec() {
-                    Ok(h) => Some(Message::with_header(h, results)),
-                    Err(_) => None,
-                },
-                Err(e) => {
-                    tracing::debug!(error = %e, "handler error");
-                    let hdr = match &e {
-                        HandlerError::ProcUnavail => {
-                            Metrics::inc(&metrics.err_proc_unavail);
-                            Some(RpcMsg::proc_unavail(xid))
-                        }
-                        HandlerError::GarbageArgs(_) => {
-                            Metrics::inc(&metrics.err_garbage_args);
-                            Some(RpcMsg::garbage_args(xid))
-                        }
-                        HandlerError::SystemErr(_) => {
-                            Metrics::inc(&metrics.err_system_err);
-                            Some(RpcMsg::system_err(xid))
-                        }
-                        HandlerError::AuthError(s) => {
-                            Metrics::inc(&metrics.err_auth_error);
-                            Some(RpcMsg::auth_error(xid, *s))
-                        }
-                        HandlerError::Drop => None,
-                    };
-                    hdr.and_then(|h| h.to_vec().ok()).map(Message::inline)
-                }
-            };
-            if let Some(key) = &key {
-                let mut drc = self.inner.drc.lock().unwrap_or_else(|p| p.into_inner());
-                match &reply {
-                    Some(reply) => drc.complete(key, reply),
-                    None => drc.abandon(key),
-                }
-            }
-            if let Some(reply) = reply {
+            DrcLookup::Replay(reply) => {
+                Metrics::inc(&metrics.drc_hits);
+                tracing::debug!("retransmission answered from the duplicate-reply cache");
                 self.send(&*conn, xid, reply, guard);
+                return None;
             }
         }
-        .instrument(span)
-        .await;
+        let args = message.split_inline_prefix(hdr_len).unwrap_or_default();
+        let ctx = CallContext {
+            xid,
+            prog: cb.prog,
+            vers: cb.vers,
+            proc: cb.procedure,
+            cred: cb.cred,
+            client,
+            args,
+            conn: conn.clone(),
+        };
+        let fut = CatchUnwind(handler.call(ctx));
+        drop(_e);
+        Some((
+            fut,
+            Running {
+                xid,
+                key,
+                conn,
+                guard,
+                span,
+            },
+        ))
     }
+
+    /// Everything after the handler: the reply (or error reply), the
+    /// duplicate-reply cache, sending.
+    fn finish(&self, run: Running, result: std::thread::Result<Result<Message, HandlerError>>) {
+        let Running {
+            xid,
+            key,
+            conn,
+            guard,
+            span,
+        } = run;
+        let _e = span.enter();
+        let metrics = &self.inner.metrics;
+        // A panicking handler becomes SYSTEM_ERR instead of killing the
+        // connection.
+        let result = match result {
+            Ok(r) => r,
+            Err(_) => Err(HandlerError::SystemErr("handler panicked".into())),
+        };
+        let reply = match result {
+            Ok(results) => match RpcMsg::success(xid).to_vec() {
+                Ok(h) => Some(Message::with_header(h, results)),
+                Err(_) => None,
+            },
+            Err(e) => {
+                tracing::debug!(error = %e, "handler error");
+                let hdr = match &e {
+                    HandlerError::ProcUnavail => {
+                        Metrics::inc(&metrics.err_proc_unavail);
+                        Some(RpcMsg::proc_unavail(xid))
+                    }
+                    HandlerError::GarbageArgs(_) => {
+                        Metrics::inc(&metrics.err_garbage_args);
+                        Some(RpcMsg::garbage_args(xid))
+                    }
+                    HandlerError::SystemErr(_) => {
+                        Metrics::inc(&metrics.err_system_err);
+                        Some(RpcMsg::system_err(xid))
+                    }
+                    HandlerError::AuthError(s) => {
+                        Metrics::inc(&metrics.err_auth_error);
+                        Some(RpcMsg::auth_error(xid, *s))
+                    }
+                    HandlerError::Drop => None,
+                };
+                hdr.and_then(|h| h.to_vec().ok()).map(Message::inline)
+            }
+        };
+        if let Some(key) = &key {
+            let mut drc = self.inner.drc.lock().unwrap_or_else(|p| p.into_inner());
+            match &reply {
+                Some(reply) => drc.complete(key, reply),
+                None => drc.abandon(key),
+            }
+        }
+        if let Some(reply) = reply {
+            self.send(&*conn, xid, reply, guard);
+        }
+    }
+}
+
+/// A call whose handler runs: what [`Server::finish`] needs.
+struct Running {
+    xid: u32,
+    key: Option<DrcKey>,
+    conn: Arc<dyn ServerConnection>,
+    guard: CallGuard,
+    span: tracing::Span,
 }
 
 /// Polls a handler's future, turning a panic into `Err`.
@@ -526,13 +561,27 @@ impl CallDispatcher for Server {
     /// uses a no-op waker: the spawned task polls the future again at once,
     /// which re-checks (and re-registers) whatever it waits for.
     fn dispatch(&self, call: IncomingCall) {
-        let mut fut = Box::pin(self.clone().handle(call));
-        let pending = NOOP_WAKER.with(|w| {
+        let Some((mut fut, run)) = self.begin(call) else {
+            return;
+        };
+        let polled = NOOP_WAKER.with(|w| {
             let mut cx = std::task::Context::from_waker(w);
-            fut.as_mut().poll(&mut cx).is_pending()
+            let _e = run.span.enter();
+            Pin::new(&mut fut).poll(&mut cx)
         });
-        if pending {
-            tokio::spawn(fut);
+        match polled {
+            std::task::Poll::Ready(result) => self.finish(run, result),
+            std::task::Poll::Pending => {
+                let server = self.clone();
+                let span = run.span.clone();
+                tokio::spawn(
+                    async move {
+                        let result = fut.await;
+                        server.finish(run, result);
+                    }
+                    .instrument(span),
+                );
+            }
         }
     }
 }

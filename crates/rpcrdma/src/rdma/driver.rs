@@ -232,6 +232,8 @@ pub(crate) struct Driver {
     identity: ClientIdentity,
     reconnect: Option<Reconnect>,
     rx_done: bool,
+    /// The time of the current pass (see `poll_work`).
+    now: Instant,
     fallback_rescues: u64,
     closing: bool,
     comps: Vec<Completion>,
@@ -304,6 +306,7 @@ impl Driver {
             identity,
             reconnect,
             rx_done: false,
+            now: Instant::now(),
             fallback_rescues: 0,
             closing: false,
             comps: Vec::new(),
@@ -352,6 +355,8 @@ impl Driver {
         // wake-up was lost on the way (counted, see `fallback_rescues`).
         let mut by_fallback = clock.armed == Some(clock.fallback_at) && timer.is_elapsed();
         loop {
+            // One clock read per pass, for every engine input of the pass.
+            self.now = Instant::now();
             let mut busy = false;
             let mut readable = false;
             // A readiness edge of the socket: cleared *before* the provider
@@ -443,7 +448,7 @@ impl Driver {
             // The fallback tick fires only after at least half a tick
             // without progress while work is in flight (moved back at most
             // once per half tick, so the timer is not reset on every call).
-            let now = tokio::time::Instant::now();
+            let now = tokio::time::Instant::from_std(self.now);
             let fallback = self.conn.inflight_work_requests() > 0 || !self.pending.is_empty();
             if clock.fallback_at <= now || (moved && clock.fallback_at < now + FALLBACK_TICK / 2) {
                 clock.fallback_at = now + FALLBACK_TICK;
@@ -485,7 +490,7 @@ impl Driver {
 
     /// One pass over the provider and the engine; true if anything moved.
     fn step(&mut self) -> bool {
-        let now = Instant::now();
+        let now = self.now;
         let mut busy = false;
         while let Some(ev) = self.prov.poll_event() {
             busy = true;
@@ -534,7 +539,7 @@ impl Driver {
     }
 
     fn command(&mut self, cmd: Cmd) {
-        let now = Instant::now();
+        let now = self.now;
         match cmd {
             Cmd::Call {
                 call,
