@@ -15,6 +15,18 @@
 //! runs in `spawn_blocking` (client) or on a dedicated accept thread
 //! (server).
 //!
+//! The driver is one hand-written `poll`: each pass reads the clock once,
+//! takes the socket's readiness edge, drains commands, steps provider and
+//! engine, and loops while anything moved (yielding every 16 busy passes);
+//! before it sleeps it registers for the next readiness edge, the provider
+//! waker and one timer (the engine's next deadline, or a fallback tick
+//! while work is in flight). The fallback tick fires only after no
+//! progress; if it then finds work, a wake-up was lost somewhere, which
+//! [`RdmaStatus::fallback_rescues`] counts (zero in a healthy process; the
+//! bench reports it). A server handler is polled once inline on the
+//! driver's task and only spawned if it has to wait, so a reply that is
+//! ready at once goes out in the same pass.
+//!
 //! * Client: [`RdmaClientTransport`] implements [`ClientTransport`](crate::ClientTransport). DDP
 //!   pieces of a call map to engine DDP pieces (Read chunks when the call
 //!   does not fit inline), the call's `ddp_results` to Write chunks. After a
