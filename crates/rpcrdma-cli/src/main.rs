@@ -18,14 +18,6 @@ mod tcp_reassembly;
 
 use std::process::ExitCode;
 
-/// mimalloc instead of the system allocator: the RPC path allocates small,
-/// short-lived buffers on every call (messages, chunk lists, completions),
-/// and glibc's malloc/free cost about a fifth of the CPU of a NULL call at
-/// depth 32 (perf, BENCHMARKS.md). The library crates leave the choice to
-/// the application.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use clap::{Parser, Subcommand};
 
 /// rpcrdma: RPC-over-RDMA (RFC 8166 / 8167 / 8797, v2 draft) in Rust.
