@@ -48,10 +48,13 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 
-use rpcrdma_proto::provider::memory::{Hold as Held, MemoryTable, SendRules};
+use smallvec::{smallvec, SmallVec};
+
+use rpcrdma_proto::provider::memory::{Hold as Held, Holds, MemoryTable, SendRules};
 use rpcrdma_proto::provider::{
     Access, Blame, Buffer, Bytes, Caps, Completion, DisconnectReason, MemoryRegion,
-    Opcode as CqOpcode, ProviderError, RecvWr, RegisterError, SendOp, SendWr, Sge, Stag, Status,
+    Opcode as CqOpcode, ProviderError, RecvWr, RegisterError, SendOp, SendWr, Sge, Sges, Stag,
+    Status,
 };
 
 use crate::crc::{self, Crc32c};
@@ -128,8 +131,8 @@ struct SqWr {
     wr_id: u64,
     opcode: CqOpcode,
     op: SendOp,
-    sges: Vec<Sge>,
-    holds: Vec<Held>,
+    sges: Sges,
+    holds: Holds,
     len: u32,
     state: WrState,
     /// MSN of a Send (QN 0) or Read Request (QN 1).
@@ -367,7 +370,7 @@ pub struct QueuePair {
     // Input.
     rx: Rx,
     // Completions and events.
-    cq: VecDeque<(Completion, Vec<Held>)>,
+    cq: VecDeque<(Completion, Holds)>,
     events: VecDeque<QpEvent>,
     solicited: bool,
     stats: QpStats,
@@ -615,7 +618,7 @@ impl QueuePair {
     // Completions and events
     // ------------------------------------------------------------------
 
-    fn complete(&mut self, c: Completion, holds: Vec<Held>) {
+    fn complete(&mut self, c: Completion, holds: Holds) {
         self.cq.push_back((c, holds));
     }
 
@@ -771,7 +774,7 @@ impl QueuePair {
                     byte_len: 0,
                     status: Status::Flushed,
                 },
-                vec![Held {
+                smallvec![Held {
                     idx: r.idx,
                     write: true,
                 }],
@@ -911,7 +914,7 @@ impl QueuePair {
                 self.out.push_back(Chunk::Owned(v));
             }
         } else {
-            let mut parts: Vec<&[u8]> = Vec::with_capacity(pieces.len() + 1);
+            let mut parts: SmallVec<[&[u8]; 4]> = SmallVec::new();
             parts.push(&hb[..hl]);
             for &(idx, off, len) in pieces {
                 parts.push(self.mem.slice(idx, off, len));
@@ -1047,7 +1050,8 @@ impl QueuePair {
     fn emit_segment(&mut self) {
         let Some(mut m) = self.cur.take() else { return };
         let mulpdu = usize::from(self.params.mulpdu.max(64));
-        let mut pieces: Vec<(u32, usize, usize)> = Vec::new();
+        // (region index, offset, octets): one per SGE the FPDU spans.
+        let mut pieces: SmallVec<[(u32, usize, usize); 3]> = SmallVec::new();
         let (hdr, opcode, finished_mark) = match m.src {
             TxSrc::Resp(job) => {
                 let max = mulpdu - TAGGED_HEADER_LEN;
@@ -1202,10 +1206,11 @@ impl QueuePair {
                 return Ok(total);
             }
             let r = {
-                let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(64);
+                let mut slices = [IoSlice::new(&[]); 64];
+                let mut ns = 0;
                 let mut first = true;
                 for c in self.out.iter() {
-                    if slices.len() == 64 {
+                    if ns == slices.len() {
                         break;
                     }
                     let s: &[u8] = match c {
@@ -1220,11 +1225,12 @@ impl QueuePair {
                     } else {
                         s
                     };
-                    if !s.is_empty() {
-                        slices.push(IoSlice::new(s));
+                    if let (false, Some(slot)) = (s.is_empty(), slices.get_mut(ns)) {
+                        *slot = IoSlice::new(s);
+                        ns += 1;
                     }
                 }
-                write(&slices)
+                write(slices.get(..ns).unwrap_or_default())
             };
             match r {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -1788,7 +1794,7 @@ impl QueuePair {
                             byte_len: 0,
                             status: st,
                         },
-                        vec![Held { idx, write: true }],
+                        smallvec![Held { idx, write: true }],
                     );
                 }
             }
@@ -1846,7 +1852,7 @@ impl QueuePair {
                             byte_len: len,
                             status: Status::Success,
                         },
-                        vec![Held {
+                        smallvec![Held {
                             idx: r.idx,
                             write: true,
                         }],

@@ -99,13 +99,13 @@ fn send_write_read_roundtrip_all_framings() {
             op: SendOp::Write {
                 remote: target.remote(0),
             },
-            sges: vec![src.sge(0, 2500), src.sge(2500, 2500)],
+            sges: vec![src.sge(0, 2500), src.sge(2500, 2500)].into(),
         })
         .unwrap();
         a.post_send(SendWr {
             wr_id: 2,
             op: SendOp::Send { solicited: true },
-            sges: vec![src.sge(0, 4999)],
+            sges: vec![src.sge(0, 4999)].into(),
         })
         .unwrap();
         pump_chunked(&mut a, &mut b, chunk);
@@ -130,7 +130,7 @@ fn send_write_read_roundtrip_all_framings() {
                     offset: 1000,
                 },
             },
-            sges: vec![sink.sge(0, 3000)],
+            sges: vec![sink.sge(0, 3000)].into(),
         })
         .unwrap();
         // Target is written remotely only; it must be readable remotely.
@@ -167,7 +167,7 @@ fn rdma_read_in_pieces_and_ord_limit() {
             op: SendOp::Read {
                 remote: src.remote(i * 5000),
             },
-            sges: vec![sink.sge(i * 5000, 5000)],
+            sges: vec![sink.sge(i * 5000, 5000)].into(),
         })
         .unwrap();
     }
@@ -203,7 +203,7 @@ fn send_with_invalidate_revokes_remote_access() {
             invalidate: chunk.stag(),
             solicited: false,
         },
-        sges: vec![src.sge(0, 8)],
+        sges: vec![src.sge(0, 8)].into(),
     })
     .unwrap();
     pump(&mut a, &mut b);
@@ -217,7 +217,7 @@ fn send_with_invalidate_revokes_remote_access() {
         op: SendOp::Write {
             remote: chunk.remote(0),
         },
-        sges: vec![src.sge(0, 8)],
+        sges: vec![src.sge(0, 8)].into(),
     })
     .unwrap();
     pump(&mut a, &mut b);
@@ -246,7 +246,7 @@ fn send_with_invalidate_of_foreign_stag_is_refused() {
             invalidate: Stag(0x00ab_cd01),
             solicited: true,
         },
-        sges: vec![src.sge(0, 8)],
+        sges: vec![src.sge(0, 8)].into(),
     })
     .unwrap();
     pump(&mut a, &mut b);
@@ -274,7 +274,7 @@ fn receiver_not_ready_is_fatal_both_ways() {
     a.post_send(SendWr {
         wr_id: 1,
         op: SendOp::Send { solicited: false },
-        sges: vec![src.sge(0, 8)],
+        sges: vec![src.sge(0, 8)].into(),
     })
     .unwrap();
     pump(&mut a, &mut b);
@@ -319,7 +319,7 @@ fn receive_too_small_terminates_with_too_long() {
     a.post_send(SendWr {
         wr_id: 1,
         op: SendOp::Send { solicited: false },
-        sges: vec![src.sge(0, 16)],
+        sges: vec![src.sge(0, 16)].into(),
     })
     .unwrap();
     pump(&mut a, &mut b);
@@ -342,7 +342,7 @@ fn local_invalidate_then_write_fails() {
         op: SendOp::LocalInvalidate {
             stag: target.stag(),
         },
-        sges: vec![],
+        sges: vec![].into(),
     })
     .unwrap();
     pump(&mut a, &mut b);
@@ -353,7 +353,7 @@ fn local_invalidate_then_write_fails() {
         op: SendOp::Write {
             remote: target.remote(0),
         },
-        sges: vec![src.sge(0, 32)],
+        sges: vec![src.sge(0, 32)].into(),
     })
     .unwrap();
     pump(&mut a, &mut b);
@@ -868,13 +868,13 @@ fn receive_completions_follow_placed_writes() {
         op: SendOp::Write {
             remote: target.remote(0),
         },
-        sges: vec![src.sge(0, 3000)],
+        sges: vec![src.sge(0, 3000)].into(),
     })
     .unwrap();
     a.post_send(SendWr {
         wr_id: 2,
         op: SendOp::Send { solicited: false },
-        sges: vec![src.sge(0, 16)],
+        sges: vec![src.sge(0, 16)].into(),
     })
     .unwrap();
     let mut out = vec![0u8; 1 << 16];
@@ -903,7 +903,7 @@ fn direct_placement_path() {
         op: SendOp::Write {
             remote: target.remote(0),
         },
-        sges: vec![src.sge(0, 100_000)],
+        sges: vec![src.sge(0, 100_000)].into(),
     })
     .unwrap();
     let mut wire = vec![0u8; 200_000];
@@ -953,13 +953,13 @@ fn send_queue_completes_in_post_order_with_reads_between() {
         op: SendOp::Read {
             remote: src.remote(0),
         },
-        sges: vec![sink.sge(0, 8)],
+        sges: vec![sink.sge(0, 8)].into(),
     })
     .unwrap();
     a.post_send(SendWr {
         wr_id: 2,
         op: SendOp::Send { solicited: false },
-        sges: vec![s.sge(0, 8)],
+        sges: vec![s.sge(0, 8)].into(),
     })
     .unwrap();
     // First pass: the Read Request and the Send leave; the Send is

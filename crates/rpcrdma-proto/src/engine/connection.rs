@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
-use super::framing::{ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
+use super::framing::{DataHeader, ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
 use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
 use super::{
@@ -13,10 +13,11 @@ use super::{
 };
 use crate::provider::{
     Access, Buffer, Bytes, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode,
-    Provider, ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Stag, Status,
+    Provider, ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Sges, Stag, Status,
 };
 use crate::wire::chunk::{ChunkLists, ReadSegment, Segment, WriteChunk};
 use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
+use smallvec::{smallvec, SmallVec};
 
 /// What a work request id stands for.
 #[derive(Debug)]
@@ -80,12 +81,13 @@ impl OutCall {
         }
     }
 
-    fn all_mrs(&mut self) -> Vec<MemoryRegion> {
-        let mut v: Vec<MemoryRegion> = self.chunk_mrs.drain(..).collect();
-        v.extend(self.send_mr.take());
+    /// Every region of the call (chunks, then the Send buffer), taken.
+    fn all_mrs(&mut self) -> impl Iterator<Item = MemoryRegion> {
         self.write_mrs.clear();
         self.reply_mr = None;
-        v
+        std::mem::take(&mut self.chunk_mrs)
+            .into_iter()
+            .chain(self.send_mr.take())
     }
 }
 
@@ -131,7 +133,7 @@ struct PendingRead {
 
 #[derive(Debug)]
 struct ReplyJob {
-    mrs: Vec<MemoryRegion>,
+    mrs: SmallVec<[MemoryRegion; 1]>,
     /// Shared read-only sources (the DDP pieces, the Long Reply's inline
     /// part): deregistered when the job is done, never pooled.
     shared: Vec<MemoryRegion>,
@@ -481,11 +483,19 @@ impl Connection {
             Op::Recv(mr) => {
                 self.recv_posted = self.recv_posted.saturating_sub(1);
                 let len = c.byte_len as usize;
-                let data = p
-                    .region(&mr)
-                    .ok()
-                    .and_then(|b| b.get(..len))
-                    .map(<[u8]>::to_vec);
+                // The header is decoded in place, in the receive buffer;
+                // only the RPC message that follows it is copied out (it
+                // becomes the message handed to the upper layer).
+                let data = p.region(&mr).ok().and_then(|b| b.get(..len)).map(|b| {
+                    let incoming = self.framing.decode(b, &self.config.limits);
+                    let payload = match &incoming {
+                        Incoming::Data { payload_offset, .. } => {
+                            b.get(*payload_offset..).unwrap_or_default().to_vec()
+                        }
+                        _ => Vec::new(),
+                    };
+                    (incoming, payload)
+                });
                 self.recv_free.push(mr);
                 let inv = match c.opcode {
                     Opcode::RecvWithInvalidate { stag } => {
@@ -499,7 +509,7 @@ impl Connection {
                 // again before we come back here.
                 self.refill(p);
                 match data {
-                    Some(d) => self.on_message(now, p, &d, inv),
+                    Some((incoming, payload)) => self.on_message(now, p, incoming, payload, inv),
                     None => self.metrics.dropped += 1,
                 }
                 self.refill(p);
@@ -779,7 +789,10 @@ impl Connection {
             }
             written.push(pi);
         }
-        let mut inline = marshal::inline_except(&message, &written);
+        // The inline part (the message minus the written DDP pieces) is
+        // not built: it is written straight into the Send buffer, or, for
+        // a Long Reply, built as the source of the Reply chunk's Writes.
+        let inline_len = marshal::inline_len_except(&message, &written);
         let mut long_src: Option<Bytes> = None;
         //= rfc8166#section-4.3.3
         //# When a Requester provides a Reply chunk in an RPC Call message, the
@@ -802,70 +815,81 @@ impl Connection {
             writes: echo.clone(),
             reply: unused_reply,
         };
-        let (form, header, body) =
-            if self.framing.header_len(Shape::Msg, &msg_chunks) + inline.len() <= thr {
-                let h = self
-                    .framing
-                    .encode_data(xid, grant, Shape::Msg, msg_chunks, None);
-                (ReplyForm::Inline, h, inline)
-            } else {
-                // Long Reply: the rest goes into the Reply chunk.
-                //= rfc8166#section-3.5.3
-                //# If a Reply chunk was provided and the reduced
-                //# Payload stream is larger than the reply inline threshold, the
-                //# Responder MUST use the Requester-provided Reply chunk for the reply.
-                let parts = call.reply.as_ref().and_then(|rc| {
-                    let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
-                    marshal::spread(inline.len(), &lens).map(|parts| (rc, parts))
-                });
-                let Some((rc, parts)) = parts else {
-                    // A reply that fits neither inline nor the Reply chunk
-                    // is answered with ERR_CHUNK (Linux svcrdma; libevpl
-                    // found silent truncation here), never truncated.
-                    self.send_error(p, xid, ErrorReply::Chunk);
-                    return Ok(ReplyForm::ErrChunk);
-                };
-                let mut rc_echo = WriteChunk::new(
-                    rc.segments
-                        .iter()
-                        .map(|s| Segment::new(s.handle, 0, s.offset))
-                        .collect(),
-                );
-                // The inline part is the source after the DDP pieces.
-                let src = written.len();
-                for (si, off, n) in parts {
-                    let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
-                    else {
-                        continue;
-                    };
-                    e.length = n as u32;
-                    plan.push((
-                        RemoteAddr {
-                            stag: Stag(seg.handle),
-                            offset: seg.offset,
-                        },
-                        src,
-                        off,
-                        n,
-                    ));
-                }
-                long_src = Some(Bytes::from(std::mem::take(&mut inline)));
-                let chunks = ChunkLists {
-                    reads: Vec::new(),
-                    writes: echo,
-                    reply: Some(rc_echo),
-                };
-                if self.framing.header_len(Shape::Nomsg, &chunks) > thr {
-                    self.send_error(p, xid, ErrorReply::Chunk);
-                    return Ok(ReplyForm::ErrChunk);
-                }
-                let h = self
-                    .framing
-                    .encode_data(xid, grant, Shape::Nomsg, chunks, None);
-                (ReplyForm::ReplyChunk, h, Vec::new())
+        let (form, header) = if self.framing.header_len(Shape::Msg, &msg_chunks) + inline_len <= thr
+        {
+            let h = self
+                .framing
+                .data_header(xid, grant, Shape::Msg, msg_chunks, None);
+            (ReplyForm::Inline, h)
+        } else {
+            // Long Reply: the rest goes into the Reply chunk.
+            //= rfc8166#section-3.5.3
+            //# If a Reply chunk was provided and the reduced
+            //# Payload stream is larger than the reply inline threshold, the
+            //# Responder MUST use the Requester-provided Reply chunk for the reply.
+            let parts = call.reply.as_ref().and_then(|rc| {
+                let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
+                marshal::spread(inline_len, &lens).map(|parts| (rc, parts))
+            });
+            let Some((rc, parts)) = parts else {
+                // A reply that fits neither inline nor the Reply chunk
+                // is answered with ERR_CHUNK (Linux svcrdma; libevpl
+                // found silent truncation here), never truncated.
+                self.send_error(p, xid, ErrorReply::Chunk);
+                return Ok(ReplyForm::ErrChunk);
             };
-        let mut msg = header;
-        msg.extend_from_slice(&body);
+            let mut rc_echo = WriteChunk::new(
+                rc.segments
+                    .iter()
+                    .map(|s| Segment::new(s.handle, 0, s.offset))
+                    .collect(),
+            );
+            // The inline part is the source after the DDP pieces.
+            let src = written.len();
+            for (si, off, n) in parts {
+                let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
+                else {
+                    continue;
+                };
+                e.length = n as u32;
+                plan.push((
+                    RemoteAddr {
+                        stag: Stag(seg.handle),
+                        offset: seg.offset,
+                    },
+                    src,
+                    off,
+                    n,
+                ));
+            }
+            long_src = Some(Bytes::from(marshal::inline_except(&message, &written)));
+            let chunks = ChunkLists {
+                reads: Vec::new(),
+                writes: echo,
+                reply: Some(rc_echo),
+            };
+            if self.framing.header_len(Shape::Nomsg, &chunks) > thr {
+                self.send_error(p, xid, ErrorReply::Chunk);
+                return Ok(ReplyForm::ErrChunk);
+            }
+            let h = self
+                .framing
+                .data_header(xid, grant, Shape::Nomsg, chunks, None);
+            (ReplyForm::ReplyChunk, h)
+        };
+        // Header and (Short reply) inline part, straight into the Send
+        // buffer; the XID is already in the message's first piece.
+        let body = (form == ReplyForm::Inline).then_some((&message[..], &written[..]));
+        let send = match self.header_and_body(p, &header, body, None) {
+            Ok(x) => x,
+            Err(e) => {
+                let e = ConnectionError::Provider(e);
+                self.fatal(p, e);
+                return Err(CallError::Closed(
+                    self.error.clone().unwrap_or(ConnectionError::LocalClose),
+                ));
+            }
+        };
 
         //= rfc8797#section-4.1
         //# When both connection peers have set this bit
@@ -904,7 +928,7 @@ impl Connection {
             })
             .collect();
         sources.extend(long_src);
-        let r = self.post_reply(p, sources, plan, msg, op);
+        let r = self.post_reply(p, sources, plan, send, op);
         //= rfc8166#section-4.5.4
         //# If a Responder is unable to construct and transmit an RPC Reply or
         //# RPC-over-RDMA error message, the Responder MUST close the connection
@@ -1114,9 +1138,17 @@ impl Connection {
         }
     }
 
-    fn on_message(&mut self, now: Instant, p: &mut dyn Provider, data: &[u8], inv: Option<Stag>) {
-        let limits = self.config.limits.clone();
-        match self.framing.decode(data, &limits) {
+    /// A received message, decoded; `payload` is the RPC message that
+    /// followed an RDMA_MSG / RDMA_NOMSG header (empty otherwise).
+    fn on_message(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        incoming: Incoming,
+        payload: Vec<u8>,
+        inv: Option<Stag>,
+    ) {
+        match incoming {
             Incoming::Drop { .. } => self.metrics.dropped += 1,
             Incoming::Reject {
                 xid,
@@ -1171,14 +1203,13 @@ impl Connection {
                 credit,
                 shape,
                 chunks,
-                payload_offset,
+                payload_offset: _,
             } => {
-                let payload = data.get(payload_offset..).unwrap_or(&[]);
                 // msg_type of an inline RPC message (RFC 5531: CALL = 0,
                 // REPLY = 1) says which direction it travels (RFC 8167
                 // section 4.1); an RDMA_NOMSG carries none inline.
                 let msg_type = match shape {
-                    Shape::Msg => rpc_prefix(payload).map(|(_, t)| t),
+                    Shape::Msg => rpc_prefix(&payload).map(|(_, t)| t),
                     Shape::Nomsg => None,
                 };
                 match self.config.role {
@@ -1231,7 +1262,7 @@ impl Connection {
         credit: u32,
         shape: Shape,
         chunks: &ChunkLists,
-        payload: &[u8],
+        payload: Vec<u8>,
         inv: Option<Stag>,
     ) {
         let r = self.parse_reply(xid, shape, chunks, payload);
@@ -1437,9 +1468,12 @@ impl Connection {
         let mut mrs: Vec<MemoryRegion> = Vec::new();
         let mut reads: Vec<ReadSegment> = Vec::new();
         let mut shape = Shape::Msg;
-        let r: Result<Vec<u8>, ProviderError> = (|| {
+        // The DDP pieces left out of the inline part (`None`: no inline
+        // part at all, a Long Call).
+        type Skip = SmallVec<[usize; 4]>;
+        let r: Result<Option<Skip>, ProviderError> = (|| {
             let inline = match form {
-                Form::Inline => flat(&call.call.message),
+                Form::Inline => Some(Skip::new()),
                 Form::Reads => {
                     for &(pi, d) in &ddp {
                         let Some(Piece::Ddp(data)) = call.call.message.get(pi) else {
@@ -1471,8 +1505,7 @@ impl Connection {
                     //= rfc8166#section-3.4.2
                     //# All other XDR data items MUST NOT be reduced.
                     // Only the caller's `Piece::Ddp` items are ever reduced.
-                    let moved: Vec<usize> = ddp.iter().map(|&(pi, _)| pi).collect();
-                    with_xid(marshal::inline_except(&call.call.message, &moved))
+                    Some(ddp.iter().map(|&(pi, _)| pi).collect())
                 }
                 Form::Long => {
                     //= rfc8166#section-3.5.3
@@ -1495,7 +1528,7 @@ impl Connection {
                     self.metrics.long_calls += 1;
                     self.metrics.read_chunks += 1;
                     self.metrics.read_chunk_bytes += len as u64;
-                    Vec::new()
+                    None
                 }
             };
             Ok(inline)
@@ -1559,13 +1592,17 @@ impl Connection {
             writes,
             reply,
         };
-        let mut msg = self
+        let header = self
             .framing
-            .encode_data(call.xid, self.requested(), shape, chunks, None);
-        msg.extend_from_slice(&inline);
+            .data_header(call.xid, self.requested(), shape, chunks, None);
+        // Header and inline part straight into the Send buffer, the RPC
+        // XID set to this call's.
+        let body = inline
+            .as_ref()
+            .map(|skip| (&call.call.message[..], &skip[..]));
         let send_mr = match failed {
             Some(e) => Err(e),
-            None => self.message_buffer(p, msg),
+            None => self.header_and_body(p, &header, body, Some(xid)),
         };
         let (send_mr, send_len) = match send_mr {
             Ok(x) => x,
@@ -1601,7 +1638,7 @@ impl Connection {
             SendWr {
                 wr_id,
                 op: SendOp::Send { solicited: false },
-                sges: vec![sge],
+                sges: smallvec![sge],
             },
         ) {
             self.ops.remove(&wr_id);
@@ -1615,7 +1652,7 @@ impl Connection {
         xid: u32,
         shape: Shape,
         chunks: &ChunkLists,
-        payload: &[u8],
+        payload: Vec<u8>,
     ) -> Result<ReplyData, CallFailure> {
         let Some(call) = self.by_xid.get(&xid).and_then(|id| self.calls.get(id)) else {
             return Err(CallFailure::BadReply(UNKNOWN_XID));
@@ -1674,7 +1711,7 @@ impl Connection {
                     }
                 }
                 Ok(ReplyData {
-                    inline: payload.to_vec(),
+                    inline: payload,
                     write_lens,
                     reply_len: None,
                 })
@@ -1759,7 +1796,7 @@ impl Connection {
             let wr = SendWr {
                 wr_id,
                 op: SendOp::LocalInvalidate { stag },
-                sges: Vec::new(),
+                sges: Sges::new(),
             };
             //= rfc8166#section-4.5.4
             //# After a Requester has received a reply, if it is unable to invalidate
@@ -1948,15 +1985,34 @@ impl Connection {
     fn message_buffer(
         &mut self,
         p: &mut dyn Provider,
-        msg: Vec<u8>,
+        msg: &[u8],
     ) -> Result<(MemoryRegion, u32), ProviderError> {
-        let len = msg.len();
+        self.message_buffer_with(p, msg.len(), |d| {
+            d.copy_from_slice(msg.get(..d.len()).unwrap_or_default());
+            d.len()
+        })
+    }
+
+    /// A registered Send buffer whose first `len` octets `fill` writes (it
+    /// gets exactly `len` octets and must write every one of them: a
+    /// pooled buffer still holds an earlier message; it returns how many
+    /// it wrote), and the message length. A pooled buffer when `len` fits
+    /// (every inline message does), else a fresh registration.
+    fn message_buffer_with(
+        &mut self,
+        p: &mut dyn Provider,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(MemoryRegion, u32), ProviderError> {
         let size = self.send_buffer_size();
         if len > size {
+            let mut msg = vec![0u8; len];
+            let n = fill(&mut msg).min(len);
+            msg.truncate(n);
             let mr = p
                 .register(msg.into_boxed_slice(), Access::NONE)
                 .map_err(|e| e.error)?;
-            return Ok((mr, len as u32));
+            return Ok((mr, n as u32));
         }
         let mr = match self.send_pool.pop() {
             Some(mr) => mr,
@@ -1966,16 +2022,45 @@ impl Connection {
         };
         match p.region_mut(&mr) {
             Ok(buf) => {
-                if let Some(d) = buf.get_mut(..len) {
-                    d.copy_from_slice(&msg);
-                }
-                Ok((mr, len as u32))
+                let n = buf.get_mut(..len).map_or(0, |d| fill(d).min(len));
+                Ok((mr, n as u32))
             }
             Err(e) => {
                 self.zombies.push(mr);
                 Err(e)
             }
         }
+    }
+
+    /// A Send buffer holding `header` followed by `body` (see
+    /// [`Connection::message_buffer_with`]): the header is encoded straight
+    /// into it, and so is the body, from the message's pieces, except the
+    /// DDP pieces listed in `skip`. When `xid` is given, the body's first
+    /// word (the RPC XID) is set to it.
+    fn header_and_body(
+        &mut self,
+        p: &mut dyn Provider,
+        header: &DataHeader,
+        body: Option<(&[Piece], &[usize])>,
+        xid: Option<u32>,
+    ) -> Result<(MemoryRegion, u32), ProviderError> {
+        let hlen = header.len();
+        let blen = body.map_or(0, |(pieces, skip)| marshal::inline_len_except(pieces, skip));
+        self.message_buffer_with(p, hlen + blen, |d| {
+            let h = header.write(d);
+            let Some(rest) = d.get_mut(h..) else {
+                return h;
+            };
+            let b = body.map_or(0, |(pieces, skip)| {
+                marshal::write_except(pieces, skip, rest)
+            });
+            if let (Some(xid), Some(w)) = (xid, rest.get_mut(..4.min(b))) {
+                if w.len() == 4 {
+                    w.copy_from_slice(&xid.to_be_bytes());
+                }
+            }
+            h + b
+        })
     }
 
     /// Retries deregistration of regions that were still held.
@@ -2011,7 +2096,7 @@ impl Connection {
             ErrorReply::Chunk => self.metrics.err_chunk_sent += 1,
         }
         let msg = self.framing.encode_error(xid, self.responder_grant(), e);
-        let (mr, len) = match self.message_buffer(p, msg) {
+        let (mr, len) = match self.message_buffer(p, &msg) {
             Ok(x) => x,
             Err(e) => {
                 self.fatal(p, ConnectionError::Provider(e));
@@ -2024,7 +2109,7 @@ impl Connection {
         let wr = SendWr {
             wr_id,
             op: SendOp::Send { solicited: false },
-            sges: vec![mr.sge(0, len)],
+            sges: smallvec![mr.sge(0, len)],
         };
         if let Err(e) = self.post(p, wr) {
             self.ops.remove(&wr_id);
@@ -2128,7 +2213,7 @@ impl Connection {
         xid: u32,
         shape: Shape,
         chunks: ChunkLists,
-        payload: &[u8],
+        payload: Vec<u8>,
         backchannel: bool,
     ) {
         if self.overrun(p) {
@@ -2202,7 +2287,7 @@ impl Connection {
             backchannel,
             long,
             base: if shape == Shape::Msg {
-                payload.to_vec()
+                payload
             } else {
                 Vec::new()
             },
@@ -2332,7 +2417,7 @@ impl Connection {
                             offset: r.seg.offset,
                         },
                     },
-                    sges: vec![sink.sge(r.sink_offset, r.seg.length)],
+                    sges: smallvec![sink.sge(r.sink_offset, r.seg.length)],
                 },
             );
             if let Err(e) = res {
@@ -2400,7 +2485,7 @@ impl Connection {
         //# length of the data item and the length of the roundup padding.
         // Both forms are accepted: a chunk of unaligned length is followed
         // in the reassembled stream by zero octets of XDR pad.
-        let (message, ddp) = marshal::reassemble(&base, &data);
+        let (message, ddp) = marshal::reassemble(base, &data);
         //= rfc8166#section-4.2.1
         //# This XID MUST be the same as the XID in the RPC message.
         //= rfc8167#section-5.1
@@ -2446,14 +2531,19 @@ impl Connection {
         }
     }
 
+    /// Posts a reply: the RDMA Writes of `plan` (sources registered here,
+    /// read-only and local) and then the Send of `send` (a registered Send
+    /// buffer already holding the message, and its length), which this
+    /// takes over (released with the job, or on failure).
     fn post_reply(
         &mut self,
         p: &mut dyn Provider,
         sources: Vec<Bytes>,
         plan: Vec<(RemoteAddr, usize, usize, usize)>,
-        msg: Vec<u8>,
+        send: (MemoryRegion, u32),
         op: SendOp,
     ) -> Result<(), ConnectionError> {
+        let (send_mr, send_len) = send;
         let job = self.next_job;
         self.next_job += 1;
         let mut shared = Vec::new();
@@ -2472,39 +2562,30 @@ impl Connection {
                 }
                 Err(e) => {
                     self.zombies.extend(shared);
+                    self.zombies.push(send_mr);
                     return Err(ConnectionError::Provider(e));
                 }
             }
         }
-        let (send_mr, send_len) = match self.message_buffer(p, msg) {
-            Ok(x) => x,
-            Err(e) => {
-                self.zombies.extend(shared);
-                return Err(ConnectionError::Provider(e));
-            }
-        };
         self.jobs.insert(
             job,
             ReplyJob {
-                mrs: vec![send_mr],
+                mrs: smallvec![send_mr],
                 shared,
                 pending: 0,
             },
         );
-        let mut wrs = Vec::new();
-        for (remote, i, off, n) in plan {
-            let Some(Some(src)) = srcs.get(i) else {
-                continue;
-            };
-            self.metrics.rdma_writes += 1;
-            self.metrics.rdma_write_bytes += n as u64;
-            wrs.push((
-                SendOp::Write { remote },
-                vec![src.sge(off as u64, n as u32)],
-            ));
-        }
-        wrs.push((op, vec![send_mr.sge(0, send_len)]));
-        for (op, sges) in wrs {
+        let writes = plan.into_iter().filter_map(|(remote, i, off, n)| {
+            let src = srcs.get(i).copied().flatten()?;
+            let sges: Sges = smallvec![src.sge(off as u64, n as u32)];
+            Some((SendOp::Write { remote }, sges, n))
+        });
+        let send: Sges = smallvec![send_mr.sge(0, send_len)];
+        for (op, sges, n) in writes.chain([(op, send, 0)]) {
+            if let SendOp::Write { .. } = op {
+                self.metrics.rdma_writes += 1;
+                self.metrics.rdma_write_bytes += n as u64;
+            }
             let wr_id = self.wr(Op::Reply(job));
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.pending += 1;
