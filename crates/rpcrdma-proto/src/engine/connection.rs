@@ -1,6 +1,6 @@
 //! [`Connection`]: the per-connection state machine.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
@@ -213,9 +213,17 @@ pub struct Connection {
     next_xid: u32,
     next_id: u64,
     queue: VecDeque<OutCall>,
-    calls: BTreeMap<u64, OutCall>,
+    /// Our calls sent and not finished, by call id (a hash map: a B-tree
+    /// shifted these large values on every removal).
+    calls: IdMap<u64, OutCall>,
     by_xid: IdMap<u32, u64>,
     outstanding: usize,
+    /// `(deadline, call id)` of the calls sent with a deadline, sorted by
+    /// deadline (ties in send order). The front is always a call still
+    /// waiting for its reply (entries are dropped from the front as replies
+    /// arrive; stale entries further back are compacted away), so the
+    /// next timeout is read without scanning every call.
+    deadlines: VecDeque<(Instant, u64)>,
     retransmits: Vec<OutCall>,
     // responder
     grant: u32,
@@ -290,9 +298,10 @@ impl Connection {
             credits: 1,
             next_id: 1,
             queue: VecDeque::new(),
-            calls: BTreeMap::new(),
+            calls: IdMap::default(),
             by_xid: IdMap::default(),
             outstanding: 0,
+            deadlines: VecDeque::new(),
             retransmits: Vec::new(),
             grant,
             max_grant: grant,
@@ -557,10 +566,7 @@ impl Connection {
         if self.error.is_some() {
             return;
         }
-        let expired = self
-            .calls
-            .values()
-            .any(|c| c.reply.is_none() && c.deadline.is_some_and(|d| d <= now));
+        let expired = self.poll_timeout().is_some_and(|d| d <= now);
         if expired {
             self.fatal(p, ConnectionError::Timeout);
         }
@@ -652,7 +658,9 @@ impl Connection {
         self.next_xid = self.next_xid.wrapping_add(1);
         self.queue.push_back(OutCall::new(id, xid, call, false));
         self.pump(now, p);
-        if self.queue.iter().any(|c| c.id == id) {
+        // `pump` takes calls from the front only: still queued, the call is
+        // at the back.
+        if self.queue.back().is_some_and(|c| c.id == id) {
             self.metrics.credit_waits += 1;
         }
         Ok(id)
@@ -981,11 +989,51 @@ impl Connection {
         if self.error.is_some() {
             return None;
         }
+        let &(d, id) = self.deadlines.front()?;
+        if self.waits_for(id, d) {
+            return Some(d);
+        }
+        // Not expected (the front is kept pending): the full scan.
         self.calls
             .values()
             .filter(|c| c.reply.is_none())
             .filter_map(|c| c.deadline)
             .min()
+    }
+
+    /// Call `id` still waits for its reply, with deadline `d`.
+    fn waits_for(&self, id: u64, d: Instant) -> bool {
+        self.calls
+            .get(&id)
+            .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
+    }
+
+    /// Records a sent call's deadline, keeping `deadlines` sorted.
+    fn add_deadline(&mut self, d: Instant, id: u64) {
+        // Deadlines normally come in order (`now` does not go back): the
+        // new one goes at the back.
+        let at = self.deadlines.partition_point(|&(e, _)| e <= d);
+        self.deadlines.insert(at, (d, id));
+        // Stale entries (answered calls behind a pending front) are
+        // bounded: compacted once they outnumber the calls.
+        if self.deadlines.len() > 2 * self.calls.len() + 64 {
+            let calls = &self.calls;
+            self.deadlines.retain(|&(d, id)| {
+                calls
+                    .get(&id)
+                    .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
+            });
+        }
+    }
+
+    /// Drops answered calls from the front of `deadlines`.
+    fn trim_deadlines(&mut self) {
+        while let Some(&(d, id)) = self.deadlines.front() {
+            if self.waits_for(id, d) {
+                break;
+            }
+            self.deadlines.pop_front();
+        }
     }
 
     // ------------------------------------------------------------------
@@ -1623,7 +1671,11 @@ impl Connection {
         if call.retransmit {
             self.metrics.retransmits += 1;
         }
+        let deadline = call.deadline;
         self.calls.insert(id, call);
+        if let Some(d) = deadline {
+            self.add_deadline(d, id);
+        }
         self.outstanding += 1;
         self.metrics.calls_sent += 1;
         // The receive for the reply is posted before the call is sent.
@@ -1769,7 +1821,7 @@ impl Connection {
         }
         self.metrics.replies_received += 1;
         self.outstanding = self.outstanding.saturating_sub(1);
-        let mut invs = Vec::new();
+        let mut invs: SmallVec<[Stag; 4]> = SmallVec::new();
         if let Some(call) = self.calls.get_mut(&id) {
             call.reply = Some(result);
             if let Some(stag) = inv {
@@ -1790,6 +1842,7 @@ impl Connection {
             }
             call.pending_inv = invs.len();
         }
+        self.trim_deadlines();
         for stag in invs {
             let wr_id = self.wr(Op::CallInv(id));
             self.metrics.local_invalidations += 1;
@@ -2651,10 +2704,13 @@ impl Connection {
         }
         self.error = Some(err.clone());
         p.disconnect();
-        let calls = std::mem::take(&mut self.calls);
+        // In call order (the order they were started).
+        let mut calls: Vec<OutCall> = std::mem::take(&mut self.calls).into_values().collect();
+        calls.sort_by_key(|c| c.id);
         self.by_xid.clear();
+        self.deadlines.clear();
         self.outstanding = 0;
-        for (_, mut call) in calls {
+        for mut call in calls {
             if call.reply.is_some() {
                 let ev = self.finish(p, &mut call);
                 self.events.push_back(ev);
