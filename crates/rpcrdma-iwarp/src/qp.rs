@@ -1354,7 +1354,9 @@ impl QueuePair {
                 if !self.rx.in_fpdu && self.rx.have == 0 && self.rx.state == RxState::Header {
                     self.start_fpdu();
                 }
-                self.rx.crc = self.rx.crc.update(&self.rx.marker);
+                if self.params.crc {
+                    self.rx.crc = self.rx.crc.update(&self.rx.marker);
+                }
                 self.rx.pos += MARKER_LEN as u64;
                 let ptr = u16::from_be_bytes([self.rx.marker[2], self.rx.marker[3]]);
                 let target = mpos.checked_sub(u64::from(ptr));
@@ -1401,7 +1403,11 @@ impl QueuePair {
                     let take = (self.rx.need - self.rx.have).min(d.len());
                     let h = self.rx.have;
                     self.rx.hbuf[h..h + take].copy_from_slice(&d[..take]);
-                    self.rx.crc = self.rx.crc.update(&d[..take]);
+                    // (Without CRCs nothing is computed: the CRC field is
+                    // not checked then.)
+                    if self.params.crc {
+                        self.rx.crc = self.rx.crc.update(&d[..take]);
+                    }
                     self.rx.have += take;
                     self.rx.pos += take as u64;
                     used += take;
@@ -1443,7 +1449,7 @@ impl QueuePair {
                     // PAD octets are covered by the CRC (a Marker may follow
                     // them, before the CRC field).
                     let pad = self.rx.trailer_need - 4;
-                    if h < pad {
+                    if self.params.crc && h < pad {
                         let e = (h + take).min(pad);
                         self.rx.crc = self.rx.crc.update(&self.rx.trailer[h..e]);
                     }

@@ -43,6 +43,55 @@ struct ReplyData {
     reply_len: Option<u32>,
 }
 
+/// The work requests in flight, by `wr_id`: a slab (no hashing, no
+/// allocation once warm). A `wr_id` is the slot index in its low 32 bits
+/// and the slot's generation, bumped at every use, in its high 32 bits, so
+/// the id of a finished WR never names the slot's next occupant.
+#[derive(Debug, Default)]
+struct WrSlab {
+    slots: Vec<(u32, Option<Op>)>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl WrSlab {
+    /// Stores `op`; returns its `wr_id` (never 0).
+    fn insert(&mut self, op: Op) -> u64 {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push((0, None));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            // Not reachable: `idx` is a slot of this slab.
+            return 0;
+        };
+        slot.0 = slot.0.wrapping_add(1).max(1);
+        slot.1 = Some(op);
+        self.len += 1;
+        (u64::from(slot.0) << 32) | u64::from(idx)
+    }
+
+    /// Takes the op of `wr_id`, if it is in flight.
+    fn remove(&mut self, wr_id: u64) -> Option<Op> {
+        let idx = wr_id as u32;
+        let slot = self.slots.get_mut(idx as usize)?;
+        if u64::from(slot.0) != wr_id >> 32 {
+            return None;
+        }
+        let op = slot.1.take()?;
+        self.free.push(idx);
+        self.len -= 1;
+        Some(op)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// One of our calls.
 #[derive(Debug)]
 struct OutCall {
@@ -202,8 +251,7 @@ pub struct Connection {
     info: Option<ConnectionInfo>,
     established: bool,
     error: Option<ConnectionError>,
-    next_wr: u64,
-    ops: IdMap<u64, Op>,
+    ops: WrSlab,
     // receives
     recv_posted: usize,
     recv_free: Vec<MemoryRegion>,
@@ -290,8 +338,7 @@ impl Connection {
             info: None,
             established: false,
             error: None,
-            next_wr: 1,
-            ops: IdMap::default(),
+            ops: WrSlab::default(),
             recv_posted: 0,
             recv_free: Vec::new(),
             backchannel_enabled: false,
@@ -471,7 +518,7 @@ impl Connection {
 
     /// Every completion the provider returns goes here.
     pub fn handle_completion(&mut self, now: Instant, p: &mut dyn Provider, c: Completion) {
-        let Some(op) = self.ops.remove(&c.wr_id) else {
+        let Some(op) = self.ops.remove(c.wr_id) else {
             return;
         };
         if !c.status.is_ok() && c.status != Status::Flushed {
@@ -1080,10 +1127,7 @@ impl Connection {
     }
 
     fn wr(&mut self, op: Op) -> u64 {
-        let id = self.next_wr;
-        self.next_wr += 1;
-        self.ops.insert(id, op);
-        id
+        self.ops.insert(op)
     }
 
     /// Posts a Send-queue WR, or keeps it (in order) while the queue is
@@ -1172,7 +1216,7 @@ impl Connection {
             match p.post_recv(RecvWr { wr_id, sge }) {
                 Ok(()) => {}
                 Err(e) => {
-                    self.ops.remove(&wr_id);
+                    self.ops.remove(wr_id);
                     self.recv_free.push(mr);
                     // A full receive queue: the grant is clamped to it
                     // (clamp_grant), so this only delays our own calls.
@@ -1693,7 +1737,7 @@ impl Connection {
                 sges: smallvec![sge],
             },
         ) {
-            self.ops.remove(&wr_id);
+            self.ops.remove(wr_id);
             self.fatal(p, ConnectionError::Provider(e));
         }
     }
@@ -1860,7 +1904,7 @@ impl Connection {
             // every completion error is fatal, and `fatal` disconnects
             // before completing calls whose reply is in.)
             if let Err(e) = self.post(p, wr) {
-                self.ops.remove(&wr_id);
+                self.ops.remove(wr_id);
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
             }
@@ -2165,7 +2209,7 @@ impl Connection {
             sges: smallvec![mr.sge(0, len)],
         };
         if let Err(e) = self.post(p, wr) {
-            self.ops.remove(&wr_id);
+            self.ops.remove(wr_id);
             self.errors_unacked = self.errors_unacked.saturating_sub(1);
             self.zombies.push(mr);
             self.fatal(p, ConnectionError::Provider(e));
@@ -2474,7 +2518,7 @@ impl Connection {
                 },
             );
             if let Err(e) = res {
-                self.ops.remove(&wr_id);
+                self.ops.remove(wr_id);
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
             }
@@ -2644,7 +2688,7 @@ impl Connection {
                 j.pending += 1;
             }
             if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
-                self.ops.remove(&wr_id);
+                self.ops.remove(wr_id);
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.pending -= 1;
                 }
@@ -2756,11 +2800,37 @@ impl Connection {
         self.zombies.append(&mut self.recv_free);
         self.zombies.append(&mut self.send_pool);
         for wr in std::mem::take(&mut self.backlog) {
-            if let Some(op) = self.ops.remove(&wr.wr_id) {
+            if let Some(op) = self.ops.remove(wr.wr_id) {
                 self.cleanup_dead(op);
             }
         }
         self.events.push_back(Event::ConnectionLost(err));
         self.reap(p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_ids_of_finished_work_requests_never_match_again() {
+        let mut s = WrSlab::default();
+        let a = s.insert(Op::CallSend(1));
+        let b = s.insert(Op::CallSend(2));
+        assert_ne!(a, 0);
+        assert_ne!(a, b);
+        assert_eq!(s.len(), 2);
+        assert!(matches!(s.remove(a), Some(Op::CallSend(1))));
+        assert!(s.remove(a).is_none(), "removed once only");
+        // The slot is reused under a new id; the old id stays dead.
+        let c = s.insert(Op::CallSend(3));
+        assert_eq!(c as u32, a as u32);
+        assert_ne!(c, a);
+        assert!(s.remove(a).is_none());
+        assert!(s.remove(u64::MAX).is_none());
+        assert!(matches!(s.remove(c), Some(Op::CallSend(3))));
+        assert!(matches!(s.remove(b), Some(Op::CallSend(2))));
+        assert_eq!(s.len(), 0);
     }
 }
