@@ -104,6 +104,12 @@ pub const DEFAULT_MULPDU: u16 = 65_512;
 
 /// Output bytes queued before the queue pair stops framing more.
 const OUT_BUDGET: usize = 1 << 20;
+/// FPDUs with at most this many payload octets are copied into the
+/// staging buffer rather than sent from registered memory.
+const STAGE_PAYLOAD_MAX: usize = 1024;
+/// Octets the staging buffer holds at most (beyond that, FPDUs go out from
+/// registered memory until it empties).
+const STAGE_MAX: usize = 256 << 10;
 /// Largest FPDU header kept while receiving: ULPDU_Length + the longest
 /// prefix [`Segment::parse_prefix`] needs.
 const HBUF_LEN: usize = 2 + Segment::MAX_PREFIX;
@@ -187,8 +193,21 @@ enum TxMark {
 }
 
 enum Chunk {
-    Inline { buf: [u8; 24], len: u8 },
-    Mem { idx: u32, off: usize, len: usize },
+    Inline {
+        buf: [u8; 24],
+        len: u8,
+    },
+    /// Octets `off..off + len` of the staging buffer (small FPDUs, copied
+    /// whole; consecutive ones form one chunk, one gather element).
+    Staged {
+        off: usize,
+        len: usize,
+    },
+    Mem {
+        idx: u32,
+        off: usize,
+        len: usize,
+    },
     Owned(Vec<u8>),
     Mark(TxMark),
 }
@@ -197,7 +216,7 @@ impl Chunk {
     fn len(&self) -> usize {
         match self {
             Chunk::Inline { len, .. } => usize::from(*len),
-            Chunk::Mem { len, .. } => *len,
+            Chunk::Staged { len, .. } | Chunk::Mem { len, .. } => *len,
             Chunk::Owned(v) => v.len(),
             Chunk::Mark(_) => 0,
         }
@@ -362,6 +381,11 @@ pub struct QueuePair {
     // Output.
     cur: Option<TxMsg>,
     out: VecDeque<Chunk>,
+    /// Backing of the `Chunk::Staged` chunks in `out`; emptied whenever
+    /// none is left.
+    stage: Vec<u8>,
+    /// `Chunk::Staged` chunks in `out`.
+    staged: usize,
     out_bytes: usize,
     front_off: usize,
     tx_closed: bool,
@@ -437,6 +461,8 @@ impl QueuePair {
             resp_q: VecDeque::new(),
             cur: None,
             out: VecDeque::new(),
+            stage: Vec::new(),
+            staged: 0,
             out_bytes: 0,
             front_off: 0,
             tx_closed: false,
@@ -799,6 +825,8 @@ impl QueuePair {
         self.tx_closed = true;
         self.materialize_output();
         self.out.clear();
+        self.stage.clear();
+        self.staged = 0;
         self.out_bytes = 0;
         self.go_down(reason);
     }
@@ -820,6 +848,8 @@ impl QueuePair {
         self.tx_closed = true;
         self.materialize_output();
         self.out.clear();
+        self.stage.clear();
+        self.staged = 0;
         self.out_bytes = 0;
         self.go_down(DisconnectReason::TransportLost);
     }
@@ -914,14 +944,36 @@ impl QueuePair {
                 self.out.push_back(Chunk::Owned(v));
             }
         } else {
-            let mut parts: SmallVec<[&[u8]; 4]> = SmallVec::new();
-            parts.push(&hb[..hl]);
-            for &(idx, off, len) in pieces {
-                parts.push(self.mem.slice(idx, off, len));
-            }
-            let Ok(fp) = self.framer.frame_parts(&parts) else {
+            let framed = {
+                let mut parts: SmallVec<[&[u8]; 4]> = SmallVec::new();
+                parts.push(&hb[..hl]);
+                for &(idx, off, len) in pieces {
+                    parts.push(self.mem.slice(idx, off, len));
+                }
+                self.framer.frame_parts(&parts)
+            };
+            let Ok(fp) = framed else {
                 return;
             };
+            let total = 2 + hl + payload + fp.trailer_len;
+            self.out_bytes += total;
+            if payload <= STAGE_PAYLOAD_MAX && self.stage.len() + total <= STAGE_MAX {
+                // Small: copied whole (the SGEs' bytes cannot change while
+                // the WR holds them), and merged with the staged FPDUs
+                // before it into one gather element.
+                let start = self.stage.len();
+                self.stage.extend_from_slice(&fp.header);
+                self.stage.extend_from_slice(&hb[..hl]);
+                for &(idx, off, len) in pieces {
+                    self.stage.extend_from_slice(self.mem.slice(idx, off, len));
+                }
+                self.stage.extend_from_slice(&fp.trailer[..fp.trailer_len]);
+                self.push_staged(start, self.stage.len() - start);
+                if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
+                    *c += 1;
+                }
+                return;
+            }
             let mut head = [0u8; 20];
             head[..2].copy_from_slice(&fp.header);
             head[2..2 + hl].copy_from_slice(&hb[..hl]);
@@ -932,11 +984,30 @@ impl QueuePair {
                 }
             }
             self.out.push_back(inline(&fp.trailer[..fp.trailer_len]));
-            self.out_bytes += 2 + hl + payload + fp.trailer_len;
         }
         if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
             *c += 1;
         }
+    }
+
+    /// Queues staged octets `start..start + len`: they extend the last
+    /// data chunk if that is the staged run they follow (Marks after it
+    /// then fire once the longer chunk is out, which is later, never
+    /// earlier, than their own position), else form a new chunk.
+    fn push_staged(&mut self, start: usize, len: usize) {
+        let last = self
+            .out
+            .iter_mut()
+            .rev()
+            .find(|c| !matches!(c, Chunk::Mark(_)));
+        if let Some(Chunk::Staged { off, len: l }) = last {
+            if *off + *l == start {
+                *l += len;
+                return;
+            }
+        }
+        self.out.push_back(Chunk::Staged { off: start, len });
+        self.staged += 1;
     }
 
     /// Starts the next message: a queued Read Response first, then the next
@@ -1180,7 +1251,12 @@ impl QueuePair {
             if n >= rest {
                 n -= rest;
                 self.front_off = 0;
-                self.out.pop_front();
+                if let Some(Chunk::Staged { .. }) = self.out.pop_front() {
+                    self.staged = self.staged.saturating_sub(1);
+                    if self.staged == 0 {
+                        self.stage.clear();
+                    }
+                }
                 self.process_marks();
             } else {
                 self.front_off += n;
@@ -1216,6 +1292,9 @@ impl QueuePair {
                     let s: &[u8] = match c {
                         Chunk::Inline { buf, len } => &buf[..usize::from(*len)],
                         Chunk::Mem { idx, off, len } => self.mem.slice(*idx, *off, *len),
+                        Chunk::Staged { off, len } => {
+                            self.stage.get(*off..*off + *len).unwrap_or_default()
+                        }
                         Chunk::Owned(v) => v,
                         Chunk::Mark(_) => continue,
                     };
