@@ -386,6 +386,9 @@ pub struct QueuePair {
     stage: Vec<u8>,
     /// `Chunk::Staged` chunks in `out`.
     staged: usize,
+    /// Mark chunks at the back of `out`, after its last data chunk (`None`:
+    /// not known, nothing is merged until the next data chunk).
+    tail_marks: Option<usize>,
     out_bytes: usize,
     front_off: usize,
     tx_closed: bool,
@@ -463,6 +466,7 @@ impl QueuePair {
             out: VecDeque::new(),
             stage: Vec::new(),
             staged: 0,
+            tail_marks: Some(0),
             out_bytes: 0,
             front_off: 0,
             tx_closed: false,
@@ -751,6 +755,7 @@ impl QueuePair {
         }
         // Read Response jobs in the output release their holds now.
         let mut releases = Vec::new();
+        self.tail_marks = None;
         self.out.retain(|c| match c {
             Chunk::Mark(TxMark::RespDone(idx)) => {
                 releases.push(*idx);
@@ -827,6 +832,7 @@ impl QueuePair {
         self.out.clear();
         self.stage.clear();
         self.staged = 0;
+        self.tail_marks = Some(0);
         self.out_bytes = 0;
         self.go_down(reason);
     }
@@ -850,6 +856,7 @@ impl QueuePair {
         self.out.clear();
         self.stage.clear();
         self.staged = 0;
+        self.tail_marks = Some(0);
         self.out_bytes = 0;
         self.go_down(DisconnectReason::TransportLost);
     }
@@ -881,8 +888,8 @@ impl QueuePair {
             if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
                 v.truncate(n);
                 self.out_bytes += v.len();
-                self.out.push_back(Chunk::Owned(v));
-                self.out.push_back(Chunk::Mark(TxMark::Terminate));
+                self.push_chunk(Chunk::Owned(v));
+                self.push_chunk(Chunk::Mark(TxMark::Terminate));
                 self.stats.tx_fpdus[7] += 1;
             }
             self.tx_closed = true;
@@ -941,7 +948,7 @@ impl QueuePair {
             if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
                 v.truncate(n);
                 self.out_bytes += n;
-                self.out.push_back(Chunk::Owned(v));
+                self.push_chunk(Chunk::Owned(v));
             }
         } else {
             let framed = {
@@ -977,13 +984,13 @@ impl QueuePair {
             let mut head = [0u8; 20];
             head[..2].copy_from_slice(&fp.header);
             head[2..2 + hl].copy_from_slice(&hb[..hl]);
-            self.out.push_back(inline(&head[..2 + hl]));
+            self.push_chunk(inline(&head[..2 + hl]));
             for &(idx, off, len) in pieces {
                 if len > 0 {
-                    self.out.push_back(Chunk::Mem { idx, off, len });
+                    self.push_chunk(Chunk::Mem { idx, off, len });
                 }
             }
-            self.out.push_back(inline(&fp.trailer[..fp.trailer_len]));
+            self.push_chunk(inline(&fp.trailer[..fp.trailer_len]));
         }
         if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
             *c += 1;
@@ -995,19 +1002,25 @@ impl QueuePair {
     /// then fire once the longer chunk is out, which is later, never
     /// earlier, than their own position), else form a new chunk.
     fn push_staged(&mut self, start: usize, len: usize) {
-        let last = self
-            .out
-            .iter_mut()
-            .rev()
-            .find(|c| !matches!(c, Chunk::Mark(_)));
-        if let Some(Chunk::Staged { off, len: l }) = last {
+        let n = self.out.len();
+        let last = self.tail_marks.and_then(|t| n.checked_sub(t + 1));
+        if let Some(Chunk::Staged { off, len: l }) = last.and_then(|i| self.out.get_mut(i)) {
             if *off + *l == start {
                 *l += len;
                 return;
             }
         }
-        self.out.push_back(Chunk::Staged { off: start, len });
+        self.push_chunk(Chunk::Staged { off: start, len });
         self.staged += 1;
+    }
+
+    /// Appends to `out`, keeping `tail_marks`.
+    fn push_chunk(&mut self, c: Chunk) {
+        self.tail_marks = match c {
+            Chunk::Mark(_) => self.tail_marks.map(|t| t + 1),
+            _ => Some(0),
+        };
+        self.out.push_back(c);
     }
 
     /// Starts the next message: a queued Read Response first, then the next
@@ -1075,7 +1088,7 @@ impl QueuePair {
                 if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
                     v.truncate(n);
                     self.out_bytes += n;
-                    self.out.push_back(Chunk::Owned(v));
+                    self.push_chunk(Chunk::Owned(v));
                     self.stats.tx_fpdus[1] += 1;
                 }
                 self.ord_q.push_back(OutRead {
@@ -1205,7 +1218,7 @@ impl QueuePair {
         };
         self.emit(&hdr, &pieces, opcode);
         match finished_mark {
-            Some(mark) => self.out.push_back(Chunk::Mark(mark)),
+            Some(mark) => self.push_chunk(Chunk::Mark(mark)),
             None => self.cur = Some(m),
         }
     }
@@ -1226,6 +1239,7 @@ impl QueuePair {
         while let Some(Chunk::Mark(m)) = self.out.front() {
             let m = *m;
             self.out.pop_front();
+            self.tail_marks = self.tail_marks.map(|t| t.min(self.out.len()));
             match m {
                 TxMark::SqDone(seq) => {
                     if let Some(w) = self.sq_get_mut(seq) {
@@ -1251,7 +1265,9 @@ impl QueuePair {
             if n >= rest {
                 n -= rest;
                 self.front_off = 0;
-                if let Some(Chunk::Staged { .. }) = self.out.pop_front() {
+                let popped = self.out.pop_front();
+                self.tail_marks = self.tail_marks.map(|t| t.min(self.out.len()));
+                if let Some(Chunk::Staged { .. }) = popped {
                     self.staged = self.staged.saturating_sub(1);
                     if self.staged == 0 {
                         self.stage.clear();
