@@ -1,6 +1,6 @@
 //! [`Connection`]: the per-connection state machine.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
@@ -1059,8 +1059,12 @@ impl Connection {
     fn add_deadline(&mut self, d: Instant, id: u64) {
         // Deadlines normally come in order (`now` does not go back): the
         // new one goes at the back.
-        let at = self.deadlines.partition_point(|&(e, _)| e <= d);
-        self.deadlines.insert(at, (d, id));
+        if self.deadlines.back().is_none_or(|&(e, _)| e <= d) {
+            self.deadlines.push_back((d, id));
+        } else {
+            let at = self.deadlines.partition_point(|&(e, _)| e <= d);
+            self.deadlines.insert(at, (d, id));
+        }
         // Stale entries (answered calls behind a pending front) are
         // bounded: compacted once they outnumber the calls.
         if self.deadlines.len() > 2 * self.calls.len() + 64 {
@@ -2329,19 +2333,17 @@ impl Connection {
         };
         // One distinct handle in the whole call: the only case where Send
         // With Invalidate is used (Linux svc_rdma_get_inv_rkey).
-        let mut handles = HashSet::new();
-        for r in &chunks.reads {
-            handles.insert(r.target.handle);
-        }
-        for w in chunks.writes.iter().chain(chunks.reply.iter()) {
-            for s in &w.segments {
-                handles.insert(s.handle);
-            }
-        }
-        let inv = if handles.len() == 1 {
-            handles.into_iter().next()
-        } else {
-            None
+        // (No set is built: the first handle, then any other ends it.)
+        let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
+            chunks
+                .writes
+                .iter()
+                .chain(chunks.reply.iter())
+                .flat_map(|w| w.segments.iter().map(|s| s.handle)),
+        );
+        let inv = match all.next() {
+            Some(h) if all.all(|x| x == h) => Some(h),
+            _ => None,
         };
         let handle = self.next_handle;
         self.next_handle += 1;
