@@ -130,7 +130,7 @@ fn batch(p: &mut Pair, count: usize, read: bool) -> f64 {
                 .post_send(SendWr {
                     wr_id: posted as u64,
                     op,
-                    sges: vec![sge],
+                    sges: vec![sge].into(),
                 })
                 .unwrap();
             posted += 1;
@@ -150,7 +150,7 @@ fn batch(p: &mut Pair, count: usize, read: bool) -> f64 {
             .post_send(SendWr {
                 wr_id: u64::MAX,
                 op: SendOp::Send { solicited: true },
-                sges: vec![p.act_buf.sge(0, 16)],
+                sges: vec![p.act_buf.sge(0, 16)].into(),
             })
             .unwrap();
         let (mut placed, mut completed) = (false, false);

@@ -102,7 +102,7 @@ fn bench_write(crc: bool, count: usize) -> f64 {
                 op: SendOp::Write {
                     remote: target.remote(0),
                 },
-                sges: vec![src.sge(0, MIB as u32)],
+                sges: vec![src.sge(0, MIB as u32)].into(),
             })
             .unwrap();
             posted += 1;
@@ -110,7 +110,7 @@ fn bench_write(crc: bool, count: usize) -> f64 {
                 a.post_send(SendWr {
                     wr_id: u64::MAX,
                     op: SendOp::Send { solicited: true },
-                    sges: vec![src.sge(0, 16)],
+                    sges: vec![src.sge(0, 16)].into(),
                 })
                 .unwrap();
             }
@@ -152,7 +152,7 @@ fn bench_read(crc: bool, count: usize) -> f64 {
                 op: SendOp::Read {
                     remote: src.remote(0),
                 },
-                sges: vec![sink.sge(0, MIB as u32)],
+                sges: vec![sink.sge(0, MIB as u32)].into(),
             })
             .unwrap();
             posted += 1;

@@ -185,7 +185,7 @@ fn send(p: &mut IwarpProvider, wr_id: u64, msg: &[u8]) -> MemoryRegion {
     p.post_send(SendWr {
         wr_id,
         op: SendOp::Send { solicited: false },
-        sges: vec![mr.sge(0, msg.len() as u32)],
+        sges: vec![mr.sge(0, msg.len() as u32)].into(),
     })
     .expect("post_send");
     mr

@@ -48,10 +48,13 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 
-use rpcrdma_proto::provider::memory::{Hold as Held, MemoryTable, SendRules};
+use smallvec::{smallvec, SmallVec};
+
+use rpcrdma_proto::provider::memory::{Hold as Held, Holds, MemoryTable, SendRules};
 use rpcrdma_proto::provider::{
     Access, Blame, Buffer, Bytes, Caps, Completion, DisconnectReason, MemoryRegion,
-    Opcode as CqOpcode, ProviderError, RecvWr, RegisterError, SendOp, SendWr, Sge, Stag, Status,
+    Opcode as CqOpcode, ProviderError, RecvWr, RegisterError, SendOp, SendWr, Sge, Sges, Stag,
+    Status,
 };
 
 use crate::crc::{self, Crc32c};
@@ -101,6 +104,12 @@ pub const DEFAULT_MULPDU: u16 = 65_512;
 
 /// Output bytes queued before the queue pair stops framing more.
 const OUT_BUDGET: usize = 1 << 20;
+/// FPDUs with at most this many payload octets are copied into the
+/// staging buffer rather than sent from registered memory.
+const STAGE_PAYLOAD_MAX: usize = 1024;
+/// Octets the staging buffer holds at most (beyond that, FPDUs go out from
+/// registered memory until it empties).
+const STAGE_MAX: usize = 256 << 10;
 /// Largest FPDU header kept while receiving: ULPDU_Length + the longest
 /// prefix [`Segment::parse_prefix`] needs.
 const HBUF_LEN: usize = 2 + Segment::MAX_PREFIX;
@@ -128,8 +137,8 @@ struct SqWr {
     wr_id: u64,
     opcode: CqOpcode,
     op: SendOp,
-    sges: Vec<Sge>,
-    holds: Vec<Held>,
+    sges: Sges,
+    holds: Holds,
     len: u32,
     state: WrState,
     /// MSN of a Send (QN 0) or Read Request (QN 1).
@@ -184,8 +193,21 @@ enum TxMark {
 }
 
 enum Chunk {
-    Inline { buf: [u8; 24], len: u8 },
-    Mem { idx: u32, off: usize, len: usize },
+    Inline {
+        buf: [u8; 24],
+        len: u8,
+    },
+    /// Octets `off..off + len` of the staging buffer (small FPDUs, copied
+    /// whole; consecutive ones form one chunk, one gather element).
+    Staged {
+        off: usize,
+        len: usize,
+    },
+    Mem {
+        idx: u32,
+        off: usize,
+        len: usize,
+    },
     Owned(Vec<u8>),
     Mark(TxMark),
 }
@@ -194,7 +216,7 @@ impl Chunk {
     fn len(&self) -> usize {
         match self {
             Chunk::Inline { len, .. } => usize::from(*len),
-            Chunk::Mem { len, .. } => *len,
+            Chunk::Staged { len, .. } | Chunk::Mem { len, .. } => *len,
             Chunk::Owned(v) => v.len(),
             Chunk::Mark(_) => 0,
         }
@@ -359,6 +381,14 @@ pub struct QueuePair {
     // Output.
     cur: Option<TxMsg>,
     out: VecDeque<Chunk>,
+    /// Backing of the `Chunk::Staged` chunks in `out`; emptied whenever
+    /// none is left.
+    stage: Vec<u8>,
+    /// `Chunk::Staged` chunks in `out`.
+    staged: usize,
+    /// Mark chunks at the back of `out`, after its last data chunk (`None`:
+    /// not known, nothing is merged until the next data chunk).
+    tail_marks: Option<usize>,
     out_bytes: usize,
     front_off: usize,
     tx_closed: bool,
@@ -367,7 +397,7 @@ pub struct QueuePair {
     // Input.
     rx: Rx,
     // Completions and events.
-    cq: VecDeque<(Completion, Vec<Held>)>,
+    cq: VecDeque<(Completion, Holds)>,
     events: VecDeque<QpEvent>,
     solicited: bool,
     stats: QpStats,
@@ -434,6 +464,9 @@ impl QueuePair {
             resp_q: VecDeque::new(),
             cur: None,
             out: VecDeque::new(),
+            stage: Vec::new(),
+            staged: 0,
+            tail_marks: Some(0),
             out_bytes: 0,
             front_off: 0,
             tx_closed: false,
@@ -615,7 +648,7 @@ impl QueuePair {
     // Completions and events
     // ------------------------------------------------------------------
 
-    fn complete(&mut self, c: Completion, holds: Vec<Held>) {
+    fn complete(&mut self, c: Completion, holds: Holds) {
         self.cq.push_back((c, holds));
     }
 
@@ -722,6 +755,7 @@ impl QueuePair {
         }
         // Read Response jobs in the output release their holds now.
         let mut releases = Vec::new();
+        self.tail_marks = None;
         self.out.retain(|c| match c {
             Chunk::Mark(TxMark::RespDone(idx)) => {
                 releases.push(*idx);
@@ -771,7 +805,7 @@ impl QueuePair {
                     byte_len: 0,
                     status: Status::Flushed,
                 },
-                vec![Held {
+                smallvec![Held {
                     idx: r.idx,
                     write: true,
                 }],
@@ -796,6 +830,9 @@ impl QueuePair {
         self.tx_closed = true;
         self.materialize_output();
         self.out.clear();
+        self.stage.clear();
+        self.staged = 0;
+        self.tail_marks = Some(0);
         self.out_bytes = 0;
         self.go_down(reason);
     }
@@ -817,6 +854,9 @@ impl QueuePair {
         self.tx_closed = true;
         self.materialize_output();
         self.out.clear();
+        self.stage.clear();
+        self.staged = 0;
+        self.tail_marks = Some(0);
         self.out_bytes = 0;
         self.go_down(DisconnectReason::TransportLost);
     }
@@ -848,8 +888,8 @@ impl QueuePair {
             if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
                 v.truncate(n);
                 self.out_bytes += v.len();
-                self.out.push_back(Chunk::Owned(v));
-                self.out.push_back(Chunk::Mark(TxMark::Terminate));
+                self.push_chunk(Chunk::Owned(v));
+                self.push_chunk(Chunk::Mark(TxMark::Terminate));
                 self.stats.tx_fpdus[7] += 1;
             }
             self.tx_closed = true;
@@ -908,32 +948,79 @@ impl QueuePair {
             if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
                 v.truncate(n);
                 self.out_bytes += n;
-                self.out.push_back(Chunk::Owned(v));
+                self.push_chunk(Chunk::Owned(v));
             }
         } else {
-            let mut parts: Vec<&[u8]> = Vec::with_capacity(pieces.len() + 1);
-            parts.push(&hb[..hl]);
-            for &(idx, off, len) in pieces {
-                parts.push(self.mem.slice(idx, off, len));
-            }
-            let Ok(fp) = self.framer.frame_parts(&parts) else {
+            let framed = {
+                let mut parts: SmallVec<[&[u8]; 4]> = SmallVec::new();
+                parts.push(&hb[..hl]);
+                for &(idx, off, len) in pieces {
+                    parts.push(self.mem.slice(idx, off, len));
+                }
+                self.framer.frame_parts(&parts)
+            };
+            let Ok(fp) = framed else {
                 return;
             };
+            let total = 2 + hl + payload + fp.trailer_len;
+            self.out_bytes += total;
+            if payload <= STAGE_PAYLOAD_MAX && self.stage.len() + total <= STAGE_MAX {
+                // Small: copied whole (the SGEs' bytes cannot change while
+                // the WR holds them), and merged with the staged FPDUs
+                // before it into one gather element.
+                let start = self.stage.len();
+                self.stage.extend_from_slice(&fp.header);
+                self.stage.extend_from_slice(&hb[..hl]);
+                for &(idx, off, len) in pieces {
+                    self.stage.extend_from_slice(self.mem.slice(idx, off, len));
+                }
+                self.stage.extend_from_slice(&fp.trailer[..fp.trailer_len]);
+                self.push_staged(start, self.stage.len() - start);
+                if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
+                    *c += 1;
+                }
+                return;
+            }
             let mut head = [0u8; 20];
             head[..2].copy_from_slice(&fp.header);
             head[2..2 + hl].copy_from_slice(&hb[..hl]);
-            self.out.push_back(inline(&head[..2 + hl]));
+            self.push_chunk(inline(&head[..2 + hl]));
             for &(idx, off, len) in pieces {
                 if len > 0 {
-                    self.out.push_back(Chunk::Mem { idx, off, len });
+                    self.push_chunk(Chunk::Mem { idx, off, len });
                 }
             }
-            self.out.push_back(inline(&fp.trailer[..fp.trailer_len]));
-            self.out_bytes += 2 + hl + payload + fp.trailer_len;
+            self.push_chunk(inline(&fp.trailer[..fp.trailer_len]));
         }
         if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
             *c += 1;
         }
+    }
+
+    /// Queues staged octets `start..start + len`: they extend the last
+    /// data chunk if that is the staged run they follow (Marks after it
+    /// then fire once the longer chunk is out, which is later, never
+    /// earlier, than their own position), else form a new chunk.
+    fn push_staged(&mut self, start: usize, len: usize) {
+        let n = self.out.len();
+        let last = self.tail_marks.and_then(|t| n.checked_sub(t + 1));
+        if let Some(Chunk::Staged { off, len: l }) = last.and_then(|i| self.out.get_mut(i)) {
+            if *off + *l == start {
+                *l += len;
+                return;
+            }
+        }
+        self.push_chunk(Chunk::Staged { off: start, len });
+        self.staged += 1;
+    }
+
+    /// Appends to `out`, keeping `tail_marks`.
+    fn push_chunk(&mut self, c: Chunk) {
+        self.tail_marks = match c {
+            Chunk::Mark(_) => self.tail_marks.map(|t| t + 1),
+            _ => Some(0),
+        };
+        self.out.push_back(c);
     }
 
     /// Starts the next message: a queued Read Response first, then the next
@@ -1001,7 +1088,7 @@ impl QueuePair {
                 if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
                     v.truncate(n);
                     self.out_bytes += n;
-                    self.out.push_back(Chunk::Owned(v));
+                    self.push_chunk(Chunk::Owned(v));
                     self.stats.tx_fpdus[1] += 1;
                 }
                 self.ord_q.push_back(OutRead {
@@ -1047,7 +1134,8 @@ impl QueuePair {
     fn emit_segment(&mut self) {
         let Some(mut m) = self.cur.take() else { return };
         let mulpdu = usize::from(self.params.mulpdu.max(64));
-        let mut pieces: Vec<(u32, usize, usize)> = Vec::new();
+        // (region index, offset, octets): one per SGE the FPDU spans.
+        let mut pieces: SmallVec<[(u32, usize, usize); 3]> = SmallVec::new();
         let (hdr, opcode, finished_mark) = match m.src {
             TxSrc::Resp(job) => {
                 let max = mulpdu - TAGGED_HEADER_LEN;
@@ -1130,7 +1218,7 @@ impl QueuePair {
         };
         self.emit(&hdr, &pieces, opcode);
         match finished_mark {
-            Some(mark) => self.out.push_back(Chunk::Mark(mark)),
+            Some(mark) => self.push_chunk(Chunk::Mark(mark)),
             None => self.cur = Some(m),
         }
     }
@@ -1151,6 +1239,7 @@ impl QueuePair {
         while let Some(Chunk::Mark(m)) = self.out.front() {
             let m = *m;
             self.out.pop_front();
+            self.tail_marks = self.tail_marks.map(|t| t.min(self.out.len()));
             match m {
                 TxMark::SqDone(seq) => {
                     if let Some(w) = self.sq_get_mut(seq) {
@@ -1176,7 +1265,14 @@ impl QueuePair {
             if n >= rest {
                 n -= rest;
                 self.front_off = 0;
-                self.out.pop_front();
+                let popped = self.out.pop_front();
+                self.tail_marks = self.tail_marks.map(|t| t.min(self.out.len()));
+                if let Some(Chunk::Staged { .. }) = popped {
+                    self.staged = self.staged.saturating_sub(1);
+                    if self.staged == 0 {
+                        self.stage.clear();
+                    }
+                }
                 self.process_marks();
             } else {
                 self.front_off += n;
@@ -1202,15 +1298,19 @@ impl QueuePair {
                 return Ok(total);
             }
             let r = {
-                let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(64);
+                let mut slices = [IoSlice::new(&[]); 64];
+                let mut ns = 0;
                 let mut first = true;
                 for c in self.out.iter() {
-                    if slices.len() == 64 {
+                    if ns == slices.len() {
                         break;
                     }
                     let s: &[u8] = match c {
                         Chunk::Inline { buf, len } => &buf[..usize::from(*len)],
                         Chunk::Mem { idx, off, len } => self.mem.slice(*idx, *off, *len),
+                        Chunk::Staged { off, len } => {
+                            self.stage.get(*off..*off + *len).unwrap_or_default()
+                        }
                         Chunk::Owned(v) => v,
                         Chunk::Mark(_) => continue,
                     };
@@ -1220,11 +1320,12 @@ impl QueuePair {
                     } else {
                         s
                     };
-                    if !s.is_empty() {
-                        slices.push(IoSlice::new(s));
+                    if let (false, Some(slot)) = (s.is_empty(), slices.get_mut(ns)) {
+                        *slot = IoSlice::new(s);
+                        ns += 1;
                     }
                 }
-                write(&slices)
+                write(slices.get(..ns).unwrap_or_default())
             };
             match r {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -1348,7 +1449,9 @@ impl QueuePair {
                 if !self.rx.in_fpdu && self.rx.have == 0 && self.rx.state == RxState::Header {
                     self.start_fpdu();
                 }
-                self.rx.crc = self.rx.crc.update(&self.rx.marker);
+                if self.params.crc {
+                    self.rx.crc = self.rx.crc.update(&self.rx.marker);
+                }
                 self.rx.pos += MARKER_LEN as u64;
                 let ptr = u16::from_be_bytes([self.rx.marker[2], self.rx.marker[3]]);
                 let target = mpos.checked_sub(u64::from(ptr));
@@ -1395,7 +1498,11 @@ impl QueuePair {
                     let take = (self.rx.need - self.rx.have).min(d.len());
                     let h = self.rx.have;
                     self.rx.hbuf[h..h + take].copy_from_slice(&d[..take]);
-                    self.rx.crc = self.rx.crc.update(&d[..take]);
+                    // (Without CRCs nothing is computed: the CRC field is
+                    // not checked then.)
+                    if self.params.crc {
+                        self.rx.crc = self.rx.crc.update(&d[..take]);
+                    }
                     self.rx.have += take;
                     self.rx.pos += take as u64;
                     used += take;
@@ -1437,7 +1544,7 @@ impl QueuePair {
                     // PAD octets are covered by the CRC (a Marker may follow
                     // them, before the CRC field).
                     let pad = self.rx.trailer_need - 4;
-                    if h < pad {
+                    if self.params.crc && h < pad {
                         let e = (h + take).min(pad);
                         self.rx.crc = self.rx.crc.update(&self.rx.trailer[h..e]);
                     }
@@ -1788,7 +1895,7 @@ impl QueuePair {
                             byte_len: 0,
                             status: st,
                         },
-                        vec![Held { idx, write: true }],
+                        smallvec![Held { idx, write: true }],
                     );
                 }
             }
@@ -1846,7 +1953,7 @@ impl QueuePair {
                             byte_len: len,
                             status: Status::Success,
                         },
-                        vec![Held {
+                        smallvec![Held {
                             idx: r.idx,
                             write: true,
                         }],

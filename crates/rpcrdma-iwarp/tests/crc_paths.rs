@@ -64,7 +64,7 @@ fn write_stream() -> (QueuePair, Vec<u8>, Vec<u8>, MemoryRegion) {
             remote: target.remote(0),
         },
         // Two gather entries with an odd split.
-        sges: vec![src.sge(0, 70_001), src.sge(70_001, (LEN - 70_001) as u32)],
+        sges: vec![src.sge(0, 70_001), src.sge(70_001, (LEN - 70_001) as u32)].into(),
     })
     .unwrap();
     let mut wire = vec![0u8; 2 * LEN];

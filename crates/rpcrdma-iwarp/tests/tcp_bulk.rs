@@ -123,13 +123,14 @@ fn run(rev: u8, crc_on: bool, mib: usize) {
             sges: vec![
                 src.sge(0, (CHUNK / 2) as u32),
                 src.sge((CHUNK / 2) as u64, (CHUNK / 2) as u32),
-            ],
+            ]
+            .into(),
         })
         .unwrap();
         p.a.post_send(SendWr {
             wr_id: 11,
             op: SendOp::Send { solicited: true },
-            sges: vec![note.sge(0, 16)],
+            sges: vec![note.sge(0, 16)].into(),
         })
         .unwrap();
         p.wait(0, 1);
@@ -156,7 +157,7 @@ fn run(rev: u8, crc_on: bool, mib: usize) {
             p.a.post_send(SendWr {
                 wr_id: 200 + i,
                 op: SendOp::Send { solicited: false },
-                sges: vec![src.sge(i * SEND as u64, SEND as u32)],
+                sges: vec![src.sge(i * SEND as u64, SEND as u32)].into(),
             })
             .unwrap();
         }
@@ -175,7 +176,7 @@ fn run(rev: u8, crc_on: bool, mib: usize) {
                 op: SendOp::Read {
                     remote: src.remote(i * (CHUNK / 2) as u64),
                 },
-                sges: vec![sink.sge(i * (CHUNK / 2) as u64, (CHUNK / 2) as u32)],
+                sges: vec![sink.sge(i * (CHUNK / 2) as u64, (CHUNK / 2) as u32)].into(),
             })
             .unwrap();
         }

@@ -143,7 +143,7 @@ fn arm_wakes_on_post_and_on_pending_work() {
     a.post_send(SendWr {
         wr_id: 2,
         op: SendOp::Send { solicited: true },
-        sges: vec![src.sge(0, 8)],
+        sges: vec![src.sge(0, 8)].into(),
     })
     .unwrap();
     assert_eq!(count.0.load(Ordering::SeqCst), 1, "post did not wake");

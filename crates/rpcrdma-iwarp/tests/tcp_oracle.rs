@@ -99,7 +99,7 @@ fn traffic() -> (Vec<u8>, usize, [usize; 8]) {
         a.post_send(SendWr {
             wr_id: 10 + i as u64,
             op,
-            sges: vec![src.sge(i as u64 * 100, 12_000)],
+            sges: vec![src.sge(i as u64 * 100, 12_000)].into(),
         })
         .unwrap();
     }
@@ -108,7 +108,7 @@ fn traffic() -> (Vec<u8>, usize, [usize; 8]) {
         op: SendOp::Write {
             remote: target.remote(0),
         },
-        sges: vec![src.sge(0, 30_000)],
+        sges: vec![src.sge(0, 30_000)].into(),
     })
     .unwrap();
     a.post_send(SendWr {
@@ -116,7 +116,7 @@ fn traffic() -> (Vec<u8>, usize, [usize; 8]) {
         op: SendOp::Read {
             remote: readable.remote(0),
         },
-        sges: vec![sink.sge(0, 20_000)],
+        sges: vec![sink.sge(0, 20_000)].into(),
     })
     .unwrap();
     let (mut ca, mut cb): (Vec<Completion>, Vec<Completion>) = (Vec::new(), Vec::new());
@@ -142,7 +142,7 @@ fn traffic() -> (Vec<u8>, usize, [usize; 8]) {
                 offset: 0,
             },
         },
-        sges: vec![src.sge(0, 100)],
+        sges: vec![src.sge(0, 100)].into(),
     })
     .unwrap();
     for _ in 0..100_000 {

@@ -71,7 +71,7 @@ fn workload(fa: FaultConfig, fb: FaultConfig, rounds: u64) -> Outcome {
             op: SendOp::Write {
                 remote: chunk.remote(i * 64),
             },
-            sges: vec![src.sge(0, 64)],
+            sges: vec![src.sge(0, 64)].into(),
         });
         let _ = h.a.post_send(send_wr(2 * i + 1, &src, 0, 16));
         h.round();
@@ -195,7 +195,7 @@ fn remote_access_error_leaves_the_target_untouched() {
         op: SendOp::Read {
             remote: t.remote(0),
         },
-        sges: vec![sink.sge(0, 8)],
+        sges: vec![sink.sge(0, 8)].into(),
     })
     .unwrap();
     assert!(h.wait_down());

@@ -122,7 +122,7 @@ fn receives_are_consumed_in_post_order_and_gather_concatenates() {
     h.a.post_send(SendWr {
         wr_id: 1,
         op: SendOp::Send { solicited: false },
-        sges: vec![src.sge(8, 2), src.sge(0, 3)],
+        sges: vec![src.sge(8, 2), src.sge(0, 3)].into(),
     })
     .unwrap();
     h.a.post_send(send_wr(2, &src, 5, 1)).unwrap();
@@ -248,7 +248,7 @@ fn read_failure(mutate: impl FnOnce(&mut MemProvider, &mut rpcrdma_proto::provid
     h.a.post_send(SendWr {
         wr_id: 1,
         op: SendOp::Read { remote },
-        sges: vec![sink.sge(0, 16)],
+        sges: vec![sink.sge(0, 16)].into(),
     })
     .unwrap();
     assert!(h.wait_down());
@@ -284,7 +284,7 @@ fn read_sink_rules_and_ord_are_checked_at_post() {
                 offset: 0,
             },
         },
-        sges: vec![sink.sge(0, 8)],
+        sges: vec![sink.sge(0, 8)].into(),
     };
     // iWARP: a Read sink must be remotely writable.
     assert_eq!(
@@ -321,7 +321,7 @@ fn send_with_invalidate_of_a_foreign_stag_is_fatal() {
             invalidate: Stag(0xdead_be01),
             solicited: false,
         },
-        sges: vec![src.sge(0, 8)],
+        sges: vec![src.sge(0, 8)].into(),
     })
     .unwrap();
     assert!(h.wait_down());
@@ -350,7 +350,7 @@ fn send_with_invalidate_then_reregister_gives_a_fresh_key() {
             invalidate: chunk.stag(),
             solicited: false,
         },
-        sges: vec![],
+        sges: vec![].into(),
     })
     .unwrap();
     assert!(h.wait(1, 1));
@@ -371,7 +371,7 @@ fn send_with_invalidate_then_reregister_gives_a_fresh_key() {
         op: SendOp::Write {
             remote: again.remote(2),
         },
-        sges: vec![src.sge(0, 2)],
+        sges: vec![src.sge(0, 2)].into(),
     })
     .unwrap();
     assert!(h.wait(2, 1));
@@ -669,7 +669,7 @@ fn arm_wakes_on_arrival_and_respects_solicited_only() {
     a.post_send(SendWr {
         wr_id: 2,
         op: SendOp::Send { solicited: true },
-        sges: vec![src.sge(0, 8)],
+        sges: vec![src.sge(0, 8)].into(),
     })
     .unwrap();
     a.poll_completions(&mut out);
@@ -728,7 +728,7 @@ fn stags_rotate_per_registration_and_differ_between_ends() {
         op: SendOp::Write {
             remote: mr.remote(0),
         },
-        sges: vec![m2.sge(0, 8)],
+        sges: vec![m2.sge(0, 8)].into(),
     })
     .unwrap();
     assert!(h.wait_down());

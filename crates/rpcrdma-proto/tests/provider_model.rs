@@ -151,7 +151,7 @@ fn run<P: Provider>(
                 e.p.post_send(SendWr {
                     wr_id,
                     op,
-                    sges: vec![e.mrs[r].sge(0, len)],
+                    sges: vec![e.mrs[r].sge(0, len)].into(),
                 })
                 .map(|()| (Opcode::Send, len))
             }
@@ -167,7 +167,7 @@ fn run<P: Provider>(
                     op: SendOp::Write {
                         remote: peer_mrs[target].remote(u64::from(off)),
                     },
-                    sges: vec![e.mrs[r].sge(0, len)],
+                    sges: vec![e.mrs[r].sge(0, len)].into(),
                 })
                 .map(|()| (Opcode::Write, len))
             }
@@ -183,7 +183,7 @@ fn run<P: Provider>(
                     op: SendOp::Read {
                         remote: peer_mrs[target].remote(u64::from(off)),
                     },
-                    sges: vec![e.mrs[r].sge(0, len)],
+                    sges: vec![e.mrs[r].sge(0, len)].into(),
                 })
                 .map(|()| (Opcode::Read, len))
             }

@@ -225,6 +225,72 @@ fn a_call_timeout_ends_the_connection() {
     assert!(p.s.conn.is_closed());
 }
 
+/// The next timeout is the earliest deadline of the calls still waiting,
+/// whatever order the calls were sent and answered in, and even if the
+/// caller's clock went back between two calls.
+#[test]
+fn the_next_timeout_follows_the_earliest_waiting_call() {
+    let mut cfg = Config::client();
+    cfg.call_timeout = Some(Duration::from_secs(5));
+    let mut p = Pair::new(cfg, Config::server());
+    let t0 = p.now;
+    let call = || OutgoingCall::inline(stream(&opaque_call(1, &[0; 4], false), 0), 256);
+    // A first exchange brings the credits in (one credit until then).
+    p.call(call());
+    let c = p.server_calls().remove(0);
+    p.reply(
+        c.handle,
+        OutgoingReply {
+            message: vec![Piece::Inline(reply_header(c.xid))],
+        },
+    );
+    assert!(p.c.conn.credits() >= 3);
+    assert_eq!(p.c.conn.poll_timeout(), None);
+    // A at t0 + 10 s, then B at t0 (an earlier `now`), then C at t0 + 20 s.
+    p.now = t0 + Duration::from_secs(10);
+    p.call(call());
+    p.now = t0;
+    p.call(call());
+    p.now = t0 + Duration::from_secs(20);
+    p.call(call());
+    let d = |s| Some(t0 + Duration::from_secs(s));
+    assert_eq!(p.c.conn.poll_timeout(), d(5), "B's");
+    let calls = p.server_calls();
+    assert_eq!(calls.len(), 3);
+    let answer = |p: &mut Pair, i: usize| {
+        let c = &calls[i];
+        p.reply(
+            c.handle,
+            OutgoingReply {
+                message: vec![Piece::Inline(reply_header(c.xid))],
+            },
+        );
+    };
+    // A answered first: B still waits.
+    answer(&mut p, 0);
+    assert_eq!(p.c.conn.poll_timeout(), d(5));
+    answer(&mut p, 1);
+    assert_eq!(p.c.conn.poll_timeout(), d(25), "C's");
+    // Many more calls answered while C waits: C stays the next timeout.
+    for _ in 0..300 {
+        p.call(call());
+        let c = p.server_calls().remove(0);
+        p.reply(
+            c.handle,
+            OutgoingReply {
+                message: vec![Piece::Inline(reply_header(c.xid))],
+            },
+        );
+    }
+    assert_eq!(p.c.conn.poll_timeout(), d(25));
+    p.c.conn
+        .handle_timeout(t0 + Duration::from_secs(24), &mut p.c.prov);
+    assert!(!p.c.conn.is_closed());
+    answer(&mut p, 2);
+    assert_eq!(p.c.conn.poll_timeout(), None);
+    assert!(!p.c.conn.is_closed());
+}
+
 fn faults(seed: u64, attempt: u64, client: bool) -> FaultConfig {
     if attempt >= 6 {
         return FaultConfig::default();

@@ -139,7 +139,7 @@ fn requester_read_chunk_layout_by_hand() {
                     offset: 0,
                 },
             },
-            sges: vec![sink.sge(0, 9001)],
+            sges: vec![sink.sge(0, 9001)].into(),
         })
         .unwrap();
     p.run();

@@ -1,10 +1,10 @@
 //! [`Connection`]: the per-connection state machine.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
-use super::framing::{ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
+use super::framing::{DataHeader, ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
 use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
 use super::{
@@ -13,10 +13,11 @@ use super::{
 };
 use crate::provider::{
     Access, Buffer, Bytes, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode,
-    Provider, ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Stag, Status,
+    Provider, ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Sges, Stag, Status,
 };
 use crate::wire::chunk::{ChunkLists, ReadList, ReadSegment, Segment, WriteChunk, WriteList};
 use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
+use smallvec::{smallvec, SmallVec};
 
 /// What a work request id stands for.
 #[derive(Debug)]
@@ -40,6 +41,55 @@ struct ReplyData {
     inline: Vec<u8>,
     write_lens: Vec<u32>,
     reply_len: Option<u32>,
+}
+
+/// The work requests in flight, by `wr_id`: a slab (no hashing, no
+/// allocation once warm). A `wr_id` is the slot index in its low 32 bits
+/// and the slot's generation, bumped at every use, in its high 32 bits, so
+/// the id of a finished WR never names the slot's next occupant.
+#[derive(Debug, Default)]
+struct WrSlab {
+    slots: Vec<(u32, Option<Op>)>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl WrSlab {
+    /// Stores `op`; returns its `wr_id` (never 0).
+    fn insert(&mut self, op: Op) -> u64 {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push((0, None));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            // Not reachable: `idx` is a slot of this slab.
+            return 0;
+        };
+        slot.0 = slot.0.wrapping_add(1).max(1);
+        slot.1 = Some(op);
+        self.len += 1;
+        (u64::from(slot.0) << 32) | u64::from(idx)
+    }
+
+    /// Takes the op of `wr_id`, if it is in flight.
+    fn remove(&mut self, wr_id: u64) -> Option<Op> {
+        let idx = wr_id as u32;
+        let slot = self.slots.get_mut(idx as usize)?;
+        if u64::from(slot.0) != wr_id >> 32 {
+            return None;
+        }
+        let op = slot.1.take()?;
+        self.free.push(idx);
+        self.len -= 1;
+        Some(op)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
 }
 
 /// One of our calls.
@@ -80,12 +130,13 @@ impl OutCall {
         }
     }
 
-    fn all_mrs(&mut self) -> Vec<MemoryRegion> {
-        let mut v: Vec<MemoryRegion> = self.chunk_mrs.drain(..).collect();
-        v.extend(self.send_mr.take());
+    /// Every region of the call (chunks, then the Send buffer), taken.
+    fn all_mrs(&mut self) -> impl Iterator<Item = MemoryRegion> {
         self.write_mrs.clear();
         self.reply_mr = None;
-        v
+        std::mem::take(&mut self.chunk_mrs)
+            .into_iter()
+            .chain(self.send_mr.take())
     }
 }
 
@@ -131,7 +182,7 @@ struct PendingRead {
 
 #[derive(Debug)]
 struct ReplyJob {
-    mrs: Vec<MemoryRegion>,
+    mrs: SmallVec<[MemoryRegion; 1]>,
     /// Shared read-only sources (the DDP pieces, the Long Reply's inline
     /// part): deregistered when the job is done, never pooled.
     shared: Vec<MemoryRegion>,
@@ -200,8 +251,7 @@ pub struct Connection {
     info: Option<ConnectionInfo>,
     established: bool,
     error: Option<ConnectionError>,
-    next_wr: u64,
-    ops: IdMap<u64, Op>,
+    ops: WrSlab,
     // receives
     recv_posted: usize,
     recv_free: Vec<MemoryRegion>,
@@ -211,9 +261,17 @@ pub struct Connection {
     next_xid: u32,
     next_id: u64,
     queue: VecDeque<OutCall>,
-    calls: BTreeMap<u64, OutCall>,
+    /// Our calls sent and not finished, by call id (a hash map: a B-tree
+    /// shifted these large values on every removal).
+    calls: IdMap<u64, OutCall>,
     by_xid: IdMap<u32, u64>,
     outstanding: usize,
+    /// `(deadline, call id)` of the calls sent with a deadline, sorted by
+    /// deadline (ties in send order). The front is always a call still
+    /// waiting for its reply (entries are dropped from the front as replies
+    /// arrive; stale entries further back are compacted away), so the
+    /// next timeout is read without scanning every call.
+    deadlines: VecDeque<(Instant, u64)>,
     retransmits: Vec<OutCall>,
     // responder
     grant: u32,
@@ -280,17 +338,17 @@ impl Connection {
             info: None,
             established: false,
             error: None,
-            next_wr: 1,
-            ops: IdMap::default(),
+            ops: WrSlab::default(),
             recv_posted: 0,
             recv_free: Vec::new(),
             backchannel_enabled: false,
             credits: 1,
             next_id: 1,
             queue: VecDeque::new(),
-            calls: BTreeMap::new(),
+            calls: IdMap::default(),
             by_xid: IdMap::default(),
             outstanding: 0,
+            deadlines: VecDeque::new(),
             retransmits: Vec::new(),
             grant,
             max_grant: grant,
@@ -460,7 +518,7 @@ impl Connection {
 
     /// Every completion the provider returns goes here.
     pub fn handle_completion(&mut self, now: Instant, p: &mut dyn Provider, c: Completion) {
-        let Some(op) = self.ops.remove(&c.wr_id) else {
+        let Some(op) = self.ops.remove(c.wr_id) else {
             return;
         };
         if !c.status.is_ok() && c.status != Status::Flushed {
@@ -481,11 +539,19 @@ impl Connection {
             Op::Recv(mr) => {
                 self.recv_posted = self.recv_posted.saturating_sub(1);
                 let len = c.byte_len as usize;
-                let data = p
-                    .region(&mr)
-                    .ok()
-                    .and_then(|b| b.get(..len))
-                    .map(<[u8]>::to_vec);
+                // The header is decoded in place, in the receive buffer;
+                // only the RPC message that follows it is copied out (it
+                // becomes the message handed to the upper layer).
+                let data = p.region(&mr).ok().and_then(|b| b.get(..len)).map(|b| {
+                    let incoming = self.framing.decode(b, &self.config.limits);
+                    let payload = match &incoming {
+                        Incoming::Data { payload_offset, .. } => {
+                            b.get(*payload_offset..).unwrap_or_default().to_vec()
+                        }
+                        _ => Vec::new(),
+                    };
+                    (incoming, payload)
+                });
                 self.recv_free.push(mr);
                 let inv = match c.opcode {
                     Opcode::RecvWithInvalidate { stag } => {
@@ -499,7 +565,7 @@ impl Connection {
                 // again before we come back here.
                 self.refill(p);
                 match data {
-                    Some(d) => self.on_message(now, p, &d, inv),
+                    Some((incoming, payload)) => self.on_message(now, p, incoming, payload, inv),
                     None => self.metrics.dropped += 1,
                 }
                 self.refill(p);
@@ -547,10 +613,7 @@ impl Connection {
         if self.error.is_some() {
             return;
         }
-        let expired = self
-            .calls
-            .values()
-            .any(|c| c.reply.is_none() && c.deadline.is_some_and(|d| d <= now));
+        let expired = self.poll_timeout().is_some_and(|d| d <= now);
         if expired {
             self.fatal(p, ConnectionError::Timeout);
         }
@@ -642,7 +705,9 @@ impl Connection {
         self.next_xid = self.next_xid.wrapping_add(1);
         self.queue.push_back(OutCall::new(id, xid, call, false));
         self.pump(now, p);
-        if self.queue.iter().any(|c| c.id == id) {
+        // `pump` takes calls from the front only: still queued, the call is
+        // at the back.
+        if self.queue.back().is_some_and(|c| c.id == id) {
             self.metrics.credit_waits += 1;
         }
         Ok(id)
@@ -779,7 +844,10 @@ impl Connection {
             }
             written.push(pi);
         }
-        let mut inline = marshal::inline_except(&message, &written);
+        // The inline part (the message minus the written DDP pieces) is
+        // not built: it is written straight into the Send buffer, or, for
+        // a Long Reply, built as the source of the Reply chunk's Writes.
+        let inline_len = marshal::inline_len_except(&message, &written);
         let mut long_src: Option<Bytes> = None;
         //= rfc8166#section-4.3.3
         //# When a Requester provides a Reply chunk in an RPC Call message, the
@@ -802,70 +870,81 @@ impl Connection {
             writes: echo.clone(),
             reply: unused_reply,
         };
-        let (form, header, body) =
-            if self.framing.header_len(Shape::Msg, &msg_chunks) + inline.len() <= thr {
-                let h = self
-                    .framing
-                    .encode_data(xid, grant, Shape::Msg, msg_chunks, None);
-                (ReplyForm::Inline, h, inline)
-            } else {
-                // Long Reply: the rest goes into the Reply chunk.
-                //= rfc8166#section-3.5.3
-                //# If a Reply chunk was provided and the reduced
-                //# Payload stream is larger than the reply inline threshold, the
-                //# Responder MUST use the Requester-provided Reply chunk for the reply.
-                let parts = call.reply.as_ref().and_then(|rc| {
-                    let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
-                    marshal::spread(inline.len(), &lens).map(|parts| (rc, parts))
-                });
-                let Some((rc, parts)) = parts else {
-                    // A reply that fits neither inline nor the Reply chunk
-                    // is answered with ERR_CHUNK (Linux svcrdma; libevpl
-                    // found silent truncation here), never truncated.
-                    self.send_error(p, xid, ErrorReply::Chunk);
-                    return Ok(ReplyForm::ErrChunk);
-                };
-                let mut rc_echo = WriteChunk::new(
-                    rc.segments
-                        .iter()
-                        .map(|s| Segment::new(s.handle, 0, s.offset))
-                        .collect(),
-                );
-                // The inline part is the source after the DDP pieces.
-                let src = written.len();
-                for (si, off, n) in parts {
-                    let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
-                    else {
-                        continue;
-                    };
-                    e.length = n as u32;
-                    plan.push((
-                        RemoteAddr {
-                            stag: Stag(seg.handle),
-                            offset: seg.offset,
-                        },
-                        src,
-                        off,
-                        n,
-                    ));
-                }
-                long_src = Some(Bytes::from(std::mem::take(&mut inline)));
-                let chunks = ChunkLists {
-                    reads: ReadList::new(),
-                    writes: echo,
-                    reply: Some(rc_echo),
-                };
-                if self.framing.header_len(Shape::Nomsg, &chunks) > thr {
-                    self.send_error(p, xid, ErrorReply::Chunk);
-                    return Ok(ReplyForm::ErrChunk);
-                }
-                let h = self
-                    .framing
-                    .encode_data(xid, grant, Shape::Nomsg, chunks, None);
-                (ReplyForm::ReplyChunk, h, Vec::new())
+        let (form, header) = if self.framing.header_len(Shape::Msg, &msg_chunks) + inline_len <= thr
+        {
+            let h = self
+                .framing
+                .data_header(xid, grant, Shape::Msg, msg_chunks, None);
+            (ReplyForm::Inline, h)
+        } else {
+            // Long Reply: the rest goes into the Reply chunk.
+            //= rfc8166#section-3.5.3
+            //# If a Reply chunk was provided and the reduced
+            //# Payload stream is larger than the reply inline threshold, the
+            //# Responder MUST use the Requester-provided Reply chunk for the reply.
+            let parts = call.reply.as_ref().and_then(|rc| {
+                let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
+                marshal::spread(inline_len, &lens).map(|parts| (rc, parts))
+            });
+            let Some((rc, parts)) = parts else {
+                // A reply that fits neither inline nor the Reply chunk
+                // is answered with ERR_CHUNK (Linux svcrdma; libevpl
+                // found silent truncation here), never truncated.
+                self.send_error(p, xid, ErrorReply::Chunk);
+                return Ok(ReplyForm::ErrChunk);
             };
-        let mut msg = header;
-        msg.extend_from_slice(&body);
+            let mut rc_echo = WriteChunk::new(
+                rc.segments
+                    .iter()
+                    .map(|s| Segment::new(s.handle, 0, s.offset))
+                    .collect(),
+            );
+            // The inline part is the source after the DDP pieces.
+            let src = written.len();
+            for (si, off, n) in parts {
+                let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
+                else {
+                    continue;
+                };
+                e.length = n as u32;
+                plan.push((
+                    RemoteAddr {
+                        stag: Stag(seg.handle),
+                        offset: seg.offset,
+                    },
+                    src,
+                    off,
+                    n,
+                ));
+            }
+            long_src = Some(Bytes::from(marshal::inline_except(&message, &written)));
+            let chunks = ChunkLists {
+                reads: ReadList::new(),
+                writes: echo,
+                reply: Some(rc_echo),
+            };
+            if self.framing.header_len(Shape::Nomsg, &chunks) > thr {
+                self.send_error(p, xid, ErrorReply::Chunk);
+                return Ok(ReplyForm::ErrChunk);
+            }
+            let h = self
+                .framing
+                .data_header(xid, grant, Shape::Nomsg, chunks, None);
+            (ReplyForm::ReplyChunk, h)
+        };
+        // Header and (Short reply) inline part, straight into the Send
+        // buffer; the XID is already in the message's first piece.
+        let body = (form == ReplyForm::Inline).then_some((&message[..], &written[..]));
+        let send = match self.header_and_body(p, &header, body, None) {
+            Ok(x) => x,
+            Err(e) => {
+                let e = ConnectionError::Provider(e);
+                self.fatal(p, e);
+                return Err(CallError::Closed(
+                    self.error.clone().unwrap_or(ConnectionError::LocalClose),
+                ));
+            }
+        };
 
         //= rfc8797#section-4.1
         //# When both connection peers have set this bit
@@ -904,7 +983,7 @@ impl Connection {
             })
             .collect();
         sources.extend(long_src);
-        let r = self.post_reply(p, sources, plan, msg, op);
+        let r = self.post_reply(p, sources, plan, send, op);
         //= rfc8166#section-4.5.4
         //# If a Responder is unable to construct and transmit an RPC Reply or
         //# RPC-over-RDMA error message, the Responder MUST close the connection
@@ -957,11 +1036,55 @@ impl Connection {
         if self.error.is_some() {
             return None;
         }
+        let &(d, id) = self.deadlines.front()?;
+        if self.waits_for(id, d) {
+            return Some(d);
+        }
+        // Not expected (the front is kept pending): the full scan.
         self.calls
             .values()
             .filter(|c| c.reply.is_none())
             .filter_map(|c| c.deadline)
             .min()
+    }
+
+    /// Call `id` still waits for its reply, with deadline `d`.
+    fn waits_for(&self, id: u64, d: Instant) -> bool {
+        self.calls
+            .get(&id)
+            .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
+    }
+
+    /// Records a sent call's deadline, keeping `deadlines` sorted.
+    fn add_deadline(&mut self, d: Instant, id: u64) {
+        // Deadlines normally come in order (`now` does not go back): the
+        // new one goes at the back.
+        if self.deadlines.back().is_none_or(|&(e, _)| e <= d) {
+            self.deadlines.push_back((d, id));
+        } else {
+            let at = self.deadlines.partition_point(|&(e, _)| e <= d);
+            self.deadlines.insert(at, (d, id));
+        }
+        // Stale entries (answered calls behind a pending front) are
+        // bounded: compacted once they outnumber the calls.
+        if self.deadlines.len() > 2 * self.calls.len() + 64 {
+            let calls = &self.calls;
+            self.deadlines.retain(|&(d, id)| {
+                calls
+                    .get(&id)
+                    .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
+            });
+        }
+    }
+
+    /// Drops answered calls from the front of `deadlines`.
+    fn trim_deadlines(&mut self) {
+        while let Some(&(d, id)) = self.deadlines.front() {
+            if self.waits_for(id, d) {
+                break;
+            }
+            self.deadlines.pop_front();
+        }
     }
 
     // ------------------------------------------------------------------
@@ -1008,10 +1131,7 @@ impl Connection {
     }
 
     fn wr(&mut self, op: Op) -> u64 {
-        let id = self.next_wr;
-        self.next_wr += 1;
-        self.ops.insert(id, op);
-        id
+        self.ops.insert(op)
     }
 
     /// Posts a Send-queue WR, or keeps it (in order) while the queue is
@@ -1100,7 +1220,7 @@ impl Connection {
             match p.post_recv(RecvWr { wr_id, sge }) {
                 Ok(()) => {}
                 Err(e) => {
-                    self.ops.remove(&wr_id);
+                    self.ops.remove(wr_id);
                     self.recv_free.push(mr);
                     // A full receive queue: the grant is clamped to it
                     // (clamp_grant), so this only delays our own calls.
@@ -1114,9 +1234,17 @@ impl Connection {
         }
     }
 
-    fn on_message(&mut self, now: Instant, p: &mut dyn Provider, data: &[u8], inv: Option<Stag>) {
-        let limits = self.config.limits.clone();
-        match self.framing.decode(data, &limits) {
+    /// A received message, decoded; `payload` is the RPC message that
+    /// followed an RDMA_MSG / RDMA_NOMSG header (empty otherwise).
+    fn on_message(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        incoming: Incoming,
+        payload: Vec<u8>,
+        inv: Option<Stag>,
+    ) {
+        match incoming {
             Incoming::Drop { .. } => self.metrics.dropped += 1,
             Incoming::Reject {
                 xid,
@@ -1171,14 +1299,13 @@ impl Connection {
                 credit,
                 shape,
                 chunks,
-                payload_offset,
+                payload_offset: _,
             } => {
-                let payload = data.get(payload_offset..).unwrap_or(&[]);
                 // msg_type of an inline RPC message (RFC 5531: CALL = 0,
                 // REPLY = 1) says which direction it travels (RFC 8167
                 // section 4.1); an RDMA_NOMSG carries none inline.
                 let msg_type = match shape {
-                    Shape::Msg => rpc_prefix(payload).map(|(_, t)| t),
+                    Shape::Msg => rpc_prefix(&payload).map(|(_, t)| t),
                     Shape::Nomsg => None,
                 };
                 match self.config.role {
@@ -1231,7 +1358,7 @@ impl Connection {
         credit: u32,
         shape: Shape,
         chunks: &ChunkLists,
-        payload: &[u8],
+        payload: Vec<u8>,
         inv: Option<Stag>,
     ) {
         let r = self.parse_reply(xid, shape, chunks, payload);
@@ -1437,9 +1564,12 @@ impl Connection {
         let mut mrs: Vec<MemoryRegion> = Vec::new();
         let mut reads = ReadList::new();
         let mut shape = Shape::Msg;
-        let r: Result<Vec<u8>, ProviderError> = (|| {
+        // The DDP pieces left out of the inline part (`None`: no inline
+        // part at all, a Long Call).
+        type Skip = SmallVec<[usize; 4]>;
+        let r: Result<Option<Skip>, ProviderError> = (|| {
             let inline = match form {
-                Form::Inline => flat(&call.call.message),
+                Form::Inline => Some(Skip::new()),
                 Form::Reads => {
                     for &(pi, d) in &ddp {
                         let Some(Piece::Ddp(data)) = call.call.message.get(pi) else {
@@ -1471,8 +1601,7 @@ impl Connection {
                     //= rfc8166#section-3.4.2
                     //# All other XDR data items MUST NOT be reduced.
                     // Only the caller's `Piece::Ddp` items are ever reduced.
-                    let moved: Vec<usize> = ddp.iter().map(|&(pi, _)| pi).collect();
-                    with_xid(marshal::inline_except(&call.call.message, &moved))
+                    Some(ddp.iter().map(|&(pi, _)| pi).collect())
                 }
                 Form::Long => {
                     //= rfc8166#section-3.5.3
@@ -1495,7 +1624,7 @@ impl Connection {
                     self.metrics.long_calls += 1;
                     self.metrics.read_chunks += 1;
                     self.metrics.read_chunk_bytes += len as u64;
-                    Vec::new()
+                    None
                 }
             };
             Ok(inline)
@@ -1559,13 +1688,17 @@ impl Connection {
             writes,
             reply,
         };
-        let mut msg = self
+        let header = self
             .framing
-            .encode_data(call.xid, self.requested(), shape, chunks, None);
-        msg.extend_from_slice(&inline);
+            .data_header(call.xid, self.requested(), shape, chunks, None);
+        // Header and inline part straight into the Send buffer, the RPC
+        // XID set to this call's.
+        let body = inline
+            .as_ref()
+            .map(|skip| (&call.call.message[..], &skip[..]));
         let send_mr = match failed {
             Some(e) => Err(e),
-            None => self.message_buffer(p, msg),
+            None => self.header_and_body(p, &header, body, Some(xid)),
         };
         let (send_mr, send_len) = match send_mr {
             Ok(x) => x,
@@ -1586,7 +1719,11 @@ impl Connection {
         if call.retransmit {
             self.metrics.retransmits += 1;
         }
+        let deadline = call.deadline;
         self.calls.insert(id, call);
+        if let Some(d) = deadline {
+            self.add_deadline(d, id);
+        }
         self.outstanding += 1;
         self.metrics.calls_sent += 1;
         // The receive for the reply is posted before the call is sent.
@@ -1601,10 +1738,10 @@ impl Connection {
             SendWr {
                 wr_id,
                 op: SendOp::Send { solicited: false },
-                sges: vec![sge],
+                sges: smallvec![sge],
             },
         ) {
-            self.ops.remove(&wr_id);
+            self.ops.remove(wr_id);
             self.fatal(p, ConnectionError::Provider(e));
         }
     }
@@ -1615,7 +1752,7 @@ impl Connection {
         xid: u32,
         shape: Shape,
         chunks: &ChunkLists,
-        payload: &[u8],
+        payload: Vec<u8>,
     ) -> Result<ReplyData, CallFailure> {
         let Some(call) = self.by_xid.get(&xid).and_then(|id| self.calls.get(id)) else {
             return Err(CallFailure::BadReply(UNKNOWN_XID));
@@ -1674,7 +1811,7 @@ impl Connection {
                     }
                 }
                 Ok(ReplyData {
-                    inline: payload.to_vec(),
+                    inline: payload,
                     write_lens,
                     reply_len: None,
                 })
@@ -1732,7 +1869,7 @@ impl Connection {
         }
         self.metrics.replies_received += 1;
         self.outstanding = self.outstanding.saturating_sub(1);
-        let mut invs = Vec::new();
+        let mut invs: SmallVec<[Stag; 4]> = SmallVec::new();
         if let Some(call) = self.calls.get_mut(&id) {
             call.reply = Some(result);
             if let Some(stag) = inv {
@@ -1753,13 +1890,14 @@ impl Connection {
             }
             call.pending_inv = invs.len();
         }
+        self.trim_deadlines();
         for stag in invs {
             let wr_id = self.wr(Op::CallInv(id));
             self.metrics.local_invalidations += 1;
             let wr = SendWr {
                 wr_id,
                 op: SendOp::LocalInvalidate { stag },
-                sges: Vec::new(),
+                sges: Sges::new(),
             };
             //= rfc8166#section-4.5.4
             //# After a Requester has received a reply, if it is unable to invalidate
@@ -1770,7 +1908,7 @@ impl Connection {
             // every completion error is fatal, and `fatal` disconnects
             // before completing calls whose reply is in.)
             if let Err(e) = self.post(p, wr) {
-                self.ops.remove(&wr_id);
+                self.ops.remove(wr_id);
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
             }
@@ -1948,15 +2086,34 @@ impl Connection {
     fn message_buffer(
         &mut self,
         p: &mut dyn Provider,
-        msg: Vec<u8>,
+        msg: &[u8],
     ) -> Result<(MemoryRegion, u32), ProviderError> {
-        let len = msg.len();
+        self.message_buffer_with(p, msg.len(), |d| {
+            d.copy_from_slice(msg.get(..d.len()).unwrap_or_default());
+            d.len()
+        })
+    }
+
+    /// A registered Send buffer whose first `len` octets `fill` writes (it
+    /// gets exactly `len` octets and must write every one of them: a
+    /// pooled buffer still holds an earlier message; it returns how many
+    /// it wrote), and the message length. A pooled buffer when `len` fits
+    /// (every inline message does), else a fresh registration.
+    fn message_buffer_with(
+        &mut self,
+        p: &mut dyn Provider,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(MemoryRegion, u32), ProviderError> {
         let size = self.send_buffer_size();
         if len > size {
+            let mut msg = vec![0u8; len];
+            let n = fill(&mut msg).min(len);
+            msg.truncate(n);
             let mr = p
                 .register(msg.into_boxed_slice(), Access::NONE)
                 .map_err(|e| e.error)?;
-            return Ok((mr, len as u32));
+            return Ok((mr, n as u32));
         }
         let mr = match self.send_pool.pop() {
             Some(mr) => mr,
@@ -1966,16 +2123,45 @@ impl Connection {
         };
         match p.region_mut(&mr) {
             Ok(buf) => {
-                if let Some(d) = buf.get_mut(..len) {
-                    d.copy_from_slice(&msg);
-                }
-                Ok((mr, len as u32))
+                let n = buf.get_mut(..len).map_or(0, |d| fill(d).min(len));
+                Ok((mr, n as u32))
             }
             Err(e) => {
                 self.zombies.push(mr);
                 Err(e)
             }
         }
+    }
+
+    /// A Send buffer holding `header` followed by `body` (see
+    /// [`Connection::message_buffer_with`]): the header is encoded straight
+    /// into it, and so is the body, from the message's pieces, except the
+    /// DDP pieces listed in `skip`. When `xid` is given, the body's first
+    /// word (the RPC XID) is set to it.
+    fn header_and_body(
+        &mut self,
+        p: &mut dyn Provider,
+        header: &DataHeader,
+        body: Option<(&[Piece], &[usize])>,
+        xid: Option<u32>,
+    ) -> Result<(MemoryRegion, u32), ProviderError> {
+        let hlen = header.len();
+        let blen = body.map_or(0, |(pieces, skip)| marshal::inline_len_except(pieces, skip));
+        self.message_buffer_with(p, hlen + blen, |d| {
+            let h = header.write(d);
+            let Some(rest) = d.get_mut(h..) else {
+                return h;
+            };
+            let b = body.map_or(0, |(pieces, skip)| {
+                marshal::write_except(pieces, skip, rest)
+            });
+            if let (Some(xid), Some(w)) = (xid, rest.get_mut(..4.min(b))) {
+                if w.len() == 4 {
+                    w.copy_from_slice(&xid.to_be_bytes());
+                }
+            }
+            h + b
+        })
     }
 
     /// Retries deregistration of regions that were still held.
@@ -2011,7 +2197,7 @@ impl Connection {
             ErrorReply::Chunk => self.metrics.err_chunk_sent += 1,
         }
         let msg = self.framing.encode_error(xid, self.responder_grant(), e);
-        let (mr, len) = match self.message_buffer(p, msg) {
+        let (mr, len) = match self.message_buffer(p, &msg) {
             Ok(x) => x,
             Err(e) => {
                 self.fatal(p, ConnectionError::Provider(e));
@@ -2024,10 +2210,10 @@ impl Connection {
         let wr = SendWr {
             wr_id,
             op: SendOp::Send { solicited: false },
-            sges: vec![mr.sge(0, len)],
+            sges: smallvec![mr.sge(0, len)],
         };
         if let Err(e) = self.post(p, wr) {
-            self.ops.remove(&wr_id);
+            self.ops.remove(wr_id);
             self.errors_unacked = self.errors_unacked.saturating_sub(1);
             self.zombies.push(mr);
             self.fatal(p, ConnectionError::Provider(e));
@@ -2128,7 +2314,7 @@ impl Connection {
         xid: u32,
         shape: Shape,
         chunks: ChunkLists,
-        payload: &[u8],
+        payload: Vec<u8>,
         backchannel: bool,
     ) {
         if self.overrun(p) {
@@ -2147,19 +2333,17 @@ impl Connection {
         };
         // One distinct handle in the whole call: the only case where Send
         // With Invalidate is used (Linux svc_rdma_get_inv_rkey).
-        let mut handles = HashSet::new();
-        for r in &chunks.reads {
-            handles.insert(r.target.handle);
-        }
-        for w in chunks.writes.iter().chain(chunks.reply.iter()) {
-            for s in &w.segments {
-                handles.insert(s.handle);
-            }
-        }
-        let inv = if handles.len() == 1 {
-            handles.into_iter().next()
-        } else {
-            None
+        // (No set is built: the first handle, then any other ends it.)
+        let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
+            chunks
+                .writes
+                .iter()
+                .chain(chunks.reply.iter())
+                .flat_map(|w| w.segments.iter().map(|s| s.handle)),
+        );
+        let inv = match all.next() {
+            Some(h) if all.all(|x| x == h) => Some(h),
+            _ => None,
         };
         let handle = self.next_handle;
         self.next_handle += 1;
@@ -2202,7 +2386,7 @@ impl Connection {
             backchannel,
             long,
             base: if shape == Shape::Msg {
-                payload.to_vec()
+                payload
             } else {
                 Vec::new()
             },
@@ -2332,11 +2516,11 @@ impl Connection {
                             offset: r.seg.offset,
                         },
                     },
-                    sges: vec![sink.sge(r.sink_offset, r.seg.length)],
+                    sges: smallvec![sink.sge(r.sink_offset, r.seg.length)],
                 },
             );
             if let Err(e) = res {
-                self.ops.remove(&wr_id);
+                self.ops.remove(wr_id);
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
             }
@@ -2400,7 +2584,7 @@ impl Connection {
         //# length of the data item and the length of the roundup padding.
         // Both forms are accepted: a chunk of unaligned length is followed
         // in the reassembled stream by zero octets of XDR pad.
-        let (message, ddp) = marshal::reassemble(&base, &data);
+        let (message, ddp) = marshal::reassemble(base, &data);
         //= rfc8166#section-4.2.1
         //# This XID MUST be the same as the XID in the RPC message.
         //= rfc8167#section-5.1
@@ -2446,14 +2630,19 @@ impl Connection {
         }
     }
 
+    /// Posts a reply: the RDMA Writes of `plan` (sources registered here,
+    /// read-only and local) and then the Send of `send` (a registered Send
+    /// buffer already holding the message, and its length), which this
+    /// takes over (released with the job, or on failure).
     fn post_reply(
         &mut self,
         p: &mut dyn Provider,
         sources: Vec<Bytes>,
         plan: Vec<(RemoteAddr, usize, usize, usize)>,
-        msg: Vec<u8>,
+        send: (MemoryRegion, u32),
         op: SendOp,
     ) -> Result<(), ConnectionError> {
+        let (send_mr, send_len) = send;
         let job = self.next_job;
         self.next_job += 1;
         let mut shared = Vec::new();
@@ -2472,45 +2661,36 @@ impl Connection {
                 }
                 Err(e) => {
                     self.zombies.extend(shared);
+                    self.zombies.push(send_mr);
                     return Err(ConnectionError::Provider(e));
                 }
             }
         }
-        let (send_mr, send_len) = match self.message_buffer(p, msg) {
-            Ok(x) => x,
-            Err(e) => {
-                self.zombies.extend(shared);
-                return Err(ConnectionError::Provider(e));
-            }
-        };
         self.jobs.insert(
             job,
             ReplyJob {
-                mrs: vec![send_mr],
+                mrs: smallvec![send_mr],
                 shared,
                 pending: 0,
             },
         );
-        let mut wrs = Vec::new();
-        for (remote, i, off, n) in plan {
-            let Some(Some(src)) = srcs.get(i) else {
-                continue;
-            };
-            self.metrics.rdma_writes += 1;
-            self.metrics.rdma_write_bytes += n as u64;
-            wrs.push((
-                SendOp::Write { remote },
-                vec![src.sge(off as u64, n as u32)],
-            ));
-        }
-        wrs.push((op, vec![send_mr.sge(0, send_len)]));
-        for (op, sges) in wrs {
+        let writes = plan.into_iter().filter_map(|(remote, i, off, n)| {
+            let src = srcs.get(i).copied().flatten()?;
+            let sges: Sges = smallvec![src.sge(off as u64, n as u32)];
+            Some((SendOp::Write { remote }, sges, n))
+        });
+        let send: Sges = smallvec![send_mr.sge(0, send_len)];
+        for (op, sges, n) in writes.chain([(op, send, 0)]) {
+            if let SendOp::Write { .. } = op {
+                self.metrics.rdma_writes += 1;
+                self.metrics.rdma_write_bytes += n as u64;
+            }
             let wr_id = self.wr(Op::Reply(job));
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.pending += 1;
             }
             if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
-                self.ops.remove(&wr_id);
+                self.ops.remove(wr_id);
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.pending -= 1;
                 }
@@ -2570,10 +2750,13 @@ impl Connection {
         }
         self.error = Some(err.clone());
         p.disconnect();
-        let calls = std::mem::take(&mut self.calls);
+        // In call order (the order they were started).
+        let mut calls: Vec<OutCall> = std::mem::take(&mut self.calls).into_values().collect();
+        calls.sort_by_key(|c| c.id);
         self.by_xid.clear();
+        self.deadlines.clear();
         self.outstanding = 0;
-        for (_, mut call) in calls {
+        for mut call in calls {
             if call.reply.is_some() {
                 let ev = self.finish(p, &mut call);
                 self.events.push_back(ev);
@@ -2619,11 +2802,37 @@ impl Connection {
         self.zombies.append(&mut self.recv_free);
         self.zombies.append(&mut self.send_pool);
         for wr in std::mem::take(&mut self.backlog) {
-            if let Some(op) = self.ops.remove(&wr.wr_id) {
+            if let Some(op) = self.ops.remove(wr.wr_id) {
                 self.cleanup_dead(op);
             }
         }
         self.events.push_back(Event::ConnectionLost(err));
         self.reap(p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_ids_of_finished_work_requests_never_match_again() {
+        let mut s = WrSlab::default();
+        let a = s.insert(Op::CallSend(1));
+        let b = s.insert(Op::CallSend(2));
+        assert_ne!(a, 0);
+        assert_ne!(a, b);
+        assert_eq!(s.len(), 2);
+        assert!(matches!(s.remove(a), Some(Op::CallSend(1))));
+        assert!(s.remove(a).is_none(), "removed once only");
+        // The slot is reused under a new id; the old id stays dead.
+        let c = s.insert(Op::CallSend(3));
+        assert_eq!(c as u32, a as u32);
+        assert_ne!(c, a);
+        assert!(s.remove(a).is_none());
+        assert!(s.remove(u64::MAX).is_none());
+        assert!(matches!(s.remove(c), Some(Op::CallSend(3))));
+        assert!(matches!(s.remove(b), Some(Op::CallSend(2))));
+        assert_eq!(s.len(), 0);
     }
 }

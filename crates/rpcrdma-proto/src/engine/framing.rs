@@ -81,6 +81,24 @@ pub(crate) enum Incoming {
     },
 }
 
+/// An encoded-on-demand data header (see [`Framing::data_header`]).
+#[derive(Debug)]
+pub(crate) struct DataHeader(v1::Header);
+
+impl DataHeader {
+    /// Octets [`DataHeader::write`] produces.
+    pub(crate) fn len(&self) -> usize {
+        self.0.encoded_len()
+    }
+
+    /// Writes the header at the front of `buf` (every one of its
+    /// [`DataHeader::len`] octets); returns that length, or 0 (nothing
+    /// written) if `buf` is too short.
+    pub(crate) fn write(&self, buf: &mut [u8]) -> usize {
+        self.0.encode(buf).unwrap_or(0)
+    }
+}
+
 /// The framing of one connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Framing {
@@ -119,6 +137,7 @@ impl Framing {
     //# stream; thus, it MUST be XDR encoded.
     /// Encodes a data header. `inv_handle` is the STag the sender
     /// invalidates remotely (v2 puts it in the header; v1 does not carry it).
+    #[cfg(test)]
     pub(crate) fn encode_data(
         self,
         xid: u32,
@@ -127,6 +146,23 @@ impl Framing {
         chunks: ChunkLists,
         inv_handle: Option<u32>,
     ) -> Vec<u8> {
+        let h = self.data_header(xid, credit, shape, chunks, inv_handle);
+        let mut v = vec![0u8; h.len()];
+        let n = h.write(&mut v);
+        v.truncate(n);
+        v
+    }
+
+    /// A data header ready to be written straight into a Send buffer (see
+    /// [`Framing::encode_data`]).
+    pub(crate) fn data_header(
+        self,
+        xid: u32,
+        credit: u32,
+        shape: Shape,
+        chunks: ChunkLists,
+        inv_handle: Option<u32>,
+    ) -> DataHeader {
         let _ = inv_handle;
         match self {
             Framing::V1 => {
@@ -143,9 +179,7 @@ impl Framing {
                 //= rfc8167#section-5.2
                 //# The rdma_vers field MUST contain the same value in a reverse-
                 //# direction Reply message as in the matching Call message.
-                let h = v1::Header { xid, credit, body };
-                // Encoding into an exactly sized vector cannot fail.
-                h.to_vec().unwrap_or_default()
+                DataHeader(v1::Header { xid, credit, body })
             }
         }
     }

@@ -89,18 +89,53 @@ pub(crate) fn layout(pieces: &[Piece]) -> (usize, Vec<(usize, DdpItem)>) {
 //# so that data items remaining in the Payload stream begin on four-byte
 //# alignment.
 pub(crate) fn inline_except(pieces: &[Piece], skip: &[usize]) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = vec![0u8; inline_len_except(pieces, skip)];
+    let n = write_except(pieces, skip, &mut out);
+    out.truncate(n);
+    out
+}
+
+/// Octets of [`inline_except`]`(pieces, skip)`.
+pub(crate) fn inline_len_except(pieces: &[Piece], skip: &[usize]) -> usize {
+    pieces
+        .iter()
+        .enumerate()
+        .map(|(i, p)| match p {
+            Piece::Inline(b) => b.len(),
+            Piece::Ddp(b) if !skip.contains(&i) => b.len() + pad4(b.len()),
+            Piece::Ddp(_) => 0,
+        })
+        .sum()
+}
+
+/// [`inline_except`] written at the front of `out` instead of a new vector
+/// (`out` is typically a reused Send buffer): every octet up to the
+/// returned length is written, XDR pads as zeros, so nothing `out` held
+/// before shows through. Stops at the end of `out`; returns the octets
+/// written ([`inline_len_except`] when `out` is long enough).
+pub(crate) fn write_except(pieces: &[Piece], skip: &[usize], out: &mut [u8]) -> usize {
+    let mut at = 0usize;
+    let mut put = |src: &[u8], zeros: usize, out: &mut [u8]| {
+        let room = out.len() - at;
+        let n = src.len().min(room);
+        if let Some(d) = out.get_mut(at..at + n) {
+            d.copy_from_slice(src.get(..n).unwrap_or_default());
+        }
+        at += n;
+        let z = zeros.min(out.len() - at);
+        if let Some(d) = out.get_mut(at..at + z) {
+            d.fill(0);
+        }
+        at += z;
+    };
     for (i, p) in pieces.iter().enumerate() {
         match p {
-            Piece::Inline(b) => out.extend_from_slice(b),
-            Piece::Ddp(b) if !skip.contains(&i) => {
-                out.extend_from_slice(b);
-                out.resize(out.len() + pad4(b.len()), 0);
-            }
+            Piece::Inline(b) => put(b, 0, out),
+            Piece::Ddp(b) if !skip.contains(&i) => put(b, pad4(b.len()), out),
             Piece::Ddp(_) => {}
         }
     }
-    out
+    at
 }
 
 /// The stream with the listed DDP items (data and XDR pad) removed.
@@ -162,7 +197,12 @@ pub(crate) fn check_positions(
 /// Reassembles a call: `base` with each chunk's data (plus XDR pad)
 /// inserted at its position. Returns the message and the ranges of chunk
 /// data. `chunks` must have passed [`check_positions`].
-pub(crate) fn reassemble(base: &[u8], chunks: &[(u32, Vec<u8>)]) -> (Vec<u8>, Vec<Range<usize>>) {
+pub(crate) fn reassemble(base: Vec<u8>, chunks: &[(u32, Vec<u8>)]) -> (Vec<u8>, Vec<Range<usize>>) {
+    if chunks.is_empty() {
+        // Nothing to insert: the message is the inline part as it is.
+        return (base, Vec::new());
+    }
+    let base = base.as_slice();
     let mut out = Vec::new();
     let mut ranges = Vec::with_capacity(chunks.len());
     let mut inline_at = 0usize;
@@ -267,6 +307,30 @@ mod tests {
     }
 
     #[test]
+    fn write_except_overwrites_every_octet_of_a_reused_buffer() {
+        let pieces = vec![
+            Piece::Inline(vec![1, 2, 3, 4]),
+            Piece::Ddp(vec![9, 9, 9, 9, 9].into()),
+            Piece::Inline(vec![0, 0, 0, 2]),
+            Piece::Ddp(vec![6].into()),
+        ];
+        for skip in [&[][..], &[1], &[3], &[1, 3]] {
+            let want = inline_except(&pieces, skip);
+            assert_eq!(want.len(), inline_len_except(&pieces, skip));
+            // A Send buffer that held an earlier message: its old octets
+            // (pads included) must not show through.
+            let mut buf = vec![0xAAu8; 64];
+            let n = write_except(&pieces, skip, &mut buf);
+            assert_eq!(&buf[..n], &want[..], "skip {skip:?}");
+            assert!(buf[n..].iter().all(|&b| b == 0xAA));
+            // Too short a buffer: filled, never overrun.
+            let mut short = vec![0xAAu8; 6];
+            assert_eq!(write_except(&pieces, skip, &mut short), 6.min(want.len()));
+            assert_eq!(&short[..6.min(want.len())], &want[..6.min(want.len())]);
+        }
+    }
+
+    #[test]
     fn positions() {
         // Inline 12 octets, one chunk of 5 at 8: 8 + 5 + 3 + 4 = 20.
         assert_eq!(check_positions(12, &[(8, 5)], 1 << 20), Ok(20));
@@ -282,8 +346,9 @@ mod tests {
 
     #[test]
     fn reassemble_inserts_data_and_pad() {
-        let base = [1u8, 1, 1, 1, 2, 2, 2, 2];
-        let (m, r) = reassemble(&base, &[(4, vec![9, 9, 9, 9, 9, 9, 9, 9]), (16, vec![8])]);
+        let base = vec![1u8, 1, 1, 1, 2, 2, 2, 2];
+        assert_eq!(reassemble(base.clone(), &[]), (base.clone(), vec![]));
+        let (m, r) = reassemble(base, &[(4, vec![9, 9, 9, 9, 9, 9, 9, 9]), (16, vec![8])]);
         assert_eq!(
             m,
             vec![1, 1, 1, 1, 9, 9, 9, 9, 9, 9, 9, 9, 2, 2, 2, 2, 8, 0, 0, 0]

@@ -152,7 +152,7 @@ pub fn send_wr(wr_id: u64, mr: &MemoryRegion, offset: u64, len: u32) -> SendWr {
     SendWr {
         wr_id,
         op: SendOp::Send { solicited: false },
-        sges: vec![mr.sge(offset, len)],
+        sges: vec![mr.sge(offset, len)].into(),
     }
 }
 
@@ -224,7 +224,7 @@ pub fn write_then_send_and_read<P: Provider>(h: &mut Harness<P>) -> CheckResult 
         op: SendOp::Write {
             remote: target.remote(8),
         },
-        sges: vec![src.sge(0, 16)],
+        sges: vec![src.sge(0, 16)].into(),
     })
     .map_err(|e| err(N, e))?;
     h.a.post_send(send_wr(2, &src, 0, 4))
@@ -269,7 +269,7 @@ pub fn write_then_send_and_read<P: Provider>(h: &mut Harness<P>) -> CheckResult 
         op: SendOp::Read {
             remote: readable.remote(4),
         },
-        sges: vec![sink.sge(0, 8)],
+        sges: vec![sink.sge(0, 8)].into(),
     })
     .map_err(|e| err(N, e))?;
     ensure!(N, h.wait(2, 2), "no read completion: {:?}", h.cb);
@@ -357,7 +357,7 @@ pub fn write_remote_access_error<P: Provider>(h: &mut Harness<P>, bad: BadRemote
     h.a.post_send(SendWr {
         wr_id: 1,
         op: SendOp::Write { remote },
-        sges: vec![src.sge(0, 16)],
+        sges: vec![src.sge(0, 16)].into(),
     })
     .map_err(|e| err(N, e))?;
     ensure!(N, h.wait_down(), "connection did not go down ({bad:?})");
@@ -412,7 +412,7 @@ pub fn send_with_invalidate<P: Provider>(h: &mut Harness<P>) -> CheckResult {
             invalidate: chunk.stag(),
             solicited: true,
         },
-        sges: vec![src.sge(0, 4)],
+        sges: vec![src.sge(0, 4)].into(),
     })
     .map_err(|e| err(N, e))?;
     ensure!(N, h.wait(1, 1), "no completions a={:?} b={:?}", h.ca, h.cb);
@@ -429,7 +429,7 @@ pub fn send_with_invalidate<P: Provider>(h: &mut Harness<P>) -> CheckResult {
         op: SendOp::Write {
             remote: chunk.remote(0),
         },
-        sges: vec![src.sge(0, 4)],
+        sges: vec![src.sge(0, 4)].into(),
     })
     .map_err(|e| err(N, e))?;
     ensure!(
@@ -589,7 +589,7 @@ pub fn local_errors_refused<P: Provider>(h: &mut Harness<P>) -> CheckResult {
         h.a.post_send(SendWr {
             wr_id: 4,
             op: SendOp::Send { solicited: false },
-            sges: vec![bogus]
+            sges: vec![bogus].into()
         }) == Err(ProviderError::InvalidHandle),
         "unknown lkey accepted"
     );
@@ -599,7 +599,7 @@ pub fn local_errors_refused<P: Provider>(h: &mut Harness<P>) -> CheckResult {
         h.a.post_send(SendWr {
             wr_id: 5,
             op: SendOp::Send { solicited: false },
-            sges: many
+            sges: many.into()
         }) == Err(ProviderError::BadSgeCount),
         "too many SGEs accepted"
     );
@@ -733,7 +733,7 @@ pub fn shared_buffer_is_a_read_only_source<P: Provider>(h: &mut Harness<P>) -> C
         op: SendOp::Write {
             remote: target.remote(0),
         },
-        sges: vec![src.sge(0, 16), src.sge(16, 16)],
+        sges: vec![src.sge(0, 16), src.sge(16, 16)].into(),
     })
     .map_err(|e| err(N, e))?;
     h.a.post_send(send_wr(2, &src, 28, 4))
@@ -770,7 +770,7 @@ pub fn shared_buffer_is_a_read_only_source<P: Provider>(h: &mut Harness<P>) -> C
         op: SendOp::Read {
             remote: readable.remote(0),
         },
-        sges: vec![sink.sge(0, 8)],
+        sges: vec![sink.sge(0, 8)].into(),
     })
     .map_err(|e| err(N, e))?;
     ensure!(N, h.wait(2, 2), "no read completion: {:?}", h.cb);
@@ -795,7 +795,7 @@ pub fn shared_buffer_is_a_read_only_source<P: Provider>(h: &mut Harness<P>) -> C
                 op: SendOp::Read {
                     remote: local.remote(0),
                 },
-                sges: vec![src.sge(0, 8)],
+                sges: vec![src.sge(0, 8)].into(),
             }),
             Err(ProviderError::AccessDenied { .. }) | Err(ProviderError::InvalidArgument(_))
         ),
@@ -837,7 +837,7 @@ pub fn shared_buffer_remote_access_refused<P: Provider>(
             op: SendOp::Write {
                 remote: shared.remote(0),
             },
-            sges: vec![src.sge(0, 16)],
+            sges: vec![src.sge(0, 16)].into(),
         }
     } else {
         let mut sink_access = Access::LOCAL_WRITE;
@@ -850,7 +850,7 @@ pub fn shared_buffer_remote_access_refused<P: Provider>(
             op: SendOp::Read {
                 remote: shared.remote(0),
             },
-            sges: vec![sink.sge(0, 16)],
+            sges: vec![sink.sge(0, 16)].into(),
         }
     };
     h.a.post_send(wr).map_err(|e| err(N, e))?;

@@ -41,12 +41,13 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
-use super::memory::{Hold as Held, MemoryTable, SendRules};
+use super::memory::{Holds, MemoryTable, SendRules};
 use super::{
     Access, Blame, Buffer, Bytes, Caps, Completion, ConnectParams, ConnectionEvent, ConnectionInfo,
     ConnectionState, DisconnectReason, MemoryRegion, Notify, Opcode, Provider, ProviderError,
-    RecvWr, RegisterError, RemoteAddr, SendOp, SendWr, Sge, Stag, Status,
+    RecvWr, RegisterError, RemoteAddr, SendOp, SendWr, Sge, Sges, Stag, Status,
 };
+use smallvec::smallvec;
 
 /// Configuration of a [`pair`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,13 +194,13 @@ fn lock(link: &Mutex<Link>) -> MutexGuard<'_, Link> {
 struct Entry {
     wr_id: u64,
     opcode: Opcode,
-    holds: Vec<Held>,
+    holds: Holds,
 }
 
 struct Queued {
     entry: Entry,
     op: SendOp,
-    sges: Vec<Sge>,
+    sges: Sges,
 }
 
 struct Inflight {
@@ -224,7 +225,7 @@ pub struct MemProvider {
     rq: VecDeque<PostedRecv>,
     sq: VecDeque<Queued>,
     inflight: VecDeque<Inflight>,
-    cq: VecDeque<(Completion, Vec<Held>)>,
+    cq: VecDeque<(Completion, Holds)>,
     events: VecDeque<ConnectionEvent>,
     state: ConnectionState,
     peer_request: Option<ConnectParams>,
@@ -831,7 +832,7 @@ impl Provider for MemProvider {
         if self.recv_outstanding >= self.caps.max_recv_wr {
             return Err(ProviderError::QueueFull);
         }
-        let holds = vec![self.mem.check_recv(&wr)?];
+        let holds: Holds = smallvec![self.mem.check_recv(&wr)?];
         self.mem.hold(&holds);
         self.recv_outstanding += 1;
         self.rq.push_back(PostedRecv {

@@ -90,13 +90,17 @@ pub struct SendRules {
     pub ord_zero: bool,
 }
 
+/// The holds of one work request: up to three are stored inline (no heap
+/// allocation per WR).
+pub type Holds = smallvec::SmallVec<[Hold; 3]>;
+
 /// What [`MemoryTable::check_send`] found acceptable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckedSend {
     /// The completion opcode of the WR.
     pub opcode: Opcode,
     /// The regions to hold (one per SGE, then the invalidated region).
-    pub holds: Vec<Hold>,
+    pub holds: Holds,
     /// Total length of the SGEs (at most `Caps::max_msg_size`).
     pub total: u64,
 }
@@ -403,7 +407,7 @@ impl MemoryTable {
         if wr.sges.len() > max_sge as usize {
             return Err(ProviderError::BadSgeCount);
         }
-        let mut holds = Vec::with_capacity(wr.sges.len() + 1);
+        let mut holds = Holds::new();
         let mut total: u64 = 0;
         for s in &wr.sges {
             let idx = self.check_sge(s, need)?;
@@ -456,7 +460,7 @@ mod tests {
         SendWr {
             wr_id: 1,
             op: SendOp::Send { solicited: false },
-            sges,
+            sges: sges.into(),
         }
     }
 
@@ -554,7 +558,7 @@ mod tests {
             op: SendOp::Read {
                 remote: ro.remote(0),
             },
-            sges: vec![ro.sge(0, 4)],
+            sges: vec![ro.sge(0, 4)].into(),
         };
         assert_eq!(
             t.check_send(&read, &caps(), &RULES),
@@ -692,7 +696,7 @@ mod tests {
             ok,
             Ok(CheckedSend {
                 opcode: Opcode::Send,
-                holds: vec![
+                holds: smallvec::smallvec![
                     Hold {
                         idx: 0,
                         write: false
@@ -723,7 +727,7 @@ mod tests {
             op: SendOp::Read {
                 remote: b.remote(0),
             },
-            sges: vec![a.sge(0, 4), b.sge(0, 4)],
+            sges: vec![a.sge(0, 4), b.sge(0, 4)].into(),
         };
         let r = t.check_send(&read, &caps(), &RULES).expect("read");
         assert_eq!(r.opcode, Opcode::Read);
@@ -753,15 +757,15 @@ mod tests {
         let mut inv = SendWr {
             wr_id: 4,
             op: SendOp::LocalInvalidate { stag: b.stag() },
-            sges: vec![],
+            sges: vec![].into(),
         };
         let c = t.check_send(&inv, &caps(), &RULES).expect("inv");
         assert_eq!(
             c.holds,
-            vec![Hold {
+            Holds::from_slice(&[Hold {
                 idx: 1,
                 write: false
-            }]
+            }])
         );
         assert_eq!(c.opcode, Opcode::LocalInvalidate);
         inv.op = SendOp::LocalInvalidate {

@@ -83,6 +83,7 @@ use std::ops::Deref;
 use std::task::Waker;
 
 pub use bytes::Bytes;
+pub use smallvec::{smallvec, SmallVec};
 
 pub mod conformance;
 pub mod fault;
@@ -263,6 +264,11 @@ pub struct Sge {
     pub length: u32,
 }
 
+/// The scatter/gather list of a [`SendWr`]: up to two elements are stored
+/// inline (no heap allocation), which covers every WR the RPC engine posts.
+/// Build one with [`smallvec!`] (re-exported here) or `Vec::into()`.
+pub type Sges = SmallVec<[Sge; 2]>;
+
 /// A remote buffer: tagged offset `offset` (zero-based) under STag `stag`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RemoteAddr {
@@ -326,7 +332,7 @@ pub struct SendWr {
     pub op: SendOp,
     /// Local data: source for Send and Write, sink for Read (exactly one),
     /// none for LocalInvalidate.
-    pub sges: Vec<Sge>,
+    pub sges: Sges,
 }
 
 /// Completion opcode.
@@ -832,7 +838,7 @@ pub trait Provider {
         self.post_send(SendWr {
             wr_id,
             op: SendOp::LocalInvalidate { stag },
-            sges: Vec::new(),
+            sges: Sges::new(),
         })
     }
 

@@ -362,7 +362,7 @@ impl Raw {
             .post_send(SendWr {
                 wr_id: self.next,
                 op: SendOp::Send { solicited: true },
-                sges: vec![mr.sge(0, bytes.len() as u32)],
+                sges: vec![mr.sge(0, bytes.len() as u32)].into(),
             })
             .unwrap();
     }
@@ -384,7 +384,7 @@ impl Raw {
                         offset,
                     },
                 },
-                sges: vec![mr.sge(0, bytes.len() as u32)],
+                sges: vec![mr.sge(0, bytes.len() as u32)].into(),
             })
             .unwrap();
     }
