@@ -237,6 +237,18 @@ fn rdma_bench_in_process() {
     assert!(j["mb_per_sec"].as_f64().unwrap() > 0.0, "{j}");
 }
 
+/// The address a `bench --serve` child prints on its first line.
+fn listening_addr(child: &mut std::process::Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.strip_prefix("listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string()
+}
+
 #[test]
 fn serve_runs_as_its_own_process() {
     let mut child = rpcrdma()
@@ -252,15 +264,7 @@ fn serve_runs_as_its_own_process() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .strip_prefix("listening on ")
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
+    let addr = listening_addr(&mut child);
     let j = run_json(&[
         "bench",
         &addr,
@@ -305,15 +309,7 @@ fn rdma_bulk_reads_pinned_together_lose_no_wake_up() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .strip_prefix("listening on ")
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
+    let addr = listening_addr(&mut child);
     let out = spawn(&[
         "bench", &addr, "--proc", "read", "--size", "1M", "--count", "20", "--json",
     ])
@@ -352,15 +348,7 @@ fn many_rdma_connections_to_one_server() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .strip_prefix("listening on ")
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
+    let addr = listening_addr(&mut child);
     let pid = child.id().to_string();
     let out = rpcrdma()
         .args([
