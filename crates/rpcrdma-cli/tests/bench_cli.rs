@@ -305,28 +305,43 @@ fn rdma_bulk_reads_pinned_together_lose_no_wake_up() {
         c.args(&all[1..]);
         c
     };
-    let mut child = spawn(&["bench", "--serve", "127.0.0.1:0", "--serve-seconds", "60"])
-        .stdout(Stdio::piped())
-        .spawn()
+    // One attempt: 40 READs of 1 MiB against a fresh server; the client's
+    // count of lost wake-ups.
+    let attempt = || {
+        let mut child = spawn(&["bench", "--serve", "127.0.0.1:0", "--serve-seconds", "60"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let addr = listening_addr(&mut child);
+        let out = spawn(&[
+            "bench", &addr, "--proc", "read", "--size", "1M", "--count", "40", "--json",
+        ])
+        .output()
         .unwrap();
-    let addr = listening_addr(&mut child);
-    let out = spawn(&[
-        "bench", &addr, "--proc", "read", "--size", "1M", "--count", "20", "--json",
-    ])
-    .output()
-    .unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(j["transport"], "rdma", "{j}");
-    assert_eq!(j["calls"], 20, "{j}");
-    assert_eq!(j["errors"], 0, "{j}");
-    assert_eq!(j["params"]["fallback_rescues"], 0, "{j}");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["transport"], "rdma", "{j}");
+        assert_eq!(j["calls"], 40, "{j}");
+        assert_eq!(j["errors"], 0, "{j}");
+        j["params"]["fallback_rescues"].as_u64().unwrap()
+    };
+    // A process descheduled for longer than the tick (a loaded CI machine)
+    // can look like a rescue once; the faulty driver lost wake-ups on every
+    // run (several per 20 READs). So: zero in at least one of two attempts.
+    let first = attempt();
+    if first != 0 {
+        let second = attempt();
+        assert_eq!(
+            second, 0,
+            "lost wake-ups in both attempts ({first}, then {second})"
+        );
+    }
 }
 
 /// A small version of the 1,000-connection target (BENCHMARKS.md): 50 RDMA
