@@ -8,16 +8,18 @@
 //! taskset -c 0 cargo run --release -p rpcrdma-iwarp --example crc_cost [-- --pairs N --mib M --read]
 //! ```
 
+// The connected pair the TCP tests use.
+#[path = "../tests/tcp_common/mod.rs"]
+mod tcp_common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rpcrdma_iwarp::cm::IwarpConfig;
-use rpcrdma_iwarp::tcp::{IwarpProvider, Listener};
-use rpcrdma_proto::provider::{
-    Access, Completion, ConnectionEvent, MemoryRegion, Provider, RecvWr, SendOp, SendWr,
-};
+use rpcrdma_iwarp::tcp::IwarpProvider;
+use rpcrdma_proto::provider::{Access, Completion, MemoryRegion, Provider, RecvWr, SendOp, SendWr};
 
 const MIB: usize = 1 << 20;
 const DEPTH: usize = 8;
@@ -39,26 +41,7 @@ fn pair(crc: bool) -> Pair {
         ord: DEPTH as u8,
         ..Default::default()
     };
-    let l = Listener::bind("127.0.0.1:0", cfg.clone()).unwrap();
-    let mut a = IwarpProvider::connect(l.local_addr().unwrap(), cfg.clone()).unwrap();
-    let mut b = l
-        .accept(Duration::from_secs(5))
-        .unwrap()
-        .accept(cfg, Duration::from_secs(5))
-        .unwrap();
-    assert!(matches!(
-        b.poll_event(),
-        Some(ConnectionEvent::Established(_))
-    ));
-    loop {
-        match a.poll_event() {
-            Some(ConnectionEvent::Established(_)) => break,
-            Some(e) => panic!("{e:?}"),
-            None => {
-                a.wait(Some(Duration::from_millis(10))).unwrap();
-            }
-        }
-    }
+    let (mut a, mut b) = tcp_common::connected_pair(&cfg, &cfg);
     let all = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE;
     let data: Vec<u8> = (0..MIB).map(|i| (i * 7 + 1) as u8).collect();
     let act_buf = a.register(data.clone().into_boxed_slice(), all).unwrap();

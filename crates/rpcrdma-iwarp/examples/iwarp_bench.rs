@@ -7,6 +7,10 @@
 //! taskset -c 0 cargo run --release -p rpcrdma-iwarp --example iwarp_bench [-- --gib N --rounds R --crc]
 //! ```
 
+// The connected pair the TCP tests use.
+#[path = "../tests/tcp_common/mod.rs"]
+mod tcp_common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,10 +19,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rpcrdma_iwarp::cm::IwarpConfig;
-use rpcrdma_iwarp::tcp::{IwarpProvider, Listener};
-use rpcrdma_proto::provider::{
-    Access, Completion, ConnectionEvent, Provider, RecvWr, SendOp, SendWr,
-};
+use rpcrdma_iwarp::tcp::IwarpProvider;
+use rpcrdma_proto::provider::{Access, Completion, Provider, RecvWr, SendOp, SendWr};
 
 const MIB: usize = 1 << 20;
 const DEPTH: usize = 16;
@@ -31,27 +33,7 @@ fn pair(crc: bool) -> (IwarpProvider, IwarpProvider) {
         ord: DEPTH as u8,
         ..Default::default()
     };
-    let l = Listener::bind("127.0.0.1:0", cfg.clone()).unwrap();
-    let mut a = IwarpProvider::connect(l.local_addr().unwrap(), cfg.clone()).unwrap();
-    let mut b = l
-        .accept(Duration::from_secs(5))
-        .unwrap()
-        .accept(cfg, Duration::from_secs(5))
-        .unwrap();
-    assert!(matches!(
-        b.poll_event(),
-        Some(ConnectionEvent::Established(_))
-    ));
-    loop {
-        match a.poll_event() {
-            Some(ConnectionEvent::Established(_)) => break,
-            Some(e) => panic!("{e:?}"),
-            None => {
-                a.wait(Some(Duration::from_millis(10))).unwrap();
-            }
-        }
-    }
-    (a, b)
+    tcp_common::connected_pair(&cfg, &cfg)
 }
 
 /// Runs `p` (progress only) until `stop` is set.
