@@ -28,13 +28,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use rpcrdma::rdma::{connect_client, RdmaClientConfig, RdmaServer, RdmaServerConfig, RdmaStatus};
+use rpcrdma::rdma::{
+    connect_client, RdmaBlockingClient, RdmaClientConfig, RdmaServer, RdmaServerConfig, RdmaStatus,
+};
 use rpcrdma::testprog::{
     self, PROC_ECHO, PROC_NULL, PROC_READ, TEST_MAX_DATA, TEST_PROG, TEST_VERS,
 };
 use rpcrdma::{
-    CallContext, Client, ClientConfig, HandlerError, Message, RpcError, Server, ServerConfig,
-    TcpConfig, TcpServer,
+    CallContext, Client, ClientConfig, HandlerError, Message, MetricsSnapshot, RpcError, Server,
+    ServerConfig, TcpConfig, TcpServer,
 };
 use serde_json::{json, Map, Value};
 
@@ -163,6 +165,13 @@ pub struct BenchArgs {
     /// for a second; report (RSS_N - RSS_0) / N as memory per idle connection.
     #[arg(long)]
     pub report_server_rss: Option<u32>,
+    /// RDMA blocking mode (`rpcrdma::rdma::RdmaBlockingClient`): each
+    /// connection is driven by the thread that calls on it, one call in
+    /// flight (needs --depth 1; --conns threads). With --serve, or with an
+    /// in-process server: the server drives each connection on a thread of
+    /// its own (`RdmaServerConfig::blocking`).
+    #[arg(long)]
+    pub blocking: bool,
 }
 
 /// VmRSS of process `pid` in KiB, from `/proc/PID/status`.
@@ -195,15 +204,87 @@ pub struct ConnectOptions {
     pub reply_max: u32,
     /// MPA CRC32C wanted (RDMA only; `None`: the provider's default).
     pub mpa_crc: Option<bool>,
+    /// RDMA only: a blocking client ([`RdmaBlockingClient`]).
+    pub blocking: bool,
 }
 
 /// An established client and what is known of its transport parameters.
 pub struct Connected {
     /// The RPC client.
-    pub client: Client,
+    pub client: BenchClient,
     /// Negotiated (RDMA: inline sizes, credits, version...) or configured
     /// (TCP: fragment size...) parameters, reported with the results.
     pub params: Map<String, Value>,
+}
+
+/// A client the load runs on.
+#[derive(Clone)]
+pub enum BenchClient {
+    /// [`Client`]: calls are tasks (`--depth` of them per connection).
+    Async(Arc<Client>),
+    /// [`RdmaBlockingClient`]: one thread per connection, one call in
+    /// flight.
+    Blocking(Arc<Mutex<RdmaBlockingClient>>),
+}
+
+impl From<Client> for BenchClient {
+    fn from(c: Client) -> Self {
+        BenchClient::Async(Arc::new(c))
+    }
+}
+
+impl BenchClient {
+    /// The client's counters.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        match self {
+            BenchClient::Async(c) => c.metrics(),
+            BenchClient::Blocking(c) => lock(c).metrics(),
+        }
+    }
+
+    /// The async client, if this is one.
+    #[cfg(test)]
+    pub fn as_async(&self) -> Option<&Arc<Client>> {
+        match self {
+            BenchClient::Async(c) => Some(c),
+            BenchClient::Blocking(_) => None,
+        }
+    }
+
+    /// One NULL call.
+    pub async fn null(&self) -> Result<(), RpcError> {
+        match self {
+            BenchClient::Async(c) => testprog::null(c).await,
+            BenchClient::Blocking(c) => {
+                let c = c.clone();
+                tokio::task::spawn_blocking(move || testprog::blocking::null(&mut lock(&c)))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(RpcError::Transport(rpcrdma::TransportError::Lost(
+                            e.to_string(),
+                        )))
+                    })
+            }
+        }
+    }
+
+    /// Closes the connection.
+    pub fn close(&self) {
+        match self {
+            BenchClient::Async(c) => c.close(),
+            BenchClient::Blocking(c) => {
+                // Dropping the last reference closes it; close it now
+                // if the client is not in use.
+                if let Ok(mut g) = c.try_lock() {
+                    g.disconnect();
+                }
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn tcp_params(tcp: &TcpConfig) -> Map<String, Value> {
@@ -233,15 +314,39 @@ pub async fn connect(
             }
             let tcp = TcpConfig::default();
             let params = tcp_params(&tcp);
+            if opts.blocking {
+                return Err("--blocking applies to --transport rdma only".into());
+            }
             let client = Client::connect_tcp(addr, config, tcp)
                 .await
                 .map_err(|e| format!("connect tcp {addr}: {e}"))?;
-            Ok(Connected { client, params })
+            Ok(Connected {
+                client: BenchClient::Async(Arc::new(client)),
+                params,
+            })
         }
         Transport::Rdma => {
             let mut rdma = RdmaClientConfig::default();
             if let Some(crc) = opts.mpa_crc {
                 rdma.iwarp.crc = crc;
+            }
+            if opts.blocking {
+                let mut c = tokio::task::spawn_blocking(move || {
+                    let mut c = RdmaBlockingClient::connect(addr, config, rdma)
+                        .map_err(|e| format!("connect rdma {addr}: {e}"))?;
+                    testprog::blocking::null(&mut c)
+                        .map_err(|e| format!("first NULL call over rdma {addr}: {e}"))?;
+                    Ok::<_, String>(c)
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+                let mut params = rdma_params(&c.status());
+                params.insert("blocking_client".into(), json!(true));
+                let _ = &mut c;
+                return Ok(Connected {
+                    client: BenchClient::Blocking(Arc::new(Mutex::new(c))),
+                    params,
+                });
             }
             let (client, t) = connect_client(addr, config, rdma)
                 .await
@@ -253,7 +358,7 @@ pub async fn connect(
                 .await
                 .map_err(|e| format!("first NULL call over rdma {addr}: {e}"))?;
             Ok(Connected {
-                client,
+                client: BenchClient::Async(Arc::new(client)),
                 params: rdma_params(&t.status()),
             })
         }
@@ -351,6 +456,7 @@ pub async fn serve(
     transport: Transport,
     addr: SocketAddr,
     drc_entries: Option<usize>,
+    blocking: bool,
 ) -> Result<Serving, String> {
     let mut config = ServerConfig::default();
     if let Some(n) = drc_entries {
@@ -358,15 +464,23 @@ pub async fn serve(
     }
     let server = bench_server(config);
     match transport {
+        Transport::Tcp if blocking => Err("--blocking applies to --transport rdma only".into()),
         Transport::Tcp => server
             .serve_tcp(addr, TcpConfig::default())
             .await
             .map(Serving::Tcp)
             .map_err(|e| format!("serve tcp {addr}: {e}")),
-        Transport::Rdma => RdmaServer::serve(&server, addr, RdmaServerConfig::default())
-            .await
-            .map(Serving::Rdma)
-            .map_err(|e| format!("serve rdma {addr}: {e}")),
+        Transport::Rdma => RdmaServer::serve(
+            &server,
+            addr,
+            RdmaServerConfig {
+                blocking,
+                ..RdmaServerConfig::default()
+            },
+        )
+        .await
+        .map(Serving::Rdma)
+        .map_err(|e| format!("serve rdma {addr}: {e}")),
     }
 }
 
@@ -418,28 +532,15 @@ async fn one_call(c: &Client, proc: BenchProc, payload: &[u8], size: u32) -> Res
         BenchProc::Null => testprog::null(c).await.map_err(e),
         BenchProc::Echo => {
             let got = testprog::echo(c, payload).await.map_err(e)?;
-            if got.len() != payload.len() {
-                return Err(format!(
-                    "echo: {} octets back, sent {}",
-                    got.len(),
-                    payload.len()
-                ));
-            }
-            Ok(())
+            check_echo(got.len(), payload.len())
         }
         BenchProc::Read => {
             let got = testprog::read(c, size, 1).await.map_err(e)?;
-            if got.len() != size as usize {
-                return Err(format!("read: {} octets, asked {size}", got.len()));
-            }
-            Ok(())
+            check_read(got.len(), size)
         }
         BenchProc::Write => {
             let (n, _crc) = testprog::write(c, payload).await.map_err(e)?;
-            if n != size {
-                return Err(format!("write: server counted {n} octets, sent {size}"));
-            }
-            Ok(())
+            check_write(n, size)
         }
     }
 }
@@ -457,19 +558,7 @@ async fn worker(
         first_error: None,
     };
     let mut consecutive = 0u64;
-    loop {
-        match shared.deadline {
-            Some(end) => {
-                if Instant::now() >= end {
-                    break;
-                }
-            }
-            None => {
-                if shared.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
-                    break;
-                }
-            }
-        }
+    while shared.go_on() {
         let t = Instant::now();
         match one_call(&client, spec.proc, &payload, spec.size).await {
             Ok(()) => {
@@ -492,6 +581,99 @@ async fn worker(
     res
 }
 
+fn one_call_blocking(
+    c: &mut RdmaBlockingClient,
+    proc: BenchProc,
+    payload: &[u8],
+    size: u32,
+) -> Result<(), String> {
+    use testprog::blocking as t;
+    let e = |e: RpcError| e.to_string();
+    match proc {
+        BenchProc::Null => t::null(c).map_err(e),
+        BenchProc::Echo => {
+            let got = t::echo(c, payload).map_err(e)?;
+            check_echo(got.len(), payload.len())
+        }
+        BenchProc::Read => {
+            let got = t::read(c, size, 1).map_err(e)?;
+            check_read(got.len(), size)
+        }
+        BenchProc::Write => {
+            let (n, _crc) = t::write(c, payload).map_err(e)?;
+            check_write(n, size)
+        }
+    }
+}
+
+fn check_echo(got: usize, sent: usize) -> Result<(), String> {
+    if got != sent {
+        return Err(format!("echo: {got} octets back, sent {sent}"));
+    }
+    Ok(())
+}
+
+fn check_read(got: usize, size: u32) -> Result<(), String> {
+    if got != size as usize {
+        return Err(format!("read: {got} octets, asked {size}"));
+    }
+    Ok(())
+}
+
+fn check_write(n: u32, size: u32) -> Result<(), String> {
+    if n != size {
+        return Err(format!("write: server counted {n} octets, sent {size}"));
+    }
+    Ok(())
+}
+
+/// [`worker`] for a blocking client, on a thread of the blocking pool.
+fn blocking_worker(
+    client: Arc<Mutex<RdmaBlockingClient>>,
+    spec: Arc<LoadSpec>,
+    payload: Arc<Vec<u8>>,
+    shared: Arc<Shared>,
+) -> WorkerResult {
+    let mut c = lock(&client);
+    let mut res = WorkerResult {
+        latency: Latency::new(),
+        ok: 0,
+        errors: 0,
+        first_error: None,
+    };
+    let mut consecutive = 0u64;
+    while shared.go_on() {
+        let t = Instant::now();
+        match one_call_blocking(&mut c, spec.proc, &payload, spec.size) {
+            Ok(()) => {
+                res.latency.record(t.elapsed());
+                res.ok += 1;
+                consecutive = 0;
+                shared.done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                res.errors += 1;
+                consecutive += 1;
+                res.first_error.get_or_insert(e);
+                if c.closed_reason().is_some() || consecutive >= MAX_WORKER_ERRORS {
+                    break;
+                }
+            }
+        }
+    }
+    res
+}
+
+impl Shared {
+    /// Whether a worker should make another call.
+    fn go_on(&self) -> bool {
+        match self.deadline {
+            Some(end) => Instant::now() < end,
+            None => self.remaining.fetch_sub(1, Ordering::Relaxed) > 0,
+        }
+    }
+}
+
 struct PhaseResult {
     ok: u64,
     errors: u64,
@@ -502,7 +684,7 @@ struct PhaseResult {
 }
 
 async fn phase(
-    clients: &[Arc<Client>],
+    clients: &[BenchClient],
     spec: &Arc<LoadSpec>,
     stop: Stop,
     progress: bool,
@@ -526,13 +708,22 @@ async fn phase(
     let cpu0 = CpuTimes::now();
     let mut set = tokio::task::JoinSet::new();
     for c in clients {
-        for _ in 0..spec.depth.max(1) {
-            set.spawn(worker(
-                c.clone(),
-                spec.clone(),
-                payload.clone(),
-                shared.clone(),
-            ));
+        match c {
+            BenchClient::Async(c) => {
+                for _ in 0..spec.depth.max(1) {
+                    set.spawn(worker(
+                        c.clone(),
+                        spec.clone(),
+                        payload.clone(),
+                        shared.clone(),
+                    ));
+                }
+            }
+            BenchClient::Blocking(c) => {
+                let (c, spec, payload, shared) =
+                    (c.clone(), spec.clone(), payload.clone(), shared.clone());
+                set.spawn_blocking(move || blocking_worker(c, spec, payload, shared));
+            }
         }
     }
     let ticker = progress.then(|| {
@@ -591,7 +782,7 @@ async fn phase(
 
 /// Runs one load point (warm-up, then the measured phase) over `clients`.
 pub async fn run_load(
-    clients: &[Arc<Client>],
+    clients: &[BenchClient],
     spec: LoadSpec,
     transport: Transport,
     params: &Map<String, Value>,
@@ -685,6 +876,15 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
     if args.serve {
         return serve_forever(&args).await;
     }
+    if args.blocking && !args.serve && args.depth > 1 {
+        return Err(
+            "--blocking keeps one call in flight per connection: use --depth 1 (and --conns for more)"
+                .into(),
+        );
+    }
+    if args.blocking && (args.transport != Transport::Rdma || args.raw_tcp) {
+        return Err("--blocking applies to --transport rdma only".into());
+    }
     let sizes = args.sweep.clone().map_or_else(|| vec![args.size], |l| l.0);
     if let Some(&big) = sizes.iter().find(|&&s| s > TEST_MAX_DATA as u64) {
         return Err(format!(
@@ -716,7 +916,7 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
         let addr = resolve(&args.addr)?;
         let mut local = None;
         let target = if addr.port() == 0 {
-            let s = serve(args.transport, addr, args.drc_entries).await?;
+            let s = serve(args.transport, addr, args.drc_entries, args.blocking).await?;
             let a = s.local_addr();
             local = Some(s);
             a
@@ -727,6 +927,7 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
         let opts = ConnectOptions {
             reply_max: u32::try_from(max + 64 * 1024).unwrap_or(u32::MAX),
             mpa_crc: args.crc.map(|c| c == OnOff::On),
+            blocking: args.blocking,
         };
         let rss0 = match args.report_server_rss {
             Some(pid) => Some(vm_rss_kib(pid)?),
@@ -748,7 +949,7 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
         if let (Some(pid), Some(rss0)) = (args.report_server_rss, rss0) {
             // One NULL call on every connection, then idle.
             for c in &clients {
-                testprog::null(c)
+                c.null()
                     .await
                     .map_err(|e| format!("null before idle: {e}"))?;
             }
@@ -854,7 +1055,7 @@ async fn connect_all(
     opts: &ConnectOptions,
     n: u32,
     ramp: u32,
-) -> Result<(Vec<Arc<Client>>, Map<String, Value>), String> {
+) -> Result<(Vec<BenchClient>, Map<String, Value>), String> {
     let mut clients = Vec::with_capacity(n as usize);
     let mut params = Map::new();
     let mut set = tokio::task::JoinSet::new();
@@ -869,7 +1070,7 @@ async fn connect_all(
         match set.join_next().await {
             Some(Ok(Ok(c))) => {
                 params = c.params;
-                clients.push(Arc::new(c.client));
+                clients.push(c.client);
             }
             Some(Ok(Err(e))) => {
                 first_err.get_or_insert(e);
@@ -891,7 +1092,7 @@ async fn connect_all(
 
 async fn serve_forever(args: &BenchArgs) -> Result<ExitCode, String> {
     let addr = resolve(&args.addr)?;
-    let s = serve(args.transport, addr, args.drc_entries).await?;
+    let s = serve(args.transport, addr, args.drc_entries, args.blocking).await?;
     println!(
         "listening on {} (transport {})",
         s.local_addr(),
@@ -965,13 +1166,14 @@ mod tests {
     #[tokio::test]
     async fn rdma_connects_and_reports_what_was_negotiated() {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let srv = serve(Transport::Rdma, any, None).await.unwrap();
+        let srv = serve(Transport::Rdma, any, None, false).await.unwrap();
         let c = connect(
             Transport::Rdma,
             srv.local_addr(),
             &ConnectOptions {
                 reply_max: 1 << 20,
                 mpa_crc: Some(true),
+                blocking: false,
             },
         )
         .await
@@ -981,6 +1183,8 @@ mod tests {
         assert_eq!(c.params["inline_send"], 4096);
         assert_eq!(c.params["credits_granted"], 64);
         c.client
+            .as_async()
+            .unwrap()
             .call(TEST_PROG, TEST_VERS, 0, Message::default(), &[])
             .await
             .unwrap();
@@ -989,26 +1193,98 @@ mod tests {
         let opts = ConnectOptions {
             reply_max: 1 << 20,
             mpa_crc: Some(false),
+            blocking: false,
         };
         let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
         assert!(e.contains("--crc"), "{e}");
+        // So is --blocking.
+        let opts = ConnectOptions {
+            mpa_crc: None,
+            blocking: true,
+            ..opts
+        };
+        let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
+        assert!(e.contains("--blocking"), "{e}");
+        assert!(serve(Transport::Tcp, any, None, true).await.is_err());
+    }
+
+    /// Blocking clients (one thread each) against a blocking server (one
+    /// thread per connection): every call of every procedure arrives,
+    /// DDP data both ways included, and the parameters say so.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn blocking_rdma_load_counts_every_call() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let srv = serve(Transport::Rdma, any, None, true).await.unwrap();
+        let opts = ConnectOptions {
+            reply_max: 1 << 20,
+            mpa_crc: Some(true),
+            blocking: true,
+        };
+        let mut clients = Vec::new();
+        let mut params = Map::new();
+        for _ in 0..2 {
+            let c = connect(Transport::Rdma, srv.local_addr(), &opts)
+                .await
+                .unwrap();
+            assert!(c.client.as_async().is_none());
+            params = c.params;
+            clients.push(c.client);
+        }
+        assert_eq!(params["blocking_client"], true);
+        assert_eq!(params["credits_granted"], 64);
+        for (proc, size) in [
+            (BenchProc::Null, 0),
+            (BenchProc::Echo, 3000),
+            (BenchProc::Read, 200_000),
+            (BenchProc::Write, 200_000),
+        ] {
+            let spec = LoadSpec {
+                proc,
+                size,
+                depth: 1,
+                stop: Stop::Count(60),
+                warmup: Duration::ZERO,
+                progress: false,
+            };
+            let r = run_load(&clients, spec, Transport::Rdma, &Map::new()).await;
+            assert_eq!(r.calls, 60, "{proc:?}: {:?}", r.first_error);
+            assert_eq!(r.errors, 0);
+            assert_eq!(r.latency.count(), 60);
+            let sent = r.params["wire_bytes_sent"].as_u64().unwrap();
+            let rx = r.params["wire_bytes_received"].as_u64().unwrap();
+            match proc {
+                BenchProc::Write => assert!(sent > 60 * 200_000, "{sent}"),
+                BenchProc::Read => assert!(rx > 60 * 200_000, "{rx}"),
+                BenchProc::Echo => assert!(sent > 60 * 3000 && rx > 60 * 3000),
+                BenchProc::Null => assert!(sent < 60 * 3000 && rx < 60 * 3000),
+            }
+        }
+        assert_eq!(
+            clients[0].metrics().calls_sent,
+            clients[0].metrics().replies_received
+        );
+        for c in &clients {
+            c.close();
+        }
+        srv.shutdown().await;
     }
 
     #[tokio::test]
     async fn load_over_tcp_counts_every_call() {
-        let s = serve(Transport::Tcp, "127.0.0.1:0".parse().unwrap(), None)
+        let s = serve(Transport::Tcp, "127.0.0.1:0".parse().unwrap(), None, false)
             .await
             .unwrap();
         let opts = ConnectOptions {
             reply_max: 1 << 20,
             mpa_crc: None,
+            blocking: false,
         };
         let mut clients = Vec::new();
         for _ in 0..2 {
             let c = connect(Transport::Tcp, s.local_addr(), &opts)
                 .await
                 .unwrap();
-            clients.push(Arc::new(c.client));
+            clients.push(c.client);
         }
         for proc in [
             BenchProc::Null,
@@ -1041,9 +1317,10 @@ mod tests {
             }
         }
         // The READ cache serves the pattern of testprog.
-        let got = testprog::read(&clients[0], 100, 9).await.unwrap();
+        let c0 = clients[0].as_async().unwrap();
+        let got = testprog::read(c0, 100, 9).await.unwrap();
         assert_eq!(&got[..], &testprog::pattern(9, 100)[..]);
-        let got = testprog::read(&clients[0], 50, 9).await.unwrap();
+        let got = testprog::read(c0, 50, 9).await.unwrap();
         assert_eq!(&got[..], &testprog::pattern(9, 50)[..]);
         s.shutdown().await;
     }
@@ -1062,6 +1339,7 @@ mod tests {
             &ConnectOptions {
                 reply_max: 1 << 20,
                 mpa_crc: None,
+                blocking: false,
             },
         )
         .await
@@ -1074,7 +1352,7 @@ mod tests {
             warmup: Duration::ZERO,
             progress: false,
         };
-        let r = run_load(&[Arc::new(c.client)], spec, Transport::Tcp, &Map::new()).await;
+        let r = run_load(&[c.client], spec, Transport::Tcp, &Map::new()).await;
         assert_eq!(r.calls, 0);
         assert_eq!(r.errors, 10);
         assert!(r.first_error.unwrap().contains("PROG_UNAVAIL"));

@@ -550,6 +550,14 @@ impl IwarpProvider {
     }
 }
 
+/// The TCP socket (for a blocking owner's `poll(2)`; reading or writing it
+/// directly would corrupt the MPA stream).
+impl AsFd for IwarpProvider {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
 impl Provider for IwarpProvider {
     fn caps(&self) -> Caps {
         self.qp.caps()

@@ -33,7 +33,7 @@ pub enum Auth {
 }
 
 impl Auth {
-    fn cred(&self) -> OpaqueAuth {
+    pub(crate) fn cred(&self) -> OpaqueAuth {
         match self {
             Auth::None => OpaqueAuth::none(),
             Auth::Sys(p) => OpaqueAuth::Sys(p.clone()),
@@ -287,7 +287,7 @@ impl fmt::Debug for Client {
     }
 }
 
-fn clock_xid() -> u32 {
+pub(crate) fn clock_xid() -> u32 {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -492,7 +492,7 @@ fn count_reply_error(metrics: &Metrics, e: &ReplyError) {
     Metrics::inc(c);
 }
 
-fn decode_reply(
+pub(crate) fn decode_reply(
     xid: u32,
     reply: Message,
     limits: &Limits,

@@ -49,7 +49,7 @@
 
 use bytes::Bytes;
 
-use crate::client::{CallOptions, CallerError, Client, RpcError};
+use crate::client::{CallOptions, CallerError, Client, Reply, RpcError};
 use crate::message::Message;
 use crate::server::{CallContext, HandlerError, Server};
 
@@ -212,53 +212,42 @@ fn opaque_len(n: u64) -> u64 {
     4 + n.div_ceil(4) * 4
 }
 
-/// TEST_NULL.
-pub async fn null(c: &Client) -> Result<(), RpcError> {
-    let r = c
-        .call_with(
-            TEST_PROG,
-            TEST_VERS,
-            PROC_NULL,
-            Message::new(),
-            &reply_of(0, Vec::new()),
-        )
-        .await?;
+/// A prepared call of the test program: procedure, arguments, options.
+type Prepared = (u32, Message, CallOptions);
+
+fn null_call() -> Prepared {
+    (PROC_NULL, Message::new(), reply_of(0, Vec::new()))
+}
+
+fn null_result(r: &Reply) -> Result<(), RpcError> {
     r.reader().finish("void")?;
     Ok(())
 }
 
-/// TEST_ECHO.
-pub async fn echo(c: &Client, data: &[u8]) -> Result<Bytes, RpcError> {
+fn echo_call(data: &[u8]) -> Result<Prepared, RpcError> {
     check_len(data.len())?;
-    let r = c
-        .call_with(
-            TEST_PROG,
-            TEST_VERS,
-            PROC_ECHO,
-            opaque_args(data, false)?,
-            &reply_of(opaque_len(data.len() as u64), Vec::new()),
-        )
-        .await?;
+    Ok((
+        PROC_ECHO,
+        opaque_args(data, false)?,
+        reply_of(opaque_len(data.len() as u64), Vec::new()),
+    ))
+}
+
+fn echo_result(r: &Reply) -> Result<Bytes, RpcError> {
     let mut rd = r.reader();
     let out = rd.opaque(TEST_MAX_DATA, "TEST_MAX_DATA", "echo.result")?;
     rd.finish("echo result")?;
     Ok(out)
 }
 
-/// TEST_READ: `count` octets of the pattern from `seed` (DDP-eligible).
-pub async fn read(c: &Client, count: u32, seed: u32) -> Result<Bytes, RpcError> {
+fn read_call(count: u32, seed: u32) -> Result<Prepared, RpcError> {
     check_len(count as usize)?;
     let mut b = Message::builder();
     b.put_u32(count).put_u32(seed);
-    let r = c
-        .call_with(
-            TEST_PROG,
-            TEST_VERS,
-            PROC_READ,
-            b.finish(),
-            &reply_of(4, vec![count]),
-        )
-        .await?;
+    Ok((PROC_READ, b.finish(), reply_of(4, vec![count])))
+}
+
+fn read_result(r: &Reply, count: u32) -> Result<Bytes, RpcError> {
     let mut rd = r.reader();
     // DDP-eligible: over RDMA the data is the Write chunk's.
     let out = rd.ddp_opaque(count, "read count", "read.result")?;
@@ -266,24 +255,79 @@ pub async fn read(c: &Client, count: u32, seed: u32) -> Result<Bytes, RpcError> 
     Ok(out)
 }
 
-/// TEST_WRITE: sends `data` (DDP-eligible); returns the server's
-/// `(count, crc32c)`.
-pub async fn write(c: &Client, data: &[u8]) -> Result<(u32, u32), RpcError> {
+fn write_call(data: &[u8]) -> Result<Prepared, RpcError> {
     check_len(data.len())?;
-    let r = c
-        .call_with(
-            TEST_PROG,
-            TEST_VERS,
-            PROC_WRITE,
-            opaque_args(data, true)?,
-            &reply_of(8, Vec::new()),
-        )
-        .await?;
+    Ok((
+        PROC_WRITE,
+        opaque_args(data, true)?,
+        reply_of(8, Vec::new()),
+    ))
+}
+
+fn write_result(r: &Reply) -> Result<(u32, u32), RpcError> {
     let mut rd = r.reader();
     let count = rd.u32("write.count")?;
     let crc = rd.u32("write.crc32c")?;
     rd.finish("write result")?;
     Ok((count, crc))
+}
+
+async fn call_async(c: &Client, (proc, args, opts): Prepared) -> Result<Reply, RpcError> {
+    c.call_with(TEST_PROG, TEST_VERS, proc, args, &opts).await
+}
+
+/// TEST_NULL.
+pub async fn null(c: &Client) -> Result<(), RpcError> {
+    null_result(&call_async(c, null_call()).await?)
+}
+
+/// TEST_ECHO.
+pub async fn echo(c: &Client, data: &[u8]) -> Result<Bytes, RpcError> {
+    echo_result(&call_async(c, echo_call(data)?).await?)
+}
+
+/// TEST_READ: `count` octets of the pattern from `seed` (DDP-eligible).
+pub async fn read(c: &Client, count: u32, seed: u32) -> Result<Bytes, RpcError> {
+    read_result(&call_async(c, read_call(count, seed)?).await?, count)
+}
+
+/// TEST_WRITE: sends `data` (DDP-eligible); returns the server's
+/// `(count, crc32c)`.
+pub async fn write(c: &Client, data: &[u8]) -> Result<(u32, u32), RpcError> {
+    write_result(&call_async(c, write_call(data)?).await?)
+}
+
+/// The test program's calls over an
+/// [`RdmaBlockingClient`](crate::rdma::RdmaBlockingClient) (same
+/// arguments, options and result checks as the async ones).
+pub mod blocking {
+    use super::*;
+    use crate::rdma::RdmaBlockingClient;
+
+    fn call(c: &mut RdmaBlockingClient, (proc, args, opts): Prepared) -> Result<Reply, RpcError> {
+        c.call_with(TEST_PROG, TEST_VERS, proc, args, &opts)
+    }
+
+    /// TEST_NULL.
+    pub fn null(c: &mut RdmaBlockingClient) -> Result<(), RpcError> {
+        null_result(&call(c, null_call())?)
+    }
+
+    /// TEST_ECHO.
+    pub fn echo(c: &mut RdmaBlockingClient, data: &[u8]) -> Result<Bytes, RpcError> {
+        echo_result(&call(c, echo_call(data)?)?)
+    }
+
+    /// TEST_READ: `count` octets of the pattern from `seed` (DDP-eligible).
+    pub fn read(c: &mut RdmaBlockingClient, count: u32, seed: u32) -> Result<Bytes, RpcError> {
+        read_result(&call(c, read_call(count, seed)?)?, count)
+    }
+
+    /// TEST_WRITE: sends `data` (DDP-eligible); returns the server's
+    /// `(count, crc32c)`.
+    pub fn write(c: &mut RdmaBlockingClient, data: &[u8]) -> Result<(u32, u32), RpcError> {
+        write_result(&call(c, write_call(data)?)?)
+    }
 }
 
 /// CB_NULL (server → client over the backchannel).

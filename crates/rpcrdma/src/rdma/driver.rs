@@ -19,6 +19,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot};
 
+use super::blocking::ThreadWake;
 use super::convert;
 use super::{BoxProvider, Connected, ProviderConnector, RdmaStatus};
 use crate::message::Message;
@@ -61,6 +62,9 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<SharedState>,
     /// True for the forward requester (client) side.
     pub(crate) client: bool,
+    /// Set when the driver runs on a thread of its own (blocking mode):
+    /// how other threads wake it after queueing a command.
+    pub(crate) wake: Option<Arc<super::blocking::ThreadWake>>,
 }
 
 #[derive(Default)]
@@ -84,11 +88,36 @@ impl Shared {
                 return Err(e);
             }
         }
-        self.tx.send(cmd).map_err(|_| TransportError::Closed)
+        self.push(cmd)
+    }
+
+    /// Queues `cmd` for the driver (without the closed check) and wakes a
+    /// blocking driver.
+    pub(crate) fn push(&self, cmd: Cmd) -> Result<(), TransportError> {
+        let r = self.tx.send(cmd).map_err(|_| TransportError::Closed);
+        if let Some(w) = &self.wake {
+            w.wake();
+        }
+        r
     }
 
     /// Queues a call (forward at a client, backchannel at a server).
     pub(crate) fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
+        let (cmd, rx, len) = self.make_call(call);
+        self.send(cmd)?;
+        self.count_sent(len);
+        Ok(rx)
+    }
+
+    /// Counts a call of `len` XDR octets handed to the driver.
+    pub(crate) fn count_sent(&self, len: usize) {
+        Metrics::inc(&self.metrics.calls_sent);
+        Metrics::add(&self.metrics.bytes_sent, len as u64);
+    }
+
+    /// The driver command for `call`, where its reply arrives, and its
+    /// length in XDR octets.
+    pub(crate) fn make_call(&self, call: OutgoingCall) -> (Cmd, ReplyReceiver, usize) {
         let OutgoingCall {
             xid,
             message,
@@ -104,15 +133,14 @@ impl Shared {
         };
         let (tx, rx) = oneshot::channel();
         let span = tracing::debug_span!("rpc.rdma.call", xid, wire_xid = tracing::field::Empty);
-        self.send(Cmd::Call {
+        let len = message.xdr_len();
+        let cmd = Cmd::Call {
             call: ecall,
             xid,
             tx,
             span,
-        })?;
-        Metrics::inc(&self.metrics.calls_sent);
-        Metrics::add(&self.metrics.bytes_sent, message.xdr_len() as u64);
-        Ok(rx)
+        };
+        (cmd, rx, len)
     }
 }
 
@@ -292,8 +320,16 @@ impl Driver {
             st.status.connects = 1;
         }
         let mut prov = connected.provider;
+        let afd = if shared.wake.is_some() {
+            // A blocking driver polls the fd itself (see `wait_blocking`)
+            // and reads only after it was readable.
+            prov.set_read_gate(prov.poll_fd().is_some());
+            None
+        } else {
+            register_fd(&mut prov)
+        };
         Driver {
-            afd: register_fd(&mut prov),
+            afd,
             prov,
             conn,
             config,
@@ -686,6 +722,106 @@ impl Driver {
         }
     }
 
+    /// One pass of a blocking driver: commands, then provider and engine;
+    /// true if anything moved.
+    pub(crate) fn pass_blocking(&mut self) -> bool {
+        self.now = Instant::now();
+        let mut busy = false;
+        for cmd in std::mem::take(&mut self.deferred) {
+            busy = true;
+            self.command(cmd);
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(c) => self.command(c),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    if self.rx_done {
+                        break;
+                    }
+                    self.rx_done = true;
+                    self.command(Cmd::Close);
+                }
+            }
+            busy = true;
+        }
+        if busy {
+            self.publish();
+        }
+        busy | self.step()
+    }
+
+    /// Runs a command now (a blocking client's own calls, on its thread).
+    pub(crate) fn command_now(&mut self, cmd: Cmd) {
+        self.now = Instant::now();
+        self.command(cmd);
+    }
+
+    /// True once the engine has closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.conn.is_closed()
+    }
+
+    /// The blocking driver's wait: returns when the provider's socket is
+    /// readable (or writable while output waits for room), another thread
+    /// queued a command or woke the provider's waker, the engine's next
+    /// deadline passes, or `deadline` passes. Spurious returns are fine:
+    /// the caller makes a pass after each.
+    pub(crate) fn wait_blocking(&mut self, deadline: Option<Instant>) {
+        let Some(wake) = self.shared.wake.clone() else {
+            return;
+        };
+        self.prov.arm(wake.waker(), Notify::Any);
+        if wake.take_fired() {
+            return;
+        }
+        let until = match (self.conn.poll_timeout(), deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout = until.map(|t| t.saturating_duration_since(Instant::now()));
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return;
+        }
+        let write = self.prov.write_blocked();
+        let (sock, woken) = match self.prov.poll_fd() {
+            Some(fd) => wake.poll_with(Some((fd, write)), timeout),
+            None => wake.poll_with(None, timeout),
+        };
+        if sock {
+            self.prov.note_readable();
+        }
+        if woken {
+            wake.drain();
+        }
+    }
+
+    /// A blocking driver's life on its own thread: passes while anything
+    /// moves, [`Driver::wait_blocking`] otherwise, until the engine closes.
+    pub(crate) fn run_thread(mut self) {
+        let Some(wake) = self.shared.wake.clone() else {
+            return;
+        };
+        let _driving = wake.driving();
+        loop {
+            let busy = self.pass_blocking();
+            if self.conn.is_closed() {
+                break;
+            }
+            if !busy {
+                self.wait_blocking(None);
+            }
+        }
+        self.finish_begin();
+        for _ in 0..25 {
+            if self.flush_close() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.publish();
+    }
+
     /// Reconnects with backoff; true when a new connection is up.
     async fn reconnect_loop(&mut self) -> bool {
         let Some(rc) = self.reconnect.as_ref() else {
@@ -739,6 +875,20 @@ impl Driver {
     }
 
     async fn finish(mut self) {
+        self.finish_begin();
+        for _ in 0..25 {
+            if self.flush_close() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.publish();
+        self.afd = None;
+    }
+
+    /// The connection is over: fails every call still waiting and starts
+    /// the provider's close.
+    pub(crate) fn finish_begin(&mut self) {
         let err = if self.closing {
             TransportError::Closed
         } else {
@@ -756,6 +906,7 @@ impl Driver {
         for (_, p) in self.pending.drain() {
             let _ = p.tx.send(Err(err.clone()));
         }
+        self.by_xid.clear();
         for cmd in std::mem::take(&mut self.deferred) {
             if let Cmd::Call { tx, .. } = cmd {
                 let _ = tx.send(Err(err.clone()));
@@ -770,20 +921,56 @@ impl Driver {
         // Let the provider flush the close (bounded), reading freely.
         self.prov.set_read_gate(false);
         self.prov.disconnect();
-        for _ in 0..25 {
-            let mut c = Vec::new();
-            self.prov.poll_completions(&mut c);
-            if matches!(
-                self.prov.connection_state(),
-                rpcrdma_proto::provider::ConnectionState::Disconnected(_)
-            ) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        self.publish();
-        self.afd = None;
     }
+
+    /// One step of flushing the close; true once the provider is
+    /// disconnected.
+    pub(crate) fn flush_close(&mut self) -> bool {
+        let mut c = Vec::new();
+        self.prov.poll_completions(&mut c);
+        matches!(
+            self.prov.connection_state(),
+            rpcrdma_proto::provider::ConnectionState::Disconnected(_)
+        )
+    }
+}
+
+/// Makes the driver of a new connection and its shared state; `wake`
+/// makes it a blocking driver (see [`Driver::run_thread`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn build(
+    connected: Connected,
+    conn: Connection,
+    config: EngineConfig,
+    metrics: Arc<Metrics>,
+    client: bool,
+    dispatcher: Option<Arc<dyn CallDispatcher>>,
+    identity: ClientIdentity,
+    reconnect: Option<Reconnect>,
+    wake: Option<Arc<ThreadWake>>,
+) -> (Arc<Shared>, Driver) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let peer = connected.info.peer.clone();
+    let shared = Arc::new(Shared {
+        tx,
+        is_closed: std::sync::atomic::AtomicBool::new(false),
+        metrics,
+        peer,
+        state: Mutex::new(SharedState::default()),
+        client,
+        wake,
+    });
+    let d = Driver::new(
+        connected,
+        conn,
+        config,
+        shared.clone(),
+        rx,
+        dispatcher,
+        identity,
+        reconnect,
+    );
+    (shared, d)
 }
 
 /// Spawns the driver of a new connection; returns its shared state.
@@ -798,27 +985,10 @@ pub(crate) fn spawn(
     identity: ClientIdentity,
     reconnect: Option<Reconnect>,
 ) -> (Arc<Shared>, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let peer = connected.info.peer.clone();
-    let shared = Arc::new(Shared {
-        tx,
-        is_closed: std::sync::atomic::AtomicBool::new(false),
-        metrics,
-        peer: peer.clone(),
-        state: Mutex::new(SharedState::default()),
-        client,
-    });
-    let d = Driver::new(
-        connected,
-        conn,
-        config,
-        shared.clone(),
-        rx,
-        dispatcher,
-        identity,
-        reconnect,
+    let (shared, d) = build(
+        connected, conn, config, metrics, client, dispatcher, identity, reconnect, None,
     );
-    let span = tracing::debug_span!("rpc.rdma.conn", %peer, client);
+    let span = tracing::debug_span!("rpc.rdma.conn", peer = %shared.peer, client);
     // Unconstrained by tokio's cooperative budget: the driver yields by
     // itself (`BUSY_SPINS`), and a budget-forced `Pending` from its fd,
     // channel or timer would leave that source unregistered for the pass.
@@ -827,4 +997,36 @@ pub(crate) fn spawn(
         span,
     )));
     (shared, h)
+}
+
+/// Starts the driver of a new server connection on a thread of its own
+/// (tokio's blocking pool, so that handlers that wait can still be
+/// spawned on the runtime): [`Driver::run_thread`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn spawn_thread(
+    connected: Connected,
+    conn: Connection,
+    config: EngineConfig,
+    metrics: Arc<Metrics>,
+    dispatcher: Option<Arc<dyn CallDispatcher>>,
+    identity: ClientIdentity,
+) -> std::io::Result<(Arc<Shared>, tokio::task::JoinHandle<()>)> {
+    let wake = ThreadWake::new()?;
+    let (shared, d) = build(
+        connected,
+        conn,
+        config,
+        metrics,
+        false,
+        dispatcher,
+        identity,
+        None,
+        Some(wake),
+    );
+    let span = tracing::debug_span!("rpc.rdma.conn", peer = %shared.peer, blocking = true);
+    let h = tokio::task::spawn_blocking(move || {
+        let _e = span.enter();
+        d.run_thread();
+    });
+    Ok((shared, h))
 }

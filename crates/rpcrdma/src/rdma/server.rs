@@ -43,7 +43,7 @@ impl RdmaServerConnection {
 
     /// Closes the connection and waits for its driver.
     pub async fn shutdown(&self) {
-        let _ = self.shared.tx.send(Cmd::Close);
+        let _ = self.shared.push(Cmd::Close);
         let h = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(h) = h {
             let _ = h.await;
@@ -150,21 +150,39 @@ impl RdmaServer {
         let m3 = metrics.clone();
         let ecfg = config.engine.clone();
         let identify = config.identify.clone();
+        let blocking = config.blocking;
         let accept_task = tokio::spawn(async move {
             while let Some((connected, conn, peer)) = rx.recv().await {
                 Metrics::inc(&m3.connections);
                 let identity = identify(peer);
-                tracing::debug!(%peer, client = %identity, "rpc/rdma connection accepted");
-                let (shared, task) = driver::spawn(
-                    connected,
-                    conn,
-                    ecfg.clone(),
-                    m3.clone(),
-                    false,
-                    Some(dispatcher.clone()),
-                    identity,
-                    None,
-                );
+                tracing::debug!(%peer, client = %identity, blocking, "rpc/rdma connection accepted");
+                let (shared, task) = if blocking {
+                    match driver::spawn_thread(
+                        connected,
+                        conn,
+                        ecfg.clone(),
+                        m3.clone(),
+                        Some(dispatcher.clone()),
+                        identity,
+                    ) {
+                        Ok(x) => x,
+                        Err(e) => {
+                            tracing::warn!(%peer, error = %e, "no wake-up socket for a blocking connection; dropped");
+                            continue;
+                        }
+                    }
+                } else {
+                    driver::spawn(
+                        connected,
+                        conn,
+                        ecfg.clone(),
+                        m3.clone(),
+                        false,
+                        Some(dispatcher.clone()),
+                        identity,
+                        None,
+                    )
+                };
                 let mut c = conns3.lock().unwrap_or_else(|p| p.into_inner());
                 c.retain(|(_, h)| !h.is_finished());
                 c.push((shared, task));
@@ -217,7 +235,7 @@ impl RdmaServer {
         }
         let c = self.conns.lock().unwrap_or_else(|p| p.into_inner());
         for (s, _) in c.iter() {
-            let _ = s.tx.send(Cmd::Close);
+            let _ = s.push(Cmd::Close);
         }
     }
 
@@ -238,7 +256,7 @@ impl RdmaServer {
         let conns: Vec<_> =
             std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()));
         for (s, h) in conns {
-            let _ = s.tx.send(Cmd::Close);
+            let _ = s.push(Cmd::Close);
             let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
         }
         let a = self

@@ -168,11 +168,11 @@ impl ClientTransport for RdmaClientTransport {
 
 impl Drop for RdmaClientTransport {
     fn drop(&mut self) {
-        let _ = self.shared.tx.send(Cmd::Close);
+        let _ = self.shared.push(Cmd::Close);
     }
 }
 
-fn clock_xid() -> u32 {
+pub(crate) fn clock_xid() -> u32 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static SALT: AtomicU32 = AtomicU32::new(0);
     let d = std::time::SystemTime::now()
