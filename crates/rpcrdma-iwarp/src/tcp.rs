@@ -91,6 +91,12 @@ pub struct IwarpProvider {
     /// [`IwarpProvider::note_readable`] after each readiness edge; reads
     /// stop (`Some(false)`) once the socket is drained.
     read_gate: Option<bool>,
+    /// Blocking reads (see [`IwarpProvider::set_blocking_reads`]): the
+    /// socket is in blocking mode, every non-blocking I/O passes
+    /// `MSG_DONTWAIT`.
+    dontwait: bool,
+    /// The `SO_RCVTIMEO` last set.
+    rcv_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for IwarpProvider {
@@ -99,6 +105,22 @@ impl std::fmt::Debug for IwarpProvider {
             .field("state", &self.state)
             .field("qp", &self.qp)
             .finish()
+    }
+}
+
+/// One read: non-blocking (`MSG_DONTWAIT` when the socket is in blocking
+/// mode) unless `wait`.
+fn sock_read(sock: &TcpStream, buf: &mut [u8], dontwait: bool, wait: bool) -> io::Result<usize> {
+    if dontwait {
+        let flags = if wait {
+            rustix::net::RecvFlags::empty()
+        } else {
+            rustix::net::RecvFlags::DONTWAIT
+        };
+        let (n, _) = rustix::net::recv(sock, buf, flags)?;
+        Ok(n)
+    } else {
+        (&*sock).read(buf)
     }
 }
 
@@ -167,6 +189,8 @@ impl IwarpProvider {
             first_fpdu_delay: Duration::ZERO,
             hold_tx_until: None,
             read_gate: None,
+            dontwait: false,
+            rcv_timeout: None,
         })
     }
 
@@ -444,58 +468,8 @@ impl IwarpProvider {
         // 1. Read, placing payloads directly where possible.
         let mut budget = READ_BUDGET;
         while !self.eof && budget > 0 && self.read_gate != Some(false) {
-            let asked;
-            let r = if let Some(t) = self.qp.direct_target() {
-                let len = t.len().min(budget);
-                asked = len;
-                match self.sock.read(&mut t[..len]) {
-                    Ok(n) if n > 0 => {
-                        if let Some(c) = self.capture.as_mut() {
-                            c.push((Direction::Received, t[..n].to_vec()));
-                        }
-                        self.qp.direct_filled(n);
-                        Ok(n)
-                    }
-                    other => other,
-                }
-            } else {
-                let len = self.qp.suggested_read_len().min(RBUF).min(budget);
-                asked = len;
-                match self.sock.read(&mut self.rbuf[..len]) {
-                    Ok(n) if n > 0 => {
-                        if let Some(c) = self.capture.as_mut() {
-                            c.push((Direction::Received, self.rbuf[..n].to_vec()));
-                        }
-                        self.qp.handle_input(&self.rbuf[..n]);
-                        Ok(n)
-                    }
-                    other => other,
-                }
-            };
-            match r {
-                Ok(0) => {
-                    self.eof = true;
-                    self.qp.peer_closed();
-                }
-                Ok(n) => {
-                    budget = budget.saturating_sub(n);
-                    // A short read drained the socket: with the gate, the
-                    // next arrival is a new readiness edge.
-                    if n < asked && self.read_gate.is_some() {
-                        self.read_gate = Some(false);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if self.read_gate.is_some() {
-                        self.read_gate = Some(false);
-                    }
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.eof = true;
-                    self.qp.transport_lost();
-                }
+            if !self.read_step(budget, false, &mut budget) {
+                break;
             }
         }
         // 2. What earlier passes handed to TCP met no Terminate: complete.
@@ -510,8 +484,18 @@ impl IwarpProvider {
         }
         if !self.shut_wr {
             let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
+            let dontwait = self.dontwait;
             let r = qp.transmit(|slices| {
-                let n = sock.write_vectored(slices)?;
+                let n = if dontwait {
+                    rustix::net::sendmsg(
+                        &*sock,
+                        slices,
+                        &mut rustix::net::SendAncillaryBuffer::default(),
+                        rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
+                    )?
+                } else {
+                    sock.write_vectored(slices)?
+                };
                 if let Some(c) = cap.as_mut() {
                     let mut left = n;
                     let mut v = Vec::with_capacity(n);
@@ -541,6 +525,122 @@ impl IwarpProvider {
                 self.write_blocked = false;
             }
         }
+    }
+
+    /// One read of at most `budget` octets (payload straight into the
+    /// queue pair's direct target when it offers one), handed to the queue
+    /// pair; `wait`: a blocking read (see
+    /// [`IwarpProvider::set_blocking_reads`]). Updates the read gate, EOF
+    /// and `left`; false when the socket had nothing (or the read timed
+    /// out).
+    fn read_step(&mut self, budget: usize, wait: bool, left: &mut usize) -> bool {
+        let asked;
+        let r = if let Some(t) = self.qp.direct_target() {
+            let len = t.len().min(budget);
+            asked = len;
+            match sock_read(&self.sock, &mut t[..len], self.dontwait, wait) {
+                Ok(n) if n > 0 => {
+                    if let Some(c) = self.capture.as_mut() {
+                        c.push((Direction::Received, t[..n].to_vec()));
+                    }
+                    self.qp.direct_filled(n);
+                    Ok(n)
+                }
+                other => other,
+            }
+        } else {
+            let len = self.qp.suggested_read_len().min(RBUF).min(budget);
+            asked = len;
+            match sock_read(&self.sock, &mut self.rbuf[..len], self.dontwait, wait) {
+                Ok(n) if n > 0 => {
+                    if let Some(c) = self.capture.as_mut() {
+                        c.push((Direction::Received, self.rbuf[..n].to_vec()));
+                    }
+                    self.qp.handle_input(&self.rbuf[..n]);
+                    Ok(n)
+                }
+                other => other,
+            }
+        };
+        match r {
+            Ok(0) => {
+                self.eof = true;
+                self.qp.peer_closed();
+                true
+            }
+            Ok(n) => {
+                *left = left.saturating_sub(n);
+                // A short read drained the socket: with the gate, the next
+                // arrival is a new readiness edge. A full one may have left
+                // more: the next pass reads on.
+                if self.read_gate.is_some() {
+                    self.read_gate = Some(n == asked);
+                }
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if self.read_gate.is_some() {
+                    self.read_gate = Some(false);
+                }
+                false
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+            Err(_) => {
+                self.eof = true;
+                self.qp.transport_lost();
+                true
+            }
+        }
+    }
+
+    /// Blocking reads: the socket is put in blocking mode and every other
+    /// read and write passes `MSG_DONTWAIT`, so that
+    /// [`IwarpProvider::read_blocking`] can sleep in `recv(2)` itself (one
+    /// system call where `poll(2)` and a read take two). Only once the MPA
+    /// exchange is over.
+    pub fn set_blocking_reads(&mut self, on: bool) -> io::Result<()> {
+        if on && self.hs.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "the MPA exchange is not over",
+            ));
+        }
+        self.sock.set_nonblocking(!on)?;
+        self.dontwait = on;
+        self.rcv_timeout = None;
+        Ok(())
+    }
+
+    /// With [`IwarpProvider::set_blocking_reads`]: unless work is already
+    /// pending, sleeps in one `recv(2)` until data arrives or `timeout`
+    /// passes (`SO_RCVTIMEO`, set only when it changes), and hands what
+    /// arrived to the queue pair. Returns whether something may be ready
+    /// (as [`IwarpProvider::wait`]). Without blocking reads: `wait`.
+    pub fn read_blocking(&mut self, timeout: Duration) -> io::Result<bool> {
+        if !self.dontwait || self.write_blocked || self.hold_tx_until.is_some() {
+            return self.wait(Some(timeout));
+        }
+        if self.work_pending() {
+            return Ok(true);
+        }
+        if self.eof {
+            std::thread::sleep(timeout.min(Duration::from_millis(1)));
+            return Ok(false);
+        }
+        // SO_RCVTIMEO of zero means "forever": at least a microsecond.
+        let t = timeout.max(Duration::from_micros(1));
+        if self.rcv_timeout != Some(t) {
+            rustix::net::sockopt::set_socket_timeout(
+                &self.sock,
+                rustix::net::sockopt::Timeout::Recv,
+                Some(t),
+            )?;
+            self.rcv_timeout = Some(t);
+        }
+        let mut left = READ_BUDGET;
+        // A full buffer may have left more: read_step then leaves the gate
+        // open and the next pass reads on.
+        Ok(self.read_step(READ_BUDGET, true, &mut left))
     }
 
     fn wake_self(&mut self) {

@@ -240,6 +240,10 @@ const FALLBACK_TICK: Duration = Duration::from_millis(20);
 pub(crate) static FALLBACK_RESCUES: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(0);
 
+/// Blocking mode: the longest sleep in a socket receive call (bounds how
+/// long a command from another thread, e.g. a close, waits).
+const RECV_TICK: Duration = Duration::from_millis(50);
+
 /// Busy passes over the engine before the driver yields to the runtime.
 const BUSY_SPINS: u32 = 16;
 
@@ -266,6 +270,12 @@ pub(crate) struct Driver {
     closing: bool,
     comps: Vec<Completion>,
     deferred: Vec<Cmd>,
+    /// Blocking mode: the provider sleeps in its socket's receive call
+    /// (see `wait_blocking`).
+    blocking_reads: bool,
+    /// Blocking mode at a server: a backchannel call came from another
+    /// thread, so the driver must stay wakeable (poll(2) from now on).
+    cross_thread_calls: bool,
 }
 
 fn register_fd(p: &mut BoxProvider) -> Option<AsyncFd<Fd>> {
@@ -320,10 +330,12 @@ impl Driver {
             st.status.connects = 1;
         }
         let mut prov = connected.provider;
+        let mut blocking_reads = false;
         let afd = if shared.wake.is_some() {
             // A blocking driver polls the fd itself (see `wait_blocking`)
             // and reads only after it was readable.
             prov.set_read_gate(prov.poll_fd().is_some());
+            blocking_reads = prov.set_blocking_reads(true);
             None
         } else {
             register_fd(&mut prov)
@@ -347,6 +359,8 @@ impl Driver {
             closing: false,
             comps: Vec::new(),
             deferred: Vec::new(),
+            blocking_reads,
+            cross_thread_calls: false,
         }
     }
 
@@ -587,6 +601,7 @@ impl Driver {
                     let _ = tx.send(Err(TransportError::XidInUse(xid)));
                     return;
                 }
+                self.cross_thread_calls |= !self.shared.client;
                 let r = self.conn.start_call(now, &mut self.prov, call);
                 match r {
                     Ok(id) => {
@@ -782,6 +797,23 @@ impl Driver {
         let timeout = until.map(|t| t.saturating_duration_since(Instant::now()));
         if timeout.is_some_and(|t| t.is_zero()) {
             return;
+        }
+        // Sleep in the socket's receive call (one system call instead of
+        // poll(2) and a read) when nothing but the socket can bring work:
+        // always at a blocking client (only its own thread queues
+        // commands); at a server while no handler runs elsewhere (its
+        // reply would come from another thread) and no backchannel call
+        // was made. Other commands (a close) wait at most RECV_TICK.
+        if self.blocking_reads && self.incoming.is_empty() && !self.cross_thread_calls {
+            let t = timeout.map_or(RECV_TICK, |t| t.min(RECV_TICK));
+            match self.prov.read_blocking(t) {
+                Some(Ok(_)) => return,
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "blocking read unavailable; polling");
+                    self.blocking_reads = false;
+                }
+                None => self.blocking_reads = false,
+            }
         }
         let write = self.prov.write_blocked();
         let (sock, woken) = match self.prov.poll_fd() {

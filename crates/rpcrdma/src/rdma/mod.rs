@@ -151,6 +151,17 @@ pub trait RdmaProvider: Provider + Send + 'static {
     fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
         None
     }
+    /// Blocking mode: let [`RdmaProvider::read_blocking`] sleep in the
+    /// socket's receive call; false if the provider cannot.
+    fn set_blocking_reads(&mut self, _on: bool) -> bool {
+        false
+    }
+    /// Blocking mode: sleep until data arrives (and take it in) or
+    /// `timeout` passes; `None` if not supported (then the driver polls
+    /// [`RdmaProvider::poll_fd`]).
+    fn read_blocking(&mut self, _timeout: Duration) -> Option<io::Result<bool>> {
+        None
+    }
     /// The concrete provider, for [`RdmaClientTransport::with_provider`]
     /// (e.g. to take an iWARP capture).
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -168,6 +179,12 @@ impl RdmaProvider for IwarpProvider {
     }
     fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.as_fd())
+    }
+    fn set_blocking_reads(&mut self, on: bool) -> bool {
+        IwarpProvider::set_blocking_reads(self, on).is_ok()
+    }
+    fn read_blocking(&mut self, timeout: Duration) -> Option<io::Result<bool>> {
+        Some(IwarpProvider::read_blocking(self, timeout))
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self

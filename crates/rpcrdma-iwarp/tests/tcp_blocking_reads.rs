@@ -1,0 +1,121 @@
+//! Blocking reads (`IwarpProvider::set_blocking_reads` /
+//! `read_blocking`): the receiver sleeps in `recv(2)` itself; every other
+//! read and write stays non-blocking (`MSG_DONTWAIT`), messages of every
+//! size arrive intact, and the timeout bounds the sleep.
+
+#[path = "tcp_common/mod.rs"]
+mod tcp_common;
+
+use std::time::{Duration, Instant};
+
+use rpcrdma_iwarp::cm::IwarpConfig;
+use rpcrdma_iwarp::tcp::IwarpProvider;
+use rpcrdma_proto::provider::{Access, Completion, Provider, RecvWr, SendOp, SendWr, Status};
+use tcp_common::connected_pair;
+
+const BUF: usize = 256 * 1024;
+
+/// Waits on `p` with blocking reads until `n` completions arrived.
+fn take(p: &mut IwarpProvider, n: usize) -> Vec<Completion> {
+    let mut got = Vec::new();
+    let end = Instant::now() + Duration::from_secs(30);
+    while got.len() < n {
+        assert!(Instant::now() < end, "timed out with {got:?}");
+        p.poll_completions(&mut got);
+        if got.len() < n {
+            p.read_blocking(Duration::from_millis(20)).unwrap();
+        }
+    }
+    got
+}
+
+#[test]
+fn blocking_reads_deliver_every_size_and_time_out() {
+    let cfg = IwarpConfig::default();
+    let (mut a, mut b) = connected_pair(&cfg, &cfg);
+    a.set_blocking_reads(true).unwrap();
+    b.set_blocking_reads(true).unwrap();
+    let src = a
+        .register(vec![0u8; BUF].into_boxed_slice(), Access::NONE)
+        .unwrap();
+    let dst = b
+        .register(vec![0u8; BUF].into_boxed_slice(), Access::LOCAL_WRITE)
+        .unwrap();
+    // Nothing sent: the sleep ends with the timeout, nothing pending.
+    let t0 = Instant::now();
+    assert!(!b.read_blocking(Duration::from_millis(30)).unwrap());
+    let slept = t0.elapsed();
+    assert!(slept >= Duration::from_millis(25), "{slept:?}");
+    assert!(slept < Duration::from_secs(5), "{slept:?}");
+    for (i, len) in [1usize, 72, 4096, 70_000, BUF].into_iter().enumerate() {
+        let pattern: Vec<u8> = (0..len).map(|k| (k * 7 + i) as u8).collect();
+        a.region_mut(&src).unwrap()[..len].copy_from_slice(&pattern);
+        b.post_recv(RecvWr {
+            wr_id: i as u64,
+            sge: dst.sge(0, BUF as u32),
+        })
+        .unwrap();
+        a.post_send(SendWr {
+            wr_id: 100 + i as u64,
+            op: SendOp::Send { solicited: false },
+            sges: vec![src.sge(0, len as u32)].into(),
+        })
+        .unwrap();
+        // The sender's pass writes without blocking even though its socket
+        // is in blocking mode; its completion needs no peer action.
+        let ca = take(&mut a, 1);
+        assert_eq!(
+            (ca[0].wr_id, ca[0].status),
+            (100 + i as u64, Status::Success)
+        );
+        let cb = take(&mut b, 1);
+        assert_eq!(cb[0].wr_id, i as u64);
+        assert_eq!(cb[0].byte_len as usize, len);
+        assert_eq!(&b.region(&dst).unwrap()[..len], &pattern[..]);
+    }
+    // Work already pending: no sleep at all.
+    b.post_recv(RecvWr {
+        wr_id: 9,
+        sge: dst.sge(0, 64),
+    })
+    .unwrap();
+    a.post_send(SendWr {
+        wr_id: 109,
+        op: SendOp::Send { solicited: false },
+        sges: vec![src.sge(0, 8)].into(),
+    })
+    .unwrap();
+    take(&mut a, 1);
+    assert!(b.read_blocking(Duration::from_secs(10)).unwrap());
+    let t0 = Instant::now();
+    assert!(b.read_blocking(Duration::from_secs(10)).unwrap());
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let cb = take(&mut b, 1);
+    assert_eq!(cb[0].wr_id, 9);
+    // The peer going away ends a sleep too.
+    drop(a);
+    let t0 = Instant::now();
+    let mut lost = false;
+    for _ in 0..100 {
+        b.read_blocking(Duration::from_millis(50)).unwrap();
+        let mut c = Vec::new();
+        b.poll_completions(&mut c);
+        if matches!(
+            b.connection_state(),
+            rpcrdma_proto::provider::ConnectionState::Disconnected(_)
+        ) {
+            lost = true;
+            break;
+        }
+    }
+    assert!(lost, "peer loss not seen");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn blocking_reads_only_after_the_mpa_exchange() {
+    let l = rpcrdma_iwarp::tcp::Listener::bind("127.0.0.1:0", IwarpConfig::default()).unwrap();
+    let mut a = IwarpProvider::connect(l.local_addr().unwrap(), IwarpConfig::default()).unwrap();
+    let e = a.set_blocking_reads(true).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+}
