@@ -281,6 +281,7 @@ impl RdmaBlockingClient {
         {
             let _g = wake.driving();
             d.pass_blocking();
+            d.publish_stale();
         }
         let next_xid = client.first_xid.unwrap_or_else(clock_xid);
         Ok(RdmaBlockingClient {
@@ -404,7 +405,13 @@ impl RdmaBlockingClient {
         self.shared.count_sent(len);
         let deadline = Instant::now() + timeout;
         loop {
-            match rx.try_recv() {
+            let got = rx.try_recv();
+            if !matches!(got, Err(TryRecvError::Empty)) {
+                // The caller may look at the status as soon as it has the
+                // reply.
+                d.publish_stale();
+            }
+            match got {
                 Ok(Ok(m)) => return Ok(Some(m)),
                 Ok(Err(e)) => {
                     return Err(if e.is_callers() {
@@ -433,6 +440,7 @@ impl RdmaBlockingClient {
             }
             if Instant::now() >= deadline {
                 d.command_now(Cmd::Cancel(xid));
+                d.publish_stale();
                 return Ok(None);
             }
             d.wait_blocking(Some(deadline));

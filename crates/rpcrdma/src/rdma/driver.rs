@@ -276,6 +276,11 @@ pub(crate) struct Driver {
     /// Blocking mode at a server: a backchannel call came from another
     /// thread, so the driver must stay wakeable (poll(2) from now on).
     cross_thread_calls: bool,
+    /// Blocking mode: state changed since the last publication.
+    stale: bool,
+    /// The handle every received call carries (one allocation per
+    /// connection, not per call).
+    conn_handle: Arc<dyn ServerConnection>,
 }
 
 fn register_fd(p: &mut BoxProvider) -> Option<AsyncFd<Fd>> {
@@ -330,6 +335,7 @@ impl Driver {
             st.status.connects = 1;
         }
         let mut prov = connected.provider;
+        let conn_handle: Arc<dyn ServerConnection> = Arc::new(ConnHandle(shared.clone()));
         let mut blocking_reads = false;
         let afd = if shared.wake.is_some() {
             // A blocking driver polls the fd itself (see `wait_blocking`)
@@ -361,6 +367,8 @@ impl Driver {
             deferred: Vec::new(),
             blocking_reads,
             cross_thread_calls: false,
+            stale: false,
+            conn_handle,
         }
     }
 
@@ -576,7 +584,26 @@ impl Driver {
         busy
     }
 
-    fn publish(&self) {
+    /// Publishes the connection's state for [`RdmaStatus`] readers. A
+    /// blocking driver only marks it stale here and publishes once before
+    /// it sleeps (and a blocking client before each call returns): one
+    /// lock and copy per call instead of one per pass.
+    fn publish(&mut self) {
+        if self.shared.wake.is_some() {
+            self.stale = true;
+            return;
+        }
+        self.publish_now();
+    }
+
+    /// Publishes now if a blocking driver's state is stale.
+    pub(crate) fn publish_stale(&mut self) {
+        if std::mem::take(&mut self.stale) {
+            self.publish_now();
+        }
+    }
+
+    fn publish_now(&self) {
         let mut st = self.shared.lock();
         st.status.negotiated = self.conn.negotiated();
         st.status.credits = self.conn.credits();
@@ -673,7 +700,7 @@ impl Driver {
                 d.dispatch(IncomingCall {
                     message,
                     client: self.identity.clone(),
-                    conn: Arc::new(ConnHandle(self.shared.clone())),
+                    conn: self.conn_handle.clone(),
                     guard: CallGuard::none(),
                 });
             }
@@ -786,6 +813,7 @@ impl Driver {
         let Some(wake) = self.shared.wake.clone() else {
             return;
         };
+        self.publish_stale();
         self.prov.arm(wake.waker(), Notify::Any);
         if wake.take_fired() {
             return;
@@ -835,13 +863,22 @@ impl Driver {
             return;
         };
         let _driving = wake.driving();
+        let mut busy_passes = 0u32;
         loop {
             let busy = self.pass_blocking();
             if self.conn.is_closed() {
                 break;
             }
             if !busy {
+                busy_passes = 0;
                 self.wait_blocking(None);
+            } else {
+                // Under continuous load the thread may not sleep for a
+                // long time: publish now and then anyway.
+                busy_passes += 1;
+                if busy_passes.is_multiple_of(64) {
+                    self.publish_stale();
+                }
             }
         }
         self.finish_begin();
@@ -851,7 +888,7 @@ impl Driver {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        self.publish();
+        self.publish_now();
     }
 
     /// Reconnects with backoff; true when a new connection is up.
