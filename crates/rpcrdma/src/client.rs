@@ -461,20 +461,21 @@ impl Client {
     }
 }
 
-/// The inline octets before the first DDP piece (no copy for one piece).
-pub(crate) fn inline_prefix(m: &Message) -> Bytes {
+/// The inline octets before the first DDP piece (borrowed, without a copy
+/// or a reference count, when they are one piece).
+pub(crate) fn inline_prefix(m: &Message) -> std::borrow::Cow<'_, [u8]> {
     let pieces = m.pieces();
     let n = pieces.iter().take_while(|p| !p.is_ddp()).count();
     match pieces.get(..n) {
-        Some([Piece::Inline(b)]) => b.clone(),
+        Some([Piece::Inline(b)]) => std::borrow::Cow::Borrowed(&b[..]),
         Some(ps) => {
             let mut v = Vec::new();
             for p in ps {
                 v.extend_from_slice(p.bytes());
             }
-            Bytes::from(v)
+            std::borrow::Cow::Owned(v)
         }
-        None => Bytes::new(),
+        None => std::borrow::Cow::Borrowed(&[]),
     }
 }
 

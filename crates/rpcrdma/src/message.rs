@@ -37,6 +37,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use rpcrdma_proto::xdr::{pad_len, DecodeErrorKind, Reader, XdrEncode};
 use rpcrdma_proto::{DecodeError, EncodeError};
+use smallvec::SmallVec;
 
 /// One piece of a [`Message`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,7 +77,9 @@ impl Piece {
 /// out-of-band DDP results (see the [module documentation](self)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Message {
-    pieces: Vec<Piece>,
+    /// Two pieces inline (a header and its body, or one received buffer):
+    /// most messages need no allocation for the list.
+    pieces: SmallVec<[Piece; 2]>,
     /// Out-of-band DDP results, one per Write chunk offered, in Write list
     /// order (empty: the chunk came back unused or empty).
     results: Vec<Bytes>,
@@ -93,7 +96,7 @@ impl Message {
     /// An empty message (the XDR of `void`).
     pub fn new() -> Self {
         Message {
-            pieces: Vec::new(),
+            pieces: SmallVec::new(),
             results: Vec::new(),
         }
     }
@@ -177,7 +180,7 @@ impl Message {
     /// Consumes the message, giving its pieces (out-of-band results, if
     /// any, are dropped).
     pub fn into_pieces(self) -> Vec<Piece> {
-        self.pieces
+        self.pieces.into_vec()
     }
 
     /// The out-of-band DDP results, one per Write chunk offered, in Write

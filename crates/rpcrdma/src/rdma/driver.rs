@@ -235,6 +235,10 @@ pub(crate) struct Reconnect {
 /// least this often even without a readiness notification.
 const FALLBACK_TICK: Duration = Duration::from_millis(20);
 
+/// A fallback tick handled later than this after its instant says the
+/// driver's thread was starved, not that a wake-up was lost.
+const FALLBACK_LATE: Duration = Duration::from_millis(4);
+
 /// Fallback rescues of every driver of this process (see
 /// [`super::fallback_rescues_total`]).
 pub(crate) static FALLBACK_RESCUES: std::sync::atomic::AtomicU64 =
@@ -455,7 +459,14 @@ impl Driver {
             if self.conn.is_closed() {
                 return Poll::Ready(());
             }
-            if std::mem::take(&mut by_fallback) && (readable || busy) {
+            // A tick that fires well after its instant means this thread
+            // did not run for a while (an overloaded machine): the
+            // readiness it finds arrived meanwhile and was not lost.
+            let late = self
+                .now
+                .saturating_duration_since(clock.fallback_at.into_std())
+                > FALLBACK_LATE;
+            if std::mem::take(&mut by_fallback) && (readable || busy) && !late {
                 self.fallback_rescues += 1;
                 FALLBACK_RESCUES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::debug!(
