@@ -152,6 +152,10 @@ pub struct ServeArgs {
     /// Stop after this many seconds (default: run until killed).
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Drive each connection on a thread of its own (blocking mode, see
+    /// `rpcrdma::rdma::RdmaServerConfig::blocking`).
+    #[arg(long)]
+    pub blocking: bool,
     #[command(flatten)]
     pub link: LinkArgs,
 }
@@ -162,9 +166,11 @@ pub fn serve(args: ServeArgs) -> ExitCode {
     rt.block_on(async move {
         let server = Server::default();
         testprog::register(&server);
-        let rdma = match RdmaServer::serve(&server, args.listen.as_str(), args.link.server_config())
-            .await
-        {
+        let config = RdmaServerConfig {
+            blocking: args.blocking,
+            ..args.link.server_config()
+        };
+        let rdma = match RdmaServer::serve(&server, args.listen.as_str(), config).await {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("rpcrdma serve: cannot listen on {}: {e}", args.listen);

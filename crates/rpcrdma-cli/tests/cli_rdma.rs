@@ -575,3 +575,34 @@ fn demo_pcap_rpcrdma_decoded_by_tshark() {
     );
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn serve_blocking_answers_every_procedure() {
+    let s = serve(&["--blocking"]);
+    let size = 300_001usize;
+    for (proc, bytes) in [
+        ("null", 0),
+        ("echo", 9_000),
+        ("read", size),
+        ("write", size),
+    ] {
+        let size_s = bytes.to_string();
+        let o = run(&[
+            "call", &s.addr, "--proc", proc, "--size", &size_s, "--seed", "3", "--count", "2",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{proc}: {o:?}");
+        let v = json_lines(&o);
+        assert_eq!(v.len(), 2, "{proc}");
+        for c in &v {
+            assert_eq!(c["ok"], true, "{proc}: {c}");
+            assert_eq!(c["bytes"], bytes as u64, "{proc}");
+            let want = if bytes == 0 {
+                0
+            } else {
+                crc32c(&pattern(3, bytes))
+            };
+            assert_eq!(c["crc32c"], u64::from(want), "{proc}");
+        }
+    }
+}

@@ -41,6 +41,14 @@
 //!   [`ClientIdentity`] from [`RdmaServerConfig::identify`] (by default the
 //!   peer's IP address: never the source port, so the duplicate-reply cache
 //!   recognises a retransmission after a reconnect).
+//! * Blocking mode ([`RdmaBlockingClient`], [`RdmaServerConfig::blocking`]):
+//!   the same driver steps without the task hand-offs. A blocking client's
+//!   calling thread drives its connection and sleeps in the socket's
+//!   `recv(2)`; a blocking server drives each connection on a thread of its
+//!   own (recv(2) while no handler runs elsewhere, else `poll(2)` on the
+//!   socket and a wake-up socket pair). Two system calls per message per
+//!   side instead of three, and no runtime wake-ups: for synchronous
+//!   callers and a few busy connections (see `BENCHMARKS.md`).
 //! * Backchannel (RFC 8167): a server reaches the client through
 //!   [`ServerConnection::backchannel`](crate::ServerConnection::backchannel); a client serves it after
 //!   [`ClientTransport::set_backchannel`](crate::ClientTransport::set_backchannel) (which enables the engine's
