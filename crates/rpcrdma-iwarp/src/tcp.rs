@@ -97,6 +97,10 @@ pub struct IwarpProvider {
     dontwait: bool,
     /// The `SO_RCVTIMEO` last set.
     rcv_timeout: Option<Duration>,
+    /// A progress pass ran and nothing was posted, read or noted since: a
+    /// gated owner's `poll_completions` right after `poll_event` skips a
+    /// second, identical pass.
+    progressed: bool,
 }
 
 impl std::fmt::Debug for IwarpProvider {
@@ -191,6 +195,7 @@ impl IwarpProvider {
             read_gate: None,
             dontwait: false,
             rcv_timeout: None,
+            progressed: false,
         })
     }
 
@@ -290,11 +295,13 @@ impl IwarpProvider {
     /// *before* calling `note_readable` (so an arrival after the drain
     /// shows up as a new edge). Off (the default): every pass reads.
     pub fn set_read_gate(&mut self, on: bool) {
+        self.progressed = false;
         self.read_gate = on.then_some(true);
     }
 
     /// The socket may be readable (see [`IwarpProvider::set_read_gate`]).
     pub fn note_readable(&mut self) {
+        self.progressed = false;
         if self.read_gate.is_some() {
             self.read_gate = Some(true);
         }
@@ -462,6 +469,7 @@ impl IwarpProvider {
             self.state = ConnectionState::Disconnected(r.clone());
             self.events.push_back(ConnectionEvent::Disconnected(r));
         }
+        self.progressed = true;
     }
 
     fn progress_stream(&mut self) {
@@ -617,6 +625,7 @@ impl IwarpProvider {
     /// arrived to the queue pair. Returns whether something may be ready
     /// (as [`IwarpProvider::wait`]). Without blocking reads: `wait`.
     pub fn read_blocking(&mut self, timeout: Duration) -> io::Result<bool> {
+        self.progressed = false;
         if !self.dontwait || self.write_blocked || self.hold_tx_until.is_some() {
             return self.wait(Some(timeout));
         }
@@ -679,6 +688,7 @@ impl Provider for IwarpProvider {
     }
 
     fn disconnect(&mut self) {
+        self.progressed = false;
         if matches!(self.state, ConnectionState::Disconnected(_)) {
             return;
         }
@@ -709,6 +719,7 @@ impl Provider for IwarpProvider {
     }
 
     fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
+        self.progressed = false;
         self.qp.deregister(mr)
     }
 
@@ -721,19 +732,26 @@ impl Provider for IwarpProvider {
     }
 
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError> {
+        self.progressed = false;
         self.qp.post_recv(wr)?;
         self.wake_self();
         Ok(())
     }
 
     fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError> {
+        self.progressed = false;
         self.qp.post_send(wr)?;
         self.wake_self();
         Ok(())
     }
 
     fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
-        self.progress();
+        // A gated owner (a driver) calls poll_event, then this: one pass
+        // serves both while nothing happened in between.
+        if !(self.read_gate.is_some() && self.progressed) {
+            self.progress();
+        }
+        self.progressed = false;
         self.qp.poll_completions(out)
     }
 
