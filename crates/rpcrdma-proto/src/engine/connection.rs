@@ -15,7 +15,9 @@ use crate::provider::{
     Access, Buffer, Bytes, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode,
     Provider, ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Sges, Stag, Status,
 };
-use crate::wire::chunk::{ChunkLists, ReadList, ReadSegment, Segment, WriteChunk, WriteList};
+use crate::wire::chunk::{
+    ChunkLists, ReadList, ReadSegment, Segment, SegmentList, WriteChunk, WriteList,
+};
 use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
 use smallvec::{smallvec, SmallVec};
 
@@ -100,8 +102,8 @@ struct OutCall {
     call: OutgoingCall,
     retransmit: bool,
     /// Every chunk region (Read, Write, Reply chunks), for invalidation.
-    chunk_mrs: Vec<MemoryRegion>,
-    write_mrs: Vec<MemoryRegion>,
+    chunk_mrs: Mrs,
+    write_mrs: Mrs,
     reply_mr: Option<MemoryRegion>,
     send_mr: Option<MemoryRegion>,
     send_done: bool,
@@ -118,8 +120,8 @@ impl OutCall {
             xid,
             call,
             retransmit,
-            chunk_mrs: Vec::new(),
-            write_mrs: Vec::new(),
+            chunk_mrs: Mrs::new(),
+            write_mrs: Mrs::new(),
             reply_mr: None,
             send_mr: None,
             send_done: false,
@@ -139,6 +141,10 @@ impl OutCall {
             .chain(self.send_mr.take())
     }
 }
+
+/// The regions of one call's chunks: a small call (a Reply chunk, or one
+/// Write chunk and a Reply chunk) keeps them inline, no heap allocation.
+type Mrs = SmallVec<[MemoryRegion; 2]>;
 
 #[derive(Debug)]
 struct ReadChunk {
@@ -784,11 +790,11 @@ impl Connection {
             .writes
             .iter()
             .map(|w| {
-                WriteChunk::new(
+                WriteChunk::from_segments(
                     w.segments
                         .iter()
                         .map(|s| Segment::new(s.handle, 0, s.offset))
-                        .collect(),
+                        .collect::<SegmentList>(),
                 )
             })
             .collect();
@@ -856,11 +862,11 @@ impl Connection {
         // A Short reply copies it with every segment length zero (as Linux
         // svcrdma does).
         let unused_reply = call.reply.as_ref().map(|rc| {
-            WriteChunk::new(
+            WriteChunk::from_segments(
                 rc.segments
                     .iter()
                     .map(|s| Segment::new(s.handle, 0, s.offset))
-                    .collect(),
+                    .collect::<SegmentList>(),
             )
         });
         //= rfc8166#section-4.3.1
@@ -893,11 +899,11 @@ impl Connection {
                 self.send_error(p, xid, ErrorReply::Chunk);
                 return Ok(ReplyForm::ErrChunk);
             };
-            let mut rc_echo = WriteChunk::new(
+            let mut rc_echo = WriteChunk::from_segments(
                 rc.segments
                     .iter()
                     .map(|s| Segment::new(s.handle, 0, s.offset))
-                    .collect(),
+                    .collect::<SegmentList>(),
             );
             // The inline part is the source after the DDP pieces.
             let src = written.len();
@@ -1443,7 +1449,7 @@ impl Connection {
         p: &mut dyn Provider,
         data: Vec<u8>,
         access: Access,
-        into: &mut Vec<MemoryRegion>,
+        into: &mut Mrs,
     ) -> Result<MemoryRegion, ProviderError> {
         match p.register(data.into_boxed_slice(), access) {
             Ok(mr) => {
@@ -1491,7 +1497,7 @@ impl Connection {
         }
 
         // Reply resources.
-        let placeholder = |len: u32| WriteChunk::new(vec![Segment::new(0, len, 0)]);
+        let placeholder = |len: u32| WriteChunk::single(Segment::new(0, len, 0));
         let mut write_lens: Vec<u32> = Vec::new();
         let mut reply_len: Option<u32> = None;
         //= rfc8166#section-4.3.3
@@ -1561,7 +1567,7 @@ impl Connection {
         };
 
         // Registration: every chunk region per call.
-        let mut mrs: Vec<MemoryRegion> = Vec::new();
+        let mut mrs = Mrs::new();
         let mut reads = ReadList::new();
         let mut shape = Shape::Msg;
         // The DDP pieces left out of the inline part (`None`: no inline
@@ -1640,7 +1646,7 @@ impl Connection {
         };
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         let mut writes = WriteList::new();
-        let mut write_mrs = Vec::new();
+        let mut write_mrs = Mrs::new();
         let mut reply = None;
         let mut reply_mr = None;
         let mut failed = None;
@@ -2051,7 +2057,7 @@ impl Connection {
         p: &mut dyn Provider,
         mr: &MemoryRegion,
         len: usize,
-        mrs: &mut Vec<MemoryRegion>,
+        mrs: &mut Mrs,
     ) -> Bytes {
         if len == 0 {
             return Bytes::new();
@@ -2453,7 +2459,7 @@ impl Connection {
                     sinks.push(None);
                     continue;
                 }
-                let mut v = Vec::new();
+                let mut v = Mrs::new();
                 match self.register(p, vec![0u8; len], sink_access, &mut v) {
                     Ok(mr) => sinks.push(Some(mr)),
                     Err(_) => {
