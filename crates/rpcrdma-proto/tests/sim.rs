@@ -297,6 +297,60 @@ fn credits_limit_outstanding_calls_and_queue_drains() {
     assert_eq!(p.c.conn.metrics().credit_waits, 9);
 }
 
+/// A call started with a free credit and nothing queued is sent at once
+/// (without going through the queue); one started while others wait goes
+/// behind them. Either way the calls reach the responder in start order,
+/// with consecutive XIDs, and only the queued ones count as credit waits.
+#[test]
+fn calls_sent_at_once_or_queued_keep_start_order() {
+    let mut s = Config::server();
+    s.credits_granted = 2;
+    let mut p = Pair::new(Config::client(), s);
+    let start = |p: &mut Pair, i: u8| {
+        p.c.conn
+            .start_call(
+                p.now,
+                &mut p.c.prov,
+                OutgoingCall::inline(stream(&opaque_call(1, &[i; 4], false), 0), 256),
+            )
+            .unwrap()
+    };
+    // One credit: the first goes at once, the next two wait.
+    let ids: Vec<_> = (0..3).map(|i| start(&mut p, i)).collect();
+    assert_eq!((p.c.conn.outstanding(), p.c.conn.queued()), (1, 2));
+    assert_eq!(p.c.conn.metrics().credit_waits, 2);
+    p.run();
+    let mut xids = Vec::new();
+    let mut answered = 0;
+    while answered < 5 {
+        let calls = p.server_calls();
+        assert!(!calls.is_empty(), "progress");
+        for c in calls {
+            xids.push(c.xid);
+            p.s.conn
+                .send_reply(p.now, &mut p.s.prov, c.handle, simple_reply(c.xid, &[]))
+                .unwrap();
+        }
+        p.run();
+        answered += replies(&p.client_events()).len();
+        if answered == 3 {
+            // Nothing queued, two credits: both go at once.
+            start(&mut p, 3);
+            start(&mut p, 4);
+            assert_eq!((p.c.conn.outstanding(), p.c.conn.queued()), (2, 0));
+            p.run();
+        }
+    }
+    let first = xids[0];
+    assert_eq!(xids, (0..5).map(|i| first + i).collect::<Vec<_>>());
+    assert_eq!(ids.len(), 3);
+    assert_eq!(p.c.conn.metrics().credit_waits, 2);
+    assert_eq!(p.c.conn.metrics().calls_sent, 5);
+    assert_eq!(p.s.conn.metrics().replies_sent, 5);
+    // Every reply's Send completed and its buffer went back to the pool.
+    assert_eq!(p.s.conn.inflight_work_requests(), 2);
+}
+
 #[test]
 fn backchannel_calls_both_directions() {
     let mut p = Pair::new(Config::client(), Config::server());

@@ -1,5 +1,6 @@
 //! [`Connection`]: the per-connection state machine.
 
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
@@ -34,6 +35,9 @@ enum Op {
     Read(u64),
     /// A Write or Send of one of our replies.
     Reply(u64),
+    /// The Send of one of our replies that has no RDMA Write: its Send
+    /// buffer, released on completion (no reply job).
+    ReplySend(MemoryRegion),
     /// A Send whose buffer is freed on completion (error replies).
     Bare(MemoryRegion),
 }
@@ -603,6 +607,7 @@ impl Connection {
                 self.issue_reads(p);
             }
             Op::Reply(job) => self.job_step(p, job),
+            Op::ReplySend(mr) => self.release(p, mr),
             Op::Bare(mr) => {
                 self.errors_unacked = self.errors_unacked.saturating_sub(1);
                 self.release(p, mr);
@@ -709,8 +714,15 @@ impl Connection {
         self.next_id += 1;
         let xid = self.next_xid;
         self.next_xid = self.next_xid.wrapping_add(1);
-        self.queue.push_back(OutCall::new(id, xid, call, false));
-        self.pump(now, p);
+        let call = OutCall::new(id, xid, call, false);
+        if self.queue.is_empty() && self.can_send() {
+            // What `pump` would do with the call at the front of an empty
+            // queue, without moving it through the queue.
+            self.send_call(now, p, call);
+        } else {
+            self.queue.push_back(call);
+            self.pump(now, p);
+        }
         // `pump` takes calls from the front only: still queued, the call is
         // at the back.
         if self.queue.back().is_some_and(|c| c.id == id) {
@@ -730,10 +742,10 @@ impl Connection {
         if let Some(e) = &self.error {
             return Err(CallError::Closed(e.clone()));
         }
-        match self.incoming.get(&handle.0) {
-            Some(c) if c.delivered => {}
+        let (xid, backchannel) = match self.incoming.get(&handle.0) {
+            Some(c) if c.delivered => (c.xid, c.backchannel),
             _ => return Err(CallError::UnknownHandle),
-        }
+        };
         match reply.message.first() {
             Some(Piece::Inline(b)) if b.len() >= 4 => {}
             _ => {
@@ -747,16 +759,12 @@ impl Connection {
         // chunks are registered as they are (see `post_reply`).
         let mut message = reply.message;
         let (stream_len, ddp) = marshal::layout(&message);
-        let Some(call) = self.incoming.get(&handle.0) else {
-            return Err(CallError::UnknownHandle);
-        };
-        let xid = call.xid;
         if let Some(Piece::Inline(b)) = message.first_mut() {
             if let Some(w) = b.get_mut(..4) {
                 w.copy_from_slice(&xid.to_be_bytes());
             }
         }
-        if call.backchannel {
+        if backchannel {
             let need = self.framing.min_msg_header_len() + stream_len;
             if need > thr {
                 return Err(CallError::TooLarge {
@@ -1083,10 +1091,11 @@ impl Connection {
         }
     }
 
-    /// Drops answered calls from the front of `deadlines`.
-    fn trim_deadlines(&mut self) {
+    /// Drops answered calls from the front of `deadlines`; call `answered`
+    /// (just answered) is known not to wait any more.
+    fn trim_deadlines(&mut self, answered: u64) {
         while let Some(&(d, id)) = self.deadlines.front() {
-            if self.waits_for(id, d) {
+            if id != answered && self.waits_for(id, d) {
                 break;
             }
             self.deadlines.pop_front();
@@ -1427,12 +1436,17 @@ impl Connection {
         //= rfc8166#section-3.3.1
         //# A Requester MUST NOT send unacknowledged requests in excess of the
         //# Responder's granted credit limit.
-        while self.established && self.error.is_none() && self.outstanding < self.credits as usize {
+        while self.can_send() {
             let Some(call) = self.queue.pop_front() else {
                 break;
             };
             self.send_call(now, p, call);
         }
+    }
+
+    /// A call may be sent now (connection up, a credit free).
+    fn can_send(&self) -> bool {
+        self.established && self.error.is_none() && self.outstanding < self.credits as usize
     }
 
     fn fail_local(&mut self, call: OutCall, e: CallError) {
@@ -1896,7 +1910,7 @@ impl Connection {
             }
             call.pending_inv = invs.len();
         }
-        self.trim_deadlines();
+        self.trim_deadlines(id);
         for stag in invs {
             let wr_id = self.wr(Op::CallInv(id));
             self.metrics.local_invalidations += 1;
@@ -1927,15 +1941,13 @@ impl Connection {
     /// chunk is invalidated: hands the Write chunks' buffers over as the
     /// results, copies the Reply chunk out, and deregisters.
     fn try_finish(&mut self, p: &mut dyn Provider, id: u64) {
-        let ready = self
-            .calls
-            .get(&id)
-            .is_some_and(|c| c.reply.is_some() && c.send_done && c.pending_inv == 0);
-        if !ready {
-            return;
-        }
-        let Some(mut call) = self.calls.remove(&id) else {
-            return;
+        let mut call = match self.calls.entry(id) {
+            Entry::Occupied(e)
+                if e.get().reply.is_some() && e.get().send_done && e.get().pending_inv == 0 =>
+            {
+                e.remove()
+            }
+            _ => return,
         };
         let event = self.finish(p, &mut call);
         self.events.push_back(event);
@@ -2649,6 +2661,18 @@ impl Connection {
         op: SendOp,
     ) -> Result<(), ConnectionError> {
         let (send_mr, send_len) = send;
+        if plan.is_empty() {
+            // No RDMA Write: no source is registered, and the Send is the
+            // whole reply (no job to track).
+            let wr_id = self.wr(Op::ReplySend(send_mr));
+            let sges: Sges = smallvec![send_mr.sge(0, send_len)];
+            if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
+                self.ops.remove(wr_id);
+                self.zombies.push(send_mr);
+                return Err(ConnectionError::Provider(e));
+            }
+            return Ok(());
+        }
         let job = self.next_job;
         self.next_job += 1;
         let mut shared = Vec::new();
@@ -2742,6 +2766,7 @@ impl Connection {
                 self.errors_unacked = self.errors_unacked.saturating_sub(1);
                 self.zombies.push(mr);
             }
+            Op::ReplySend(mr) => self.zombies.push(mr),
             Op::Read(_) => self.reads_outstanding = self.reads_outstanding.saturating_sub(1),
             Op::CallSend(_) | Op::CallInv(_) | Op::Reply(_) => {}
         }
