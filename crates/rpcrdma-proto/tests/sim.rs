@@ -351,6 +351,74 @@ fn calls_sent_at_once_or_queued_keep_start_order() {
     assert_eq!(p.s.conn.inflight_work_requests(), 2);
 }
 
+/// A call without Read chunks takes the responder's short path (delivered
+/// at once, no staging for RDMA Reads); the same call sent as a Long Call
+/// (a Position-Zero Read chunk: the general path) must be delivered the
+/// same, field for field, but `long`; so must the reply that answers it.
+#[test]
+fn inline_call_delivered_as_the_general_path_delivers_it() {
+    let msg = opaque_call(7, &data(1500, 3), false);
+    let mut got = Vec::new();
+    for inline_send in [4096, 1024] {
+        let mut c = Config::client();
+        c.inline_send = inline_send;
+        let mut p = Pair::new(c, Config::server());
+        // reply_max 1 MiB: a Reply chunk is offered (echoed unused).
+        p.call(OutgoingCall {
+            message: msg.clone(),
+            reply_max: 1 << 20,
+            ddp_results: vec![],
+        });
+        let mut calls = p.server_calls();
+        assert_eq!(calls.len(), 1);
+        let call = calls.remove(0);
+        assert_eq!(call.long, inline_send == 1024);
+        assert_eq!(p.s.conn.metrics().long_calls_received, u64::from(call.long));
+        assert_eq!(p.s.conn.metrics().calls_received, 1);
+        assert_eq!(
+            p.reply(call.handle, simple_reply(call.xid, &data(24, 5))),
+            ReplyForm::Inline
+        );
+        let ev = p.client_events();
+        let r = replies(&ev);
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            r[0].message,
+            stream(&simple_reply(call.xid, &data(24, 5)).message, call.xid)
+        );
+        assert_eq!(p.s.conn.pending_incoming(), 0);
+        got.push(call);
+    }
+    let (a, mut b) = (got.remove(0), got.remove(0));
+    assert_eq!(a.message, stream(&msg, a.xid));
+    assert!(a.reply_chunk.is_some());
+    b.long = false;
+    assert_eq!(a, b);
+}
+
+/// The short path keeps the general path's checks: a call over
+/// `max_message_len`, or whose RPC header disagrees with the transport
+/// header, is answered with ERR_CHUNK and never delivered.
+#[test]
+fn inline_call_checks_match_the_general_path() {
+    let mut s = Config::server();
+    s.limits.max_message_len = 64;
+    let mut p = Pair::new(Config::client(), s);
+    p.call(OutgoingCall::inline(
+        stream(&opaque_call(1, &data(100, 1), false), 0),
+        256,
+    ));
+    assert!(p.server_calls().is_empty());
+    assert_eq!(p.s.conn.metrics().err_chunk_sent, 1);
+    // A well-formed small one still goes through.
+    p.call(OutgoingCall::inline(
+        stream(&opaque_call(1, &[], false), 0),
+        256,
+    ));
+    assert_eq!(p.server_calls().len(), 1);
+    assert_eq!(p.s.conn.metrics().calls_received, 1);
+}
+
 #[test]
 fn backchannel_calls_both_directions() {
     let mut p = Pair::new(Config::client(), Config::server());

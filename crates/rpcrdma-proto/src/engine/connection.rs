@@ -331,6 +331,34 @@ fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
     Some((w(0)?, w(4)?))
 }
 
+/// The handle of every segment of a call's chunks, if they are all the
+/// same one: the only case where Send With Invalidate is used (Linux
+/// svc_rdma_get_inv_rkey). (No set is built: the first handle, then any
+/// other ends it.)
+fn single_handle(chunks: &ChunkLists) -> Option<u32> {
+    let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
+        chunks
+            .writes
+            .iter()
+            .chain(chunks.reply.iter())
+            .flat_map(|w| w.segments.iter().map(|s| s.handle)),
+    );
+    match all.next() {
+        Some(h) if all.all(|x| x == h) => Some(h),
+        _ => None,
+    }
+}
+
+/// A copy of `wr` (kept in case the provider refuses it with QueueFull):
+/// the SGE list copied as a slice, not element by element.
+fn copy_wr(wr: &SendWr) -> SendWr {
+    SendWr {
+        wr_id: wr.wr_id,
+        op: wr.op,
+        sges: Sges::from_slice(&wr.sges),
+    }
+}
+
 /// Send buffers kept registered for reuse.
 const SEND_POOL_MAX: usize = 256;
 /// Octets of (unregistered) chunk-sink buffers kept for reuse.
@@ -1157,7 +1185,7 @@ impl Connection {
             self.backlog.push_back(wr);
             return Ok(());
         }
-        match p.post_send(wr.clone()) {
+        match p.post_send(copy_wr(&wr)) {
             Err(ProviderError::QueueFull) => {
                 self.metrics.send_queue_waits += 1;
                 self.backlog.push_back(wr);
@@ -1172,7 +1200,7 @@ impl Connection {
             let Some(wr) = self.backlog.pop_front() else {
                 break;
             };
-            match p.post_send(wr.clone()) {
+            match p.post_send(copy_wr(&wr)) {
                 Ok(()) => {}
                 Err(ProviderError::QueueFull) => {
                     self.backlog.push_front(wr);
@@ -2342,6 +2370,10 @@ impl Connection {
         //# If the rdma_vers field contains a recognized value, but an XDR
         //# parsing error occurs, the Responder MUST reply with an
         //# RDMA_ERROR procedure and set the rdma_err value to ERR_CHUNK.
+        if shape == Shape::Msg && chunks.reads.is_empty() {
+            self.on_inline_call(p, xid, chunks, payload, backchannel);
+            return;
+        }
         let (groups, pz) = match self.validate_call(shape, &chunks, payload.len()) {
             Ok(x) => x,
             Err(_why) => {
@@ -2349,20 +2381,7 @@ impl Connection {
                 return;
             }
         };
-        // One distinct handle in the whole call: the only case where Send
-        // With Invalidate is used (Linux svc_rdma_get_inv_rkey).
-        // (No set is built: the first handle, then any other ends it.)
-        let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
-            chunks
-                .writes
-                .iter()
-                .chain(chunks.reply.iter())
-                .flat_map(|w| w.segments.iter().map(|s| s.handle)),
-        );
-        let inv = match all.next() {
-            Some(h) if all.all(|x| x == h) => Some(h),
-            _ => None,
-        };
+        let inv = single_handle(&chunks);
         let handle = self.next_handle;
         self.next_handle += 1;
         let mut reads = Vec::new();
@@ -2430,6 +2449,70 @@ impl Connection {
             }
             self.admit_waiting(p);
         }
+    }
+
+    /// [`Connection::on_call`] for an RDMA_MSG call without Read chunks
+    /// (every small call): the same checks and outcome as the general path
+    /// (`validate_call`, then `reads_done` with nothing to read), without
+    /// staging the call for RDMA Reads: the message is the inline payload
+    /// as it is, delivered at once.
+    fn on_inline_call(
+        &mut self,
+        p: &mut dyn Provider,
+        xid: u32,
+        chunks: ChunkLists,
+        payload: Vec<u8>,
+        backchannel: bool,
+    ) {
+        if payload.len() as u64 > u64::from(self.config.limits.max_message_len) {
+            self.send_error(p, xid, ErrorReply::Chunk);
+            return;
+        }
+        let inv = single_handle(&chunks);
+        let handle = self.next_handle;
+        self.next_handle += 1;
+        //= rfc8167#section-5.1
+        //# Whether presented inline or as a separate chunk, the ONC RPC Call
+        //# header MUST start with the same XID value that is present in the
+        //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
+        //# contain the value CALL.
+        // As in `reads_done`: a mismatch is answered with ERR_CHUNK.
+        if rpc_prefix(&payload) != Some((xid, MSG_CALL)) {
+            self.metrics.rpc_header_mismatches += 1;
+            self.send_error(p, xid, ErrorReply::Chunk);
+            return;
+        }
+        let ev = IncomingCall {
+            handle: CallHandle(handle),
+            xid,
+            backchannel,
+            message: payload,
+            ddp: Vec::new(),
+            long: false,
+            write_chunks: chunks.writes.iter().map(WriteChunk::total_len).collect(),
+            reply_chunk: chunks.reply.as_ref().map(WriteChunk::total_len),
+        };
+        self.incoming.insert(
+            handle,
+            InCall {
+                xid,
+                backchannel,
+                long: false,
+                base: Vec::new(),
+                pz: None,
+                chunks: Vec::new(),
+                reads_left: 0,
+                pending_reads: Vec::new(),
+                sink_need: 0,
+                admitted: false,
+                writes: chunks.writes,
+                reply: chunks.reply,
+                inv,
+                delivered: true,
+            },
+        );
+        self.metrics.calls_received += 1;
+        self.events.push_back(Event::CallReceived(ev));
     }
 
     /// Octets of Read sinks this connection may have registered at once.
