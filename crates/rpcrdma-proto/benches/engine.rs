@@ -18,7 +18,10 @@
 //! * `null_reply_chunk`: `reply_max` 1 MiB + 4 KiB as the `rpcrdma` client
 //!   sends by default, so every call also offers a Reply chunk (registered
 //!   from the sink pool), which the server echoes unused and the client
-//!   invalidates locally before delivering the reply.
+//!   invalidates locally before delivering the reply;
+//! * `null_reply_chunk_swi`: the same with the server's RFC 8797 R flag set
+//!   (both ends set it), so the reply comes by Send With Invalidate and the
+//!   client posts no Local Invalidate.
 //!
 //! What is measured is the engine plus the in-memory provider (which copies
 //! each message into a `Vec` on its "wire" and keeps its own queues), never
@@ -130,10 +133,11 @@ struct Rig {
 }
 
 impl Rig {
-    fn new(reply_max: u32) -> Rig {
+    fn new(reply_max: u32, server_r: bool) -> Rig {
         let now = Instant::now();
         let ccfg = Config::client();
-        let scfg = Config::server();
+        let mut scfg = Config::server();
+        scfg.remote_invalidation = server_r;
         let mut c = Connection::new(ccfg.clone());
         let mut s = Connection::new(scfg.clone());
         let (mut cp, mut sp) = mem::pair(MemConfig::DEFAULT);
@@ -234,8 +238,8 @@ impl Rig {
     }
 }
 
-fn count_allocs(name: &str, reply_max: u32) {
-    let mut rig = Rig::new(reply_max);
+fn count_allocs(name: &str, reply_max: u32, server_r: bool) {
+    let mut rig = Rig::new(reply_max, server_r);
     const N: u64 = 10_000;
     let before = ALLOCS.load(Ordering::Relaxed);
     for _ in 0..N {
@@ -259,15 +263,15 @@ fn count_allocs(name: &str, reply_max: u32) {
 /// round trip). The fastest batch is the least disturbed by other
 /// processes on a shared machine: compare old and new binaries by it,
 /// run alternately.
-fn batches(kinds: &[(&str, u32)]) -> bool {
+fn batches(kinds: &[(&str, u32, bool)]) -> bool {
     let Some(n) = std::env::var("ENGINE_BENCH_BATCHES")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     else {
         return false;
     };
-    for &(name, reply_max) in kinds {
-        let mut rig = Rig::new(reply_max);
+    for &(name, reply_max, server_r) in kinds {
+        let mut rig = Rig::new(reply_max, server_r);
         let mut ns: Vec<f64> = (0..n.max(1))
             .map(|_| {
                 let t = Instant::now();
@@ -289,19 +293,20 @@ fn batches(kinds: &[(&str, u32)]) -> bool {
 
 fn bench_engine(c: &mut Criterion) {
     let kinds = [
-        ("null_inline", 256u32),
-        ("null_reply_chunk", (1 << 20) + 4096),
+        ("null_inline", 256u32, false),
+        ("null_reply_chunk", (1 << 20) + 4096, false),
+        ("null_reply_chunk_swi", (1 << 20) + 4096, true),
     ];
     if batches(&kinds) {
         return;
     }
-    for (name, reply_max) in kinds {
-        count_allocs(name, reply_max);
+    for (name, reply_max, server_r) in kinds {
+        count_allocs(name, reply_max, server_r);
     }
     let mut g = c.benchmark_group("engine");
     g.throughput(Throughput::Elements(1));
-    for (name, reply_max) in kinds {
-        let mut rig = Rig::new(reply_max);
+    for (name, reply_max, server_r) in kinds {
+        let mut rig = Rig::new(reply_max, server_r);
         g.bench_function(name, |b| b.iter(|| rig.round_trip()));
     }
     g.finish();
