@@ -359,6 +359,17 @@ fn copy_wr(wr: &SendWr) -> SendWr {
     }
 }
 
+/// One single-segment Write chunk per length (placeholders for header
+/// sizes); nothing built for the usual empty list.
+fn placeholders(lens: &[u32]) -> WriteList {
+    if lens.is_empty() {
+        return WriteList::new();
+    }
+    lens.iter()
+        .map(|&l| WriteChunk::single(Segment::new(0, l, 0)))
+        .collect()
+}
+
 /// Send buffers kept registered for reuse.
 const SEND_POOL_MAX: usize = 256;
 /// Octets of (unregistered) chunk-sink buffers kept for reuse.
@@ -822,18 +833,22 @@ impl Connection {
         //# Write chunk (see Section 3.4.6).
         // Every echoed segment starts at length zero (unused) and gets the
         // octets actually written (Linux pcl_process_nonpayloads).
-        let mut echo: WriteList = call
-            .writes
-            .iter()
-            .map(|w| {
-                WriteChunk::from_segments(
-                    w.segments
-                        .iter()
-                        .map(|s| Segment::new(s.handle, 0, s.offset))
-                        .collect::<SegmentList>(),
-                )
-            })
-            .collect();
+        // (Nothing to build for the usual small call without a Write list.)
+        let mut echo: WriteList = if call.writes.is_empty() {
+            WriteList::new()
+        } else {
+            call.writes
+                .iter()
+                .map(|w| {
+                    WriteChunk::from_segments(
+                        w.segments
+                            .iter()
+                            .map(|s| Segment::new(s.handle, 0, s.offset))
+                            .collect::<SegmentList>(),
+                    )
+                })
+                .collect()
+        };
         // Indexes (in `message`) of the DDP pieces written to Write chunks.
         let mut written: Vec<usize> = Vec::new();
         // (remote, source, offset in the source, octets); the sources are
@@ -909,7 +924,7 @@ impl Connection {
         //# Responders MUST leave the Read list empty in all replies.
         let msg_chunks = ChunkLists {
             reads: ReadList::new(),
-            writes: echo.clone(),
+            writes: echo,
             reply: unused_reply,
         };
         let (form, header) = if self.framing.header_len(Shape::Msg, &msg_chunks) + inline_len <= thr
@@ -935,6 +950,8 @@ impl Connection {
                 self.send_error(p, xid, ErrorReply::Chunk);
                 return Ok(ReplyForm::ErrChunk);
             };
+            // The echoed Write list, back from the RDMA_MSG attempt.
+            let echo = msg_chunks.writes;
             let mut rc_echo = WriteChunk::from_segments(
                 rc.segments
                     .iter()
@@ -1017,14 +1034,17 @@ impl Connection {
         };
         // The DDP pieces are the Write sources as they are: registered
         // read-only, shared with whoever else holds them, never copied.
-        let mut sources: Vec<Bytes> = written
-            .iter()
-            .map(|&pi| match message.get_mut(pi) {
-                Some(Piece::Ddp(b)) => std::mem::take(b),
-                _ => Bytes::new(),
-            })
-            .collect();
-        sources.extend(long_src);
+        let mut sources: Vec<Bytes> = Vec::new();
+        if !written.is_empty() || long_src.is_some() {
+            sources = written
+                .iter()
+                .map(|&pi| match message.get_mut(pi) {
+                    Some(Piece::Ddp(b)) => std::mem::take(b),
+                    _ => Bytes::new(),
+                })
+                .collect();
+            sources.extend(long_src);
+        }
         let r = self.post_reply(p, sources, plan, send, op);
         //= rfc8166#section-4.5.4
         //# If a Responder is unable to construct and transmit an RPC Reply or
@@ -1555,7 +1575,7 @@ impl Connection {
             write_lens = call.call.ddp_results.clone();
             let echo = ChunkLists {
                 reads: ReadList::new(),
-                writes: write_lens.iter().map(|&l| placeholder(l)).collect(),
+                writes: placeholders(&write_lens),
                 reply: None,
             };
             let ddp_total: u64 = write_lens.iter().map(|&l| u64::from(l)).sum();
@@ -1566,7 +1586,7 @@ impl Connection {
         }
         let base = ChunkLists {
             reads: ReadList::new(),
-            writes: write_lens.iter().map(|&l| placeholder(l)).collect(),
+            writes: placeholders(&write_lens),
             reply: reply_len.map(placeholder),
         };
 
