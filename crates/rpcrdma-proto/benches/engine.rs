@@ -42,11 +42,11 @@
 //! fastest of 300 batches, old/new alternately, three rounds each), ns per
 //! round trip, client and server together:
 //!
-//! | kind | cadc562 (first bench) | 9d42150 | allocations |
+//! | kind | cadc562 (first bench) | 783d763 | allocations |
 //! |---|---|---|---|
-//! | `null_inline` | 1397..1423 | 1193..1201 (-15 %) | 8 -> 8 |
-//! | `null_reply_chunk` | 1692..1736 | 1461..1474 (-14 %) | 11 -> 8 |
-//! | `null_reply_chunk_swi` | - | 1343..1429 | 8 |
+//! | `null_inline` | 1401..1469 | 1166..1189 (-17 %) | 8 -> 8 |
+//! | `null_reply_chunk` | 1691..1749 | 1404..1430 (-17 %) | 11 -> 8 |
+//! | `null_reply_chunk_swi` | - | 1286..1365 | 8 |
 //!
 //! Of the 8 allocations, 4 are this bench building the messages, 2 the
 //! in-memory provider's copies on its wire, 2 the received messages handed
