@@ -297,6 +297,128 @@ fn credits_limit_outstanding_calls_and_queue_drains() {
     assert_eq!(p.c.conn.metrics().credit_waits, 9);
 }
 
+/// A call started with a free credit and nothing queued is sent at once
+/// (without going through the queue); one started while others wait goes
+/// behind them. Either way the calls reach the responder in start order,
+/// with consecutive XIDs, and only the queued ones count as credit waits.
+#[test]
+fn calls_sent_at_once_or_queued_keep_start_order() {
+    let mut s = Config::server();
+    s.credits_granted = 2;
+    let mut p = Pair::new(Config::client(), s);
+    let start = |p: &mut Pair, i: u8| {
+        p.c.conn
+            .start_call(
+                p.now,
+                &mut p.c.prov,
+                OutgoingCall::inline(stream(&opaque_call(1, &[i; 4], false), 0), 256),
+            )
+            .unwrap()
+    };
+    // One credit: the first goes at once, the next two wait.
+    let ids: Vec<_> = (0..3).map(|i| start(&mut p, i)).collect();
+    assert_eq!((p.c.conn.outstanding(), p.c.conn.queued()), (1, 2));
+    assert_eq!(p.c.conn.metrics().credit_waits, 2);
+    p.run();
+    let mut xids = Vec::new();
+    let mut answered = 0;
+    while answered < 5 {
+        let calls = p.server_calls();
+        assert!(!calls.is_empty(), "progress");
+        for c in calls {
+            xids.push(c.xid);
+            p.s.conn
+                .send_reply(p.now, &mut p.s.prov, c.handle, simple_reply(c.xid, &[]))
+                .unwrap();
+        }
+        p.run();
+        answered += replies(&p.client_events()).len();
+        if answered == 3 {
+            // Nothing queued, two credits: both go at once.
+            start(&mut p, 3);
+            start(&mut p, 4);
+            assert_eq!((p.c.conn.outstanding(), p.c.conn.queued()), (2, 0));
+            p.run();
+        }
+    }
+    let first = xids[0];
+    assert_eq!(xids, (0..5).map(|i| first + i).collect::<Vec<_>>());
+    assert_eq!(ids.len(), 3);
+    assert_eq!(p.c.conn.metrics().credit_waits, 2);
+    assert_eq!(p.c.conn.metrics().calls_sent, 5);
+    assert_eq!(p.s.conn.metrics().replies_sent, 5);
+    // Every reply's Send completed and its buffer went back to the pool.
+    assert_eq!(p.s.conn.inflight_work_requests(), 2);
+}
+
+/// A call without Read chunks takes the responder's short path (delivered
+/// at once, no staging for RDMA Reads); the same call sent as a Long Call
+/// (a Position-Zero Read chunk: the general path) must be delivered the
+/// same, field for field, but `long`; so must the reply that answers it.
+#[test]
+fn inline_call_delivered_as_the_general_path_delivers_it() {
+    let msg = opaque_call(7, &data(1500, 3), false);
+    let mut got = Vec::new();
+    for inline_send in [4096, 1024] {
+        let mut c = Config::client();
+        c.inline_send = inline_send;
+        let mut p = Pair::new(c, Config::server());
+        // reply_max 1 MiB: a Reply chunk is offered (echoed unused).
+        p.call(OutgoingCall {
+            message: msg.clone(),
+            reply_max: 1 << 20,
+            ddp_results: vec![],
+        });
+        let mut calls = p.server_calls();
+        assert_eq!(calls.len(), 1);
+        let call = calls.remove(0);
+        assert_eq!(call.long, inline_send == 1024);
+        assert_eq!(p.s.conn.metrics().long_calls_received, u64::from(call.long));
+        assert_eq!(p.s.conn.metrics().calls_received, 1);
+        assert_eq!(
+            p.reply(call.handle, simple_reply(call.xid, &data(24, 5))),
+            ReplyForm::Inline
+        );
+        let ev = p.client_events();
+        let r = replies(&ev);
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            r[0].message,
+            stream(&simple_reply(call.xid, &data(24, 5)).message, call.xid)
+        );
+        assert_eq!(p.s.conn.pending_incoming(), 0);
+        got.push(call);
+    }
+    let (a, mut b) = (got.remove(0), got.remove(0));
+    assert_eq!(a.message, stream(&msg, a.xid));
+    assert!(a.reply_chunk.is_some());
+    b.long = false;
+    assert_eq!(a, b);
+}
+
+/// The short path keeps the general path's checks: a call over
+/// `max_message_len`, or whose RPC header disagrees with the transport
+/// header, is answered with ERR_CHUNK and never delivered.
+#[test]
+fn inline_call_checks_match_the_general_path() {
+    let mut s = Config::server();
+    s.limits.max_message_len = 64;
+    let mut p = Pair::new(Config::client(), s);
+    p.call(OutgoingCall::inline(
+        stream(&opaque_call(1, &data(100, 1), false), 0),
+        256,
+    ));
+    assert!(p.server_calls().is_empty());
+    assert_eq!(p.s.conn.metrics().err_chunk_sent, 1);
+    // A well-formed small one still goes through.
+    p.call(OutgoingCall::inline(
+        stream(&opaque_call(1, &[], false), 0),
+        256,
+    ));
+    assert_eq!(p.server_calls().len(), 1);
+    assert_eq!(p.s.conn.metrics().calls_received, 1);
+}
+
 #[test]
 fn backchannel_calls_both_directions() {
     let mut p = Pair::new(Config::client(), Config::server());

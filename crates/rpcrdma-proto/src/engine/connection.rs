@@ -1,5 +1,6 @@
 //! [`Connection`]: the per-connection state machine.
 
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
@@ -15,7 +16,9 @@ use crate::provider::{
     Access, Buffer, Bytes, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode,
     Provider, ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Sges, Stag, Status,
 };
-use crate::wire::chunk::{ChunkLists, ReadList, ReadSegment, Segment, WriteChunk, WriteList};
+use crate::wire::chunk::{
+    ChunkLists, ReadList, ReadSegment, Segment, SegmentList, WriteChunk, WriteList,
+};
 use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
 use smallvec::{smallvec, SmallVec};
 
@@ -32,6 +35,9 @@ enum Op {
     Read(u64),
     /// A Write or Send of one of our replies.
     Reply(u64),
+    /// The Send of one of our replies that has no RDMA Write: its Send
+    /// buffer, released on completion (no reply job).
+    ReplySend(MemoryRegion),
     /// A Send whose buffer is freed on completion (error replies).
     Bare(MemoryRegion),
 }
@@ -100,12 +106,12 @@ struct OutCall {
     call: OutgoingCall,
     retransmit: bool,
     /// Every chunk region (Read, Write, Reply chunks), for invalidation.
-    chunk_mrs: Vec<MemoryRegion>,
-    write_mrs: Vec<MemoryRegion>,
+    chunk_mrs: Mrs,
+    write_mrs: Mrs,
     reply_mr: Option<MemoryRegion>,
     send_mr: Option<MemoryRegion>,
     send_done: bool,
-    remotely_invalidated: Vec<Stag>,
+    remotely_invalidated: SmallVec<[Stag; 1]>,
     pending_inv: usize,
     reply: Option<Result<ReplyData, CallFailure>>,
     deadline: Option<Instant>,
@@ -118,12 +124,12 @@ impl OutCall {
             xid,
             call,
             retransmit,
-            chunk_mrs: Vec::new(),
-            write_mrs: Vec::new(),
+            chunk_mrs: Mrs::new(),
+            write_mrs: Mrs::new(),
             reply_mr: None,
             send_mr: None,
             send_done: false,
-            remotely_invalidated: Vec::new(),
+            remotely_invalidated: SmallVec::new(),
             pending_inv: 0,
             reply: None,
             deadline: None,
@@ -139,6 +145,10 @@ impl OutCall {
             .chain(self.send_mr.take())
     }
 }
+
+/// The regions of one call's chunks: a small call (a Reply chunk, or one
+/// Write chunk and a Reply chunk) keeps them inline, no heap allocation.
+type Mrs = SmallVec<[MemoryRegion; 2]>;
 
 #[derive(Debug)]
 struct ReadChunk {
@@ -319,6 +329,45 @@ fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
             .map(u32::from_be_bytes)
     };
     Some((w(0)?, w(4)?))
+}
+
+/// The handle of every segment of a call's chunks, if they are all the
+/// same one: the only case where Send With Invalidate is used (Linux
+/// svc_rdma_get_inv_rkey). (No set is built: the first handle, then any
+/// other ends it.)
+fn single_handle(chunks: &ChunkLists) -> Option<u32> {
+    let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
+        chunks
+            .writes
+            .iter()
+            .chain(chunks.reply.iter())
+            .flat_map(|w| w.segments.iter().map(|s| s.handle)),
+    );
+    match all.next() {
+        Some(h) if all.all(|x| x == h) => Some(h),
+        _ => None,
+    }
+}
+
+/// A copy of `wr` (kept in case the provider refuses it with QueueFull):
+/// the SGE list copied as a slice, not element by element.
+fn copy_wr(wr: &SendWr) -> SendWr {
+    SendWr {
+        wr_id: wr.wr_id,
+        op: wr.op,
+        sges: Sges::from_slice(&wr.sges),
+    }
+}
+
+/// One single-segment Write chunk per length (placeholders for header
+/// sizes); nothing built for the usual empty list.
+fn placeholders(lens: &[u32]) -> WriteList {
+    if lens.is_empty() {
+        return WriteList::new();
+    }
+    lens.iter()
+        .map(|&l| WriteChunk::single(Segment::new(0, l, 0)))
+        .collect()
 }
 
 /// Send buffers kept registered for reuse.
@@ -597,6 +646,7 @@ impl Connection {
                 self.issue_reads(p);
             }
             Op::Reply(job) => self.job_step(p, job),
+            Op::ReplySend(mr) => self.release(p, mr),
             Op::Bare(mr) => {
                 self.errors_unacked = self.errors_unacked.saturating_sub(1);
                 self.release(p, mr);
@@ -703,8 +753,15 @@ impl Connection {
         self.next_id += 1;
         let xid = self.next_xid;
         self.next_xid = self.next_xid.wrapping_add(1);
-        self.queue.push_back(OutCall::new(id, xid, call, false));
-        self.pump(now, p);
+        let call = OutCall::new(id, xid, call, false);
+        if self.queue.is_empty() && self.can_send() {
+            // What `pump` would do with the call at the front of an empty
+            // queue, without moving it through the queue.
+            self.send_call(now, p, call);
+        } else {
+            self.queue.push_back(call);
+            self.pump(now, p);
+        }
         // `pump` takes calls from the front only: still queued, the call is
         // at the back.
         if self.queue.back().is_some_and(|c| c.id == id) {
@@ -724,10 +781,10 @@ impl Connection {
         if let Some(e) = &self.error {
             return Err(CallError::Closed(e.clone()));
         }
-        match self.incoming.get(&handle.0) {
-            Some(c) if c.delivered => {}
+        let (xid, backchannel) = match self.incoming.get(&handle.0) {
+            Some(c) if c.delivered => (c.xid, c.backchannel),
             _ => return Err(CallError::UnknownHandle),
-        }
+        };
         match reply.message.first() {
             Some(Piece::Inline(b)) if b.len() >= 4 => {}
             _ => {
@@ -741,16 +798,12 @@ impl Connection {
         // chunks are registered as they are (see `post_reply`).
         let mut message = reply.message;
         let (stream_len, ddp) = marshal::layout(&message);
-        let Some(call) = self.incoming.get(&handle.0) else {
-            return Err(CallError::UnknownHandle);
-        };
-        let xid = call.xid;
         if let Some(Piece::Inline(b)) = message.first_mut() {
             if let Some(w) = b.get_mut(..4) {
                 w.copy_from_slice(&xid.to_be_bytes());
             }
         }
-        if call.backchannel {
+        if backchannel {
             let need = self.framing.min_msg_header_len() + stream_len;
             if need > thr {
                 return Err(CallError::TooLarge {
@@ -780,18 +833,22 @@ impl Connection {
         //# Write chunk (see Section 3.4.6).
         // Every echoed segment starts at length zero (unused) and gets the
         // octets actually written (Linux pcl_process_nonpayloads).
-        let mut echo: WriteList = call
-            .writes
-            .iter()
-            .map(|w| {
-                WriteChunk::new(
-                    w.segments
-                        .iter()
-                        .map(|s| Segment::new(s.handle, 0, s.offset))
-                        .collect(),
-                )
-            })
-            .collect();
+        // (Nothing to build for the usual small call without a Write list.)
+        let mut echo: WriteList = if call.writes.is_empty() {
+            WriteList::new()
+        } else {
+            call.writes
+                .iter()
+                .map(|w| {
+                    WriteChunk::from_segments(
+                        w.segments
+                            .iter()
+                            .map(|s| Segment::new(s.handle, 0, s.offset))
+                            .collect::<SegmentList>(),
+                    )
+                })
+                .collect()
+        };
         // Indexes (in `message`) of the DDP pieces written to Write chunks.
         let mut written: Vec<usize> = Vec::new();
         // (remote, source, offset in the source, octets); the sources are
@@ -856,18 +913,18 @@ impl Connection {
         // A Short reply copies it with every segment length zero (as Linux
         // svcrdma does).
         let unused_reply = call.reply.as_ref().map(|rc| {
-            WriteChunk::new(
+            WriteChunk::from_segments(
                 rc.segments
                     .iter()
                     .map(|s| Segment::new(s.handle, 0, s.offset))
-                    .collect(),
+                    .collect::<SegmentList>(),
             )
         });
         //= rfc8166#section-4.3.1
         //# Responders MUST leave the Read list empty in all replies.
         let msg_chunks = ChunkLists {
             reads: ReadList::new(),
-            writes: echo.clone(),
+            writes: echo,
             reply: unused_reply,
         };
         let (form, header) = if self.framing.header_len(Shape::Msg, &msg_chunks) + inline_len <= thr
@@ -893,11 +950,13 @@ impl Connection {
                 self.send_error(p, xid, ErrorReply::Chunk);
                 return Ok(ReplyForm::ErrChunk);
             };
-            let mut rc_echo = WriteChunk::new(
+            // The echoed Write list, back from the RDMA_MSG attempt.
+            let echo = msg_chunks.writes;
+            let mut rc_echo = WriteChunk::from_segments(
                 rc.segments
                     .iter()
                     .map(|s| Segment::new(s.handle, 0, s.offset))
-                    .collect(),
+                    .collect::<SegmentList>(),
             );
             // The inline part is the source after the DDP pieces.
             let src = written.len();
@@ -975,14 +1034,17 @@ impl Connection {
         };
         // The DDP pieces are the Write sources as they are: registered
         // read-only, shared with whoever else holds them, never copied.
-        let mut sources: Vec<Bytes> = written
-            .iter()
-            .map(|&pi| match message.get_mut(pi) {
-                Some(Piece::Ddp(b)) => std::mem::take(b),
-                _ => Bytes::new(),
-            })
-            .collect();
-        sources.extend(long_src);
+        let mut sources: Vec<Bytes> = Vec::new();
+        if !written.is_empty() || long_src.is_some() {
+            sources = written
+                .iter()
+                .map(|&pi| match message.get_mut(pi) {
+                    Some(Piece::Ddp(b)) => std::mem::take(b),
+                    _ => Bytes::new(),
+                })
+                .collect();
+            sources.extend(long_src);
+        }
         let r = self.post_reply(p, sources, plan, send, op);
         //= rfc8166#section-4.5.4
         //# If a Responder is unable to construct and transmit an RPC Reply or
@@ -1077,10 +1139,11 @@ impl Connection {
         }
     }
 
-    /// Drops answered calls from the front of `deadlines`.
-    fn trim_deadlines(&mut self) {
+    /// Drops answered calls from the front of `deadlines`; call `answered`
+    /// (just answered) is known not to wait any more.
+    fn trim_deadlines(&mut self, answered: u64) {
         while let Some(&(d, id)) = self.deadlines.front() {
-            if self.waits_for(id, d) {
+            if id != answered && self.waits_for(id, d) {
                 break;
             }
             self.deadlines.pop_front();
@@ -1142,7 +1205,7 @@ impl Connection {
             self.backlog.push_back(wr);
             return Ok(());
         }
-        match p.post_send(wr.clone()) {
+        match p.post_send(copy_wr(&wr)) {
             Err(ProviderError::QueueFull) => {
                 self.metrics.send_queue_waits += 1;
                 self.backlog.push_back(wr);
@@ -1157,7 +1220,7 @@ impl Connection {
             let Some(wr) = self.backlog.pop_front() else {
                 break;
             };
-            match p.post_send(wr.clone()) {
+            match p.post_send(copy_wr(&wr)) {
                 Ok(()) => {}
                 Err(ProviderError::QueueFull) => {
                     self.backlog.push_front(wr);
@@ -1421,12 +1484,17 @@ impl Connection {
         //= rfc8166#section-3.3.1
         //# A Requester MUST NOT send unacknowledged requests in excess of the
         //# Responder's granted credit limit.
-        while self.established && self.error.is_none() && self.outstanding < self.credits as usize {
+        while self.can_send() {
             let Some(call) = self.queue.pop_front() else {
                 break;
             };
             self.send_call(now, p, call);
         }
+    }
+
+    /// A call may be sent now (connection up, a credit free).
+    fn can_send(&self) -> bool {
+        self.established && self.error.is_none() && self.outstanding < self.credits as usize
     }
 
     fn fail_local(&mut self, call: OutCall, e: CallError) {
@@ -1443,7 +1511,7 @@ impl Connection {
         p: &mut dyn Provider,
         data: Vec<u8>,
         access: Access,
-        into: &mut Vec<MemoryRegion>,
+        into: &mut Mrs,
     ) -> Result<MemoryRegion, ProviderError> {
         match p.register(data.into_boxed_slice(), access) {
             Ok(mr) => {
@@ -1491,7 +1559,7 @@ impl Connection {
         }
 
         // Reply resources.
-        let placeholder = |len: u32| WriteChunk::new(vec![Segment::new(0, len, 0)]);
+        let placeholder = |len: u32| WriteChunk::single(Segment::new(0, len, 0));
         let mut write_lens: Vec<u32> = Vec::new();
         let mut reply_len: Option<u32> = None;
         //= rfc8166#section-4.3.3
@@ -1507,7 +1575,7 @@ impl Connection {
             write_lens = call.call.ddp_results.clone();
             let echo = ChunkLists {
                 reads: ReadList::new(),
-                writes: write_lens.iter().map(|&l| placeholder(l)).collect(),
+                writes: placeholders(&write_lens),
                 reply: None,
             };
             let ddp_total: u64 = write_lens.iter().map(|&l| u64::from(l)).sum();
@@ -1518,7 +1586,7 @@ impl Connection {
         }
         let base = ChunkLists {
             reads: ReadList::new(),
-            writes: write_lens.iter().map(|&l| placeholder(l)).collect(),
+            writes: placeholders(&write_lens),
             reply: reply_len.map(placeholder),
         };
 
@@ -1561,7 +1629,7 @@ impl Connection {
         };
 
         // Registration: every chunk region per call.
-        let mut mrs: Vec<MemoryRegion> = Vec::new();
+        let mut mrs = Mrs::new();
         let mut reads = ReadList::new();
         let mut shape = Shape::Msg;
         // The DDP pieces left out of the inline part (`None`: no inline
@@ -1640,7 +1708,7 @@ impl Connection {
         };
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         let mut writes = WriteList::new();
-        let mut write_mrs = Vec::new();
+        let mut write_mrs = Mrs::new();
         let mut reply = None;
         let mut reply_mr = None;
         let mut failed = None;
@@ -1890,7 +1958,7 @@ impl Connection {
             }
             call.pending_inv = invs.len();
         }
-        self.trim_deadlines();
+        self.trim_deadlines(id);
         for stag in invs {
             let wr_id = self.wr(Op::CallInv(id));
             self.metrics.local_invalidations += 1;
@@ -1921,15 +1989,13 @@ impl Connection {
     /// chunk is invalidated: hands the Write chunks' buffers over as the
     /// results, copies the Reply chunk out, and deregisters.
     fn try_finish(&mut self, p: &mut dyn Provider, id: u64) {
-        let ready = self
-            .calls
-            .get(&id)
-            .is_some_and(|c| c.reply.is_some() && c.send_done && c.pending_inv == 0);
-        if !ready {
-            return;
-        }
-        let Some(mut call) = self.calls.remove(&id) else {
-            return;
+        let mut call = match self.calls.entry(id) {
+            Entry::Occupied(e)
+                if e.get().reply.is_some() && e.get().send_done && e.get().pending_inv == 0 =>
+            {
+                e.remove()
+            }
+            _ => return,
         };
         let event = self.finish(p, &mut call);
         self.events.push_back(event);
@@ -2051,7 +2117,7 @@ impl Connection {
         p: &mut dyn Provider,
         mr: &MemoryRegion,
         len: usize,
-        mrs: &mut Vec<MemoryRegion>,
+        mrs: &mut Mrs,
     ) -> Bytes {
         if len == 0 {
             return Bytes::new();
@@ -2324,6 +2390,10 @@ impl Connection {
         //# If the rdma_vers field contains a recognized value, but an XDR
         //# parsing error occurs, the Responder MUST reply with an
         //# RDMA_ERROR procedure and set the rdma_err value to ERR_CHUNK.
+        if shape == Shape::Msg && chunks.reads.is_empty() {
+            self.on_inline_call(p, xid, chunks, payload, backchannel);
+            return;
+        }
         let (groups, pz) = match self.validate_call(shape, &chunks, payload.len()) {
             Ok(x) => x,
             Err(_why) => {
@@ -2331,20 +2401,7 @@ impl Connection {
                 return;
             }
         };
-        // One distinct handle in the whole call: the only case where Send
-        // With Invalidate is used (Linux svc_rdma_get_inv_rkey).
-        // (No set is built: the first handle, then any other ends it.)
-        let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
-            chunks
-                .writes
-                .iter()
-                .chain(chunks.reply.iter())
-                .flat_map(|w| w.segments.iter().map(|s| s.handle)),
-        );
-        let inv = match all.next() {
-            Some(h) if all.all(|x| x == h) => Some(h),
-            _ => None,
-        };
+        let inv = single_handle(&chunks);
         let handle = self.next_handle;
         self.next_handle += 1;
         let mut reads = Vec::new();
@@ -2414,6 +2471,70 @@ impl Connection {
         }
     }
 
+    /// [`Connection::on_call`] for an RDMA_MSG call without Read chunks
+    /// (every small call): the same checks and outcome as the general path
+    /// (`validate_call`, then `reads_done` with nothing to read), without
+    /// staging the call for RDMA Reads: the message is the inline payload
+    /// as it is, delivered at once.
+    fn on_inline_call(
+        &mut self,
+        p: &mut dyn Provider,
+        xid: u32,
+        chunks: ChunkLists,
+        payload: Vec<u8>,
+        backchannel: bool,
+    ) {
+        if payload.len() as u64 > u64::from(self.config.limits.max_message_len) {
+            self.send_error(p, xid, ErrorReply::Chunk);
+            return;
+        }
+        let inv = single_handle(&chunks);
+        let handle = self.next_handle;
+        self.next_handle += 1;
+        //= rfc8167#section-5.1
+        //# Whether presented inline or as a separate chunk, the ONC RPC Call
+        //# header MUST start with the same XID value that is present in the
+        //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
+        //# contain the value CALL.
+        // As in `reads_done`: a mismatch is answered with ERR_CHUNK.
+        if rpc_prefix(&payload) != Some((xid, MSG_CALL)) {
+            self.metrics.rpc_header_mismatches += 1;
+            self.send_error(p, xid, ErrorReply::Chunk);
+            return;
+        }
+        let ev = IncomingCall {
+            handle: CallHandle(handle),
+            xid,
+            backchannel,
+            message: payload,
+            ddp: Vec::new(),
+            long: false,
+            write_chunks: chunks.writes.iter().map(WriteChunk::total_len).collect(),
+            reply_chunk: chunks.reply.as_ref().map(WriteChunk::total_len),
+        };
+        self.incoming.insert(
+            handle,
+            InCall {
+                xid,
+                backchannel,
+                long: false,
+                base: Vec::new(),
+                pz: None,
+                chunks: Vec::new(),
+                reads_left: 0,
+                pending_reads: Vec::new(),
+                sink_need: 0,
+                admitted: false,
+                writes: chunks.writes,
+                reply: chunks.reply,
+                inv,
+                delivered: true,
+            },
+        );
+        self.metrics.calls_received += 1;
+        self.events.push_back(Event::CallReceived(ev));
+    }
+
     /// Octets of Read sinks this connection may have registered at once.
     fn sink_budget(&self) -> u64 {
         let l = &self.config.limits;
@@ -2453,7 +2574,7 @@ impl Connection {
                     sinks.push(None);
                     continue;
                 }
-                let mut v = Vec::new();
+                let mut v = Mrs::new();
                 match self.register(p, vec![0u8; len], sink_access, &mut v) {
                     Ok(mr) => sinks.push(Some(mr)),
                     Err(_) => {
@@ -2643,6 +2764,18 @@ impl Connection {
         op: SendOp,
     ) -> Result<(), ConnectionError> {
         let (send_mr, send_len) = send;
+        if plan.is_empty() {
+            // No RDMA Write: no source is registered, and the Send is the
+            // whole reply (no job to track).
+            let wr_id = self.wr(Op::ReplySend(send_mr));
+            let sges: Sges = smallvec![send_mr.sge(0, send_len)];
+            if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
+                self.ops.remove(wr_id);
+                self.zombies.push(send_mr);
+                return Err(ConnectionError::Provider(e));
+            }
+            return Ok(());
+        }
         let job = self.next_job;
         self.next_job += 1;
         let mut shared = Vec::new();
@@ -2736,6 +2869,7 @@ impl Connection {
                 self.errors_unacked = self.errors_unacked.saturating_sub(1);
                 self.zombies.push(mr);
             }
+            Op::ReplySend(mr) => self.zombies.push(mr),
             Op::Read(_) => self.reads_outstanding = self.reads_outstanding.saturating_sub(1),
             Op::CallSend(_) | Op::CallInv(_) | Op::Reply(_) => {}
         }
