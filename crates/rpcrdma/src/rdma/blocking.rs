@@ -403,7 +403,7 @@ impl RdmaBlockingClient {
         let (cmd, mut rx, len) = self.shared.make_call(call);
         d.command_now(cmd);
         self.shared.count_sent(len);
-        let deadline = Instant::now() + timeout;
+        let deadline = d.now() + timeout;
         loop {
             let got = rx.try_recv();
             if !matches!(got, Err(TryRecvError::Empty)) {
@@ -438,7 +438,7 @@ impl RdmaBlockingClient {
             if busy {
                 continue;
             }
-            if Instant::now() >= deadline {
+            if d.now() >= deadline {
                 d.command_now(Cmd::Cancel(xid));
                 d.publish_stale();
                 return Ok(None);

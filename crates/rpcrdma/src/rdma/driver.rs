@@ -810,6 +810,11 @@ impl Driver {
         self.command(cmd);
     }
 
+    /// The time of the last pass.
+    pub(crate) fn now(&self) -> Instant {
+        self.now
+    }
+
     /// True once the engine has closed.
     pub(crate) fn is_closed(&self) -> bool {
         self.conn.is_closed()
@@ -833,7 +838,8 @@ impl Driver {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let timeout = until.map(|t| t.saturating_duration_since(Instant::now()));
+        // The pass just before read the clock.
+        let timeout = until.map(|t| t.saturating_duration_since(self.now));
         if timeout.is_some_and(|t| t.is_zero()) {
             return;
         }
