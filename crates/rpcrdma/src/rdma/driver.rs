@@ -779,6 +779,13 @@ impl Driver {
     /// true if anything moved.
     pub(crate) fn pass_blocking(&mut self) -> bool {
         self.now = Instant::now();
+        // This pass looks at everything a wake-up so far could be about
+        // (commands, provider); one during the pass sets the flag again.
+        // Without this, a reply queued by an inline handler (or a post
+        // that woke the provider's waker) cost an extra empty pass.
+        if let Some(w) = &self.shared.wake {
+            w.take_fired();
+        }
         let mut busy = false;
         for cmd in std::mem::take(&mut self.deferred) {
             busy = true;
