@@ -11,7 +11,10 @@
 //! and on.
 //!
 //! Before measuring, the heap allocations of one ping-pong (steady state)
-//! are counted with a counting global allocator and printed.
+//! are counted with a counting global allocator and printed, and so is the
+//! fastest of 200 batches of 1000 ping-pongs (a figure that other load on
+//! the CPU disturbs much less than criterion's mean; `--bench none` prints
+//! only these lines).
 //!
 //! Run: `CARGO_BUILD_JOBS=1 cargo bench -p rpcrdma-iwarp --bench qp_small
 //! -- --warm-up-time 1 --measurement-time 3`. Old against new: build the
@@ -193,6 +196,17 @@ fn bench(c: &mut Criterion) {
             "qp_small crc={crc}: {:.2} heap allocations per ping-pong",
             (after - before) as f64 / 1000.0
         );
+        // The fastest of many short batches: robust against the other
+        // processes sharing the CPU (criterion's mean is not).
+        let mut best = f64::MAX;
+        for _ in 0..200 {
+            let t = std::time::Instant::now();
+            for _ in 0..1000 {
+                black_box(&mut p).ping_pong();
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / 1000.0);
+        }
+        println!("qp_small crc={crc}: fastest batch {best:.1} ns per ping-pong");
         let name = if crc { "ping_pong_crc" } else { "ping_pong" };
         c.bench_function(name, |bch| bch.iter(|| black_box(&mut p).ping_pong()));
     }

@@ -997,7 +997,7 @@ mod hostile {
             sge: rb.sge(0, 128),
         })
         .unwrap();
-        (q, vec![rw, ro])
+        (q, vec![rw, ro, rb])
     }
 
     /// A valid stream (Send, Write, Read Request) to mutate.
@@ -1048,6 +1048,53 @@ mod hostile {
             let mut c = Vec::new();
             q.poll_completions(&mut c);
             prop_assert!(!q.is_closed() || q.close_reason().is_some());
+        }
+
+        /// The whole-FPDU receive fast path (an FPDU within one input
+        /// slice) and the octet-wise state machine (input one octet at a
+        /// time) agree on everything visible: completions, memory, output
+        /// (Terminates), close reason, counters — for a valid stream with
+        /// one octet flipped (or none).
+        #[test]
+        fn whole_fpdu_fast_path_equals_octet_path(
+            at in any::<prop::sample::Index>(),
+            bit in 0u8..9,
+            crc in any::<bool>(),
+        ) {
+            let run = |octetwise: bool| {
+                let (mut q, regions) = victim_pair(crc);
+                let mut s = valid_stream(crc, &regions);
+                if bit < 8 {
+                    let i = at.index(s.len());
+                    s[i] ^= 1 << bit;
+                }
+                if octetwise {
+                    for c in s.chunks(1) {
+                        q.handle_input(c);
+                    }
+                } else {
+                    q.handle_input(&s);
+                }
+                let mut out = vec![0u8; 4096];
+                let n = q.poll_transmit(&mut out);
+                out.truncate(n);
+                let mut c = Vec::new();
+                q.poll_completions(&mut c);
+                let mem: Vec<Vec<u8>> = regions
+                    .iter()
+                    .map(|r| q.region(r).map(<[u8]>::to_vec).unwrap_or_default())
+                    .collect();
+                (
+                    c,
+                    out,
+                    mem,
+                    q.close_reason().cloned(),
+                    q.terminate_sent().copied(),
+                    q.stats().rx_fpdus,
+                    q.rx_mid_fpdu(),
+                )
+            };
+            prop_assert_eq!(run(false), run(true));
         }
 
         /// A valid stream with one octet flipped: no panic; with the CRC
