@@ -110,6 +110,8 @@ const STAGE_PAYLOAD_MAX: usize = 1024;
 /// Octets the staging buffer holds at most (beyond that, FPDUs go out from
 /// registered memory until it empties).
 const STAGE_MAX: usize = 256 << 10;
+/// Gather elements handed to one `write` call at most.
+const MAX_GATHER: usize = 64;
 /// Largest FPDU header kept while receiving: ULPDU_Length + the longest
 /// prefix [`Segment::parse_prefix`] needs.
 const HBUF_LEN: usize = 2 + Segment::MAX_PREFIX;
@@ -1298,11 +1300,12 @@ impl QueuePair {
                 return Ok(total);
             }
             let r = {
-                let mut slices = [IoSlice::new(&[]); 64];
-                let mut ns = 0;
+                // (Inline storage left uninitialised: no 1 KiB of stores
+                // per call.)
+                let mut slices: SmallVec<[IoSlice<'_>; MAX_GATHER]> = SmallVec::new();
                 let mut first = true;
                 for c in self.out.iter() {
-                    if ns == slices.len() {
+                    if slices.len() == MAX_GATHER {
                         break;
                     }
                     let s: &[u8] = match c {
@@ -1320,12 +1323,11 @@ impl QueuePair {
                     } else {
                         s
                     };
-                    if let (false, Some(slot)) = (s.is_empty(), slices.get_mut(ns)) {
-                        *slot = IoSlice::new(s);
-                        ns += 1;
+                    if !s.is_empty() {
+                        slices.push(IoSlice::new(s));
                     }
                 }
-                write(slices.get(..ns).unwrap_or_default())
+                write(&slices)
             };
             match r {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
