@@ -953,6 +953,29 @@ impl QueuePair {
                 self.push_chunk(Chunk::Owned(v));
             }
         } else {
+            let total = 2 + hl + payload + pad_len(hl + payload) + 4;
+            if payload <= STAGE_PAYLOAD_MAX && self.stage.len() + total <= STAGE_MAX {
+                // Small: copied whole (the SGEs' bytes cannot change while
+                // the WR holds them) and framed in place, and merged with
+                // the staged FPDUs before it into one gather element.
+                let start = self.stage.len();
+                self.stage.extend_from_slice(&[0, 0]);
+                self.stage.extend_from_slice(&hb[..hl]);
+                for &(idx, off, len) in pieces {
+                    self.stage.extend_from_slice(self.mem.slice(idx, off, len));
+                }
+                match self.framer.frame_in_place(&mut self.stage, start) {
+                    Ok(n) => {
+                        self.out_bytes += n;
+                        self.push_staged(start, n);
+                        if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
+                            *c += 1;
+                        }
+                    }
+                    Err(_) => self.stage.truncate(start),
+                }
+                return;
+            }
             let framed = {
                 let mut parts: SmallVec<[&[u8]; 4]> = SmallVec::new();
                 parts.push(&hb[..hl]);
@@ -964,25 +987,7 @@ impl QueuePair {
             let Ok(fp) = framed else {
                 return;
             };
-            let total = 2 + hl + payload + fp.trailer_len;
             self.out_bytes += total;
-            if payload <= STAGE_PAYLOAD_MAX && self.stage.len() + total <= STAGE_MAX {
-                // Small: copied whole (the SGEs' bytes cannot change while
-                // the WR holds them), and merged with the staged FPDUs
-                // before it into one gather element.
-                let start = self.stage.len();
-                self.stage.extend_from_slice(&fp.header);
-                self.stage.extend_from_slice(&hb[..hl]);
-                for &(idx, off, len) in pieces {
-                    self.stage.extend_from_slice(self.mem.slice(idx, off, len));
-                }
-                self.stage.extend_from_slice(&fp.trailer[..fp.trailer_len]);
-                self.push_staged(start, self.stage.len() - start);
-                if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
-                    *c += 1;
-                }
-                return;
-            }
             let mut head = [0u8; 20];
             head[..2].copy_from_slice(&fp.header);
             head[2..2 + hl].copy_from_slice(&hb[..hl]);
