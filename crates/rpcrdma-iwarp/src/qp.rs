@@ -61,7 +61,9 @@ use crate::crc::{self, Crc32c};
 use crate::ddp::{
     self, DdpHeader, RegionInfo, TaggedCheck, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
-use crate::mpa::fpdu::{pad_len, FpduSender, FramingConfig, MARKER_INTERVAL, MARKER_LEN};
+use crate::mpa::fpdu::{
+    fpdu_len_without_markers, pad_len, FpduSender, FramingConfig, MARKER_INTERVAL, MARKER_LEN,
+};
 use crate::rdmap::{
     self, Opcode, ReadRequest, Segment, TerminateMessage, QN_READ_REQUEST, QN_SEND, QN_TERMINATE,
 };
@@ -1044,6 +1046,9 @@ impl QueuePair {
             return true;
         }
         let seq = self.sq_next_tx;
+        if self.small_send(seq) {
+            return true;
+        }
         let Some(w) = self.sq_get(seq) else {
             return false;
         };
@@ -1135,6 +1140,81 @@ impl QueuePair {
                 true
             }
         }
+    }
+
+    /// Fast path of [`QueuePair::start_next`] + [`QueuePair::emit_segment`]
+    /// for a Send (any of the four) whose payload fits one staged FPDU,
+    /// without Markers: frames it straight into the staging buffer and
+    /// queues its completion mark — the same octets, chunks, MSN and WR
+    /// state as the general path. Returns false (nothing done) otherwise.
+    fn small_send(&mut self, seq: u64) -> bool {
+        if self.framer.config().markers {
+            return false;
+        }
+        let Some(i) = seq
+            .checked_sub(self.sq_front_seq)
+            .and_then(|i| usize::try_from(i).ok())
+        else {
+            return false;
+        };
+        let Some(w) = self.sq.get_mut(i) else {
+            return false;
+        };
+        let (opcode, inval) = match w.op {
+            SendOp::Send { solicited: false } => (Opcode::SEND, 0),
+            SendOp::Send { solicited: true } => (Opcode::SEND_SE, 0),
+            SendOp::SendWithInvalidate {
+                solicited: false,
+                invalidate,
+            } => (Opcode::SEND_INVALIDATE, invalidate.0),
+            SendOp::SendWithInvalidate {
+                solicited: true,
+                invalidate,
+            } => (Opcode::SEND_SE_INVALIDATE, invalidate.0),
+            _ => return false,
+        };
+        let len = w.len as usize;
+        let mulpdu = usize::from(self.params.mulpdu.max(64));
+        let ulpdu_len = UNTAGGED_HEADER_LEN + len;
+        if len > STAGE_PAYLOAD_MAX
+            || ulpdu_len > mulpdu
+            || self.stage.len() + fpdu_len_without_markers(ulpdu_len) > STAGE_MAX
+        {
+            return false;
+        }
+        let msn = self.send_msn;
+        let hdr = ddp::UntaggedHeader::new_bytes(
+            rdmap::RdmapControl::new(opcode).to_byte(),
+            inval,
+            QN_SEND,
+            msn,
+            0,
+            true,
+        );
+        let start = self.stage.len();
+        self.stage.extend_from_slice(&[0, 0]);
+        self.stage.extend_from_slice(&hdr);
+        for s in &w.sges {
+            let off = s.offset as usize;
+            let n = s.length as usize;
+            self.stage
+                .extend_from_slice(self.mem.slice(Stag(s.lkey).index(), off, n));
+        }
+        let Ok(n) = self.framer.frame_in_place(&mut self.stage, start) else {
+            self.stage.truncate(start);
+            return false;
+        };
+        w.msn = msn;
+        w.state = WrState::Sending;
+        self.send_msn = msn.wrapping_add(1);
+        self.sq_next_tx += 1;
+        self.out_bytes += n;
+        self.push_staged(start, n);
+        if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
+            *c += 1;
+        }
+        self.push_chunk(Chunk::Mark(TxMark::SqDone(seq)));
+        true
     }
 
     /// Frames the next FPDU of the current message.
