@@ -1797,15 +1797,13 @@ impl QueuePair {
         let have = self.rx.have;
         let ul = self.rx.ulpdu_len;
         let prefix_len = have - 2;
-        let mut prefix = [0u8; Segment::MAX_PREFIX];
-        prefix[..prefix_len].copy_from_slice(&self.rx.hbuf[2..have]);
-        let prefix = &prefix[..prefix_len];
         self.rx.hdr_len = prefix_len;
         self.rx.remaining = ul - prefix_len;
         self.rx.dst = Dst::Discard;
         self.rx.action = RxAction::None;
         self.rx.state = RxState::Payload;
-        match Segment::parse_prefix(prefix, ul) {
+        let parsed = Segment::parse_prefix(self.rx.hbuf.get(2..have).unwrap_or_default(), ul);
+        match parsed {
             Err(code) => self.rx_fault(code, Status::RemoteInvalidRequest, None),
             Ok(seg) => self.check_segment(&seg, ul),
         }
@@ -2056,10 +2054,11 @@ impl QueuePair {
         self.rx.have = 0;
         self.rx.need = 2;
         self.rx.in_fpdu = false;
-        let mut prefix = [0u8; Segment::MAX_PREFIX];
+        // The header prefix (octets 2..have of hbuf).
         let pl = have.saturating_sub(2);
-        prefix[..pl].copy_from_slice(&self.rx.hbuf[2..have.max(2)]);
         if let Some(f) = self.rx.fault.take() {
+            let mut prefix = [0u8; Segment::MAX_PREFIX];
+            prefix[..pl].copy_from_slice(&self.rx.hbuf[2..have.max(2)]);
             if let Some((d, st)) = f.recv {
                 if let Some(r) = self.rq.get(d as usize) {
                     let (wr_id, idx) = (r.wr_id, r.idx);
@@ -2086,7 +2085,7 @@ impl QueuePair {
             );
             return;
         }
-        let ctrl = prefix.get(1).copied().unwrap_or(0);
+        let ctrl = if pl > 1 { self.rx.hbuf[3] } else { 0 };
         let op = usize::from(ctrl & 0x0f);
         if let Some(c) = self.stats.rx_fpdus.get_mut(op) {
             *c += 1;
@@ -2163,8 +2162,12 @@ impl QueuePair {
                 self.resp_q.push_back(job);
             }
             RxAction::Terminate => {
-                let t =
-                    TerminateMessage::decode(prefix.get(UNTAGGED_HEADER_LEN..pl).unwrap_or(&[]));
+                let t = TerminateMessage::decode(
+                    self.rx
+                        .hbuf
+                        .get(2 + UNTAGGED_HEADER_LEN..have)
+                        .unwrap_or_default(),
+                );
                 if let Ok(t) = t {
                     self.on_terminate(t);
                 }
