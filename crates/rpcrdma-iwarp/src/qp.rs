@@ -1311,7 +1311,20 @@ impl QueuePair {
     }
 
     /// Frames queued work into output chunks until the budget is reached.
+    #[inline]
     fn fill(&mut self) {
+        // Nothing to start or continue (checked inline: `transmit` calls
+        // this again after each write).
+        if self.cur.is_none()
+            && self.resp_q.is_empty()
+            && self.sq_next_tx >= self.sq_front_seq + self.sq.len() as u64
+        {
+            return;
+        }
+        self.fill_slow();
+    }
+
+    fn fill_slow(&mut self) {
         while self.state == QpState::Established && !self.tx_closed && self.out_bytes < OUT_BUDGET {
             if self.cur.is_none() && !self.start_next() {
                 break;
@@ -1322,7 +1335,16 @@ impl QueuePair {
         }
     }
 
+    /// Handles the Mark chunks at the front of `out` (their data has all
+    /// been handed over).
+    #[inline]
     fn process_marks(&mut self) {
+        if let Some(Chunk::Mark(_)) = self.out.front() {
+            self.process_marks_slow();
+        }
+    }
+
+    fn process_marks_slow(&mut self) {
         while let Some(Chunk::Mark(m)) = self.out.front() {
             let m = *m;
             self.out.pop_front();
