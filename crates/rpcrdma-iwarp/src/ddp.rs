@@ -121,6 +121,27 @@ impl UntaggedHeader {
             mo,
         }
     }
+
+    /// The octets of `UntaggedHeader::new(rsvd_ulp, rsvd_ulp_word, qn,
+    /// msn, mo, last)` (reserved 0, version 1), straight-line: the octets
+    /// [`DdpHeader::write`] gives for it.
+    pub fn new_bytes(
+        rsvd_ulp: u8,
+        rsvd_ulp_word: u32,
+        qn: u32,
+        msn: u32,
+        mo: u32,
+        last: bool,
+    ) -> [u8; UNTAGGED_HEADER_LEN] {
+        let mut b = [0u8; UNTAGGED_HEADER_LEN];
+        b[0] = if last { L_BIT } else { 0 } | DDP_VERSION;
+        b[1] = rsvd_ulp;
+        b[2..6].copy_from_slice(&rsvd_ulp_word.to_be_bytes());
+        b[6..10].copy_from_slice(&qn.to_be_bytes());
+        b[10..14].copy_from_slice(&msn.to_be_bytes());
+        b[14..18].copy_from_slice(&mo.to_be_bytes());
+        b
+    }
 }
 
 /// A DDP segment header.

@@ -679,3 +679,23 @@ fn largest_terminate_fits_the_prefix() {
         Err(TerminateCode::MPA_MARKER)
     );
 }
+
+proptest! {
+    /// The straight-line untagged header encoder gives DdpHeader::write's
+    /// octets.
+    #[test]
+    fn untagged_new_bytes_equals_write(
+        ulp in any::<u8>(),
+        word in any::<u32>(),
+        qn in any::<u32>(),
+        msn in any::<u32>(),
+        mo in any::<u32>(),
+        last in any::<bool>(),
+    ) {
+        let h = DdpHeader::Untagged(UntaggedHeader::new(ulp, word, qn, msn, mo, last));
+        prop_assert_eq!(
+            UntaggedHeader::new_bytes(ulp, word, qn, msn, mo, last).to_vec(),
+            h.to_vec()
+        );
+    }
+}

@@ -102,6 +102,35 @@ fn gather_parts_match_contiguous_frame() {
 }
 
 #[test]
+fn in_place_frame_matches_contiguous_frame() {
+    for cfg in [PLAIN, CRC] {
+        // Two FPDUs in a row after some earlier staged octets: the stream
+        // position advances as with write_fpdu.
+        let mut tx = FpduSender::new(cfg);
+        let mut reference = FpduSender::new(cfg);
+        for len in (0..12usize).chain([200, 1031]) {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            let whole = reference.fpdu_to_vec(&[&data]).unwrap();
+            let mut v = vec![0xee; 5];
+            v.extend_from_slice(&[0, 0]);
+            v.extend_from_slice(&data);
+            let n = tx.frame_in_place(&mut v, 5).unwrap();
+            assert_eq!(n, whole.len(), "len {len}");
+            assert_eq!(&v[..5], &[0xee; 5]);
+            assert_eq!(&v[5..], &whole[..], "len {len}");
+            assert_eq!(tx.stream_position(), reference.stream_position());
+        }
+    }
+    let mut v = vec![0u8; 2];
+    assert!(FpduSender::new(MARK).frame_in_place(&mut v, 0).is_err());
+    assert!(FpduSender::new(PLAIN).frame_in_place(&mut v, 1).is_err());
+    assert_eq!(v, [0, 0]);
+    let mut big = vec![0u8; 2 + 65_536];
+    assert!(FpduSender::new(PLAIN).frame_in_place(&mut big, 0).is_err());
+    assert_eq!(big.len(), 2 + 65_536);
+}
+
+#[test]
 fn markers_hand_vector() {
     // FPDU 1 at stream position 0: a leading Marker (FPDUPTR 0), then
     // 0004 deadbeef, pad 0000, CRC 00000000 -> 16 octets.

@@ -287,6 +287,48 @@ impl FpduSender {
     }
 }
 
+impl FpduSender {
+    /// For a staging buffer without Markers, framing in place:
+    /// `out[start..]` holds two octets reserved for ULPDU_Length followed
+    /// by the ULPDU. Writes ULPDU_Length, appends PAD and CRC (one CRC
+    /// computation over the contiguous octets), advances the stream
+    /// position and returns the FPDU length. The same octets as
+    /// [`FpduSender::write_fpdu`]. Errors (with `out` unchanged) if Markers
+    /// are on, `out` is shorter than `start + 2`, or the ULPDU is longer
+    /// than 65535 octets.
+    pub fn frame_in_place(
+        &mut self,
+        out: &mut Vec<u8>,
+        start: usize,
+    ) -> Result<usize, EncodeError> {
+        if self.cfg.markers {
+            return Err(EncodeError::ValueOutOfRange("frame_in_place with markers"));
+        }
+        let ulpdu_len = out
+            .len()
+            .checked_sub(start)
+            .and_then(|n| n.checked_sub(LENGTH_FIELD_LEN))
+            .ok_or(EncodeError::ValueOutOfRange("frame_in_place start"))?;
+        let len16 =
+            u16::try_from(ulpdu_len).map_err(|_| EncodeError::ValueOutOfRange("ULPDU_Length"))?;
+        let pad = pad_len(ulpdu_len);
+        let fpdu = out
+            .get_mut(start..)
+            .ok_or(EncodeError::ValueOutOfRange("frame_in_place start"))?;
+        fpdu[..LENGTH_FIELD_LEN].copy_from_slice(&len16.to_be_bytes());
+        out.extend_from_slice(&[0u8; 3][..pad]);
+        let crc_val = if self.cfg.crc {
+            Crc32c::new().update(&out[start..]).value()
+        } else {
+            0
+        };
+        out.extend_from_slice(&crc::to_wire(crc_val));
+        let total = fpdu_len_without_markers(ulpdu_len);
+        self.pos += total as u64;
+        Ok(total)
+    }
+}
+
 /// A corrupt FPDU stream. The connection must be terminated: send the
 /// Terminate named by [`FramingError::terminate_code`], then close.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
