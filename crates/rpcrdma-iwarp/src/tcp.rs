@@ -623,13 +623,23 @@ impl IwarpProvider {
     /// pending, sleeps in one `recv(2)` until data arrives or `timeout`
     /// passes (`SO_RCVTIMEO`, set only when it changes), and hands what
     /// arrived to the queue pair. Returns whether something may be ready
-    /// (as [`IwarpProvider::wait`]). Without blocking reads: `wait`.
+    /// (as [`IwarpProvider::wait`]; Sends handed to TCP but not yet
+    /// confirmed do not count as pending work here: the pass after the read
+    /// confirms them). Without blocking reads: `wait`.
     pub fn read_blocking(&mut self, timeout: Duration) -> io::Result<bool> {
         self.progressed = false;
         if !self.dontwait || self.write_blocked || self.hold_tx_until.is_some() {
             return self.wait(Some(timeout));
         }
-        if self.work_pending() {
+        // Sends handed to TCP are confirmed by the pass after this read
+        // (nothing but a Terminate from the peer could change their fate),
+        // so they do not cut the sleep short: that would cost an extra
+        // pass per message.
+        if self.qp.completions_pending() > 0
+            || self.qp.events_pending()
+            || !self.events.is_empty()
+            || self.qp.has_output()
+        {
             return Ok(true);
         }
         if self.eof {

@@ -837,9 +837,20 @@ impl Driver {
             return;
         };
         self.publish_stale();
-        self.prov.arm(wake.waker(), Notify::Any);
-        if wake.take_fired() {
-            return;
+        // Sleep in the socket's receive call (one system call instead of
+        // poll(2) and a read) when nothing but the socket can bring work:
+        // always at a blocking client (only its own thread queues
+        // commands); at a server while no handler runs elsewhere (its
+        // reply would come from another thread) and no backchannel call
+        // was made. Other commands (a close) wait at most RECV_TICK. The
+        // provider itself says whether it has work first (see
+        // `IwarpProvider::read_blocking`), so its waker is not armed.
+        let recv = self.blocking_reads && self.incoming.is_empty() && !self.cross_thread_calls;
+        if !recv {
+            self.prov.arm(wake.waker(), Notify::Any);
+            if wake.take_fired() {
+                return;
+            }
         }
         let until = match (self.conn.poll_timeout(), deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -850,13 +861,7 @@ impl Driver {
         if timeout.is_some_and(|t| t.is_zero()) {
             return;
         }
-        // Sleep in the socket's receive call (one system call instead of
-        // poll(2) and a read) when nothing but the socket can bring work:
-        // always at a blocking client (only its own thread queues
-        // commands); at a server while no handler runs elsewhere (its
-        // reply would come from another thread) and no backchannel call
-        // was made. Other commands (a close) wait at most RECV_TICK.
-        if self.blocking_reads && self.incoming.is_empty() && !self.cross_thread_calls {
+        if recv {
             let t = timeout.map_or(RECV_TICK, |t| t.min(RECV_TICK));
             match self.prov.read_blocking(t) {
                 Some(Ok(_)) => return,
@@ -865,6 +870,11 @@ impl Driver {
                     self.blocking_reads = false;
                 }
                 None => self.blocking_reads = false,
+            }
+            // Polling from now on: arm the waker as that path does.
+            self.prov.arm(wake.waker(), Notify::Any);
+            if wake.take_fired() {
+                return;
             }
         }
         let write = self.prov.write_blocked();
