@@ -101,6 +101,9 @@ pub struct IwarpProvider {
     /// gated owner's `poll_completions` right after `poll_event` skips a
     /// second, identical pass.
     progressed: bool,
+    /// Blocking reads: a read (or a timed-out sleep) happened since the
+    /// last confirmation of transmitted Sends.
+    confirm_due: bool,
 }
 
 impl std::fmt::Debug for IwarpProvider {
@@ -196,6 +199,7 @@ impl IwarpProvider {
             dontwait: false,
             rcv_timeout: None,
             progressed: false,
+            confirm_due: false,
         })
     }
 
@@ -324,6 +328,7 @@ impl IwarpProvider {
     /// [`IwarpProvider::write_blocked`]), work is pending, or `timeout`
     /// passes. Returns whether something may be ready.
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        self.confirm_due = true;
         if self.work_pending() {
             return Ok(true);
         }
@@ -481,7 +486,12 @@ impl IwarpProvider {
             }
         }
         // 2. What earlier passes handed to TCP met no Terminate: complete.
-        self.qp.confirm_transmitted();
+        //    With blocking reads, only in a pass after a read (or a sleep
+        //    that timed out): a pass of its own just to confirm would cost
+        //    one per message, and only input could change the outcome.
+        if !self.dontwait || std::mem::take(&mut self.confirm_due) {
+            self.qp.confirm_transmitted();
+        }
         // 3. Write, gathering from registered memory (after the initiator's
         //    settle time: see `IwarpConfig::first_fpdu_delay`).
         if let Some(t) = self.hold_tx_until {
@@ -572,11 +582,13 @@ impl IwarpProvider {
         };
         match r {
             Ok(0) => {
+                self.confirm_due = true;
                 self.eof = true;
                 self.qp.peer_closed();
                 true
             }
             Ok(n) => {
+                self.confirm_due = true;
                 *left = left.saturating_sub(n);
                 // A short read drained the socket: with the gate, the next
                 // arrival is a new readiness edge. A full one may have left
@@ -615,6 +627,7 @@ impl IwarpProvider {
         }
         self.sock.set_nonblocking(!on)?;
         self.dontwait = on;
+        self.confirm_due = true;
         self.rcv_timeout = None;
         Ok(())
     }
@@ -628,6 +641,7 @@ impl IwarpProvider {
     /// confirms them). Without blocking reads: `wait`.
     pub fn read_blocking(&mut self, timeout: Duration) -> io::Result<bool> {
         self.progressed = false;
+        self.confirm_due = true;
         if !self.dontwait || self.write_blocked || self.hold_tx_until.is_some() {
             return self.wait(Some(timeout));
         }
@@ -766,6 +780,9 @@ impl Provider for IwarpProvider {
     }
 
     fn arm(&mut self, waker: &Waker, notify: Notify) {
+        // An owner that sleeps on the waker (not in `read_blocking`) gets
+        // its unconfirmed Sends confirmed by the next pass.
+        self.confirm_due = true;
         // Output held back by the initiator's settle time has no fd event
         // to wake the driver: wake now (it polls again shortly).
         let held = self.hold_tx_until.is_some() && self.qp.has_output();

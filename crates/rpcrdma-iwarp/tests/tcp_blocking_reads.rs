@@ -119,3 +119,77 @@ fn blocking_reads_only_after_the_mpa_exchange() {
     let e = a.set_blocking_reads(true).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
 }
+
+/// A waker that counts its wake-ups.
+struct Count(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Count {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn unconfirmed_sends_neither_cut_a_sleep_short_nor_spin_a_waker() {
+    use rpcrdma_proto::provider::Notify;
+    use std::sync::atomic::Ordering::SeqCst;
+    let cfg = IwarpConfig::default();
+    // `b` (the passive side) sends: the active side holds its first FPDU
+    // back for a settle time, which is not what this test is about.
+    let (mut b, mut a) = connected_pair(&cfg, &cfg);
+    a.set_blocking_reads(true).unwrap();
+    let src = a
+        .register(vec![5u8; 64].into_boxed_slice(), Access::NONE)
+        .unwrap();
+    let dst = b
+        .register(vec![0u8; 64].into_boxed_slice(), Access::LOCAL_WRITE)
+        .unwrap();
+    for i in 0..2u64 {
+        b.post_recv(RecvWr {
+            wr_id: i,
+            sge: dst.sge(0, 64),
+        })
+        .unwrap();
+    }
+    let send = |a: &mut IwarpProvider, id: u64| {
+        a.post_send(SendWr {
+            wr_id: id,
+            op: SendOp::Send { solicited: false },
+            sges: vec![src.sge(0, 16)].into(),
+        })
+        .unwrap();
+        let mut c = Vec::new();
+        a.poll_completions(&mut c); // hands it to TCP
+        c
+    };
+    assert!(send(&mut a, 1).is_empty());
+    // Handed to TCP, not yet confirmed: a blocking read still sleeps its
+    // whole timeout (the peer says nothing) ...
+    let t0 = Instant::now();
+    assert!(!a.read_blocking(Duration::from_millis(40)).unwrap());
+    assert!(
+        t0.elapsed() >= Duration::from_millis(30),
+        "{:?}",
+        t0.elapsed()
+    );
+    // ... and the pass after it confirms.
+    let mut c = Vec::new();
+    a.poll_completions(&mut c);
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].wr_id, c[0].status), (1, Status::Success));
+    // An owner sleeping on the waker instead is woken once for an
+    // unconfirmed Send, the next pass confirms it, and then the waker
+    // stays quiet (no busy loop).
+    assert!(send(&mut a, 2).is_empty());
+    let n = std::sync::Arc::new(Count(Default::default()));
+    let w = std::task::Waker::from(n.clone());
+    a.arm(&w, Notify::Any);
+    assert_eq!(n.0.load(SeqCst), 1);
+    let mut c = Vec::new();
+    a.poll_completions(&mut c);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].wr_id, 2);
+    a.arm(&w, Notify::Any);
+    assert_eq!(n.0.load(SeqCst), 1, "woken with nothing to do");
+    take(&mut b, 2);
+}
