@@ -521,6 +521,46 @@ struct WorkerResult {
     ok: u64,
     errors: u64,
     first_error: Option<String>,
+    /// Errors since the last success.
+    consecutive: u64,
+}
+
+impl WorkerResult {
+    fn new() -> Self {
+        WorkerResult {
+            latency: Latency::new(),
+            ok: 0,
+            errors: 0,
+            first_error: None,
+            consecutive: 0,
+        }
+    }
+
+    /// Records the outcome of a call started at `t`; false when the worker
+    /// should stop (the connection is over, or too many errors in a row).
+    fn note(
+        &mut self,
+        r: Result<(), String>,
+        t: Instant,
+        shared: &Shared,
+        closed: impl FnOnce() -> bool,
+    ) -> bool {
+        match r {
+            Ok(()) => {
+                self.latency.record(t.elapsed());
+                self.ok += 1;
+                self.consecutive = 0;
+                shared.done.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                self.errors += 1;
+                self.consecutive += 1;
+                self.first_error.get_or_insert(e);
+                !closed() && self.consecutive < MAX_WORKER_ERRORS
+            }
+        }
+    }
 }
 
 /// Consecutive errors after which a worker gives up.
@@ -551,31 +591,14 @@ async fn worker(
     payload: Arc<Vec<u8>>,
     shared: Arc<Shared>,
 ) -> WorkerResult {
-    let mut res = WorkerResult {
-        latency: Latency::new(),
-        ok: 0,
-        errors: 0,
-        first_error: None,
-    };
-    let mut consecutive = 0u64;
+    let mut res = WorkerResult::new();
     while shared.go_on() {
         let t = Instant::now();
-        match one_call(&client, spec.proc, &payload, spec.size).await {
-            Ok(()) => {
-                res.latency.record(t.elapsed());
-                res.ok += 1;
-                consecutive = 0;
-                shared.done.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                res.errors += 1;
-                consecutive += 1;
-                res.first_error.get_or_insert(e);
-                if client.transport().closed_reason().is_some() || consecutive >= MAX_WORKER_ERRORS
-                {
-                    break;
-                }
-            }
+        let r = one_call(&client, spec.proc, &payload, spec.size).await;
+        if !res.note(r, t, &shared, || {
+            client.transport().closed_reason().is_some()
+        }) {
+            break;
         }
     }
     res
@@ -635,30 +658,12 @@ fn blocking_worker(
     shared: Arc<Shared>,
 ) -> WorkerResult {
     let mut c = lock(&client);
-    let mut res = WorkerResult {
-        latency: Latency::new(),
-        ok: 0,
-        errors: 0,
-        first_error: None,
-    };
-    let mut consecutive = 0u64;
+    let mut res = WorkerResult::new();
     while shared.go_on() {
         let t = Instant::now();
-        match one_call_blocking(&mut c, spec.proc, &payload, spec.size) {
-            Ok(()) => {
-                res.latency.record(t.elapsed());
-                res.ok += 1;
-                consecutive = 0;
-                shared.done.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                res.errors += 1;
-                consecutive += 1;
-                res.first_error.get_or_insert(e);
-                if c.closed_reason().is_some() || consecutive >= MAX_WORKER_ERRORS {
-                    break;
-                }
-            }
+        let r = one_call_blocking(&mut c, spec.proc, &payload, spec.size);
+        if !res.note(r, t, &shared, || c.closed_reason().is_some()) {
+            break;
         }
     }
     res

@@ -406,34 +406,20 @@ impl Client {
         args: Message,
         opts: &CallOptions,
     ) -> Result<Reply, RpcError> {
-        let cred = opts.auth.as_ref().unwrap_or(&self.config.auth).cred();
-        let header = RpcMsg::call_with(xid, prog, vers, proc, cred).to_vec()?;
-        let message = Message::with_header(header, args);
-        let timeout = opts.timeout.unwrap_or(self.config.timeout);
-        let metrics = self.transport.metrics();
-        let mut attempts = 0u32;
+        let mut call = Attempts::new(
+            xid,
+            (prog, vers, proc),
+            args,
+            opts,
+            &self.config,
+            self.transport.metrics(),
+        )?;
         let reply = loop {
-            attempts += 1;
-            if attempts > 1 {
-                Metrics::inc(&metrics.retransmits);
-                tracing::debug!(attempts, "retransmitting");
-            }
             let rx = self
                 .transport
-                .send_call(OutgoingCall {
-                    xid,
-                    message: message.clone(),
-                    reply_max: opts.reply_max.unwrap_or(self.config.reply_max),
-                    ddp_results: opts.ddp_results.clone(),
-                })
-                .map_err(|e| {
-                    if e.is_callers() {
-                        RpcError::Caller(CallerError::Refused(e))
-                    } else {
-                        RpcError::Transport(e)
-                    }
-                })?;
-            match tokio::time::timeout(timeout, rx).await {
+                .send_call(call.next())
+                .map_err(refused_or_transport)?;
+            match tokio::time::timeout(call.timeout(), rx).await {
                 Ok(Ok(Ok(m))) => break m,
                 Ok(Ok(Err(e))) => return Err(RpcError::Transport(e)),
                 Ok(Err(_)) => {
@@ -445,15 +431,94 @@ impl Client {
                 }
                 Err(_) => {
                     self.transport.cancel(xid);
-                    if attempts > self.config.retries {
-                        Metrics::inc(&metrics.timeouts);
-                        tracing::debug!(attempts, "timed out");
-                        return Err(RpcError::Timeout { xid, attempts });
-                    }
+                    call.timed_out()?;
                 }
             }
         };
-        let r = decode_reply(xid, reply, &self.config.limits, &metrics);
+        call.finish(reply)
+    }
+}
+
+/// A transport's refusal of a call: the caller's fault or the transport's.
+pub(crate) fn refused_or_transport(e: TransportError) -> RpcError {
+    if e.is_callers() {
+        RpcError::Caller(CallerError::Refused(e))
+    } else {
+        RpcError::Transport(e)
+    }
+}
+
+/// One call's transmissions, as every client makes them: the call message
+/// (RPC header and arguments), the [`OutgoingCall`] of each attempt (same
+/// XID), the timeout and retransmission accounting, and the reply decode.
+pub(crate) struct Attempts<'a> {
+    xid: u32,
+    message: Message,
+    opts: &'a CallOptions,
+    config: &'a ClientConfig,
+    metrics: Arc<Metrics>,
+    attempts: u32,
+}
+
+impl<'a> Attempts<'a> {
+    /// Encodes the call of `prog`/`vers`/`proc` with `args`.
+    pub(crate) fn new(
+        xid: u32,
+        (prog, vers, proc): (u32, u32, u32),
+        args: Message,
+        opts: &'a CallOptions,
+        config: &'a ClientConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, RpcError> {
+        let cred = opts.auth.as_ref().unwrap_or(&config.auth).cred();
+        let header = RpcMsg::call_with(xid, prog, vers, proc, cred).to_vec()?;
+        Ok(Attempts {
+            xid,
+            message: Message::with_header(header, args),
+            opts,
+            config,
+            metrics,
+            attempts: 0,
+        })
+    }
+
+    /// How long one transmission waits for its reply.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.opts.timeout.unwrap_or(self.config.timeout)
+    }
+
+    /// The next transmission (counted as a retransmission after the first).
+    pub(crate) fn next(&mut self) -> OutgoingCall {
+        self.attempts += 1;
+        if self.attempts > 1 {
+            Metrics::inc(&self.metrics.retransmits);
+            tracing::debug!(attempts = self.attempts, "retransmitting");
+        }
+        OutgoingCall {
+            xid: self.xid,
+            message: self.message.clone(),
+            reply_max: self.opts.reply_max.unwrap_or(self.config.reply_max),
+            ddp_results: self.opts.ddp_results.clone(),
+        }
+    }
+
+    /// The last transmission timed out: `Err(Timeout)` once the
+    /// retransmissions allowed are used up.
+    pub(crate) fn timed_out(&self) -> Result<(), RpcError> {
+        if self.attempts > self.config.retries {
+            Metrics::inc(&self.metrics.timeouts);
+            tracing::debug!(attempts = self.attempts, "timed out");
+            return Err(RpcError::Timeout {
+                xid: self.xid,
+                attempts: self.attempts,
+            });
+        }
+        Ok(())
+    }
+
+    /// Decodes the reply.
+    pub(crate) fn finish(self, reply: Message) -> Result<Reply, RpcError> {
+        let r = decode_reply(self.xid, reply, &self.config.limits, &self.metrics);
         if let Err(e) = &r {
             tracing::debug!(error = %e, "call failed");
         }
@@ -493,7 +558,7 @@ fn count_reply_error(metrics: &Metrics, e: &ReplyError) {
     Metrics::inc(c);
 }
 
-pub(crate) fn decode_reply(
+fn decode_reply(
     xid: u32,
     reply: Message,
     limits: &Limits,

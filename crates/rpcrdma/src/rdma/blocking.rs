@@ -36,15 +36,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
-use rpcrdma_proto::wire::rpc::RpcMsg;
-use rpcrdma_proto::XdrEncode;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use tokio::sync::oneshot::error::TryRecvError;
 
 use super::driver::{self, Cmd, Driver};
 use super::{connect_iwarp, Connected, RdmaClientConfig, RdmaStatus};
 use crate::client::{
-    clock_xid, decode_reply, CallOptions, CallerError, ClientConfig, Reply, RpcError,
+    clock_xid, refused_or_transport, Attempts, CallOptions, ClientConfig, Reply, RpcError,
 };
 use crate::message::Message;
 use crate::metrics::{Metrics, MetricsSnapshot};
@@ -349,102 +347,30 @@ impl RdmaBlockingClient {
         self.next_xid = self.next_xid.wrapping_add(1);
         let span = tracing::debug_span!("rpc.call", xid, prog, vers, proc, transport = "rdma");
         let _e = span.enter();
-        let cred = opts.auth.as_ref().unwrap_or(&self.config.auth).cred();
-        let header = RpcMsg::call_with(xid, prog, vers, proc, cred).to_vec()?;
-        let message = Message::with_header(header, args);
-        let timeout = opts.timeout.unwrap_or(self.config.timeout);
-        let metrics = self.shared.metrics.clone();
-        let mut attempts = 0u32;
+        let mut call = Attempts::new(
+            xid,
+            (prog, vers, proc),
+            args,
+            opts,
+            &self.config,
+            self.shared.metrics.clone(),
+        )?;
+        let timeout = call.timeout();
         let reply = loop {
-            attempts += 1;
-            if attempts > 1 {
-                Metrics::inc(&metrics.retransmits);
-                tracing::debug!(attempts, "retransmitting");
-            }
-            let call = OutgoingCall {
+            let next = call.next();
+            match exchange(
+                &mut self.driver,
+                &self.shared,
+                &self.wake,
                 xid,
-                message: message.clone(),
-                reply_max: opts.reply_max.unwrap_or(self.config.reply_max),
-                ddp_results: opts.ddp_results.clone(),
-            };
-            match self.exchange(xid, call, timeout)? {
+                next,
+                timeout,
+            )? {
                 Some(m) => break m,
-                None => {
-                    if attempts > self.config.retries {
-                        Metrics::inc(&metrics.timeouts);
-                        tracing::debug!(attempts, "timed out");
-                        return Err(RpcError::Timeout { xid, attempts });
-                    }
-                }
+                None => call.timed_out()?,
             }
         };
-        let r = decode_reply(xid, reply, &self.config.limits, &metrics);
-        if let Err(e) = &r {
-            tracing::debug!(error = %e, "call failed");
-        }
-        r
-    }
-
-    /// Sends `call` and drives the connection until its reply (`Some`), a
-    /// failure, or `timeout` (`None`, the call forgotten).
-    fn exchange(
-        &mut self,
-        xid: u32,
-        call: OutgoingCall,
-        timeout: Duration,
-    ) -> Result<Option<Message>, RpcError> {
-        if let Some(e) = self.shared.closed() {
-            return Err(RpcError::Transport(e));
-        }
-        let Some(d) = self.driver.as_mut() else {
-            return Err(RpcError::Transport(TransportError::Closed));
-        };
-        let _g = self.wake.driving();
-        let (cmd, mut rx, len) = self.shared.make_call(call);
-        d.command_now(cmd);
-        self.shared.count_sent(len);
-        let deadline = d.now() + timeout;
-        loop {
-            let got = rx.try_recv();
-            if !matches!(got, Err(TryRecvError::Empty)) {
-                // The caller may look at the status as soon as it has the
-                // reply.
-                d.publish_stale();
-            }
-            match got {
-                Ok(Ok(m)) => return Ok(Some(m)),
-                Ok(Err(e)) => {
-                    return Err(if e.is_callers() {
-                        RpcError::Caller(CallerError::Refused(e))
-                    } else {
-                        RpcError::Transport(e)
-                    })
-                }
-                Err(TryRecvError::Closed) => {
-                    return Err(RpcError::Transport(
-                        self.shared
-                            .closed()
-                            .unwrap_or_else(|| TransportError::Lost("call dropped".into())),
-                    ))
-                }
-                Err(TryRecvError::Empty) => {}
-            }
-            let busy = d.pass_blocking();
-            if d.is_closed() {
-                // Fails the call (and any later one) with the loss.
-                d.finish_begin();
-                continue;
-            }
-            if busy {
-                continue;
-            }
-            if d.now() >= deadline {
-                d.command_now(Cmd::Cancel(xid));
-                d.publish_stale();
-                return Ok(None);
-            }
-            d.wait_blocking(Some(deadline));
-        }
+        call.finish(reply)
     }
 
     /// Closes the connection (waits briefly for the close to be flushed).
@@ -473,6 +399,65 @@ impl RdmaBlockingClient {
         while !d.flush_close() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+}
+
+/// Sends `call` on the blocking client's connection and drives it until
+/// the reply (`Some`), a failure, or `timeout` (`None`, the call
+/// forgotten).
+fn exchange(
+    driver: &mut Option<Driver>,
+    shared: &driver::Shared,
+    wake: &ThreadWake,
+    xid: u32,
+    call: OutgoingCall,
+    timeout: Duration,
+) -> Result<Option<Message>, RpcError> {
+    if let Some(e) = shared.closed() {
+        return Err(RpcError::Transport(e));
+    }
+    let Some(d) = driver.as_mut() else {
+        return Err(RpcError::Transport(TransportError::Closed));
+    };
+    let _g = wake.driving();
+    let (cmd, mut rx, len) = shared.make_call(call);
+    d.command_now(cmd);
+    shared.count_sent(len);
+    let deadline = d.now() + timeout;
+    loop {
+        let got = rx.try_recv();
+        if !matches!(got, Err(TryRecvError::Empty)) {
+            // The caller may look at the status as soon as it has the
+            // reply.
+            d.publish_stale();
+        }
+        match got {
+            Ok(Ok(m)) => return Ok(Some(m)),
+            Ok(Err(e)) => return Err(refused_or_transport(e)),
+            Err(TryRecvError::Closed) => {
+                return Err(RpcError::Transport(
+                    shared
+                        .closed()
+                        .unwrap_or_else(|| TransportError::Lost("call dropped".into())),
+                ))
+            }
+            Err(TryRecvError::Empty) => {}
+        }
+        let busy = d.pass_blocking();
+        if d.is_closed() {
+            // Fails the call (and any later one) with the loss.
+            d.finish_begin();
+            continue;
+        }
+        if busy {
+            continue;
+        }
+        if d.now() >= deadline {
+            d.command_now(Cmd::Cancel(xid));
+            d.publish_stale();
+            return Ok(None);
+        }
+        d.wait_blocking(Some(deadline));
     }
 }
 
