@@ -1319,6 +1319,27 @@ impl QueuePair {
         }
     }
 
+    /// Copies payload octets to the current memory destination (a Receive
+    /// buffer or a tagged buffer, bounds-checked) and advances it; a
+    /// discarded payload (no destination) is skipped.
+    fn place_payload(&mut self, src: &[u8]) {
+        if let Dst::Mem { idx, off } = self.rx.dst {
+            let take = src.len();
+            if let Some(dst) = self
+                .mem
+                .region_at_mut(idx)
+                .and_then(|r| r.buf_mut()?.get_mut(off..off + take))
+            {
+                dst.copy_from_slice(src);
+            }
+            self.rx.dst = Dst::Mem {
+                idx,
+                off: off + take,
+            };
+            self.stats.rx_copied_bytes += take as u64;
+        }
+    }
+
     /// Frames queued work into output chunks until the budget is reached.
     #[inline]
     fn fill(&mut self) {
@@ -1640,20 +1661,7 @@ impl QueuePair {
                     if self.params.crc {
                         self.rx.crc = self.rx.crc.update(src);
                     }
-                    if let Dst::Mem { idx, off } = self.rx.dst {
-                        if let Some(dst) = self
-                            .mem
-                            .region_at_mut(idx)
-                            .and_then(|r| r.buf_mut()?.get_mut(off..off + take))
-                        {
-                            dst.copy_from_slice(src);
-                        }
-                        self.rx.dst = Dst::Mem {
-                            idx,
-                            off: off + take,
-                        };
-                        self.stats.rx_copied_bytes += take as u64;
-                    }
+                    self.place_payload(src);
                     self.rx.remaining -= take;
                     self.rx.pos += take as u64;
                     used += take;
@@ -1735,20 +1743,7 @@ impl QueuePair {
         if self.rx.state == RxState::Payload {
             let take = self.rx.remaining;
             let src = d.get(have..have + take)?;
-            if let Dst::Mem { idx, off } = self.rx.dst {
-                if let Some(dst) = self
-                    .mem
-                    .region_at_mut(idx)
-                    .and_then(|r| r.buf_mut()?.get_mut(off..off + take))
-                {
-                    dst.copy_from_slice(src);
-                }
-                self.rx.dst = Dst::Mem {
-                    idx,
-                    off: off + take,
-                };
-                self.stats.rx_copied_bytes += take as u64;
-            }
+            self.place_payload(src);
             self.rx.remaining = 0;
             self.enter_trailer();
         }

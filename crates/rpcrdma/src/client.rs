@@ -270,6 +270,17 @@ pub struct CallOptions {
     pub reply_max: Option<u32>,
 }
 
+impl CallOptions {
+    /// The defaults with these DDP-eligible result lengths (what
+    /// `call(.., ddp_results)` uses).
+    pub fn with_ddp_results(ddp_results: &[u32]) -> Self {
+        CallOptions {
+            ddp_results: ddp_results.to_vec(),
+            ..CallOptions::default()
+        }
+    }
+}
+
 /// An RPC client on one transport connection. Cheap to share (`&self`
 /// methods); any number of calls may be in flight.
 pub struct Client {
@@ -367,11 +378,14 @@ impl Client {
         args: Message,
         ddp_results: &[u32],
     ) -> Result<Reply, RpcError> {
-        let opts = CallOptions {
-            ddp_results: ddp_results.to_vec(),
-            ..CallOptions::default()
-        };
-        self.call_with(prog, vers, proc, args, &opts).await
+        self.call_with(
+            prog,
+            vers,
+            proc,
+            args,
+            &CallOptions::with_ddp_results(ddp_results),
+        )
+        .await
     }
 
     /// [`Client::call`] with per-call options.

@@ -326,11 +326,13 @@ impl RdmaBlockingClient {
         args: Message,
         ddp_results: &[u32],
     ) -> Result<Reply, RpcError> {
-        let opts = CallOptions {
-            ddp_results: ddp_results.to_vec(),
-            ..CallOptions::default()
-        };
-        self.call_with(prog, vers, proc, args, &opts)
+        self.call_with(
+            prog,
+            vers,
+            proc,
+            args,
+            &CallOptions::with_ddp_results(ddp_results),
+        )
     }
 
     /// [`RdmaBlockingClient::call`] with per-call options (timeout,

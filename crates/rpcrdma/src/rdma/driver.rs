@@ -1076,60 +1076,28 @@ pub(crate) fn build(
     (shared, d)
 }
 
-/// Spawns the driver of a new connection; returns its shared state.
-#[allow(clippy::too_many_arguments)]
+/// Starts a driver made by [`build`]: a tokio task (unconstrained by the
+/// cooperative budget: the driver yields by itself, `BUSY_SPINS`, and a
+/// budget-forced `Pending` from its fd, channel or timer would leave that
+/// source unregistered for the pass), or for a blocking driver a thread of
+/// tokio's blocking pool, so that handlers that wait can still be spawned
+/// on the runtime ([`Driver::run_thread`]).
 pub(crate) fn spawn(
-    connected: Connected,
-    conn: Connection,
-    config: EngineConfig,
-    metrics: Arc<Metrics>,
-    client: bool,
-    dispatcher: Option<Arc<dyn CallDispatcher>>,
-    identity: ClientIdentity,
-    reconnect: Option<Reconnect>,
+    (shared, d): (Arc<Shared>, Driver),
 ) -> (Arc<Shared>, tokio::task::JoinHandle<()>) {
-    let (shared, d) = build(
-        connected, conn, config, metrics, client, dispatcher, identity, reconnect, None,
-    );
-    let span = tracing::debug_span!("rpc.rdma.conn", peer = %shared.peer, client);
-    // Unconstrained by tokio's cooperative budget: the driver yields by
-    // itself (`BUSY_SPINS`), and a budget-forced `Pending` from its fd,
-    // channel or timer would leave that source unregistered for the pass.
-    let h = tokio::spawn(tokio::task::unconstrained(tracing::Instrument::instrument(
-        d.run(),
-        span,
-    )));
+    let client = shared.client;
+    let blocking = shared.wake.is_some();
+    let span = tracing::debug_span!("rpc.rdma.conn", peer = %shared.peer, client, blocking);
+    let h = if blocking {
+        tokio::task::spawn_blocking(move || {
+            let _e = span.enter();
+            d.run_thread();
+        })
+    } else {
+        tokio::spawn(tokio::task::unconstrained(tracing::Instrument::instrument(
+            d.run(),
+            span,
+        )))
+    };
     (shared, h)
-}
-
-/// Starts the driver of a new server connection on a thread of its own
-/// (tokio's blocking pool, so that handlers that wait can still be
-/// spawned on the runtime): [`Driver::run_thread`].
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn spawn_thread(
-    connected: Connected,
-    conn: Connection,
-    config: EngineConfig,
-    metrics: Arc<Metrics>,
-    dispatcher: Option<Arc<dyn CallDispatcher>>,
-    identity: ClientIdentity,
-) -> std::io::Result<(Arc<Shared>, tokio::task::JoinHandle<()>)> {
-    let wake = ThreadWake::new()?;
-    let (shared, d) = build(
-        connected,
-        conn,
-        config,
-        metrics,
-        false,
-        dispatcher,
-        identity,
-        None,
-        Some(wake),
-    );
-    let span = tracing::debug_span!("rpc.rdma.conn", peer = %shared.peer, blocking = true);
-    let h = tokio::task::spawn_blocking(move || {
-        let _e = span.enter();
-        d.run_thread();
-    });
-    Ok((shared, h))
 }

@@ -12,6 +12,7 @@ use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::blocking::ThreadWake;
 use super::driver::{self, Cmd, Shared};
 use super::{iwarp_config_for, Connected, LinkInfo, RdmaServerConfig, RdmaStatus};
 use crate::metrics::Metrics;
@@ -64,7 +65,7 @@ pub fn serve_provider(
     metrics: Arc<Metrics>,
 ) -> RdmaServerConnection {
     Metrics::inc(&metrics.connections);
-    let (shared, task) = driver::spawn(
+    let (shared, task) = driver::spawn(driver::build(
         connected,
         conn,
         engine,
@@ -73,7 +74,8 @@ pub fn serve_provider(
         Some(dispatcher),
         identity,
         None,
-    );
+        None,
+    ));
     RdmaServerConnection {
         shared,
         task: Mutex::new(Some(task)),
@@ -156,33 +158,28 @@ impl RdmaServer {
                 Metrics::inc(&m3.connections);
                 let identity = identify(peer);
                 tracing::debug!(%peer, client = %identity, blocking, "rpc/rdma connection accepted");
-                let (shared, task) = if blocking {
-                    match driver::spawn_thread(
-                        connected,
-                        conn,
-                        ecfg.clone(),
-                        m3.clone(),
-                        Some(dispatcher.clone()),
-                        identity,
-                    ) {
-                        Ok(x) => x,
+                let wake = if blocking {
+                    match ThreadWake::new() {
+                        Ok(w) => Some(w),
                         Err(e) => {
                             tracing::warn!(%peer, error = %e, "no wake-up socket for a blocking connection; dropped");
                             continue;
                         }
                     }
                 } else {
-                    driver::spawn(
-                        connected,
-                        conn,
-                        ecfg.clone(),
-                        m3.clone(),
-                        false,
-                        Some(dispatcher.clone()),
-                        identity,
-                        None,
-                    )
+                    None
                 };
+                let (shared, task) = driver::spawn(driver::build(
+                    connected,
+                    conn,
+                    ecfg.clone(),
+                    m3.clone(),
+                    false,
+                    Some(dispatcher.clone()),
+                    identity,
+                    None,
+                    wake,
+                ));
                 let mut c = conns3.lock().unwrap_or_else(|p| p.into_inner());
                 c.retain(|(_, h)| !h.is_finished());
                 c.push((shared, task));

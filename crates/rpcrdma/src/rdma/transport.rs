@@ -86,7 +86,7 @@ impl RdmaClientTransport {
         Metrics::inc(&metrics.connections);
         let conn = Connection::new(engine.clone());
         let identity = ClientIdentity(Bytes::from(connected.info.peer.clone()));
-        let (shared, task) = driver::spawn(
+        let (shared, task) = driver::spawn(driver::build(
             connected,
             conn,
             engine,
@@ -95,7 +95,8 @@ impl RdmaClientTransport {
             None,
             identity,
             reconnect.map(|(connector, policy)| Reconnect { connector, policy }),
-        );
+            None,
+        ));
         Arc::new(RdmaClientTransport {
             shared,
             task: std::sync::Mutex::new(Some(task)),
