@@ -292,6 +292,21 @@ impl IwarpProvider {
         self.write_blocked
     }
 
+    /// True when a progress pass now could not move anything by itself:
+    /// no connection event, queue-pair event or completion waiting, no
+    /// output ready to hand to TCP, no handshake or held first FPDU.
+    /// Only new input (or new work requests) can change that, so a
+    /// blocking owner that just made a pass may sleep in
+    /// [`IwarpProvider::read_blocking`] without another pass first.
+    pub fn settled(&self) -> bool {
+        self.hs.is_none()
+            && self.hold_tx_until.is_none()
+            && self.events.is_empty()
+            && !self.qp.events_pending()
+            && self.qp.completions_pending() == 0
+            && !self.qp.has_output()
+    }
+
     /// Edge-triggered reading (for an event-loop owner such as tokio's
     /// `AsyncFd`): with `on`, a progress pass stops reading the socket once
     /// a read came back short or `WouldBlock`, and reads again only after

@@ -131,6 +131,11 @@ impl ThreadWake {
         }
     }
 
+    /// True if a wake-up came since the last take (the flag stays).
+    pub(crate) fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
     /// Takes the flag: true if a wake-up came since the last take.
     pub(crate) fn take_fired(&self) -> bool {
         self.fired.swap(false, Ordering::AcqRel)

@@ -65,6 +65,10 @@ pub(crate) struct Shared {
     /// Set when the driver runs on a thread of its own (blocking mode):
     /// how other threads wake it after queueing a command.
     pub(crate) wake: Option<Arc<super::blocking::ThreadWake>>,
+    /// Set after each command is queued: a blocking driver's pass looks at
+    /// the channel only when it is set (an empty `try_recv` costs as much
+    /// as the rest of a small call's pass).
+    pub(crate) queued: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -95,6 +99,9 @@ impl Shared {
     /// blocking driver.
     pub(crate) fn push(&self, cmd: Cmd) -> Result<(), TransportError> {
         let r = self.tx.send(cmd).map_err(|_| TransportError::Closed);
+        // After the send: a pass that clears the flag sees the command.
+        self.queued
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Some(w) = &self.wake {
             w.wake();
         }
@@ -791,7 +798,14 @@ impl Driver {
             busy = true;
             self.command(cmd);
         }
-        loop {
+        // Only when something was queued since the last look (the flag is
+        // set after the send, so clearing it first misses nothing: a
+        // command queued after this sets it again, and wakes the driver).
+        let queued = self
+            .shared
+            .queued
+            .swap(false, std::sync::atomic::Ordering::AcqRel);
+        while queued {
             match self.rx.try_recv() {
                 Ok(c) => self.command(c),
                 Err(mpsc::error::TryRecvError::Empty) => break,
@@ -890,6 +904,23 @@ impl Driver {
         }
     }
 
+    /// True when the pass just made left nothing for another pass: no
+    /// command queued or deferred, no wake-up, no engine deadline due, and
+    /// the provider [settled](RdmaProvider::settled). A blocking driver
+    /// then sleeps at once: after a call was answered inline, the pass
+    /// that sent the reply is the last before the sleep, not the one
+    /// before an empty pass.
+    fn settled(&self) -> bool {
+        !self
+            .shared
+            .queued
+            .load(std::sync::atomic::Ordering::Acquire)
+            && self.deferred.is_empty()
+            && self.shared.wake.as_ref().is_none_or(|w| !w.is_fired())
+            && self.conn.poll_timeout().is_none_or(|t| t > self.now)
+            && self.prov.settled()
+    }
+
     /// A blocking driver's life on its own thread: passes while anything
     /// moves, [`Driver::wait_blocking`] otherwise, until the engine closes.
     pub(crate) fn run_thread(mut self) {
@@ -903,7 +934,7 @@ impl Driver {
             if self.conn.is_closed() {
                 break;
             }
-            if !busy {
+            if !busy || self.settled() {
                 busy_passes = 0;
                 self.wait_blocking(None);
             } else {
@@ -1062,6 +1093,7 @@ pub(crate) fn build(
         state: Mutex::new(SharedState::default()),
         client,
         wake,
+        queued: std::sync::atomic::AtomicBool::new(false),
     });
     let d = Driver::new(
         connected,

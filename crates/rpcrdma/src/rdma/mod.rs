@@ -170,6 +170,13 @@ pub trait RdmaProvider: Provider + Send + 'static {
     fn read_blocking(&mut self, _timeout: Duration) -> Option<io::Result<bool>> {
         None
     }
+    /// True when a pass now could not move anything by itself (nothing
+    /// waits to be polled or transmitted): a blocking driver then sleeps
+    /// at once instead of making one more, empty pass. False (the
+    /// default) is always safe.
+    fn settled(&self) -> bool {
+        false
+    }
     /// The concrete provider, for [`RdmaClientTransport::with_provider`]
     /// (e.g. to take an iWARP capture).
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -193,6 +200,9 @@ impl RdmaProvider for IwarpProvider {
     }
     fn read_blocking(&mut self, timeout: Duration) -> Option<io::Result<bool>> {
         Some(IwarpProvider::read_blocking(self, timeout))
+    }
+    fn settled(&self) -> bool {
+        IwarpProvider::settled(self)
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
