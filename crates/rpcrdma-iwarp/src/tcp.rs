@@ -520,12 +520,18 @@ impl IwarpProvider {
             let dontwait = self.dontwait;
             let r = qp.transmit(|slices| {
                 let n = if dontwait {
-                    rustix::net::sendmsg(
-                        &*sock,
-                        slices,
-                        &mut rustix::net::SendAncillaryBuffer::default(),
-                        rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
-                    )?
+                    let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
+                    match slices {
+                        // One slice (a small message framed in place):
+                        // send(2) spares the kernel the iovec import.
+                        [one] => rustix::net::send(&*sock, one, flags)?,
+                        _ => rustix::net::sendmsg(
+                            &*sock,
+                            slices,
+                            &mut rustix::net::SendAncillaryBuffer::default(),
+                            flags,
+                        )?,
+                    }
                 } else {
                     sock.write_vectored(slices)?
                 };
