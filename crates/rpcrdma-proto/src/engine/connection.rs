@@ -338,6 +338,9 @@ fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
 /// svc_rdma_get_inv_rkey). (No set is built: the first handle, then any
 /// other ends it.)
 fn single_handle(chunks: &ChunkLists) -> Option<u32> {
+    if chunks.is_empty() {
+        return None; // (what the iterator below finds, without building it)
+    }
     let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
         chunks
             .writes
@@ -1172,6 +1175,7 @@ impl Connection {
         }
     }
 
+    #[inline]
     fn responder_budget(&self) -> usize {
         match self.config.role {
             Role::Server => self.grant as usize,
@@ -1216,7 +1220,17 @@ impl Connection {
         }
     }
 
+    /// Posts the WRs kept while the send queue was full (nothing to do,
+    /// and no call, in the usual case of an empty backlog).
+    #[inline]
     fn drain_backlog(&mut self, p: &mut dyn Provider) {
+        if !self.backlog.is_empty() {
+            self.drain_backlog_slow(p);
+        }
+    }
+
+    #[inline(never)]
+    fn drain_backlog_slow(&mut self, p: &mut dyn Provider) {
         while self.error.is_none() {
             let Some(wr) = self.backlog.pop_front() else {
                 break;
@@ -1259,11 +1273,29 @@ impl Connection {
     // The target is the responder budget (our grant) plus one per
     // outstanding call of ours; receives are posted before the credits are
     // granted.
+    ///
+    /// The check that nothing is missing is inlined (most calls find the
+    /// receives complete); the posting loop is `refill_slow`.
+    #[inline]
     fn refill(&mut self, p: &mut dyn Provider) {
+        if self.recv_posted < self.recv_target() {
+            self.refill_slow(p);
+        }
+    }
+
+    /// Receives to keep posted: the responder budget (our grant) plus one
+    /// per outstanding call of ours.
+    #[inline]
+    fn recv_target(&self) -> usize {
+        self.responder_budget() + self.outstanding
+    }
+
+    #[inline(never)]
+    fn refill_slow(&mut self, p: &mut dyn Provider) {
         if self.error.is_some() {
             return;
         }
-        let target = self.responder_budget() + self.outstanding;
+        let target = self.recv_target();
         //= rfc8166#section-3.3.3
         //# Receiver implementations MUST support inline thresholds of 1024 bytes
         //# but MAY support larger inline thresholds values.
@@ -2249,10 +2281,15 @@ impl Connection {
     }
 
     /// Retries deregistration of regions that were still held.
+    #[inline]
     fn reap(&mut self, p: &mut dyn Provider) {
-        if self.zombies.is_empty() {
-            return;
+        if !self.zombies.is_empty() {
+            self.reap_slow(p);
         }
+    }
+
+    #[inline(never)]
+    fn reap_slow(&mut self, p: &mut dyn Provider) {
         let z = std::mem::take(&mut self.zombies);
         for mr in z {
             match p.deregister(&mr) {
