@@ -4,8 +4,8 @@
 mod util;
 
 use rpcrdma_proto::engine::{
-    CallError, CallFailure, Config, Event, OutgoingCall, OutgoingReply, Piece, RdmaErrorReport,
-    ReplyForm,
+    CallError, CallFailure, CallHandle, Config, Event, OutgoingCall, OutgoingReply, Piece,
+    RdmaErrorReport, ReplyForm,
 };
 use util::*;
 
@@ -664,4 +664,45 @@ fn unaligned_write_chunks_leave_room_for_a_legacy_pad() {
     );
     let ev = p.client_events();
     assert_eq!(replies(&ev)[0].results, vec![result]);
+}
+
+#[test]
+fn a_refused_reply_leaves_the_call_to_answer() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    p.call(OutgoingCall::inline(
+        stream(&opaque_call(1, &[1; 4], false), 0),
+        256,
+    ));
+    let c = p.server_calls().remove(0);
+    let now = p.now;
+    // No RPC header in the first piece: refused, the call still pending.
+    let r = p.s.conn.send_reply(
+        now,
+        &mut p.s.prov,
+        c.handle,
+        OutgoingReply {
+            message: vec![Piece::Ddp(vec![0; 8].into())],
+        },
+    );
+    assert!(matches!(r, Err(CallError::BadMessage(_))), "{r:?}");
+    assert_eq!(p.s.conn.pending_incoming(), 1);
+    // A handle never delivered.
+    let r = p.s.conn.send_reply(
+        now,
+        &mut p.s.prov,
+        CallHandle(c.handle.0 + 1000),
+        OutgoingReply::default(),
+    );
+    assert!(matches!(r, Err(CallError::UnknownHandle)), "{r:?}");
+    // The good reply goes through, once.
+    let mut m = reply_header(c.xid);
+    m.extend(word(42));
+    let reply = OutgoingReply {
+        message: vec![Piece::Inline(m)],
+    };
+    assert_eq!(p.reply(c.handle, reply.clone()), ReplyForm::Inline);
+    assert_eq!(p.s.conn.pending_incoming(), 0);
+    let r = p.s.conn.send_reply(now, &mut p.s.prov, c.handle, reply);
+    assert!(matches!(r, Err(CallError::UnknownHandle)), "{r:?}");
+    assert!(!p.s.conn.is_closed());
 }

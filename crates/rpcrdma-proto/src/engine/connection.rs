@@ -27,10 +27,10 @@ use smallvec::{smallvec, SmallVec};
 enum Op {
     /// A posted receive into this buffer.
     Recv(MemoryRegion),
-    /// The Send of one of our calls.
-    CallSend(u64),
-    /// A Local Invalidate of one of our call's chunks.
-    CallInv(u64),
+    /// The Send of one of our calls (by XID).
+    CallSend(u32),
+    /// A Local Invalidate of one of our call's chunks (by XID).
+    CallInv(u32),
     /// An RDMA Read for a received call.
     Read(u64),
     /// A Write or Send of one of our replies.
@@ -271,17 +271,19 @@ pub struct Connection {
     next_xid: u32,
     next_id: u64,
     queue: VecDeque<OutCall>,
-    /// Our calls sent and not finished, by call id (a hash map: a B-tree
-    /// shifted these large values on every removal).
-    calls: IdMap<u64, OutCall>,
-    by_xid: IdMap<u32, u64>,
+    /// Our calls sent and not finished, by XID (a hash map: a B-tree
+    /// shifted these large values on every removal). The XIDs of sent calls
+    /// are distinct (see `send_call`); a call whose reply has arrived
+    /// (`reply` set) stays here until its Send and invalidations complete,
+    /// and no longer matches a received reply.
+    calls: IdMap<u32, OutCall>,
     outstanding: usize,
-    /// `(deadline, call id)` of the calls sent with a deadline, sorted by
+    /// `(deadline, XID)` of the calls sent with a deadline, sorted by
     /// deadline (ties in send order). The front is always a call still
     /// waiting for its reply (entries are dropped from the front as replies
     /// arrive; stale entries further back are compacted away), so the
     /// next timeout is read without scanning every call.
-    deadlines: VecDeque<(Instant, u64)>,
+    deadlines: VecDeque<(Instant, u32)>,
     retransmits: Vec<OutCall>,
     // responder
     grant: u32,
@@ -336,6 +338,9 @@ fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
 /// svc_rdma_get_inv_rkey). (No set is built: the first handle, then any
 /// other ends it.)
 fn single_handle(chunks: &ChunkLists) -> Option<u32> {
+    if chunks.is_empty() {
+        return None; // (what the iterator below finds, without building it)
+    }
     let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
         chunks
             .writes
@@ -395,7 +400,6 @@ impl Connection {
             next_id: 1,
             queue: VecDeque::new(),
             calls: IdMap::default(),
-            by_xid: IdMap::default(),
             outstanding: 0,
             deadlines: VecDeque::new(),
             retransmits: Vec::new(),
@@ -619,17 +623,17 @@ impl Connection {
                 }
                 self.refill(p);
             }
-            Op::CallSend(id) => {
-                if let Some(call) = self.calls.get_mut(&id) {
+            Op::CallSend(xid) => {
+                if let Some(call) = self.calls.get_mut(&xid) {
                     call.send_done = true;
                 }
-                self.try_finish(p, id);
+                self.try_finish(p, xid);
             }
-            Op::CallInv(id) => {
-                if let Some(call) = self.calls.get_mut(&id) {
+            Op::CallInv(xid) => {
+                if let Some(call) = self.calls.get_mut(&xid) {
                     call.pending_inv = call.pending_inv.saturating_sub(1);
                 }
-                self.try_finish(p, id);
+                self.try_finish(p, xid);
             }
             Op::Read(handle) => {
                 self.reads_outstanding = self.reads_outstanding.saturating_sub(1);
@@ -1098,8 +1102,8 @@ impl Connection {
         if self.error.is_some() {
             return None;
         }
-        let &(d, id) = self.deadlines.front()?;
-        if self.waits_for(id, d) {
+        let &(d, xid) = self.deadlines.front()?;
+        if self.waits_for(xid, d) {
             return Some(d);
         }
         // Not expected (the front is kept pending): the full scan.
@@ -1110,15 +1114,15 @@ impl Connection {
             .min()
     }
 
-    /// Call `id` still waits for its reply, with deadline `d`.
-    fn waits_for(&self, id: u64, d: Instant) -> bool {
+    /// Call `xid` still waits for its reply, with deadline `d`.
+    fn waits_for(&self, xid: u32, d: Instant) -> bool {
         self.calls
-            .get(&id)
+            .get(&xid)
             .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
     }
 
     /// Records a sent call's deadline, keeping `deadlines` sorted.
-    fn add_deadline(&mut self, d: Instant, id: u64) {
+    fn add_deadline(&mut self, d: Instant, id: u32) {
         // Deadlines normally come in order (`now` does not go back): the
         // new one goes at the back.
         if self.deadlines.back().is_none_or(|&(e, _)| e <= d) {
@@ -1140,8 +1144,8 @@ impl Connection {
     }
 
     /// Drops answered calls from the front of `deadlines`; call `answered`
-    /// (just answered) is known not to wait any more.
-    fn trim_deadlines(&mut self, answered: u64) {
+    /// (an XID, just answered) is known not to wait any more.
+    fn trim_deadlines(&mut self, answered: u32) {
         while let Some(&(d, id)) = self.deadlines.front() {
             if id != answered && self.waits_for(id, d) {
                 break;
@@ -1171,6 +1175,7 @@ impl Connection {
         }
     }
 
+    #[inline]
     fn responder_budget(&self) -> usize {
         match self.config.role {
             Role::Server => self.grant as usize,
@@ -1215,7 +1220,17 @@ impl Connection {
         }
     }
 
+    /// Posts the WRs kept while the send queue was full (nothing to do,
+    /// and no call, in the usual case of an empty backlog).
+    #[inline]
     fn drain_backlog(&mut self, p: &mut dyn Provider) {
+        if !self.backlog.is_empty() {
+            self.drain_backlog_slow(p);
+        }
+    }
+
+    #[inline(never)]
+    fn drain_backlog_slow(&mut self, p: &mut dyn Provider) {
         while self.error.is_none() {
             let Some(wr) = self.backlog.pop_front() else {
                 break;
@@ -1258,11 +1273,29 @@ impl Connection {
     // The target is the responder budget (our grant) plus one per
     // outstanding call of ours; receives are posted before the credits are
     // granted.
+    ///
+    /// The check that nothing is missing is inlined (most calls find the
+    /// receives complete); the posting loop is `refill_slow`.
+    #[inline]
     fn refill(&mut self, p: &mut dyn Provider) {
+        if self.recv_posted < self.recv_target() {
+            self.refill_slow(p);
+        }
+    }
+
+    /// Receives to keep posted: the responder budget (our grant) plus one
+    /// per outstanding call of ours.
+    #[inline]
+    fn recv_target(&self) -> usize {
+        self.responder_budget() + self.outstanding
+    }
+
+    #[inline(never)]
+    fn refill_slow(&mut self, p: &mut dyn Provider) {
         if self.error.is_some() {
             return;
         }
-        let target = self.responder_budget() + self.outstanding;
+        let target = self.recv_target();
         //= rfc8166#section-3.3.3
         //# Receiver implementations MUST support inline thresholds of 1024 bytes
         //# but MAY support larger inline thresholds values.
@@ -1330,7 +1363,7 @@ impl Connection {
                 // call with -EIO instead; the RFC is followed here.
                 Role::Client => {
                     let _ = (reason, now, inv);
-                    if self.by_xid.contains_key(&xid) {
+                    if self.awaiting(xid).is_some() {
                         self.metrics.bad_replies += 1;
                     }
                     self.metrics.dropped += 1;
@@ -1471,10 +1504,12 @@ impl Connection {
     }
 
     fn reply_mr_of(&self, xid: u32) -> Option<MemoryRegion> {
-        self.by_xid
-            .get(&xid)
-            .and_then(|id| self.calls.get(id))
-            .and_then(|c| c.reply_mr)
+        self.awaiting(xid).and_then(|c| c.reply_mr)
+    }
+
+    /// Our sent call with this XID, if it still waits for its reply.
+    fn awaiting(&self, xid: u32) -> Option<&OutCall> {
+        self.calls.get(&xid).filter(|c| c.reply.is_none())
     }
 
     // ------------------------------------------------------------------
@@ -1777,20 +1812,35 @@ impl Connection {
                 return;
             }
         };
-        call.chunk_mrs = mrs;
-        call.write_mrs = write_mrs;
-        call.reply_mr = reply_mr;
-        call.send_mr = Some(send_mr);
-        call.deadline = self.config.call_timeout.map(|d| now + d);
-        let id = call.id.0;
-        self.by_xid.insert(call.xid, id);
-        if call.retransmit {
+        let deadline = self.config.call_timeout.map(|d| now + d);
+        let retransmit = call.retransmit;
+        match self.calls.entry(xid) {
+            Entry::Vacant(slot) => {
+                call.chunk_mrs = mrs;
+                call.write_mrs = write_mrs;
+                call.reply_mr = reply_mr;
+                call.send_mr = Some(send_mr);
+                call.deadline = deadline;
+                slot.insert(call);
+            }
+            Entry::Occupied(_) => {
+                // Only after 2^32 calls, with the call that had this XID
+                // still unfinished: a reply could not be told apart.
+                self.zombies.extend(mrs);
+                self.release(p, send_mr);
+                self.reap(p);
+                self.fail_local(
+                    call,
+                    CallError::BadMessage("XID still in use by an unfinished call"),
+                );
+                return;
+            }
+        }
+        if retransmit {
             self.metrics.retransmits += 1;
         }
-        let deadline = call.deadline;
-        self.calls.insert(id, call);
         if let Some(d) = deadline {
-            self.add_deadline(d, id);
+            self.add_deadline(d, xid);
         }
         self.outstanding += 1;
         self.metrics.calls_sent += 1;
@@ -1799,7 +1849,7 @@ impl Connection {
         if self.error.is_some() {
             return;
         }
-        let wr_id = self.wr(Op::CallSend(id));
+        let wr_id = self.wr(Op::CallSend(xid));
         let sge = send_mr.sge(0, send_len);
         if let Err(e) = self.post(
             p,
@@ -1822,7 +1872,7 @@ impl Connection {
         chunks: &ChunkLists,
         payload: Vec<u8>,
     ) -> Result<ReplyData, CallFailure> {
-        let Some(call) = self.by_xid.get(&xid).and_then(|id| self.calls.get(id)) else {
+        let Some(call) = self.awaiting(xid) else {
             return Err(CallFailure::BadReply(UNKNOWN_XID));
         };
         //= rfc8166#section-4.3.1
@@ -1910,10 +1960,10 @@ impl Connection {
         inv: Option<Stag>,
         result: Result<ReplyData, CallFailure>,
     ) {
-        let Some(id) = self.by_xid.remove(&xid) else {
+        if self.awaiting(xid).is_none() {
             self.metrics.bad_xids += 1;
             return;
-        };
+        }
         //= rfc8167#section-4.1
         //# In such cases, the receiver MUST ignore the header's credit value.
         // A credit word is used only here, from a reply (or RDMA_ERROR)
@@ -1938,7 +1988,7 @@ impl Connection {
         self.metrics.replies_received += 1;
         self.outstanding = self.outstanding.saturating_sub(1);
         let mut invs: SmallVec<[Stag; 4]> = SmallVec::new();
-        if let Some(call) = self.calls.get_mut(&id) {
+        if let Some(call) = self.calls.get_mut(&xid) {
             call.reply = Some(result);
             if let Some(stag) = inv {
                 if call.chunk_mrs.iter().any(|m| m.stag() == stag) {
@@ -1958,9 +2008,9 @@ impl Connection {
             }
             call.pending_inv = invs.len();
         }
-        self.trim_deadlines(id);
+        self.trim_deadlines(xid);
         for stag in invs {
-            let wr_id = self.wr(Op::CallInv(id));
+            let wr_id = self.wr(Op::CallInv(xid));
             self.metrics.local_invalidations += 1;
             let wr = SendWr {
                 wr_id,
@@ -1981,15 +2031,15 @@ impl Connection {
                 return;
             }
         }
-        self.try_finish(p, id);
+        self.try_finish(p, xid);
         self.pump(now, p);
     }
 
     /// Completes a call once the reply is in, its Send completed and every
     /// chunk is invalidated: hands the Write chunks' buffers over as the
     /// results, copies the Reply chunk out, and deregisters.
-    fn try_finish(&mut self, p: &mut dyn Provider, id: u64) {
-        let mut call = match self.calls.entry(id) {
+    fn try_finish(&mut self, p: &mut dyn Provider, xid: u32) {
+        let mut call = match self.calls.entry(xid) {
             Entry::Occupied(e)
                 if e.get().reply.is_some() && e.get().send_done && e.get().pending_inv == 0 =>
             {
@@ -2231,10 +2281,15 @@ impl Connection {
     }
 
     /// Retries deregistration of regions that were still held.
+    #[inline]
     fn reap(&mut self, p: &mut dyn Provider) {
-        if self.zombies.is_empty() {
-            return;
+        if !self.zombies.is_empty() {
+            self.reap_slow(p);
         }
+    }
+
+    #[inline(never)]
+    fn reap_slow(&mut self, p: &mut dyn Provider) {
         let z = std::mem::take(&mut self.zombies);
         for mr in z {
             match p.deregister(&mr) {
@@ -2887,7 +2942,6 @@ impl Connection {
         // In call order (the order they were started).
         let mut calls: Vec<OutCall> = std::mem::take(&mut self.calls).into_values().collect();
         calls.sort_by_key(|c| c.id);
-        self.by_xid.clear();
         self.deadlines.clear();
         self.outstanding = 0;
         for mut call in calls {

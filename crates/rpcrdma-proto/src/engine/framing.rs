@@ -83,19 +83,50 @@ pub(crate) enum Incoming {
 
 /// An encoded-on-demand data header (see [`Framing::data_header`]).
 #[derive(Debug)]
-pub(crate) struct DataHeader(v1::Header);
+pub(crate) struct DataHeader(Data);
+
+#[derive(Debug)]
+enum Data {
+    /// Three empty chunk lists (every small call and reply): seven words,
+    /// written without going through the general encoder; the same octets
+    /// as `General` with `ChunkLists::empty()` (pinned by a test).
+    Plain { xid: u32, credit: u32, shape: Shape },
+    /// Any header.
+    General(v1::Header),
+}
 
 impl DataHeader {
     /// Octets [`DataHeader::write`] produces.
     pub(crate) fn len(&self) -> usize {
-        self.0.encoded_len()
+        match &self.0 {
+            Data::Plain { .. } => MIN_HEADER_LEN,
+            Data::General(h) => h.encoded_len(),
+        }
     }
 
     /// Writes the header at the front of `buf` (every one of its
     /// [`DataHeader::len`] octets); returns that length, or 0 (nothing
     /// written) if `buf` is too short.
     pub(crate) fn write(&self, buf: &mut [u8]) -> usize {
-        self.0.encode(buf).unwrap_or(0)
+        match &self.0 {
+            &Data::Plain { xid, credit, shape } => {
+                let Some(out) = buf.get_mut(..MIN_HEADER_LEN) else {
+                    return 0;
+                };
+                let proc = match shape {
+                    Shape::Msg => v1::Proc::RDMA_MSG,
+                    Shape::Nomsg => v1::Proc::RDMA_NOMSG,
+                };
+                // xid, vers, credit, proc, then the three lists' "absent"
+                // words.
+                let words = [xid, v1::RPCRDMA_VERSION, credit, proc.0, 0, 0, 0];
+                for (o, w) in out.chunks_exact_mut(4).zip(words) {
+                    o.copy_from_slice(&w.to_be_bytes());
+                }
+                MIN_HEADER_LEN
+            }
+            Data::General(h) => h.encode(buf).unwrap_or(0),
+        }
     }
 }
 
@@ -165,6 +196,7 @@ impl Framing {
     ) -> DataHeader {
         let _ = inv_handle;
         match self {
+            Framing::V1 if chunks.is_empty() => DataHeader(Data::Plain { xid, credit, shape }),
             Framing::V1 => {
                 let body = match shape {
                     Shape::Msg => v1::Body::Msg(chunks),
@@ -179,7 +211,7 @@ impl Framing {
                 //= rfc8167#section-5.2
                 //# The rdma_vers field MUST contain the same value in a reverse-
                 //# direction Reply message as in the matching Call message.
-                DataHeader(v1::Header { xid, credit, body })
+                DataHeader(Data::General(v1::Header { xid, credit, body }))
             }
         }
     }
@@ -231,6 +263,35 @@ const MIN_ERROR_LEN: usize = 20;
 const RDMA_ERROR: [u8; 4] = [0, 0, 0, 4];
 
 fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
+    match decode_v1_plain(buf) {
+        Some(incoming) => incoming,
+        None => decode_v1_general(buf, limits),
+    }
+}
+
+/// The header of every small call and reply, decoded without the general
+/// decoder: an RDMA_MSG of version 1 with three empty chunk lists (seven
+/// words: xid, 1, credit, 0, 0, 0, 0), whatever follows it. Gives exactly
+/// what [`decode_v1_general`] gives for such a message (no limit applies
+/// to empty lists; pinned by a test); `None` for every other message.
+#[inline]
+fn decode_v1_plain(buf: &[u8]) -> Option<Incoming> {
+    let head: &[u8; MIN_HEADER_LEN] = buf.get(..MIN_HEADER_LEN)?.try_into().ok()?;
+    let word = |i: usize| u32::from_be_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+    let plain = word(4) == v1::RPCRDMA_VERSION
+        && word(12) == v1::Proc::RDMA_MSG.0
+        && head[16..] == [0u8; 12];
+    plain.then(|| Incoming::Data {
+        xid: word(0),
+        credit: word(8),
+        shape: Shape::Msg,
+        chunks: ChunkLists::empty(),
+        payload_offset: MIN_HEADER_LEN,
+    })
+}
+
+/// [`decode_v1`] for every message.
+fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
     //= rfc8166#section-4.5
     //# If an incoming RPC-over-RDMA message is not as long as a minimal size
     //# RPC-over-RDMA header (28 bytes), the receiver cannot trust the value
@@ -345,6 +406,76 @@ fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Messages around the plain RDMA_MSG header: the plain header itself,
+    /// and the same with one word or octet changed, cut short, or followed
+    /// by anything.
+    fn near_plain() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        (
+            any::<u32>(),
+            any::<u32>(),
+            proptest::collection::vec(any::<u8>(), 0..48),
+            0usize..40,
+            any::<u8>(),
+            0usize..80,
+            any::<bool>(),
+        )
+            .prop_map(|(xid, credit, tail, at, val, cut, mutate)| {
+                let mut m = Vec::new();
+                for w in [xid, 1, credit, 0, 0, 0, 0] {
+                    m.extend(w.to_be_bytes());
+                }
+                m.extend(tail);
+                if mutate {
+                    if let Some(b) = m.get_mut(at) {
+                        *b = val;
+                    }
+                }
+                m.truncate(cut.max(20));
+                m
+            })
+    }
+
+    proptest::proptest! {
+        /// The plain-header fast path decodes to what the general decoder
+        /// gives, for the plain header and everything near it.
+        #[test]
+        fn plain_header_decode_is_the_general_decode(buf in near_plain()) {
+            let limits = Limits::DEFAULT;
+            proptest::prop_assert_eq!(decode_v1(&buf, &limits), decode_v1_general(&buf, &limits));
+        }
+    }
+
+    proptest::proptest! {
+        /// The fast path of a header without chunks writes exactly what
+        /// the general encoder writes (and nothing into a short buffer).
+        #[test]
+        fn plain_data_header_is_the_general_encoding(
+            xid: u32,
+            credit: u32,
+            nomsg: bool,
+            room in 0usize..40,
+        ) {
+            let (shape, body) = if nomsg {
+                (Shape::Nomsg, v1::Body::Nomsg(ChunkLists::empty()))
+            } else {
+                (Shape::Msg, v1::Body::Msg(ChunkLists::empty()))
+            };
+            let general = DataHeader(Data::General(v1::Header { xid, credit, body }));
+            let plain = Framing::V1.data_header(xid, credit, shape, ChunkLists::empty(), None);
+            let fast = matches!(plain.0, Data::Plain { .. });
+            proptest::prop_assert!(fast);
+            proptest::prop_assert_eq!(plain.len(), general.len());
+            proptest::prop_assert_eq!(
+                plain.len(),
+                Framing::V1.header_len(shape, &ChunkLists::empty())
+            );
+            let (mut a, mut b) = (vec![0xa5; room], vec![0xa5; room]);
+            proptest::prop_assert_eq!(plain.write(&mut a), general.write(&mut b));
+            proptest::prop_assert_eq!(a, b);
+        }
+    }
 
     fn hx(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
