@@ -905,8 +905,10 @@ impl Driver {
     }
 
     /// True when the pass just made left nothing for another pass: no
-    /// command queued or deferred, no wake-up, no engine deadline due, and
-    /// the provider [settled](RdmaProvider::settled). A blocking driver
+    /// command queued or deferred, no wake-up, and the provider
+    /// [settled](RdmaProvider::settled). (The pass handled the engine's
+    /// deadlines due by its clock; `wait_blocking` sleeps no longer than
+    /// the next one.) A blocking driver
     /// then sleeps at once: after a call was answered inline, the pass
     /// that sent the reply is the last before the sleep, not the one
     /// before an empty pass.
@@ -917,7 +919,6 @@ impl Driver {
             .load(std::sync::atomic::Ordering::Acquire)
             && self.deferred.is_empty()
             && self.shared.wake.as_ref().is_none_or(|w| !w.is_fired())
-            && self.conn.poll_timeout().is_none_or(|t| t > self.now)
             && self.prov.settled()
     }
 
