@@ -24,6 +24,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
 
+use bytes::Bytes;
 use rpcrdma_proto::wire::rpc::{AuthFlavor, AuthStat, MsgBody, OpaqueAuth, RpcMsg, RPC_VERSION};
 use rpcrdma_proto::{DecodeError, Limits, XdrEncode};
 use tokio::net::ToSocketAddrs;
@@ -323,7 +324,7 @@ impl Server {
         let metrics = &self.inner.metrics;
         Metrics::inc(&metrics.calls_received);
         let prefix = inline_prefix(&message);
-        let (msg, hdr_len) = match RpcMsg::decode(&prefix, &self.inner.config.limits) {
+        let (msg, hdr_len) = match RpcMsg::decode_call(&prefix, &self.inner.config.limits) {
             Ok(x) => x,
             Err(e) => {
                 // A bad credential or verifier is answered AUTH_ERROR when
@@ -474,10 +475,11 @@ impl Server {
             Err(_) => Err(HandlerError::SystemErr("handler panicked".into())),
         };
         let reply = match result {
-            Ok(results) => match RpcMsg::success(xid).to_vec() {
-                Ok(h) => Some(Message::with_header(h, results)),
-                Err(_) => None,
-            },
+            // `RpcMsg::success(xid)`, encoded without the general encoder.
+            Ok(results) => Some(Message::with_header(
+                Bytes::copy_from_slice(&RpcMsg::success_header(xid)),
+                results,
+            )),
             Err(e) => {
                 tracing::debug!(error = %e, "handler error");
                 let hdr = match &e {
