@@ -18,7 +18,7 @@
 //! | [`HandlerError::AuthError`] | MSG_DENIED / AUTH_ERROR |
 //! | [`HandlerError::Drop`] | no reply |
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -164,15 +164,16 @@ impl Default for ServerConfig {
     }
 }
 
-/// One registered program version.
-#[derive(Clone)]
+/// One registered program version (shared: a call takes one reference).
 struct Registered {
     handler: Arc<dyn Handler>,
     /// Procedures whose replies the duplicate-reply cache does not keep.
-    uncached: Arc<[u32]>,
+    uncached: Box<[u32]>,
 }
 
-type Registry = HashMap<u32, BTreeMap<u32, Registered>>;
+/// Programs, then versions. Ordered maps: no hashing per call (a peer
+/// picks the numbers looked up), and versions in order for PROG_MISMATCH.
+type Registry = BTreeMap<u32, BTreeMap<u32, Arc<Registered>>>;
 
 struct Inner {
     programs: RwLock<Registry>,
@@ -207,7 +208,7 @@ impl Server {
     pub fn new(config: ServerConfig) -> Self {
         Server {
             inner: Arc::new(Inner {
-                programs: RwLock::new(HashMap::new()),
+                programs: RwLock::new(BTreeMap::new()),
                 drc: Mutex::new(DuplicateReplyCache::new(
                     config.drc_entries,
                     config.drc_bytes,
@@ -233,10 +234,10 @@ impl Server {
             .or_default()
             .insert(
                 vers,
-                Registered {
+                Arc::new(Registered {
                     handler,
-                    uncached: Arc::new([]),
-                },
+                    uncached: Box::new([]),
+                }),
             );
     }
 
@@ -253,7 +254,10 @@ impl Server {
             .unwrap_or_else(|p| p.into_inner());
         match reg.get_mut(&prog).and_then(|v| v.get_mut(&vers)) {
             Some(r) => {
-                r.uncached = procs.into();
+                *r = Arc::new(Registered {
+                    handler: r.handler.clone(),
+                    uncached: procs.into(),
+                });
                 true
             }
             None => false,
@@ -279,7 +283,7 @@ impl Server {
         TcpServer::bind(addr, config, self.dispatcher(), self.inner.metrics.clone()).await
     }
 
-    fn lookup(&self, prog: u32, vers: u32) -> Result<Registered, Option<(u32, u32)>> {
+    fn lookup(&self, prog: u32, vers: u32) -> Result<Arc<Registered>, Option<(u32, u32)>> {
         let reg = self
             .inner
             .programs
@@ -387,7 +391,7 @@ impl Server {
             );
             return None;
         }
-        let Registered { handler, uncached } = match self.lookup(cb.prog, cb.vers) {
+        let registered = match self.lookup(cb.prog, cb.vers) {
             Ok(h) => h,
             Err(None) => {
                 Metrics::inc(&metrics.err_prog_unavail);
@@ -400,7 +404,7 @@ impl Server {
                 return None;
             }
         };
-        let key = (!uncached.contains(&cb.procedure)).then(|| DrcKey {
+        let key = (!registered.uncached.contains(&cb.procedure)).then(|| DrcKey {
             client: client.clone(),
             xid,
             prog: cb.prog,
@@ -442,7 +446,7 @@ impl Server {
             args,
             conn: conn.clone(),
         };
-        let fut = CatchUnwind(handler.call(ctx));
+        let fut = CatchUnwind(registered.handler.call(ctx));
         drop(_e);
         Some((
             fut,
@@ -475,11 +479,18 @@ impl Server {
             Err(_) => Err(HandlerError::SystemErr("handler panicked".into())),
         };
         let reply = match result {
-            // `RpcMsg::success(xid)`, encoded without the general encoder.
-            Ok(results) => Some(Message::with_header(
-                Bytes::copy_from_slice(&RpcMsg::success_header(xid)),
-                results,
-            )),
+            Ok(results) => {
+                // `RpcMsg::success(xid)`, encoded without the general encoder.
+                let h = Bytes::copy_from_slice(&RpcMsg::success_header(xid));
+                // A void result (NULL) adds nothing to the header: no append.
+                Some(
+                    if results.pieces().is_empty() && results.results().is_empty() {
+                        Message::inline(h)
+                    } else {
+                        Message::with_header(h, results)
+                    },
+                )
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "handler error");
                 let hdr = match &e {
