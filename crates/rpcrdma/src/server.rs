@@ -32,7 +32,7 @@ use tracing::Instrument;
 
 use crate::client::{inline_prefix, Client, ClientConfig, RpcError};
 use crate::drc::{DrcKey, DrcLookup, DuplicateReplyCache};
-use crate::message::{Message, MessageReader};
+use crate::message::{Message, MessageReader, Piece};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::tcp::{TcpConfig, TcpServer};
 use crate::transport::{CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ServerConnection};
@@ -435,7 +435,7 @@ impl Server {
                 return None;
             }
         }
-        let args = message.split_inline_prefix(hdr_len).unwrap_or_default();
+        let args = args_after_header(&message, hdr_len);
         let ctx = CallContext {
             xid,
             prog: cb.prog,
@@ -528,6 +528,19 @@ impl Server {
     }
 }
 
+/// The arguments of a call whose header is its first `hdr_len` octets:
+/// `message.split_inline_prefix(hdr_len)` (empty if that fails), but a call
+/// that is one inline piece holding the header only (NULL and every other
+/// call without arguments) gets the empty message at once.
+fn args_after_header(message: &Message, hdr_len: usize) -> Message {
+    if let [Piece::Inline(b)] = message.pieces() {
+        if b.len() == hdr_len && message.results().is_empty() {
+            return Message::new();
+        }
+    }
+    message.split_inline_prefix(hdr_len).unwrap_or_default()
+}
+
 /// A call whose handler runs: what [`Server::finish`] needs.
 struct Running {
     xid: u32,
@@ -596,5 +609,49 @@ impl CallDispatcher for Server {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn piece() -> impl Strategy<Value = Piece> {
+        (any::<bool>(), proptest::collection::vec(any::<u8>(), 0..64)).prop_map(|(ddp, v)| {
+            if ddp {
+                Piece::Ddp(v.into())
+            } else {
+                Piece::Inline(v.into())
+            }
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn args_after_header_is_split_inline_prefix(
+            pieces in proptest::collection::vec(piece(), 0..4),
+            results in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..8), 0..2),
+            hdr_len in 0usize..80,
+        ) {
+            let mut m = Message::from_pieces(pieces);
+            if !results.is_empty() {
+                m = Message::with_results(m.flatten(), results);
+            }
+            prop_assert_eq!(
+                args_after_header(&m, hdr_len),
+                m.split_inline_prefix(hdr_len).unwrap_or_default()
+            );
+        }
+    }
+
+    #[test]
+    fn args_after_header_of_a_header_only_call() {
+        let m = Message::inline(vec![7u8; 40]);
+        assert_eq!(args_after_header(&m, 40), Message::new());
+        assert_eq!(
+            args_after_header(&m, 40),
+            m.split_inline_prefix(40).unwrap()
+        );
     }
 }

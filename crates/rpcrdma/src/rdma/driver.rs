@@ -766,10 +766,12 @@ impl Driver {
         };
         // Nested drivers on one thread (a blocking client's backchannel
         // inside a handler) each see only their own replies.
-        let outer = INLINE_REPLIES.with(|c| c.replace(Some(capture)));
-        d.dispatch(call);
         let mut replies = INLINE_REPLIES
-            .with(|c| c.replace(outer))
+            .with(|c| {
+                let outer = c.replace(Some(capture));
+                d.dispatch(call);
+                c.replace(outer)
+            })
             .map(|c| c.replies)
             .unwrap_or_default();
         let mut handle = Some(handle);
