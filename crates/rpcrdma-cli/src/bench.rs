@@ -35,8 +35,8 @@ use rpcrdma::testprog::{
     self, PROC_ECHO, PROC_NULL, PROC_READ, TEST_MAX_DATA, TEST_PROG, TEST_VERS,
 };
 use rpcrdma::{
-    CallContext, Client, ClientConfig, HandlerError, Message, MetricsSnapshot, RpcError, Server,
-    ServerConfig, TcpConfig, TcpServer,
+    CallContext, Client, ClientConfig, Handler, HandlerError, HandlerFuture, Message,
+    MetricsSnapshot, RpcError, Server, ServerConfig, TcpConfig, TcpServer,
 };
 use serde_json::{json, Map, Value};
 
@@ -408,44 +408,64 @@ impl Serving {
     }
 }
 
+/// The last READ pattern generated: (seed, count, data).
+type PatternCache = Arc<Mutex<Option<(u32, u32, Bytes)>>>;
+
 /// The test program's handler with READ results served from a cache of the
 /// last pattern generated (same bytes as `testprog::test_handler`, but a
-/// benchmark measures the transport, not the xorshift generator).
+/// benchmark measures the transport, not the xorshift generator). Every
+/// other procedure goes to `testprog::test_handler` as it is (no cache
+/// reference taken per call).
+struct BenchHandler {
+    cache: PatternCache,
+}
+
+impl Handler for BenchHandler {
+    fn call(&self, ctx: CallContext) -> HandlerFuture {
+        if ctx.proc != PROC_READ {
+            return Box::pin(testprog::test_handler(ctx));
+        }
+        Box::pin(bench_read(ctx, self.cache.clone()))
+    }
+}
+
+/// READ from the pattern cache.
+async fn bench_read(ctx: CallContext, cache: PatternCache) -> Result<Message, HandlerError> {
+    let mut r = ctx.reader();
+    let count = r.u32("read.count")?;
+    let seed = r.u32("read.seed")?;
+    r.finish("read args")?;
+    if count > TEST_MAX_DATA {
+        return Err(HandlerError::GarbageArgs(format!(
+            "read count {count} exceeds TEST_MAX_DATA = {TEST_MAX_DATA}"
+        )));
+    }
+    let data = {
+        let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
+        match &*c {
+            Some((s, n, d)) if *s == seed && *n == count => d.clone(),
+            _ => {
+                let d = Bytes::from(testprog::pattern(seed, count as usize));
+                *c = Some((seed, count, d.clone()));
+                d
+            }
+        }
+    };
+    let mut b = Message::builder();
+    b.put_ddp_opaque(data)
+        .map_err(|e| HandlerError::SystemErr(e.to_string()))?;
+    Ok(b.finish())
+}
+
 fn bench_server(config: ServerConfig) -> Server {
     let server = Server::new(config);
-    let cache: Arc<Mutex<Option<(u32, u32, Bytes)>>> = Arc::new(Mutex::new(None));
-    server.register(TEST_PROG, TEST_VERS, move |ctx: CallContext| {
-        let cache = cache.clone();
-        async move {
-            if ctx.proc != PROC_READ {
-                return testprog::test_handler(ctx).await;
-            }
-            let mut r = ctx.reader();
-            let count = r.u32("read.count")?;
-            let seed = r.u32("read.seed")?;
-            r.finish("read args")?;
-            if count > TEST_MAX_DATA {
-                return Err(HandlerError::GarbageArgs(format!(
-                    "read count {count} exceeds TEST_MAX_DATA = {TEST_MAX_DATA}"
-                )));
-            }
-            let data = {
-                let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
-                match &*c {
-                    Some((s, n, d)) if *s == seed && *n == count => d.clone(),
-                    _ => {
-                        let d = Bytes::from(testprog::pattern(seed, count as usize));
-                        *c = Some((seed, count, d.clone()));
-                        d
-                    }
-                }
-            };
-            let mut b = Message::builder();
-            b.put_ddp_opaque(data)
-                .map_err(|e| HandlerError::SystemErr(e.to_string()))?;
-            Ok(b.finish())
-        }
-    });
+    server.register(
+        TEST_PROG,
+        TEST_VERS,
+        BenchHandler {
+            cache: Arc::new(Mutex::new(None)),
+        },
+    );
     // As `testprog::register`: NULL, ECHO and READ are idempotent.
     server.set_uncached(TEST_PROG, TEST_VERS, &[PROC_NULL, PROC_ECHO, PROC_READ]);
     server

@@ -18,12 +18,13 @@
 //! | [`HandlerError::AuthError`] | MSG_DENIED / AUTH_ERROR |
 //! | [`HandlerError::Drop`] | no reply |
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
 
+use bytes::Bytes;
 use rpcrdma_proto::wire::rpc::{AuthFlavor, AuthStat, MsgBody, OpaqueAuth, RpcMsg, RPC_VERSION};
 use rpcrdma_proto::{DecodeError, Limits, XdrEncode};
 use tokio::net::ToSocketAddrs;
@@ -31,7 +32,7 @@ use tracing::Instrument;
 
 use crate::client::{inline_prefix, Client, ClientConfig, RpcError};
 use crate::drc::{DrcKey, DrcLookup, DuplicateReplyCache};
-use crate::message::{Message, MessageReader};
+use crate::message::{Message, MessageReader, Piece};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::tcp::{TcpConfig, TcpServer};
 use crate::transport::{CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ServerConnection};
@@ -163,15 +164,16 @@ impl Default for ServerConfig {
     }
 }
 
-/// One registered program version.
-#[derive(Clone)]
+/// One registered program version (shared: a call takes one reference).
 struct Registered {
     handler: Arc<dyn Handler>,
     /// Procedures whose replies the duplicate-reply cache does not keep.
-    uncached: Arc<[u32]>,
+    uncached: Box<[u32]>,
 }
 
-type Registry = HashMap<u32, BTreeMap<u32, Registered>>;
+/// Programs, then versions. Ordered maps: no hashing per call (a peer
+/// picks the numbers looked up), and versions in order for PROG_MISMATCH.
+type Registry = BTreeMap<u32, BTreeMap<u32, Arc<Registered>>>;
 
 struct Inner {
     programs: RwLock<Registry>,
@@ -206,7 +208,7 @@ impl Server {
     pub fn new(config: ServerConfig) -> Self {
         Server {
             inner: Arc::new(Inner {
-                programs: RwLock::new(HashMap::new()),
+                programs: RwLock::new(BTreeMap::new()),
                 drc: Mutex::new(DuplicateReplyCache::new(
                     config.drc_entries,
                     config.drc_bytes,
@@ -232,10 +234,10 @@ impl Server {
             .or_default()
             .insert(
                 vers,
-                Registered {
+                Arc::new(Registered {
                     handler,
-                    uncached: Arc::new([]),
-                },
+                    uncached: Box::new([]),
+                }),
             );
     }
 
@@ -252,7 +254,10 @@ impl Server {
             .unwrap_or_else(|p| p.into_inner());
         match reg.get_mut(&prog).and_then(|v| v.get_mut(&vers)) {
             Some(r) => {
-                r.uncached = procs.into();
+                *r = Arc::new(Registered {
+                    handler: r.handler.clone(),
+                    uncached: procs.into(),
+                });
                 true
             }
             None => false,
@@ -278,7 +283,7 @@ impl Server {
         TcpServer::bind(addr, config, self.dispatcher(), self.inner.metrics.clone()).await
     }
 
-    fn lookup(&self, prog: u32, vers: u32) -> Result<Registered, Option<(u32, u32)>> {
+    fn lookup(&self, prog: u32, vers: u32) -> Result<Arc<Registered>, Option<(u32, u32)>> {
         let reg = self
             .inner
             .programs
@@ -323,7 +328,7 @@ impl Server {
         let metrics = &self.inner.metrics;
         Metrics::inc(&metrics.calls_received);
         let prefix = inline_prefix(&message);
-        let (msg, hdr_len) = match RpcMsg::decode(&prefix, &self.inner.config.limits) {
+        let (msg, hdr_len) = match RpcMsg::decode_call(&prefix, &self.inner.config.limits) {
             Ok(x) => x,
             Err(e) => {
                 // A bad credential or verifier is answered AUTH_ERROR when
@@ -386,7 +391,7 @@ impl Server {
             );
             return None;
         }
-        let Registered { handler, uncached } = match self.lookup(cb.prog, cb.vers) {
+        let registered = match self.lookup(cb.prog, cb.vers) {
             Ok(h) => h,
             Err(None) => {
                 Metrics::inc(&metrics.err_prog_unavail);
@@ -399,7 +404,7 @@ impl Server {
                 return None;
             }
         };
-        let key = (!uncached.contains(&cb.procedure)).then(|| DrcKey {
+        let key = (!registered.uncached.contains(&cb.procedure)).then(|| DrcKey {
             client: client.clone(),
             xid,
             prog: cb.prog,
@@ -430,7 +435,7 @@ impl Server {
                 return None;
             }
         }
-        let args = message.split_inline_prefix(hdr_len).unwrap_or_default();
+        let args = args_after_header(&message, hdr_len);
         let ctx = CallContext {
             xid,
             prog: cb.prog,
@@ -441,7 +446,7 @@ impl Server {
             args,
             conn: conn.clone(),
         };
-        let fut = CatchUnwind(handler.call(ctx));
+        let fut = CatchUnwind(registered.handler.call(ctx));
         drop(_e);
         Some((
             fut,
@@ -474,10 +479,18 @@ impl Server {
             Err(_) => Err(HandlerError::SystemErr("handler panicked".into())),
         };
         let reply = match result {
-            Ok(results) => match RpcMsg::success(xid).to_vec() {
-                Ok(h) => Some(Message::with_header(h, results)),
-                Err(_) => None,
-            },
+            Ok(results) => {
+                // `RpcMsg::success(xid)`, encoded without the general encoder.
+                let h = Bytes::copy_from_slice(&RpcMsg::success_header(xid));
+                // A void result (NULL) adds nothing to the header: no append.
+                Some(
+                    if results.pieces().is_empty() && results.results().is_empty() {
+                        Message::inline(h)
+                    } else {
+                        Message::with_header(h, results)
+                    },
+                )
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "handler error");
                 let hdr = match &e {
@@ -513,6 +526,19 @@ impl Server {
             self.send(&*conn, xid, reply, guard);
         }
     }
+}
+
+/// The arguments of a call whose header is its first `hdr_len` octets:
+/// `message.split_inline_prefix(hdr_len)` (empty if that fails), but a call
+/// that is one inline piece holding the header only (NULL and every other
+/// call without arguments) gets the empty message at once.
+fn args_after_header(message: &Message, hdr_len: usize) -> Message {
+    if let [Piece::Inline(b)] = message.pieces() {
+        if b.len() == hdr_len && message.results().is_empty() {
+            return Message::new();
+        }
+    }
+    message.split_inline_prefix(hdr_len).unwrap_or_default()
 }
 
 /// A call whose handler runs: what [`Server::finish`] needs.
@@ -583,5 +609,49 @@ impl CallDispatcher for Server {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn piece() -> impl Strategy<Value = Piece> {
+        (any::<bool>(), proptest::collection::vec(any::<u8>(), 0..64)).prop_map(|(ddp, v)| {
+            if ddp {
+                Piece::Ddp(v.into())
+            } else {
+                Piece::Inline(v.into())
+            }
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn args_after_header_is_split_inline_prefix(
+            pieces in proptest::collection::vec(piece(), 0..4),
+            results in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..8), 0..2),
+            hdr_len in 0usize..80,
+        ) {
+            let mut m = Message::from_pieces(pieces);
+            if !results.is_empty() {
+                m = Message::with_results(m.flatten(), results);
+            }
+            prop_assert_eq!(
+                args_after_header(&m, hdr_len),
+                m.split_inline_prefix(hdr_len).unwrap_or_default()
+            );
+        }
+    }
+
+    #[test]
+    fn args_after_header_of_a_header_only_call() {
+        let m = Message::inline(vec![7u8; 40]);
+        assert_eq!(args_after_header(&m, 40), Message::new());
+        assert_eq!(
+            args_after_header(&m, 40),
+            m.split_inline_prefix(40).unwrap()
+        );
     }
 }

@@ -910,6 +910,64 @@ impl fmt::Display for RpcMsg {
     }
 }
 
+// Server-side fast paths
+
+/// Octets of a call header whose credential and verifier are both
+/// AUTH_NONE with empty bodies: XID, msg_type, rpcvers, prog, vers, proc,
+/// then two `opaque_auth` of (flavor 0, length 0).
+const AUTH_NONE_CALL_LEN: usize = 40;
+
+/// Octets of the header of an accepted SUCCESS reply with an AUTH_NONE
+/// verifier (see [`RpcMsg::success_header`]).
+pub const SUCCESS_HEADER_LEN: usize = 24;
+
+impl RpcMsg {
+    /// [`RpcMsg::decode`] for a server reading a call header: the same
+    /// result and the same errors for every input, but the common call
+    /// (CALL with AUTH_NONE credential and verifier, both empty) is read
+    /// straight from its 40 octets without the general decoder. Anything
+    /// else, including every malformed input, goes to [`RpcMsg::decode`].
+    pub fn decode_call(buf: &[u8], limits: &Limits) -> Result<(RpcMsg, usize), DecodeError> {
+        let Some(h) = buf.first_chunk::<AUTH_NONE_CALL_LEN>() else {
+            return RpcMsg::decode(buf, limits);
+        };
+        let word =
+            |i: usize| u32::from_be_bytes([h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]]);
+        // msg_type CALL; cred and verf: flavor AUTH_NONE, body length 0 (an
+        // empty body is within every `max_auth_len`).
+        if word(1) != MsgType::CALL.0 || h[24..].iter().any(|&b| b != 0) {
+            return RpcMsg::decode(buf, limits);
+        }
+        let msg = RpcMsg {
+            xid: word(0),
+            body: MsgBody::Call(CallBody {
+                rpcvers: word(2),
+                prog: word(3),
+                vers: word(4),
+                procedure: word(5),
+                cred: OpaqueAuth::none(),
+                verf: OpaqueAuth::none(),
+            }),
+        };
+        Ok((msg, AUTH_NONE_CALL_LEN))
+    }
+
+    /// The header of an accepted SUCCESS reply with an AUTH_NONE verifier,
+    /// octet for octet `RpcMsg::success(xid).to_vec()`, without the general
+    /// encoder: XID, REPLY, MSG_ACCEPTED, verifier (AUTH_NONE, length 0),
+    /// SUCCESS. The procedure's results follow it.
+    pub fn success_header(xid: u32) -> [u8; SUCCESS_HEADER_LEN] {
+        let mut h = [0u8; SUCCESS_HEADER_LEN];
+        h[..4].copy_from_slice(&xid.to_be_bytes());
+        h[4..8].copy_from_slice(&MsgType::REPLY.0.to_be_bytes());
+        h[8..12].copy_from_slice(&ReplyStat::MSG_ACCEPTED.0.to_be_bytes());
+        h[12..16].copy_from_slice(&AuthFlavor::AUTH_NONE.0.to_be_bytes());
+        // verifier body length 0
+        h[20..24].copy_from_slice(&AcceptStat::SUCCESS.0.to_be_bytes());
+        h
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -1395,6 +1453,101 @@ pub(crate) mod tests {
                 let _ = m.to_string();
                 prop_assert_eq!(&m.to_vec().unwrap()[..], &buf[..len]);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod server_fast_path_tests {
+    use super::tests::arb_rpc_msg;
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A call header with AUTH_NONE credential and verifier, each word
+    /// possibly replaced (so that near misses of the fast path, and
+    /// truncations, are tried too), plus a tail.
+    fn near_auth_none_call() -> impl Strategy<Value = Vec<u8>> {
+        let word = prop_oneof![4 => Just(None), 1 => (0u32..3).prop_map(Some), 1 => any::<u32>().prop_map(Some)];
+        (
+            any::<u32>(),
+            any::<[u32; 3]>(),
+            proptest::collection::vec(word, 10),
+            proptest::collection::vec(any::<u8>(), 0..48),
+            0usize..=100,
+        )
+            .prop_map(|(xid, [prog, vers, procedure], changes, tail, cut)| {
+                let mut v = RpcMsg::call_auth_none(xid, prog, vers, procedure)
+                    .to_vec()
+                    .unwrap();
+                for (i, c) in changes.into_iter().enumerate() {
+                    if let Some(w) = c {
+                        v[4 * i..4 * i + 4].copy_from_slice(&w.to_be_bytes());
+                    }
+                }
+                v.extend_from_slice(&tail);
+                // Sometimes truncated.
+                if cut < v.len() && cut % 3 == 0 {
+                    v.truncate(cut);
+                }
+                v
+            })
+    }
+
+    fn same(buf: &[u8]) -> Result<(), TestCaseError> {
+        for limits in [
+            Limits::default(),
+            Limits {
+                max_auth_len: 0,
+                ..Limits::default()
+            },
+        ] {
+            prop_assert_eq!(
+                RpcMsg::decode_call(buf, &limits),
+                RpcMsg::decode(buf, &limits)
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn success_header_is_the_general_encoding() {
+        for xid in [0, 1, 0x1234_5678, u32::MAX] {
+            assert_eq!(
+                RpcMsg::success_header(xid)[..],
+                RpcMsg::success(xid).to_vec().unwrap()[..]
+            );
+        }
+    }
+
+    #[test]
+    fn decode_call_takes_the_fast_path() {
+        let v = RpcMsg::call_auth_none(7, 100_003, 3, 1).to_vec().unwrap();
+        let (m, n) = RpcMsg::decode_call(&v, &Limits::default()).unwrap();
+        assert_eq!(n, 40);
+        assert_eq!(m, RpcMsg::call_auth_none(7, 100_003, 3, 1));
+    }
+
+    proptest! {
+        #[test]
+        fn success_header_matches(xid in any::<u32>()) {
+            prop_assert_eq!(&RpcMsg::success_header(xid)[..], &RpcMsg::success(xid).to_vec().unwrap()[..]);
+        }
+
+        #[test]
+        fn decode_call_matches_decode_near_auth_none(buf in near_auth_none_call()) {
+            same(&buf)?;
+        }
+
+        #[test]
+        fn decode_call_matches_decode_any_message(m in arb_rpc_msg(), tail in proptest::collection::vec(any::<u8>(), 0..8)) {
+            let mut buf = m.to_vec().unwrap();
+            buf.extend_from_slice(&tail);
+            same(&buf)?;
+        }
+
+        #[test]
+        fn decode_call_matches_decode_any_bytes(buf in proptest::collection::vec(any::<u8>(), 0..96)) {
+            same(&buf)?;
         }
     }
 }

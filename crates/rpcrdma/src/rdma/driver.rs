@@ -1,6 +1,7 @@
 //! The per-connection driver task: one engine, one provider.
 
 use std::any::Any;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
@@ -87,12 +88,20 @@ impl Shared {
     }
 
     pub(crate) fn send(&self, cmd: Cmd) -> Result<(), TransportError> {
-        if self.is_closed.load(std::sync::atomic::Ordering::Acquire) {
-            if let Some(e) = self.closed() {
-                return Err(e);
-            }
+        if let Some(e) = self.closed_error() {
+            return Err(e);
         }
         self.push(cmd)
+    }
+
+    /// Why commands are refused, once the connection is closed for good
+    /// (one atomic load while it is open).
+    fn closed_error(&self) -> Option<TransportError> {
+        if self.is_closed.load(std::sync::atomic::Ordering::Acquire) {
+            self.closed()
+        } else {
+            None
+        }
     }
 
     /// Queues `cmd` for the driver (without the closed check) and wakes a
@@ -151,15 +160,52 @@ impl Shared {
     }
 }
 
+/// The replies handlers sent while their driver dispatched a call on this
+/// thread (see [`Driver::dispatch`]): `conn` is the address of the
+/// connection's [`Shared`], which only the handles of that connection match.
+struct InlineReplies {
+    conn: usize,
+    replies: Vec<(u32, Message)>,
+}
+
+thread_local! {
+    /// Set only while a driver's [`Driver::dispatch`] runs on this thread.
+    static INLINE_REPLIES: RefCell<Option<InlineReplies>> = const { RefCell::new(None) };
+}
+
+/// Keeps a reply for the driver dispatching a call of `shared`'s connection
+/// on this thread right now, if there is one; gives it back otherwise.
+fn capture_inline(shared: &Arc<Shared>, xid: u32, reply: Message) -> Result<(), Message> {
+    let conn = Arc::as_ptr(shared) as usize;
+    let mut reply = Some(reply);
+    let _ = INLINE_REPLIES.try_with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            if let Some(cap) = c.as_mut().filter(|cap| cap.conn == conn) {
+                cap.replies.extend(reply.take().map(|r| (xid, r)));
+            }
+        }
+    });
+    reply.map_or(Ok(()), Err)
+}
+
 /// A handle that speaks for one connection: [`ServerConnection`] for calls
 /// received on it, [`ClientTransport`] for calls the server makes on the
 /// backchannel.
 pub(crate) struct ConnHandle(pub(crate) Arc<Shared>);
 
 impl ServerConnection for ConnHandle {
+    /// A reply sent while the driver dispatches the call inline (the
+    /// handler did not wait) goes straight back to the driver on this
+    /// thread; any other goes through the command channel.
     fn send_reply(&self, xid: u32, reply: Message, guard: CallGuard) -> Result<(), TransportError> {
         Metrics::add(&self.0.metrics.bytes_sent, reply.xdr_len() as u64);
-        let r = self.0.send(Cmd::Reply { xid, reply });
+        let r = match self.0.closed_error() {
+            Some(e) => Err(e),
+            None => match capture_inline(&self.0, xid, reply) {
+                Ok(()) => Ok(()),
+                Err(reply) => self.0.push(Cmd::Reply { xid, reply }),
+            },
+        };
         if r.is_ok() {
             Metrics::inc(&self.0.metrics.replies_sent);
         }
@@ -269,8 +315,12 @@ pub(crate) struct Driver {
     pending: IdMap<CallId, Pending>,
     /// Keyed by the runtime's XIDs (assigned by this end).
     by_xid: IdMap<u32, CallId>,
-    /// Keyed by the peer's XIDs: SipHash.
+    /// Keyed by the peer's XIDs: SipHash (a peer chooses the keys). Calls
+    /// answered while they are dispatched never enter it (see
+    /// [`Driver::dispatch`]).
     incoming: HashMap<u32, CallHandle>,
+    /// The buffer of [`InlineReplies`], kept between calls.
+    inline_replies: Vec<(u32, Message)>,
     dispatcher: Option<Arc<dyn CallDispatcher>>,
     identity: ClientIdentity,
     reconnect: Option<Reconnect>,
@@ -367,6 +417,7 @@ impl Driver {
             pending: IdMap::default(),
             by_xid: IdMap::default(),
             incoming: HashMap::new(),
+            inline_replies: Vec::new(),
             dispatcher,
             identity,
             reconnect,
@@ -663,24 +714,7 @@ impl Driver {
                     self.pending.remove(&id);
                 }
             }
-            Cmd::Reply { xid, reply } => {
-                let Some(handle) = self.incoming.remove(&xid) else {
-                    tracing::debug!(xid, "reply to no outstanding call dropped");
-                    return;
-                };
-                let r = self.conn.send_reply(
-                    now,
-                    &mut self.prov,
-                    handle,
-                    OutgoingReply {
-                        message: convert::to_engine(&reply),
-                    },
-                );
-                match r {
-                    Ok(form) => tracing::debug!(xid, ?form, "reply sent"),
-                    Err(e) => tracing::debug!(xid, error = %e, "reply not sent"),
-                }
-            }
+            Cmd::Reply { xid, reply } => self.reply(xid, reply),
             Cmd::SetBackchannel(d) => {
                 self.dispatcher = Some(d);
                 let slots = self.config.backchannel_slots;
@@ -695,10 +729,82 @@ impl Driver {
         }
     }
 
+    /// Sends the reply to the outstanding call `xid`.
+    fn reply(&mut self, xid: u32, reply: Message) {
+        let Some(handle) = self.incoming.remove(&xid) else {
+            tracing::debug!(xid, "reply to no outstanding call dropped");
+            return;
+        };
+        self.reply_to(handle, xid, reply);
+    }
+
+    /// Sends `reply` to the call of `handle`.
+    fn reply_to(&mut self, handle: CallHandle, xid: u32, reply: Message) {
+        let r = self.conn.send_reply(
+            self.now,
+            &mut self.prov,
+            handle,
+            OutgoingReply {
+                message: convert::to_engine(&reply),
+            },
+        );
+        match r {
+            Ok(form) => tracing::debug!(xid, ?form, "reply sent"),
+            Err(e) => tracing::debug!(xid, error = %e, "reply not sent"),
+        }
+    }
+
+    /// Dispatches the received call `xid` (engine handle `handle`). A reply
+    /// its handler sends before `dispatch` returns (the common case: the
+    /// handler did not wait) is caught on this thread and sent here at
+    /// once, without the command channel and without the `incoming` map;
+    /// otherwise the handle waits in `incoming` for the reply command, as
+    /// before. An older handle of the same XID is replaced either way.
+    fn dispatch(
+        &mut self,
+        d: &dyn CallDispatcher,
+        xid: u32,
+        handle: CallHandle,
+        call: IncomingCall,
+    ) {
+        let capture = InlineReplies {
+            conn: Arc::as_ptr(&self.shared) as usize,
+            replies: std::mem::take(&mut self.inline_replies),
+        };
+        // Nested drivers on one thread (a blocking client's backchannel
+        // inside a handler) each see only their own replies.
+        let mut replies = INLINE_REPLIES
+            .with(|c| {
+                let outer = c.replace(Some(capture));
+                d.dispatch(call);
+                c.replace(outer)
+            })
+            .map(|c| c.replies)
+            .unwrap_or_default();
+        let mut handle = Some(handle);
+        for (rxid, reply) in replies.drain(..) {
+            match handle.take_if(|_| rxid == xid) {
+                Some(h) => {
+                    if !self.incoming.is_empty() {
+                        self.incoming.remove(&xid);
+                    }
+                    self.reply_to(h, xid, reply);
+                }
+                None => self.reply(rxid, reply),
+            }
+        }
+        self.inline_replies = replies;
+        if let Some(h) = handle {
+            self.incoming.insert(xid, h);
+        }
+    }
+
     fn event(&mut self, e: Event) {
         match e {
             Event::CallReceived(ic) => {
-                let Some(d) = self.dispatcher.clone() else {
+                // Taken for the dispatch (no reference count per call) and
+                // put back: nothing else uses it meanwhile.
+                let Some(d) = self.dispatcher.take() else {
                     tracing::debug!(xid = ic.xid, "call without a dispatcher dropped");
                     return;
                 };
@@ -713,14 +819,15 @@ impl Driver {
                     reply_chunk = ?ic.reply_chunk,
                     "rpc/rdma call received"
                 );
-                self.incoming.insert(ic.xid, ic.handle);
                 let message = convert::incoming(ic.message, &ic.ddp);
-                d.dispatch(IncomingCall {
+                let call = IncomingCall {
                     message,
                     client: self.identity.clone(),
                     conn: self.conn_handle.clone(),
                     guard: CallGuard::none(),
-                });
+                };
+                self.dispatch(&*d, ic.xid, ic.handle, call);
+                self.dispatcher = Some(d);
             }
             Event::ReplyReceived(r) => {
                 let Some(p) = self.pending.remove(&r.id) else {
@@ -1133,4 +1240,44 @@ pub(crate) fn spawn(
         )))
     };
     (shared, h)
+}
+
+#[cfg(test)]
+mod inline_reply_tests {
+    use super::*;
+
+    fn shared() -> Arc<Shared> {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        Arc::new(Shared {
+            tx,
+            is_closed: std::sync::atomic::AtomicBool::new(false),
+            metrics: Arc::default(),
+            peer: String::new(),
+            state: Mutex::default(),
+            client: false,
+            wake: None,
+        })
+    }
+
+    #[test]
+    fn replies_are_caught_only_for_the_connection_dispatching_on_this_thread() {
+        let (a, b) = (shared(), shared());
+        let m = |v: u8| Message::inline(vec![v; 4]);
+        // Nothing dispatching: every reply is given back, unchanged.
+        assert_eq!(capture_inline(&a, 1, m(1)), Err(m(1)));
+        INLINE_REPLIES.with(|c| {
+            c.replace(Some(InlineReplies {
+                conn: Arc::as_ptr(&a) as usize,
+                replies: Vec::new(),
+            }))
+        });
+        assert_eq!(capture_inline(&b, 2, m(2)), Err(m(2)));
+        assert_eq!(capture_inline(&a, 3, m(3)), Ok(()));
+        // Another thread sees no capture.
+        let a2 = a.clone();
+        let other = std::thread::spawn(move || capture_inline(&a2, 4, m(4)).is_err());
+        assert!(other.join().unwrap());
+        let cap = INLINE_REPLIES.with(|c| c.take()).unwrap();
+        assert_eq!(cap.replies, vec![(3, m(3))]);
+    }
 }
