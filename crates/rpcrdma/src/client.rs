@@ -12,7 +12,7 @@ use rpcrdma_proto::wire::rpc::{
     AcceptStat, AcceptedStatus, AuthStat, AuthSysParms, MsgBody, OpaqueAuth, RejectedReply,
     ReplyBody, RpcMsg,
 };
-use rpcrdma_proto::{DecodeError, EncodeError, Limits, XdrEncode};
+use rpcrdma_proto::{DecodeError, EncodeError, Limits};
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
@@ -37,6 +37,15 @@ impl Auth {
         match self {
             Auth::None => OpaqueAuth::none(),
             Auth::Sys(p) => OpaqueAuth::Sys(p.clone()),
+        }
+    }
+
+    /// [`Auth::cred`], borrowed where that needs no copy (AUTH_NONE).
+    fn cred_ref(&self) -> std::borrow::Cow<'static, OpaqueAuth> {
+        static NONE: OpaqueAuth = OpaqueAuth::none();
+        match self {
+            Auth::None => std::borrow::Cow::Borrowed(&NONE),
+            Auth::Sys(_) => std::borrow::Cow::Owned(self.cred()),
         }
     }
 }
@@ -420,14 +429,8 @@ impl Client {
         args: Message,
         opts: &CallOptions,
     ) -> Result<Reply, RpcError> {
-        let mut call = Attempts::new(
-            xid,
-            (prog, vers, proc),
-            args,
-            opts,
-            &self.config,
-            self.transport.metrics(),
-        )?;
+        let metrics = self.transport.metrics();
+        let mut call = Attempts::new(xid, (prog, vers, proc), args, opts, &self.config, &metrics)?;
         let reply = loop {
             let rx = self
                 .transport
@@ -470,8 +473,21 @@ pub(crate) struct Attempts<'a> {
     message: Message,
     opts: &'a CallOptions,
     config: &'a ClientConfig,
-    metrics: Arc<Metrics>,
+    metrics: &'a Metrics,
     attempts: u32,
+}
+
+/// One transmission of a call, borrowed from its [`Attempts`] (for a
+/// transport that copies what it sends at once: no copy of the message).
+pub(crate) struct AttemptRef<'m> {
+    /// The XID.
+    pub(crate) xid: u32,
+    /// The call message.
+    pub(crate) message: &'m Message,
+    /// See [`OutgoingCall::reply_max`].
+    pub(crate) reply_max: u32,
+    /// See [`OutgoingCall::ddp_results`].
+    pub(crate) ddp_results: &'m [u32],
 }
 
 impl<'a> Attempts<'a> {
@@ -482,10 +498,11 @@ impl<'a> Attempts<'a> {
         args: Message,
         opts: &'a CallOptions,
         config: &'a ClientConfig,
-        metrics: Arc<Metrics>,
+        metrics: &'a Metrics,
     ) -> Result<Self, RpcError> {
-        let cred = opts.auth.as_ref().unwrap_or(&config.auth).cred();
-        let header = RpcMsg::call_with(xid, prog, vers, proc, cred).to_vec()?;
+        let cred = opts.auth.as_ref().unwrap_or(&config.auth).cred_ref();
+        let mut header = Vec::new();
+        RpcMsg::append_call_header(&mut header, xid, (prog, vers, proc), &cred)?;
         Ok(Attempts {
             xid,
             message: Message::with_header(header, args),
@@ -503,16 +520,27 @@ impl<'a> Attempts<'a> {
 
     /// The next transmission (counted as a retransmission after the first).
     pub(crate) fn next(&mut self) -> OutgoingCall {
+        let a = self.next_ref();
+        OutgoingCall {
+            xid: a.xid,
+            message: a.message.clone(),
+            reply_max: a.reply_max,
+            ddp_results: a.ddp_results.to_vec(),
+        }
+    }
+
+    /// [`Attempts::next`], borrowed.
+    pub(crate) fn next_ref(&mut self) -> AttemptRef<'_> {
         self.attempts += 1;
         if self.attempts > 1 {
             Metrics::inc(&self.metrics.retransmits);
             tracing::debug!(attempts = self.attempts, "retransmitting");
         }
-        OutgoingCall {
+        AttemptRef {
             xid: self.xid,
-            message: self.message.clone(),
+            message: &self.message,
             reply_max: self.opts.reply_max.unwrap_or(self.config.reply_max),
-            ddp_results: self.opts.ddp_results.clone(),
+            ddp_results: &self.opts.ddp_results,
         }
     }
 
@@ -532,7 +560,7 @@ impl<'a> Attempts<'a> {
 
     /// Decodes the reply.
     pub(crate) fn finish(self, reply: Message) -> Result<Reply, RpcError> {
-        let r = decode_reply(self.xid, reply, &self.config.limits, &self.metrics);
+        let r = decode_reply(self.xid, reply, &self.config.limits, self.metrics);
         if let Err(e) = &r {
             tracing::debug!(error = %e, "call failed");
         }
@@ -579,7 +607,7 @@ fn decode_reply(
     metrics: &Metrics,
 ) -> Result<Reply, RpcError> {
     let prefix = inline_prefix(&reply);
-    let (msg, hdr_len) = RpcMsg::decode(&prefix, limits)?;
+    let (msg, hdr_len) = RpcMsg::decode_reply(&prefix, limits)?;
     let body = match msg.body {
         MsgBody::Reply(b) => b,
         MsgBody::Call(_) => {

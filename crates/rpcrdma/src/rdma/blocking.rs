@@ -37,16 +37,16 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
 use rustix::event::{PollFd, PollFlags, Timespec};
-use tokio::sync::oneshot::error::TryRecvError;
 
-use super::driver::{self, Cmd, Driver};
+use super::driver::{self, Cmd, Driver, ReplySink};
 use super::{connect_iwarp, Connected, RdmaClientConfig, RdmaStatus};
 use crate::client::{
-    clock_xid, refused_or_transport, Attempts, CallOptions, ClientConfig, Reply, RpcError,
+    clock_xid, refused_or_transport, AttemptRef, Attempts, CallOptions, ClientConfig, Reply,
+    RpcError,
 };
 use crate::message::Message;
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::transport::{ClientIdentity, OutgoingCall, TransportError};
+use crate::transport::{ClientIdentity, TransportError};
 
 thread_local! {
     /// The [`ThreadWake`] of the driver this thread is running, if any (its
@@ -355,19 +355,12 @@ impl RdmaBlockingClient {
             args,
             opts,
             &self.config,
-            self.shared.metrics.clone(),
+            &self.shared.metrics,
         )?;
         let timeout = call.timeout();
         let reply = loop {
-            let next = call.next();
-            match exchange(
-                &mut self.driver,
-                &self.shared,
-                &self.wake,
-                xid,
-                next,
-                timeout,
-            )? {
+            let next = call.next_ref();
+            match exchange(&mut self.driver, &self.shared, &self.wake, next, timeout)? {
                 Some(m) => break m,
                 None => call.timed_out()?,
             }
@@ -406,13 +399,12 @@ impl RdmaBlockingClient {
 
 /// Sends `call` on the blocking client's connection and drives it until
 /// the reply (`Some`), a failure, or `timeout` (`None`, the call
-/// forgotten).
+/// forgotten). The driver keeps the outcome for us ([`ReplySink::Driver`]).
 fn exchange(
     driver: &mut Option<Driver>,
     shared: &driver::Shared,
     wake: &ThreadWake,
-    xid: u32,
-    call: OutgoingCall,
+    call: AttemptRef<'_>,
     timeout: Duration,
 ) -> Result<Option<Message>, RpcError> {
     if let Some(e) = shared.closed() {
@@ -422,33 +414,36 @@ fn exchange(
         return Err(RpcError::Transport(TransportError::Closed));
     };
     let _g = wake.driving();
-    let (cmd, mut rx, len) = shared.make_call(call);
+    let xid = call.xid;
+    let (cmd, len) = shared.make_call(call, ReplySink::Driver);
     d.command_now(cmd);
     shared.count_sent(len);
     let deadline = d.now() + timeout;
+    let mut ended = false;
     loop {
-        let got = rx.try_recv();
-        if !matches!(got, Err(TryRecvError::Empty)) {
+        if let Some(got) = d.take_reply(xid) {
             // The caller may look at the status as soon as it has the
             // reply.
             d.publish_stale();
+            return match got {
+                Ok(m) => Ok(Some(m)),
+                Err(e) => Err(refused_or_transport(e)),
+            };
         }
-        match got {
-            Ok(Ok(m)) => return Ok(Some(m)),
-            Ok(Err(e)) => return Err(refused_or_transport(e)),
-            Err(TryRecvError::Closed) => {
-                return Err(RpcError::Transport(
-                    shared
-                        .closed()
-                        .unwrap_or_else(|| TransportError::Lost("call dropped".into())),
-                ))
-            }
-            Err(TryRecvError::Empty) => {}
+        if ended {
+            // The connection ended without an outcome for the call.
+            d.publish_stale();
+            return Err(RpcError::Transport(
+                shared
+                    .closed()
+                    .unwrap_or_else(|| TransportError::Lost("call dropped".into())),
+            ));
         }
         let busy = d.pass_blocking();
         if d.is_closed() {
             // Fails the call (and any later one) with the loss.
             d.finish_begin();
+            ended = true;
             continue;
         }
         if busy {

@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::blocking::ThreadWake;
 use super::convert;
 use super::{BoxProvider, Connected, ProviderConnector, RdmaStatus};
+use crate::client::AttemptRef;
 use crate::message::Message;
 use crate::metrics::Metrics;
 use crate::reconnect::ReconnectPolicy;
@@ -38,7 +39,7 @@ pub(crate) enum Cmd {
     Call {
         call: ECall,
         xid: u32,
-        tx: oneshot::Sender<Result<Message, TransportError>>,
+        tx: ReplySink,
         span: tracing::Span,
     },
     Cancel(u32),
@@ -49,6 +50,16 @@ pub(crate) enum Cmd {
     SetBackchannel(Arc<dyn CallDispatcher>),
     Close,
     WithProvider(ProviderFn),
+}
+
+/// Where the driver delivers a call's reply (or failure).
+pub(crate) enum ReplySink {
+    /// A caller on another task or thread waits on the receiver.
+    Channel(oneshot::Sender<Result<Message, TransportError>>),
+    /// The blocking client driving this driver on its own thread: the
+    /// driver keeps the outcome until the client takes it
+    /// ([`Driver::take_reply`]); no channel to allocate and synchronise.
+    Driver,
 }
 
 /// State shared between a driver and the handles of its connection.
@@ -103,7 +114,8 @@ impl Shared {
 
     /// Queues a call (forward at a client, backchannel at a server).
     pub(crate) fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
-        let (cmd, rx, len) = self.make_call(call);
+        let (tx, rx) = oneshot::channel();
+        let (cmd, len) = self.make_call(call.as_ref(), ReplySink::Channel(tx));
         self.send(cmd)?;
         self.count_sent(len);
         Ok(rx)
@@ -115,10 +127,10 @@ impl Shared {
         Metrics::add(&self.metrics.bytes_sent, len as u64);
     }
 
-    /// The driver command for `call`, where its reply arrives, and its
-    /// length in XDR octets.
-    pub(crate) fn make_call(&self, call: OutgoingCall) -> (Cmd, ReplyReceiver, usize) {
-        let OutgoingCall {
+    /// The driver command for `call` (the message copied into engine
+    /// pieces), its reply going to `tx`, and its length in XDR octets.
+    pub(crate) fn make_call(&self, call: AttemptRef<'_>, tx: ReplySink) -> (Cmd, usize) {
+        let AttemptRef {
             xid,
             message,
             reply_max,
@@ -127,11 +139,10 @@ impl Shared {
         let ddp_total: u64 = ddp_results.iter().map(|&l| u64::from(l)).sum();
         let reply_max = u32::try_from(u64::from(reply_max) + ddp_total).unwrap_or(u32::MAX);
         let ecall = ECall {
-            message: convert::to_engine(&message),
+            message: convert::to_engine(message),
             reply_max,
-            ddp_results,
+            ddp_results: ddp_results.to_vec(),
         };
-        let (tx, rx) = oneshot::channel();
         let span = tracing::debug_span!("rpc.rdma.call", xid, wire_xid = tracing::field::Empty);
         let len = message.xdr_len();
         let cmd = Cmd::Call {
@@ -140,7 +151,7 @@ impl Shared {
             tx,
             span,
         };
-        (cmd, rx, len)
+        (cmd, len)
     }
 }
 
@@ -221,7 +232,7 @@ impl AsRawFd for Fd {
 
 struct Pending {
     xid: u32,
-    tx: oneshot::Sender<Result<Message, TransportError>>,
+    tx: ReplySink,
     span: tracing::Span,
 }
 
@@ -285,6 +296,9 @@ pub(crate) struct Driver {
     /// The handle every received call carries (one allocation per
     /// connection, not per call).
     conn_handle: Arc<dyn ServerConnection>,
+    /// The outcome of the driving thread's own call ([`ReplySink::Driver`])
+    /// with its XID, until [`Driver::take_reply`].
+    reply: Option<(u32, Result<Message, TransportError>)>,
 }
 
 fn register_fd(p: &mut BoxProvider) -> Option<AsyncFd<Fd>> {
@@ -373,6 +387,7 @@ impl Driver {
             cross_thread_calls: false,
             stale: false,
             conn_handle,
+            reply: None,
         }
     }
 
@@ -636,7 +651,7 @@ impl Driver {
                 span,
             } => {
                 if self.by_xid.contains_key(&xid) {
-                    let _ = tx.send(Err(TransportError::XidInUse(xid)));
+                    self.deliver(tx, xid, Err(TransportError::XidInUse(xid)));
                     return;
                 }
                 self.cross_thread_calls |= !self.shared.client;
@@ -646,9 +661,7 @@ impl Driver {
                         self.by_xid.insert(xid, id);
                         self.pending.insert(id, Pending { xid, tx, span });
                     }
-                    Err(e) => {
-                        let _ = tx.send(Err(call_error(e)));
-                    }
+                    Err(e) => self.deliver(tx, xid, Err(call_error(e))),
                 }
             }
             Cmd::Cancel(xid) => {
@@ -733,7 +746,7 @@ impl Driver {
                 // The caller may look at the status as soon as it has the
                 // reply: publish first.
                 self.publish();
-                let _ = p.tx.send(Ok(m));
+                self.deliver(p.tx, p.xid, Ok(m));
             }
             Event::CallFailed {
                 id,
@@ -761,7 +774,7 @@ impl Driver {
                 let _e = p.span.enter();
                 tracing::debug!(wire_xid = xid, error = %err, "rpc/rdma call failed");
                 self.publish();
-                let _ = p.tx.send(Err(err));
+                self.deliver(p.tx, p.xid, Err(err));
             }
             Event::CreditsChanged { credits } => {
                 tracing::trace!(credits, "credits changed");
@@ -809,6 +822,25 @@ impl Driver {
             self.publish();
         }
         busy | self.step()
+    }
+
+    /// Hands a call's outcome to its caller.
+    fn deliver(&mut self, tx: ReplySink, xid: u32, r: Result<Message, TransportError>) {
+        match tx {
+            ReplySink::Channel(tx) => {
+                let _ = tx.send(r);
+            }
+            ReplySink::Driver => self.reply = Some((xid, r)),
+        }
+    }
+
+    /// The outcome of the call `xid` made with [`ReplySink::Driver`], once
+    /// it is there (an outcome for another XID is dropped).
+    pub(crate) fn take_reply(&mut self, xid: u32) -> Option<Result<Message, TransportError>> {
+        match self.reply.take() {
+            Some((x, r)) if x == xid => Some(r),
+            _ => None,
+        }
     }
 
     /// Runs a command now (a blocking client's own calls, on its thread).
@@ -1006,19 +1038,19 @@ impl Driver {
         self.shared
             .is_closed
             .store(true, std::sync::atomic::Ordering::Release);
-        for (_, p) in self.pending.drain() {
-            let _ = p.tx.send(Err(err.clone()));
+        for (_, p) in std::mem::take(&mut self.pending) {
+            self.deliver(p.tx, p.xid, Err(err.clone()));
         }
         self.by_xid.clear();
         for cmd in std::mem::take(&mut self.deferred) {
-            if let Cmd::Call { tx, .. } = cmd {
-                let _ = tx.send(Err(err.clone()));
+            if let Cmd::Call { tx, xid, .. } = cmd {
+                self.deliver(tx, xid, Err(err.clone()));
             }
         }
         self.rx.close();
         while let Ok(cmd) = self.rx.try_recv() {
-            if let Cmd::Call { tx, .. } = cmd {
-                let _ = tx.send(Err(err.clone()));
+            if let Cmd::Call { tx, xid, .. } = cmd {
+                self.deliver(tx, xid, Err(err.clone()));
             }
         }
         // Let the provider flush the close (bounded), reading freely.
