@@ -470,7 +470,10 @@ pub(crate) fn refused_or_transport(e: TransportError) -> RpcError {
 /// XID), the timeout and retransmission accounting, and the reply decode.
 pub(crate) struct Attempts<'a> {
     xid: u32,
-    message: Message,
+    /// The encoded RPC header, with room for the arguments' inline octets
+    /// after it (see [`Attempts::next_ref`]); empty once handed over.
+    header: Vec<u8>,
+    args: Message,
     opts: &'a CallOptions,
     config: &'a ClientConfig,
     metrics: &'a Metrics,
@@ -482,8 +485,13 @@ pub(crate) struct Attempts<'a> {
 pub(crate) struct AttemptRef<'m> {
     /// The XID.
     pub(crate) xid: u32,
-    /// The call message.
-    pub(crate) message: &'m Message,
+    /// Inline octets before `args` (the RPC header; empty when `args` is
+    /// the whole call). Owned when nothing needs it after this attempt: the
+    /// transport may keep the buffer, whose spare capacity fits the inline
+    /// octets of `args`.
+    pub(crate) header: std::borrow::Cow<'m, [u8]>,
+    /// The rest of the call message.
+    pub(crate) args: &'m Message,
     /// See [`OutgoingCall::reply_max`].
     pub(crate) reply_max: u32,
     /// See [`OutgoingCall::ddp_results`].
@@ -503,9 +511,11 @@ impl<'a> Attempts<'a> {
         let cred = opts.auth.as_ref().unwrap_or(&config.auth).cred_ref();
         let mut header = Vec::new();
         RpcMsg::append_call_header(&mut header, xid, (prog, vers, proc), &cred)?;
+        header.reserve_exact(args.inline_len());
         Ok(Attempts {
             xid,
-            message: Message::with_header(header, args),
+            header,
+            args,
             opts,
             config,
             metrics,
@@ -520,28 +530,44 @@ impl<'a> Attempts<'a> {
 
     /// The next transmission (counted as a retransmission after the first).
     pub(crate) fn next(&mut self) -> OutgoingCall {
-        let a = self.next_ref();
+        self.count_attempt();
         OutgoingCall {
-            xid: a.xid,
-            message: a.message.clone(),
-            reply_max: a.reply_max,
-            ddp_results: a.ddp_results.to_vec(),
+            xid: self.xid,
+            message: Message::with_header(self.header.clone(), self.args.clone()),
+            reply_max: self.reply_max(),
+            ddp_results: self.opts.ddp_results.clone(),
         }
     }
 
-    /// [`Attempts::next`], borrowed.
+    /// [`Attempts::next`], borrowed; the header is handed over with the
+    /// last transmission the retransmission count allows (after it, a
+    /// timeout ends the call: [`Attempts::timed_out`]).
     pub(crate) fn next_ref(&mut self) -> AttemptRef<'_> {
+        self.count_attempt();
+        let header = if self.attempts > self.config.retries {
+            std::borrow::Cow::Owned(std::mem::take(&mut self.header))
+        } else {
+            std::borrow::Cow::Borrowed(&self.header[..])
+        };
+        AttemptRef {
+            xid: self.xid,
+            header,
+            args: &self.args,
+            reply_max: self.reply_max(),
+            ddp_results: &self.opts.ddp_results,
+        }
+    }
+
+    fn count_attempt(&mut self) {
         self.attempts += 1;
         if self.attempts > 1 {
             Metrics::inc(&self.metrics.retransmits);
             tracing::debug!(attempts = self.attempts, "retransmitting");
         }
-        AttemptRef {
-            xid: self.xid,
-            message: &self.message,
-            reply_max: self.opts.reply_max.unwrap_or(self.config.reply_max),
-            ddp_results: &self.opts.ddp_results,
-        }
+    }
+
+    fn reply_max(&self) -> u32 {
+        self.opts.reply_max.unwrap_or(self.config.reply_max)
     }
 
     /// The last transmission timed out: `Err(Timeout)` once the

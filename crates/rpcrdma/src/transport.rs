@@ -122,7 +122,8 @@ impl OutgoingCall {
     pub(crate) fn as_ref(&self) -> crate::client::AttemptRef<'_> {
         crate::client::AttemptRef {
             xid: self.xid,
-            message: &self.message,
+            header: std::borrow::Cow::Borrowed(&[]),
+            args: &self.message,
             reply_max: self.reply_max,
             ddp_results: &self.ddp_results,
         }

@@ -407,8 +407,10 @@ fn exchange(
     call: AttemptRef<'_>,
     timeout: Duration,
 ) -> Result<Option<Message>, RpcError> {
-    if let Some(e) = shared.closed() {
-        return Err(RpcError::Transport(e));
+    if shared.is_closed.load(Ordering::Acquire) {
+        if let Some(e) = shared.closed() {
+            return Err(RpcError::Transport(e));
+        }
     }
     let Some(d) = driver.as_mut() else {
         return Err(RpcError::Transport(TransportError::Closed));

@@ -132,19 +132,29 @@ impl Shared {
     pub(crate) fn make_call(&self, call: AttemptRef<'_>, tx: ReplySink) -> (Cmd, usize) {
         let AttemptRef {
             xid,
-            message,
+            header,
+            args,
             reply_max,
             ddp_results,
         } = call;
         let ddp_total: u64 = ddp_results.iter().map(|&l| u64::from(l)).sum();
         let reply_max = u32::try_from(u64::from(reply_max) + ddp_total).unwrap_or(u32::MAX);
+        let len = header.len() + args.xdr_len();
+        let message = match header {
+            std::borrow::Cow::Borrowed([]) => convert::to_engine(args),
+            std::borrow::Cow::Borrowed(h) => {
+                let mut v = Vec::with_capacity(h.len() + args.inline_len());
+                v.extend_from_slice(h);
+                convert::to_engine_after(v, args)
+            }
+            std::borrow::Cow::Owned(h) => convert::to_engine_after(h, args),
+        };
         let ecall = ECall {
-            message: convert::to_engine(message),
+            message,
             reply_max,
             ddp_results: ddp_results.to_vec(),
         };
         let span = tracing::debug_span!("rpc.rdma.call", xid, wire_xid = tracing::field::Empty);
-        let len = message.xdr_len();
         let cmd = Cmd::Call {
             call: ecall,
             xid,
