@@ -509,9 +509,9 @@ impl<'a> Attempts<'a> {
         metrics: &'a Metrics,
     ) -> Result<Self, RpcError> {
         let cred = opts.auth.as_ref().unwrap_or(&config.auth).cred_ref();
-        let mut header = Vec::new();
+        // Room for the arguments' inline octets too (see `next_ref`).
+        let mut header = Vec::with_capacity(RpcMsg::call_header_len(&cred) + args.inline_len());
         RpcMsg::append_call_header(&mut header, xid, (prog, vers, proc), &cred)?;
-        header.reserve_exact(args.inline_len());
         Ok(Attempts {
             xid,
             header,

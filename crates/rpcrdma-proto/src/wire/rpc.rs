@@ -929,7 +929,7 @@ impl RpcMsg {
         cred: &OpaqueAuth,
     ) -> Result<(), EncodeError> {
         let start = out.len();
-        out.reserve_exact(16 + 8 + cred.encoded_len() + 8);
+        out.reserve_exact(RpcMsg::call_header_len(cred));
         let fixed = [xid, MsgType::CALL.0, RPC_VERSION, prog, vers, procedure];
         for w in fixed {
             out.extend_from_slice(&w.to_be_bytes());
@@ -954,6 +954,13 @@ impl RpcMsg {
         // The verifier: AUTH_NONE, empty body.
         out.extend_from_slice(&[0; 8]);
         Ok(())
+    }
+
+    /// The length of the call header [`RpcMsg::append_call_header`] writes
+    /// for `cred`.
+    pub fn call_header_len(cred: &OpaqueAuth) -> usize {
+        // xid, msg_type, rpcvers, prog, vers, proc; cred; AUTH_NONE verf.
+        24 + cred.encoded_len() + 8
     }
 
     /// [`RpcMsg::decode`] for a reply, with a fast path for the common one:
@@ -1014,6 +1021,7 @@ mod client_fast_path_tests {
     fn fast_call(xid: u32, p: (u32, u32, u32), cred: &OpaqueAuth) -> Vec<u8> {
         let mut v = vec![0xee; 3];
         RpcMsg::append_call_header(&mut v, xid, p, cred).unwrap();
+        assert_eq!(v.len(), 3 + RpcMsg::call_header_len(cred));
         assert_eq!(&v[..3], &[0xee; 3], "appends");
         assert_eq!(v.len(), v.capacity(), "reserves exactly");
         v.split_off(3)

@@ -246,6 +246,71 @@ struct Pending {
     span: tracing::Span,
 }
 
+/// The calls waiting for their replies, by engine id and by XID (the
+/// runtime's, assigned by this end). The first one sits in a slot of its
+/// own: with one call at a time (a blocking client, a synchronous caller)
+/// no hash map is touched.
+#[derive(Default)]
+struct Outstanding {
+    one: Option<(CallId, Pending)>,
+    /// Every other call.
+    by_id: IdMap<CallId, Pending>,
+    /// The XIDs of the calls in `by_id`.
+    by_xid: IdMap<u32, CallId>,
+}
+
+impl Outstanding {
+    fn contains_xid(&self, xid: u32) -> bool {
+        self.one.as_ref().is_some_and(|(_, p)| p.xid == xid) || self.by_xid.contains_key(&xid)
+    }
+
+    /// Adds a call (whose XID is not [`Outstanding::contains_xid`]).
+    fn insert(&mut self, id: CallId, p: Pending) {
+        if self.one.is_none() {
+            self.one = Some((id, p));
+        } else {
+            self.by_xid.insert(p.xid, id);
+            self.by_id.insert(id, p);
+        }
+    }
+
+    fn get(&self, id: CallId) -> Option<&Pending> {
+        match &self.one {
+            Some((i, p)) if *i == id => Some(p),
+            _ => self.by_id.get(&id),
+        }
+    }
+
+    fn remove(&mut self, id: CallId) -> Option<Pending> {
+        if matches!(&self.one, Some((i, _)) if *i == id) {
+            return self.one.take().map(|(_, p)| p);
+        }
+        let p = self.by_id.remove(&id)?;
+        self.by_xid.remove(&p.xid);
+        Some(p)
+    }
+
+    fn remove_xid(&mut self, xid: u32) -> Option<Pending> {
+        if matches!(&self.one, Some((_, p)) if p.xid == xid) {
+            return self.one.take().map(|(_, p)| p);
+        }
+        let id = self.by_xid.remove(&xid)?;
+        self.by_id.remove(&id)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.one.is_none() && self.by_id.is_empty()
+    }
+
+    /// Every call, in no particular order.
+    fn into_all(self) -> impl Iterator<Item = Pending> {
+        self.one
+            .into_iter()
+            .map(|(_, p)| p)
+            .chain(self.by_id.into_values())
+    }
+}
+
 /// Reconnection: how to make a new connection and how often to try.
 pub(crate) struct Reconnect {
     pub(crate) connector: ProviderConnector,
@@ -280,9 +345,7 @@ pub(crate) struct Driver {
     config: EngineConfig,
     shared: Arc<Shared>,
     rx: mpsc::UnboundedReceiver<Cmd>,
-    pending: IdMap<CallId, Pending>,
-    /// Keyed by the runtime's XIDs (assigned by this end).
-    by_xid: IdMap<u32, CallId>,
+    pending: Outstanding,
     /// Keyed by the peer's XIDs: SipHash.
     incoming: HashMap<u32, CallHandle>,
     dispatcher: Option<Arc<dyn CallDispatcher>>,
@@ -381,8 +444,7 @@ impl Driver {
             config,
             shared,
             rx,
-            pending: IdMap::default(),
-            by_xid: IdMap::default(),
+            pending: Outstanding::default(),
             incoming: HashMap::new(),
             dispatcher,
             identity,
@@ -660,7 +722,7 @@ impl Driver {
                 tx,
                 span,
             } => {
-                if self.by_xid.contains_key(&xid) {
+                if self.pending.contains_xid(xid) {
                     self.deliver(tx, xid, Err(TransportError::XidInUse(xid)));
                     return;
                 }
@@ -668,16 +730,13 @@ impl Driver {
                 let r = self.conn.start_call(now, &mut self.prov, call);
                 match r {
                     Ok(id) => {
-                        self.by_xid.insert(xid, id);
                         self.pending.insert(id, Pending { xid, tx, span });
                     }
                     Err(e) => self.deliver(tx, xid, Err(call_error(e))),
                 }
             }
             Cmd::Cancel(xid) => {
-                if let Some(id) = self.by_xid.remove(&xid) {
-                    self.pending.remove(&id);
-                }
+                self.pending.remove_xid(xid);
             }
             Cmd::Reply { xid, reply } => {
                 let Some(handle) = self.incoming.remove(&xid) else {
@@ -739,11 +798,10 @@ impl Driver {
                 });
             }
             Event::ReplyReceived(r) => {
-                let Some(p) = self.pending.remove(&r.id) else {
+                let Some(p) = self.pending.remove(r.id) else {
                     Metrics::inc(&self.shared.metrics.replies_unmatched);
                     return;
                 };
-                self.by_xid.remove(&p.xid);
                 let bytes = r.message.len() + r.results.iter().map(|b| b.len()).sum::<usize>();
                 Metrics::inc(&self.shared.metrics.replies_received);
                 Metrics::add(&self.shared.metrics.bytes_received, bytes as u64);
@@ -766,16 +824,15 @@ impl Driver {
             } => {
                 if retransmit && self.reconnect.is_some() && !self.closing {
                     Metrics::inc(&self.shared.metrics.retransmits);
-                    if let Some(p) = self.pending.get(&id) {
+                    if let Some(p) = self.pending.get(id) {
                         let _e = p.span.enter();
                         tracing::debug!(wire_xid = xid, error = %error, "call interrupted; will be re-sent on the next connection");
                     }
                     return;
                 }
-                let Some(p) = self.pending.remove(&id) else {
+                let Some(p) = self.pending.remove(id) else {
                     return;
                 };
-                self.by_xid.remove(&p.xid);
                 let err = match error {
                     CallFailure::Local(e) => call_error(e),
                     CallFailure::ConnectionLost(_) if self.closing => TransportError::Closed,
@@ -1048,10 +1105,9 @@ impl Driver {
         self.shared
             .is_closed
             .store(true, std::sync::atomic::Ordering::Release);
-        for (_, p) in std::mem::take(&mut self.pending) {
+        for p in std::mem::take(&mut self.pending).into_all() {
             self.deliver(p.tx, p.xid, Err(err.clone()));
         }
-        self.by_xid.clear();
         for cmd in std::mem::take(&mut self.deferred) {
             if let Cmd::Call { tx, xid, .. } = cmd {
                 self.deliver(tx, xid, Err(err.clone()));
