@@ -598,6 +598,9 @@ impl<'a> Attempts<'a> {
 /// or a reference count, when they are one piece).
 pub(crate) fn inline_prefix(m: &Message) -> std::borrow::Cow<'_, [u8]> {
     let pieces = m.pieces();
+    if let [Piece::Inline(b)] = pieces {
+        return std::borrow::Cow::Borrowed(&b[..]);
+    }
     let n = pieces.iter().take_while(|p| !p.is_ddp()).count();
     match pieces.get(..n) {
         Some([Piece::Inline(b)]) => std::borrow::Cow::Borrowed(&b[..]),

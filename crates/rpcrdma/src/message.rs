@@ -284,6 +284,24 @@ impl Message {
     /// or results). `None` if `n` reaches into a DDP piece or past the end.
     /// The out-of-band results stay with the rest.
     pub fn split_inline_prefix(&self, n: usize) -> Option<Message> {
+        // One inline piece (any received reply): no walk.
+        if let [Piece::Inline(b)] = self.pieces.as_slice() {
+            let mut out = Message {
+                pieces: SmallVec::new(),
+                results: self.results.clone(),
+            };
+            match n.cmp(&b.len()) {
+                std::cmp::Ordering::Less => out.pieces.push(Piece::Inline(b.slice(n..))),
+                std::cmp::Ordering::Equal => {}
+                std::cmp::Ordering::Greater => return None,
+            }
+            return Some(out);
+        }
+        self.split_inline_prefix_walk(n)
+    }
+
+    /// [`Message::split_inline_prefix`] piece by piece.
+    fn split_inline_prefix_walk(&self, n: usize) -> Option<Message> {
         let mut left = n;
         let mut out = Message::new();
         out.results = self.results.clone();
@@ -1058,6 +1076,16 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn split_inline_prefix_of_one_piece_is_the_walk(
+            data in proptest::collection::vec(any::<u8>(), 0..40),
+            results in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..8), 0..3),
+            n in 0usize..48,
+        ) {
+            let m = Message::with_results(data, results);
+            prop_assert_eq!(m.split_inline_prefix(n), m.split_inline_prefix_walk(n));
+        }
+
         #[test]
         fn build_flatten_read_round_trip(items in proptest::collection::vec(arb_item(), 0..12)) {
             let mut b = Message::builder();

@@ -930,18 +930,25 @@ impl RpcMsg {
     ) -> Result<(), EncodeError> {
         let start = out.len();
         out.reserve_exact(RpcMsg::call_header_len(cred));
+        // xid, msg_type, rpcvers, prog, vers, proc, and an empty
+        // credential's flavor and length: one copy.
+        let mut words = [0u8; 32];
         let fixed = [xid, MsgType::CALL.0, RPC_VERSION, prog, vers, procedure];
-        for w in fixed {
-            out.extend_from_slice(&w.to_be_bytes());
+        for (dst, w) in words.chunks_exact_mut(4).zip(fixed) {
+            dst.copy_from_slice(&w.to_be_bytes());
         }
         let r = match cred {
             OpaqueAuth::Opaque { flavor, body } if body.is_empty() => {
-                out.extend_from_slice(&flavor.0.to_be_bytes());
-                out.extend_from_slice(&0u32.to_be_bytes());
+                words[24..28].copy_from_slice(&flavor.0.to_be_bytes());
+                out.extend_from_slice(&words);
                 Ok(())
             }
-            OpaqueAuth::Sys(p) => append_auth_sys(out, p),
+            OpaqueAuth::Sys(p) => {
+                out.extend_from_slice(&words[..24]);
+                append_auth_sys(out, p)
+            }
             other => {
+                out.extend_from_slice(&words[..24]);
                 let at = out.len();
                 out.resize(at + other.encoded_len(), 0);
                 other.encode(&mut out[at..]).map(|_| ())

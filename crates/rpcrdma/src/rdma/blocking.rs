@@ -279,7 +279,8 @@ impl RdmaBlockingClient {
         {
             let _g = wake.driving();
             d.pass_blocking();
-            d.publish_stale();
+            d.publish_now();
+            d.publish_on_demand();
         }
         let next_xid = client.first_xid.unwrap_or_else(clock_xid);
         Ok(RdmaBlockingClient {
@@ -293,6 +294,10 @@ impl RdmaBlockingClient {
 
     /// The connection's state: negotiated sizes, credits, engine counters.
     pub fn status(&self) -> RdmaStatus {
+        // The driver publishes only when asked: nobody else reads it.
+        if let Some(d) = &self.driver {
+            d.publish_now();
+        }
         self.shared.lock().status.clone()
     }
 
@@ -394,6 +399,8 @@ impl RdmaBlockingClient {
         while !d.flush_close() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(1));
         }
+        // The final state, for `status` after the close.
+        d.publish_now();
     }
 }
 
@@ -424,9 +431,6 @@ fn exchange(
     let mut ended = false;
     loop {
         if let Some(got) = d.take_reply(xid) {
-            // The caller may look at the status as soon as it has the
-            // reply.
-            d.publish_stale();
             return match got {
                 Ok(m) => Ok(Some(m)),
                 Err(e) => Err(refused_or_transport(e)),
@@ -434,7 +438,6 @@ fn exchange(
         }
         if ended {
             // The connection ended without an outcome for the call.
-            d.publish_stale();
             return Err(RpcError::Transport(
                 shared
                     .closed()
@@ -453,7 +456,6 @@ fn exchange(
         }
         if d.now() >= deadline {
             d.command_now(Cmd::Cancel(xid));
-            d.publish_stale();
             return Ok(None);
         }
         d.wait_blocking(Some(deadline));

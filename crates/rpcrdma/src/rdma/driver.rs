@@ -366,6 +366,8 @@ pub(crate) struct Driver {
     cross_thread_calls: bool,
     /// Blocking mode: state changed since the last publication.
     stale: bool,
+    /// Publish only when asked (see [`Driver::publish_on_demand`]).
+    on_demand: bool,
     /// The handle every received call carries (one allocation per
     /// connection, not per call).
     conn_handle: Arc<dyn ServerConnection>,
@@ -458,6 +460,7 @@ impl Driver {
             blocking_reads,
             cross_thread_calls: false,
             stale: false,
+            on_demand: false,
             conn_handle,
             reply: None,
         }
@@ -684,8 +687,9 @@ impl Driver {
 
     /// Publishes the connection's state for [`RdmaStatus`] readers. A
     /// blocking driver only marks it stale here and publishes once before
-    /// it sleeps (and a blocking client before each call returns): one
-    /// lock and copy per call instead of one per pass.
+    /// it sleeps: one lock and copy per call instead of one per pass. A
+    /// blocking client's driver, whose only reader is the client on the
+    /// same thread, publishes when asked ([`Driver::publish_on_demand`]).
     fn publish(&mut self) {
         if self.shared.wake.is_some() {
             self.stale = true;
@@ -694,14 +698,22 @@ impl Driver {
         self.publish_now();
     }
 
-    /// Publishes now if a blocking driver's state is stale.
+    /// Publishes now if a blocking driver's state is stale (unless it
+    /// publishes on demand).
     pub(crate) fn publish_stale(&mut self) {
-        if std::mem::take(&mut self.stale) {
+        if !self.on_demand && std::mem::take(&mut self.stale) {
             self.publish_now();
         }
     }
 
-    fn publish_now(&self) {
+    /// From now on the state is published only by [`Driver::publish_now`]
+    /// (for a blocking client: its status reader drives it).
+    pub(crate) fn publish_on_demand(&mut self) {
+        self.on_demand = true;
+    }
+
+    /// Publishes the state.
+    pub(crate) fn publish_now(&self) {
         let mut st = self.shared.lock();
         st.status.negotiated = self.conn.negotiated();
         st.status.credits = self.conn.credits();
