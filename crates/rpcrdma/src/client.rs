@@ -653,7 +653,7 @@ fn decode_reply(
     let err = match body {
         ReplyBody::Accepted(a) => match a.status {
             AcceptedStatus::Success => {
-                let results = reply.split_inline_prefix(hdr_len).unwrap_or_default();
+                let results = reply.into_split_inline_prefix(hdr_len).unwrap_or_default();
                 return Ok(Reply {
                     xid,
                     verf: a.verf,

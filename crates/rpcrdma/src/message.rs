@@ -300,6 +300,21 @@ impl Message {
         self.split_inline_prefix_walk(n)
     }
 
+    /// [`Message::split_inline_prefix`] consuming the message: a message of
+    /// one inline piece (any received reply) is cut in place, without a new
+    /// message, a copy of the results list or a shared buffer.
+    pub(crate) fn into_split_inline_prefix(mut self, n: usize) -> Option<Message> {
+        if let [Piece::Inline(b)] = self.pieces.as_mut_slice() {
+            match n.cmp(&b.len()) {
+                std::cmp::Ordering::Less => bytes::Buf::advance(b, n),
+                std::cmp::Ordering::Equal => self.pieces.clear(),
+                std::cmp::Ordering::Greater => return None,
+            }
+            return Some(self);
+        }
+        self.split_inline_prefix(n)
+    }
+
     /// [`Message::split_inline_prefix`] piece by piece.
     fn split_inline_prefix_walk(&self, n: usize) -> Option<Message> {
         let mut left = n;
@@ -1083,7 +1098,9 @@ mod tests {
             n in 0usize..48,
         ) {
             let m = Message::with_results(data, results);
-            prop_assert_eq!(m.split_inline_prefix(n), m.split_inline_prefix_walk(n));
+            let walked = m.split_inline_prefix_walk(n);
+            prop_assert_eq!(&m.split_inline_prefix(n), &walked);
+            prop_assert_eq!(m.into_split_inline_prefix(n), walked);
         }
 
         #[test]
