@@ -596,6 +596,7 @@ impl<'a> Attempts<'a> {
 
 /// The inline octets before the first DDP piece (borrowed, without a copy
 /// or a reference count, when they are one piece).
+#[inline]
 pub(crate) fn inline_prefix(m: &Message) -> std::borrow::Cow<'_, [u8]> {
     let pieces = m.pieces();
     if let [Piece::Inline(b)] = pieces {

@@ -136,6 +136,16 @@ impl Message {
         m
     }
 
+    /// [`Message::with_results`] of parts already in their final types
+    /// (a received reply: no conversion of the results list).
+    pub(crate) fn from_reply_parts(inline: Bytes, results: Vec<Bytes>) -> Self {
+        let mut pieces = SmallVec::new();
+        if !inline.is_empty() {
+            pieces.push(Piece::Inline(inline));
+        }
+        Message { pieces, results }
+    }
+
     /// A message from pieces as they are (empty pieces are dropped).
     pub fn from_pieces(pieces: impl IntoIterator<Item = Piece>) -> Self {
         let mut m = Message::new();

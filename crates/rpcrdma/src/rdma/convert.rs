@@ -82,7 +82,7 @@ pub(crate) fn reply(mut message: Vec<u8>, results: Vec<Bytes>, xid: u32) -> Mess
     if let Some(w) = message.get_mut(0..4) {
         w.copy_from_slice(&xid.to_be_bytes());
     }
-    Message::with_results(message, results)
+    Message::from_reply_parts(Bytes::from(message), results)
 }
 
 #[cfg(test)]
