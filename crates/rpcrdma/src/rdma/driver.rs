@@ -916,9 +916,14 @@ impl Driver {
     /// The outcome of the call `xid` made with [`ReplySink::Driver`], once
     /// it is there (an outcome for another XID is dropped).
     pub(crate) fn take_reply(&mut self, xid: u32) -> Option<Result<Message, TransportError>> {
-        match self.reply.take() {
-            Some((x, r)) if x == xid => Some(r),
-            _ => None,
+        // Looked at before it is moved out: most looks find nothing.
+        match &self.reply {
+            None => None,
+            Some((x, _)) if *x == xid => self.reply.take().map(|(_, r)| r),
+            Some(_) => {
+                self.reply = None;
+                None
+            }
         }
     }
 
