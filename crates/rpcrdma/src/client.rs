@@ -500,6 +500,7 @@ pub(crate) struct AttemptRef<'m> {
 
 impl<'a> Attempts<'a> {
     /// Encodes the call of `prog`/`vers`/`proc` with `args`.
+    #[inline]
     pub(crate) fn new(
         xid: u32,
         (prog, vers, proc): (u32, u32, u32),
@@ -585,6 +586,7 @@ impl<'a> Attempts<'a> {
     }
 
     /// Decodes the reply.
+    #[inline]
     pub(crate) fn finish(self, reply: Message) -> Result<Reply, RpcError> {
         let r = decode_reply(self.xid, reply, &self.config.limits, self.metrics);
         if let Err(e) = &r {
