@@ -684,3 +684,51 @@ fn decode_reply(
 pub async fn connect_tcp_default(addr: SocketAddr) -> std::io::Result<Client> {
     Client::connect_tcp(addr, ClientConfig::default(), TcpConfig::default()).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rpcrdma_proto::XdrEncode;
+
+    /// Every attempt, borrowed or owned, sends the header the generic
+    /// encoder gives, followed by the arguments; only the last one the
+    /// retransmission count allows hands the header over.
+    #[test]
+    fn attempts_send_the_generic_header_and_hand_it_over_last() {
+        let sys = AuthSysParms::new(7, "host", 1, 2, vec![3, 4]).unwrap();
+        for auth in [Auth::None, Auth::Sys(sys)] {
+            let config = ClientConfig {
+                retries: 2,
+                auth: auth.clone(),
+                ..ClientConfig::default()
+            };
+            let opts = CallOptions::with_ddp_results(&[100]);
+            let mut b = Message::builder();
+            b.put_u32(5);
+            b.put_ddp_opaque(Bytes::from_static(b"data")).unwrap();
+            let args = b.finish();
+            let metrics = Metrics::default();
+            let mut a =
+                Attempts::new(9, (1, 2, 3), args.clone(), &opts, &config, &metrics).unwrap();
+            let header = RpcMsg::call_with(9, 1, 2, 3, auth.cred()).to_vec().unwrap();
+            let whole = Message::with_header(header.clone(), args.clone());
+            // The async client's transmissions: the whole message.
+            let o = a.next();
+            assert_eq!(o.message, whole);
+            assert_eq!((o.xid, o.ddp_results), (9, vec![100]));
+            // Borrowed while a retransmission may follow, then owned.
+            for owned in [false, true] {
+                let r = a.next_ref();
+                assert_eq!(&r.header[..], &header[..]);
+                assert_eq!(matches!(r.header, std::borrow::Cow::Owned(_)), owned);
+                if let std::borrow::Cow::Owned(h) = &r.header {
+                    // Room for the arguments' inline octets.
+                    assert!(h.capacity() >= header.len() + args.inline_len());
+                }
+                assert_eq!(r.args, &args);
+                assert_eq!(r.ddp_results, &[100]);
+            }
+            assert!(a.timed_out().is_err());
+        }
+    }
+}
