@@ -41,6 +41,7 @@ impl Auth {
     }
 
     /// [`Auth::cred`], borrowed where that needs no copy (AUTH_NONE).
+    #[inline]
     fn cred_ref(&self) -> std::borrow::Cow<'static, OpaqueAuth> {
         static NONE: OpaqueAuth = OpaqueAuth::none();
         match self {

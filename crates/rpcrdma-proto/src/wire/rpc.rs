@@ -965,6 +965,7 @@ impl RpcMsg {
 
     /// The length of the call header [`RpcMsg::append_call_header`] writes
     /// for `cred`.
+    #[inline]
     pub fn call_header_len(cred: &OpaqueAuth) -> usize {
         // xid, msg_type, rpcvers, prog, vers, proc; cred; AUTH_NONE verf.
         24 + cred.encoded_len() + 8
@@ -974,6 +975,7 @@ impl RpcMsg {
     /// MSG_ACCEPTED, an AUTH_NONE verifier with an empty body, SUCCESS
     /// (24 octets, results follow). Anything else, including every error,
     /// is left to [`RpcMsg::decode`], so the result is always the same.
+    #[inline]
     pub fn decode_reply(buf: &[u8], limits: &Limits) -> Result<(RpcMsg, usize), DecodeError> {
         const SUCCESS_NONE: [u8; 20] = {
             let mut w = [0u8; 20];

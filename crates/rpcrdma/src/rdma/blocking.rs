@@ -424,8 +424,7 @@ fn exchange(
     };
     let _g = wake.driving();
     let xid = call.xid;
-    let (cmd, len) = shared.make_call(call, ReplySink::Driver);
-    d.command_now(cmd);
+    let len = d.call_now(call, ReplySink::Driver);
     shared.count_sent(len);
     let deadline = d.now() + timeout;
     let mut ended = false;

@@ -130,39 +130,48 @@ impl Shared {
     /// The driver command for `call` (the message copied into engine
     /// pieces), its reply going to `tx`, and its length in XDR octets.
     pub(crate) fn make_call(&self, call: AttemptRef<'_>, tx: ReplySink) -> (Cmd, usize) {
-        let AttemptRef {
-            xid,
-            header,
-            args,
-            reply_max,
-            ddp_results,
-        } = call;
-        let ddp_total: u64 = ddp_results.iter().map(|&l| u64::from(l)).sum();
-        let reply_max = u32::try_from(u64::from(reply_max) + ddp_total).unwrap_or(u32::MAX);
-        let len = header.len() + args.xdr_len();
-        let message = match header {
-            std::borrow::Cow::Borrowed([]) => convert::to_engine(args),
-            std::borrow::Cow::Borrowed(h) => {
-                let mut v = Vec::with_capacity(h.len() + args.inline_len());
-                v.extend_from_slice(h);
-                convert::to_engine_after(v, args)
-            }
-            std::borrow::Cow::Owned(h) => convert::to_engine_after(h, args),
-        };
-        let ecall = ECall {
-            message,
-            reply_max,
-            ddp_results: ddp_results.to_vec(),
-        };
+        let (call, xid, len) = engine_call(call);
         let span = tracing::debug_span!("rpc.rdma.call", xid, wire_xid = tracing::field::Empty);
         let cmd = Cmd::Call {
-            call: ecall,
+            call,
             xid,
             tx,
             span,
         };
         (cmd, len)
     }
+}
+
+/// The engine's call for `call` (the message copied into engine pieces,
+/// the header's buffer kept when it is handed over), its XID, and its
+/// length in XDR octets.
+#[inline]
+fn engine_call(call: AttemptRef<'_>) -> (ECall, u32, usize) {
+    let AttemptRef {
+        xid,
+        header,
+        args,
+        reply_max,
+        ddp_results,
+    } = call;
+    let ddp_total: u64 = ddp_results.iter().map(|&l| u64::from(l)).sum();
+    let reply_max = u32::try_from(u64::from(reply_max) + ddp_total).unwrap_or(u32::MAX);
+    let len = header.len() + args.xdr_len();
+    let message = match header {
+        std::borrow::Cow::Borrowed([]) => convert::to_engine(args),
+        std::borrow::Cow::Borrowed(h) => {
+            let mut v = Vec::with_capacity(h.len() + args.inline_len());
+            v.extend_from_slice(h);
+            convert::to_engine_after(v, args)
+        }
+        std::borrow::Cow::Owned(h) => convert::to_engine_after(h, args),
+    };
+    let ecall = ECall {
+        message,
+        reply_max,
+        ddp_results: ddp_results.to_vec(),
+    };
+    (ecall, xid, len)
 }
 
 /// A handle that speaks for one connection: [`ServerConnection`] for calls
@@ -733,20 +742,7 @@ impl Driver {
                 xid,
                 tx,
                 span,
-            } => {
-                if self.pending.contains_xid(xid) {
-                    self.deliver(tx, xid, Err(TransportError::XidInUse(xid)));
-                    return;
-                }
-                self.cross_thread_calls |= !self.shared.client;
-                let r = self.conn.start_call(now, &mut self.prov, call);
-                match r {
-                    Ok(id) => {
-                        self.pending.insert(id, Pending { xid, tx, span });
-                    }
-                    Err(e) => self.deliver(tx, xid, Err(call_error(e))),
-                }
-            }
+            } => self.start_call(call, xid, tx, span),
             Cmd::Cancel(xid) => {
                 self.pending.remove_xid(xid);
             }
@@ -901,6 +897,29 @@ impl Driver {
             self.publish();
         }
         busy | self.step()
+    }
+
+    /// Starts a call in the engine (at `self.now`).
+    fn start_call(&mut self, call: ECall, xid: u32, tx: ReplySink, span: tracing::Span) {
+        if self.pending.contains_xid(xid) {
+            self.deliver(tx, xid, Err(TransportError::XidInUse(xid)));
+            return;
+        }
+        self.cross_thread_calls |= !self.shared.client;
+        match self.conn.start_call(self.now, &mut self.prov, call) {
+            Ok(id) => self.pending.insert(id, Pending { xid, tx, span }),
+            Err(e) => self.deliver(tx, xid, Err(call_error(e))),
+        }
+    }
+
+    /// Starts `call` now, its reply going to `tx` (a blocking client's own
+    /// call, on its thread: no command); returns its length in XDR octets.
+    pub(crate) fn call_now(&mut self, call: AttemptRef<'_>, tx: ReplySink) -> usize {
+        let (call, xid, len) = engine_call(call);
+        let span = tracing::debug_span!("rpc.rdma.call", xid, wire_xid = tracing::field::Empty);
+        self.now = Instant::now();
+        self.start_call(call, xid, tx, span);
+        len
     }
 
     /// Hands a call's outcome to its caller.
