@@ -12,7 +12,7 @@ use rpcrdma_proto::wire::rpc::{
     AcceptStat, AcceptedStatus, AuthStat, AuthSysParms, MsgBody, OpaqueAuth, RejectedReply,
     ReplyBody, RpcMsg,
 };
-use rpcrdma_proto::{DecodeError, EncodeError, Limits, XdrEncode};
+use rpcrdma_proto::{DecodeError, EncodeError, Limits};
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
@@ -37,6 +37,16 @@ impl Auth {
         match self {
             Auth::None => OpaqueAuth::none(),
             Auth::Sys(p) => OpaqueAuth::Sys(p.clone()),
+        }
+    }
+
+    /// [`Auth::cred`], borrowed where that needs no copy (AUTH_NONE).
+    #[inline]
+    fn cred_ref(&self) -> std::borrow::Cow<'static, OpaqueAuth> {
+        static NONE: OpaqueAuth = OpaqueAuth::none();
+        match self {
+            Auth::None => std::borrow::Cow::Borrowed(&NONE),
+            Auth::Sys(_) => std::borrow::Cow::Owned(self.cred()),
         }
     }
 }
@@ -420,14 +430,8 @@ impl Client {
         args: Message,
         opts: &CallOptions,
     ) -> Result<Reply, RpcError> {
-        let mut call = Attempts::new(
-            xid,
-            (prog, vers, proc),
-            args,
-            opts,
-            &self.config,
-            self.transport.metrics(),
-        )?;
+        let metrics = self.transport.metrics();
+        let mut call = Attempts::new(xid, (prog, vers, proc), args, opts, &self.config, &metrics)?;
         let reply = loop {
             let rx = self
                 .transport
@@ -467,28 +471,53 @@ pub(crate) fn refused_or_transport(e: TransportError) -> RpcError {
 /// XID), the timeout and retransmission accounting, and the reply decode.
 pub(crate) struct Attempts<'a> {
     xid: u32,
-    message: Message,
+    /// The encoded RPC header, with room for the arguments' inline octets
+    /// after it (see [`Attempts::next_ref`]); empty once handed over.
+    header: Vec<u8>,
+    args: Message,
     opts: &'a CallOptions,
     config: &'a ClientConfig,
-    metrics: Arc<Metrics>,
+    metrics: &'a Metrics,
     attempts: u32,
+}
+
+/// One transmission of a call, borrowed from its [`Attempts`] (for a
+/// transport that copies what it sends at once: no copy of the message).
+pub(crate) struct AttemptRef<'m> {
+    /// The XID.
+    pub(crate) xid: u32,
+    /// Inline octets before `args` (the RPC header; empty when `args` is
+    /// the whole call). Owned when nothing needs it after this attempt: the
+    /// transport may keep the buffer, whose spare capacity fits the inline
+    /// octets of `args`.
+    pub(crate) header: std::borrow::Cow<'m, [u8]>,
+    /// The rest of the call message.
+    pub(crate) args: &'m Message,
+    /// See [`OutgoingCall::reply_max`].
+    pub(crate) reply_max: u32,
+    /// See [`OutgoingCall::ddp_results`].
+    pub(crate) ddp_results: &'m [u32],
 }
 
 impl<'a> Attempts<'a> {
     /// Encodes the call of `prog`/`vers`/`proc` with `args`.
+    #[inline]
     pub(crate) fn new(
         xid: u32,
         (prog, vers, proc): (u32, u32, u32),
         args: Message,
         opts: &'a CallOptions,
         config: &'a ClientConfig,
-        metrics: Arc<Metrics>,
+        metrics: &'a Metrics,
     ) -> Result<Self, RpcError> {
-        let cred = opts.auth.as_ref().unwrap_or(&config.auth).cred();
-        let header = RpcMsg::call_with(xid, prog, vers, proc, cred).to_vec()?;
+        let cred = opts.auth.as_ref().unwrap_or(&config.auth).cred_ref();
+        // Room for the arguments' inline octets too (see `next_ref`).
+        let mut header = Vec::with_capacity(RpcMsg::call_header_len(&cred) + args.inline_len());
+        RpcMsg::append_call_header(&mut header, xid, (prog, vers, proc), &cred)?;
         Ok(Attempts {
             xid,
-            message: Message::with_header(header, args),
+            header,
+            args,
             opts,
             config,
             metrics,
@@ -503,17 +532,44 @@ impl<'a> Attempts<'a> {
 
     /// The next transmission (counted as a retransmission after the first).
     pub(crate) fn next(&mut self) -> OutgoingCall {
+        self.count_attempt();
+        OutgoingCall {
+            xid: self.xid,
+            message: Message::with_header(self.header.clone(), self.args.clone()),
+            reply_max: self.reply_max(),
+            ddp_results: self.opts.ddp_results.clone(),
+        }
+    }
+
+    /// [`Attempts::next`], borrowed; the header is handed over with the
+    /// last transmission the retransmission count allows (after it, a
+    /// timeout ends the call: [`Attempts::timed_out`]).
+    pub(crate) fn next_ref(&mut self) -> AttemptRef<'_> {
+        self.count_attempt();
+        let header = if self.attempts > self.config.retries {
+            std::borrow::Cow::Owned(std::mem::take(&mut self.header))
+        } else {
+            std::borrow::Cow::Borrowed(&self.header[..])
+        };
+        AttemptRef {
+            xid: self.xid,
+            header,
+            args: &self.args,
+            reply_max: self.reply_max(),
+            ddp_results: &self.opts.ddp_results,
+        }
+    }
+
+    fn count_attempt(&mut self) {
         self.attempts += 1;
         if self.attempts > 1 {
             Metrics::inc(&self.metrics.retransmits);
             tracing::debug!(attempts = self.attempts, "retransmitting");
         }
-        OutgoingCall {
-            xid: self.xid,
-            message: self.message.clone(),
-            reply_max: self.opts.reply_max.unwrap_or(self.config.reply_max),
-            ddp_results: self.opts.ddp_results.clone(),
-        }
+    }
+
+    fn reply_max(&self) -> u32 {
+        self.opts.reply_max.unwrap_or(self.config.reply_max)
     }
 
     /// The last transmission timed out: `Err(Timeout)` once the
@@ -531,8 +587,9 @@ impl<'a> Attempts<'a> {
     }
 
     /// Decodes the reply.
+    #[inline]
     pub(crate) fn finish(self, reply: Message) -> Result<Reply, RpcError> {
-        let r = decode_reply(self.xid, reply, &self.config.limits, &self.metrics);
+        let r = decode_reply(self.xid, reply, &self.config.limits, self.metrics);
         if let Err(e) = &r {
             tracing::debug!(error = %e, "call failed");
         }
@@ -542,8 +599,12 @@ impl<'a> Attempts<'a> {
 
 /// The inline octets before the first DDP piece (borrowed, without a copy
 /// or a reference count, when they are one piece).
+#[inline]
 pub(crate) fn inline_prefix(m: &Message) -> std::borrow::Cow<'_, [u8]> {
     let pieces = m.pieces();
+    if let [Piece::Inline(b)] = pieces {
+        return std::borrow::Cow::Borrowed(&b[..]);
+    }
     let n = pieces.iter().take_while(|p| !p.is_ddp()).count();
     match pieces.get(..n) {
         Some([Piece::Inline(b)]) => std::borrow::Cow::Borrowed(&b[..]),
@@ -579,7 +640,7 @@ fn decode_reply(
     metrics: &Metrics,
 ) -> Result<Reply, RpcError> {
     let prefix = inline_prefix(&reply);
-    let (msg, hdr_len) = RpcMsg::decode(&prefix, limits)?;
+    let (msg, hdr_len) = RpcMsg::decode_reply(&prefix, limits)?;
     let body = match msg.body {
         MsgBody::Reply(b) => b,
         MsgBody::Call(_) => {
@@ -596,7 +657,7 @@ fn decode_reply(
     let err = match body {
         ReplyBody::Accepted(a) => match a.status {
             AcceptedStatus::Success => {
-                let results = reply.split_inline_prefix(hdr_len).unwrap_or_default();
+                let results = reply.into_split_inline_prefix(hdr_len).unwrap_or_default();
                 return Ok(Reply {
                     xid,
                     verf: a.verf,
@@ -623,4 +684,52 @@ fn decode_reply(
 /// tools and tests).
 pub async fn connect_tcp_default(addr: SocketAddr) -> std::io::Result<Client> {
     Client::connect_tcp(addr, ClientConfig::default(), TcpConfig::default()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rpcrdma_proto::XdrEncode;
+
+    /// Every attempt, borrowed or owned, sends the header the generic
+    /// encoder gives, followed by the arguments; only the last one the
+    /// retransmission count allows hands the header over.
+    #[test]
+    fn attempts_send_the_generic_header_and_hand_it_over_last() {
+        let sys = AuthSysParms::new(7, "host", 1, 2, vec![3, 4]).unwrap();
+        for auth in [Auth::None, Auth::Sys(sys)] {
+            let config = ClientConfig {
+                retries: 2,
+                auth: auth.clone(),
+                ..ClientConfig::default()
+            };
+            let opts = CallOptions::with_ddp_results(&[100]);
+            let mut b = Message::builder();
+            b.put_u32(5);
+            b.put_ddp_opaque(Bytes::from_static(b"data")).unwrap();
+            let args = b.finish();
+            let metrics = Metrics::default();
+            let mut a =
+                Attempts::new(9, (1, 2, 3), args.clone(), &opts, &config, &metrics).unwrap();
+            let header = RpcMsg::call_with(9, 1, 2, 3, auth.cred()).to_vec().unwrap();
+            let whole = Message::with_header(header.clone(), args.clone());
+            // The async client's transmissions: the whole message.
+            let o = a.next();
+            assert_eq!(o.message, whole);
+            assert_eq!((o.xid, o.ddp_results), (9, vec![100]));
+            // Borrowed while a retransmission may follow, then owned.
+            for owned in [false, true] {
+                let r = a.next_ref();
+                assert_eq!(&r.header[..], &header[..]);
+                assert_eq!(matches!(r.header, std::borrow::Cow::Owned(_)), owned);
+                if let std::borrow::Cow::Owned(h) = &r.header {
+                    // Room for the arguments' inline octets.
+                    assert!(h.capacity() >= header.len() + args.inline_len());
+                }
+                assert_eq!(r.args, &args);
+                assert_eq!(r.ddp_results, &[100]);
+            }
+            assert!(a.timed_out().is_err());
+        }
+    }
 }

@@ -136,6 +136,16 @@ impl Message {
         m
     }
 
+    /// [`Message::with_results`] of parts already in their final types
+    /// (a received reply: no conversion of the results list).
+    pub(crate) fn from_reply_parts(inline: Bytes, results: Vec<Bytes>) -> Self {
+        let mut pieces = SmallVec::new();
+        if !inline.is_empty() {
+            pieces.push(Piece::Inline(inline));
+        }
+        Message { pieces, results }
+    }
+
     /// A message from pieces as they are (empty pieces are dropped).
     pub fn from_pieces(pieces: impl IntoIterator<Item = Piece>) -> Self {
         let mut m = Message::new();
@@ -284,6 +294,39 @@ impl Message {
     /// or results). `None` if `n` reaches into a DDP piece or past the end.
     /// The out-of-band results stay with the rest.
     pub fn split_inline_prefix(&self, n: usize) -> Option<Message> {
+        // One inline piece (any received reply): no walk.
+        if let [Piece::Inline(b)] = self.pieces.as_slice() {
+            let mut out = Message {
+                pieces: SmallVec::new(),
+                results: self.results.clone(),
+            };
+            match n.cmp(&b.len()) {
+                std::cmp::Ordering::Less => out.pieces.push(Piece::Inline(b.slice(n..))),
+                std::cmp::Ordering::Equal => {}
+                std::cmp::Ordering::Greater => return None,
+            }
+            return Some(out);
+        }
+        self.split_inline_prefix_walk(n)
+    }
+
+    /// [`Message::split_inline_prefix`] consuming the message: a message of
+    /// one inline piece (any received reply) is cut in place, without a new
+    /// message, a copy of the results list or a shared buffer.
+    pub(crate) fn into_split_inline_prefix(mut self, n: usize) -> Option<Message> {
+        if let [Piece::Inline(b)] = self.pieces.as_mut_slice() {
+            match n.cmp(&b.len()) {
+                std::cmp::Ordering::Less => bytes::Buf::advance(b, n),
+                std::cmp::Ordering::Equal => self.pieces.clear(),
+                std::cmp::Ordering::Greater => return None,
+            }
+            return Some(self);
+        }
+        self.split_inline_prefix(n)
+    }
+
+    /// [`Message::split_inline_prefix`] piece by piece.
+    fn split_inline_prefix_walk(&self, n: usize) -> Option<Message> {
         let mut left = n;
         let mut out = Message::new();
         out.results = self.results.clone();
@@ -1058,6 +1101,18 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn split_inline_prefix_of_one_piece_is_the_walk(
+            data in proptest::collection::vec(any::<u8>(), 0..40),
+            results in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..8), 0..3),
+            n in 0usize..48,
+        ) {
+            let m = Message::with_results(data, results);
+            let walked = m.split_inline_prefix_walk(n);
+            prop_assert_eq!(&m.split_inline_prefix(n), &walked);
+            prop_assert_eq!(m.into_split_inline_prefix(n), walked);
+        }
+
         #[test]
         fn build_flatten_read_round_trip(items in proptest::collection::vec(arb_item(), 0..12)) {
             let mut b = Message::builder();

@@ -117,6 +117,19 @@ pub struct OutgoingCall {
     pub ddp_results: Vec<u32>,
 }
 
+impl OutgoingCall {
+    /// The call, borrowed.
+    pub(crate) fn as_ref(&self) -> crate::client::AttemptRef<'_> {
+        crate::client::AttemptRef {
+            xid: self.xid,
+            header: std::borrow::Cow::Borrowed(&[]),
+            args: &self.message,
+            reply_max: self.reply_max,
+            ddp_results: &self.ddp_results,
+        }
+    }
+}
+
 /// Where a reply (the complete reply message: RPC header and results) or
 /// the connection's failure arrives.
 pub type ReplyReceiver = oneshot::Receiver<Result<Message, TransportError>>;

@@ -968,6 +968,216 @@ impl RpcMsg {
     }
 }
 
+// Client-side fast paths: encoding a call header and decoding a reply
+// header without the generic XDR encoder and decoder for the common shapes
+// (AUTH_NONE / AUTH_SYS calls, accepted SUCCESS replies with an AUTH_NONE
+// verifier). Each gives exactly what the general path gives (tests below).
+impl RpcMsg {
+    /// Appends the header of a call with RPC version 2, credential `cred`
+    /// and an AUTH_NONE verifier to `out`: the octets of
+    /// `RpcMsg::call_with(xid, prog, vers, procedure, cred.clone()).to_vec()`,
+    /// written straight into `out` (one exact reservation, no zero fill, no
+    /// copy of the credential). Credentials other than AUTH_SYS and empty
+    /// opaque ones go through the generic encoder. On an error `out` is left
+    /// as it was.
+    pub fn append_call_header(
+        out: &mut Vec<u8>,
+        xid: u32,
+        (prog, vers, procedure): (u32, u32, u32),
+        cred: &OpaqueAuth,
+    ) -> Result<(), EncodeError> {
+        let start = out.len();
+        out.reserve_exact(RpcMsg::call_header_len(cred));
+        // xid, msg_type, rpcvers, prog, vers, proc, and an empty
+        // credential's flavor and length: one copy.
+        let mut words = [0u8; 32];
+        let fixed = [xid, MsgType::CALL.0, RPC_VERSION, prog, vers, procedure];
+        for (dst, w) in words.chunks_exact_mut(4).zip(fixed) {
+            dst.copy_from_slice(&w.to_be_bytes());
+        }
+        let r = match cred {
+            OpaqueAuth::Opaque { flavor, body } if body.is_empty() => {
+                words[24..28].copy_from_slice(&flavor.0.to_be_bytes());
+                out.extend_from_slice(&words);
+                Ok(())
+            }
+            OpaqueAuth::Sys(p) => {
+                out.extend_from_slice(&words[..24]);
+                append_auth_sys(out, p)
+            }
+            other => {
+                out.extend_from_slice(&words[..24]);
+                let at = out.len();
+                out.resize(at + other.encoded_len(), 0);
+                other.encode(&mut out[at..]).map(|_| ())
+            }
+        };
+        if let Err(e) = r {
+            out.truncate(start);
+            return Err(e);
+        }
+        // The verifier: AUTH_NONE, empty body.
+        out.extend_from_slice(&[0; 8]);
+        Ok(())
+    }
+
+    /// The length of the call header [`RpcMsg::append_call_header`] writes
+    /// for `cred`.
+    #[inline]
+    pub fn call_header_len(cred: &OpaqueAuth) -> usize {
+        // xid, msg_type, rpcvers, prog, vers, proc; cred; AUTH_NONE verf.
+        24 + cred.encoded_len() + 8
+    }
+
+    /// [`RpcMsg::decode`] for a reply, with a fast path for the common one:
+    /// MSG_ACCEPTED, an AUTH_NONE verifier with an empty body, SUCCESS
+    /// (24 octets, results follow). Anything else, including every error,
+    /// is left to [`RpcMsg::decode`], so the result is always the same.
+    #[inline]
+    pub fn decode_reply(buf: &[u8], limits: &Limits) -> Result<(RpcMsg, usize), DecodeError> {
+        const SUCCESS_NONE: [u8; 20] = {
+            let mut w = [0u8; 20];
+            // msg_type REPLY; then reply_stat MSG_ACCEPTED, verifier flavor
+            // AUTH_NONE, verifier length 0, accept_stat SUCCESS: all zero.
+            w[3] = 1;
+            w
+        };
+        if let Some((xid, rest)) = buf.split_first_chunk::<4>() {
+            if rest.starts_with(&SUCCESS_NONE) {
+                return Ok((RpcMsg::success(u32::from_be_bytes(*xid)), 24));
+            }
+        }
+        RpcMsg::decode(buf, limits)
+    }
+}
+
+/// The body of an AUTH_SYS credential with its flavor and length words, as
+/// [`OpaqueAuth::write`] writes it (same errors, in the same order).
+fn append_auth_sys(out: &mut Vec<u8>, p: &AuthSysParms) -> Result<(), EncodeError> {
+    let body_len =
+        u32::try_from(p.encoded_len()).map_err(|_| EncodeError::TooLong("authsys_parms"))?;
+    let name_len =
+        u32::try_from(p.machinename.len()).map_err(|_| EncodeError::TooLong("opaque"))?;
+    let gids = u32::try_from(p.gids.len()).map_err(|_| EncodeError::TooLong("gids"))?;
+    for w in [AuthFlavor::AUTH_SYS.0, body_len, p.stamp, name_len] {
+        out.extend_from_slice(&w.to_be_bytes());
+    }
+    out.extend_from_slice(&p.machinename);
+    out.extend_from_slice(&[0; 3][..crate::xdr::pad_len(p.machinename.len())]);
+    for w in [p.uid, p.gid, gids] {
+        out.extend_from_slice(&w.to_be_bytes());
+    }
+    for g in &p.gids {
+        out.extend_from_slice(&g.to_be_bytes());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod client_fast_path_tests {
+    use super::tests::arb_rpc_msg;
+    use super::*;
+    use proptest::prelude::*;
+
+    fn general_call(xid: u32, p: (u32, u32, u32), cred: &OpaqueAuth) -> Vec<u8> {
+        RpcMsg::call_with(xid, p.0, p.1, p.2, cred.clone())
+            .to_vec()
+            .unwrap()
+    }
+
+    fn fast_call(xid: u32, p: (u32, u32, u32), cred: &OpaqueAuth) -> Vec<u8> {
+        let mut v = vec![0xee; 3];
+        RpcMsg::append_call_header(&mut v, xid, p, cred).unwrap();
+        assert_eq!(v.len(), 3 + RpcMsg::call_header_len(cred));
+        assert_eq!(&v[..3], &[0xee; 3], "appends");
+        assert_eq!(v.len(), v.capacity(), "reserves exactly");
+        v.split_off(3)
+    }
+
+    #[test]
+    fn call_header_hand_checked() {
+        let sys = AuthSysParms::new(0x5f5e_1000, "client", 1000, 100, vec![100, 10]).unwrap();
+        for cred in [
+            OpaqueAuth::none(),
+            OpaqueAuth::Sys(sys),
+            OpaqueAuth::Opaque {
+                flavor: AuthFlavor::AUTH_DH,
+                body: vec![1, 2, 3, 4, 5],
+            },
+        ] {
+            let p = (100_003, 3, 1);
+            assert_eq!(fast_call(7, p, &cred), general_call(7, p, &cred));
+        }
+    }
+
+    #[test]
+    fn success_reply_hand_checked() {
+        let l = Limits::default();
+        let mut b = RpcMsg::success(0xdead_beef).to_vec().unwrap();
+        b.extend_from_slice(&[0, 0, 0, 9]);
+        assert_eq!(
+            RpcMsg::decode_reply(&b, &l).unwrap(),
+            (RpcMsg::success(0xdead_beef), 24)
+        );
+        // Not the fast path's shape: the general decoder's answer.
+        for m in [
+            RpcMsg::proc_unavail(1),
+            RpcMsg::call_auth_none(1, 2, 3, 4),
+            RpcMsg::auth_error(1, AuthStat(1)),
+        ] {
+            let b = m.to_vec().unwrap();
+            assert_eq!(RpcMsg::decode_reply(&b, &l), RpcMsg::decode(&b, &l));
+        }
+        // Truncated: the general decoder's error.
+        assert_eq!(
+            RpcMsg::decode_reply(&b[..23], &l),
+            RpcMsg::decode(&b[..23], &l)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn call_header_is_the_generic_encoding(
+            m in arb_rpc_msg(),
+        ) {
+            if let MsgBody::Call(c) = &m.body {
+                let p = (c.prog, c.vers, c.procedure);
+                prop_assert_eq!(fast_call(m.xid, p, &c.cred), general_call(m.xid, p, &c.cred));
+            }
+        }
+
+        #[test]
+        fn decode_reply_is_decode(
+            m in arb_rpc_msg(),
+            cut in 0usize..48,
+            tail in proptest::collection::vec(any::<u8>(), 0..8),
+        ) {
+            let l = Limits::default();
+            let mut b = m.to_vec().unwrap();
+            b.extend_from_slice(&tail);
+            for b in [&b[..], &b[..cut.min(b.len())]] {
+                prop_assert_eq!(RpcMsg::decode_reply(b, &l), RpcMsg::decode(b, &l));
+            }
+        }
+
+        #[test]
+        fn decode_reply_is_decode_on_noise(
+            xid in any::<u32>(),
+            words in proptest::collection::vec(0u32..3, 0..8),
+            tail in proptest::collection::vec(any::<u8>(), 0..8),
+        ) {
+            // Mostly zeros and ones: near the fast path's shape.
+            let mut b = xid.to_be_bytes().to_vec();
+            for w in words {
+                b.extend_from_slice(&w.to_be_bytes());
+            }
+            b.extend_from_slice(&tail);
+            let l = Limits::default();
+            prop_assert_eq!(RpcMsg::decode_reply(&b, &l), RpcMsg::decode(&b, &l));
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -37,16 +37,16 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
 use rustix::event::{PollFd, PollFlags, Timespec};
-use tokio::sync::oneshot::error::TryRecvError;
 
-use super::driver::{self, Cmd, Driver};
+use super::driver::{self, Cmd, Driver, ReplySink};
 use super::{connect_iwarp, Connected, RdmaClientConfig, RdmaStatus};
 use crate::client::{
-    clock_xid, refused_or_transport, Attempts, CallOptions, ClientConfig, Reply, RpcError,
+    clock_xid, refused_or_transport, AttemptRef, Attempts, CallOptions, ClientConfig, Reply,
+    RpcError,
 };
 use crate::message::Message;
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::transport::{ClientIdentity, OutgoingCall, TransportError};
+use crate::transport::{ClientIdentity, TransportError};
 
 thread_local! {
     /// The [`ThreadWake`] of the driver this thread is running, if any (its
@@ -284,7 +284,8 @@ impl RdmaBlockingClient {
         {
             let _g = wake.driving();
             d.pass_blocking();
-            d.publish_stale();
+            d.publish_now();
+            d.publish_on_demand();
         }
         let next_xid = client.first_xid.unwrap_or_else(clock_xid);
         Ok(RdmaBlockingClient {
@@ -298,6 +299,10 @@ impl RdmaBlockingClient {
 
     /// The connection's state: negotiated sizes, credits, engine counters.
     pub fn status(&self) -> RdmaStatus {
+        // The driver publishes only when asked: nobody else reads it.
+        if let Some(d) = &self.driver {
+            d.publish_now();
+        }
         self.shared.lock().status.clone()
     }
 
@@ -360,19 +365,12 @@ impl RdmaBlockingClient {
             args,
             opts,
             &self.config,
-            self.shared.metrics.clone(),
+            &self.shared.metrics,
         )?;
         let timeout = call.timeout();
         let reply = loop {
-            let next = call.next();
-            match exchange(
-                &mut self.driver,
-                &self.shared,
-                &self.wake,
-                xid,
-                next,
-                timeout,
-            )? {
+            let next = call.next_ref();
+            match exchange(&mut self.driver, &self.shared, &self.wake, next, timeout)? {
                 Some(m) => break m,
                 None => call.timed_out()?,
             }
@@ -406,54 +404,55 @@ impl RdmaBlockingClient {
         while !d.flush_close() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(1));
         }
+        // The final state, for `status` after the close.
+        d.publish_now();
     }
 }
 
 /// Sends `call` on the blocking client's connection and drives it until
 /// the reply (`Some`), a failure, or `timeout` (`None`, the call
-/// forgotten).
+/// forgotten). The driver keeps the outcome for us ([`ReplySink::Driver`]).
 fn exchange(
     driver: &mut Option<Driver>,
     shared: &driver::Shared,
     wake: &ThreadWake,
-    xid: u32,
-    call: OutgoingCall,
+    call: AttemptRef<'_>,
     timeout: Duration,
 ) -> Result<Option<Message>, RpcError> {
-    if let Some(e) = shared.closed() {
-        return Err(RpcError::Transport(e));
+    if shared.is_closed.load(Ordering::Acquire) {
+        if let Some(e) = shared.closed() {
+            return Err(RpcError::Transport(e));
+        }
     }
     let Some(d) = driver.as_mut() else {
         return Err(RpcError::Transport(TransportError::Closed));
     };
     let _g = wake.driving();
-    let (cmd, mut rx, len) = shared.make_call(call);
-    d.command_now(cmd);
+    let xid = call.xid;
+    let len = d.call_now(call, ReplySink::Driver);
     shared.count_sent(len);
     let deadline = d.now() + timeout;
+    let mut ended = false;
     loop {
-        let got = rx.try_recv();
-        if !matches!(got, Err(TryRecvError::Empty)) {
-            // The caller may look at the status as soon as it has the
-            // reply.
-            d.publish_stale();
+        if let Some(got) = d.take_reply(xid) {
+            return match got {
+                Ok(m) => Ok(Some(m)),
+                Err(e) => Err(refused_or_transport(e)),
+            };
         }
-        match got {
-            Ok(Ok(m)) => return Ok(Some(m)),
-            Ok(Err(e)) => return Err(refused_or_transport(e)),
-            Err(TryRecvError::Closed) => {
-                return Err(RpcError::Transport(
-                    shared
-                        .closed()
-                        .unwrap_or_else(|| TransportError::Lost("call dropped".into())),
-                ))
-            }
-            Err(TryRecvError::Empty) => {}
+        if ended {
+            // The connection ended without an outcome for the call.
+            return Err(RpcError::Transport(
+                shared
+                    .closed()
+                    .unwrap_or_else(|| TransportError::Lost("call dropped".into())),
+            ));
         }
         let busy = d.pass_blocking();
         if d.is_closed() {
             // Fails the call (and any later one) with the loss.
             d.finish_begin();
+            ended = true;
             continue;
         }
         if busy {
@@ -461,7 +460,6 @@ fn exchange(
         }
         if d.now() >= deadline {
             d.command_now(Cmd::Cancel(xid));
-            d.publish_stale();
             return Ok(None);
         }
         d.wait_blocking(Some(deadline));

@@ -13,7 +13,18 @@ use crate::message::{Message, Piece};
 /// engine registers them read-only as they are, so bulk data is never
 /// copied here).
 pub(crate) fn to_engine(m: &Message) -> Vec<EPiece> {
-    let mut out: Vec<EPiece> = Vec::with_capacity(m.pieces().len());
+    to_engine_after(Vec::new(), m)
+}
+
+/// [`to_engine`] of `m` after the inline octets `header`, which become (the
+/// start of) the first inline piece, their buffer kept (so spare capacity
+/// for the inline octets of `m` that follow spares a reallocation).
+pub(crate) fn to_engine_after(header: Vec<u8>, m: &Message) -> Vec<EPiece> {
+    let n = m.pieces().len() + usize::from(!header.is_empty());
+    let mut out: Vec<EPiece> = Vec::with_capacity(n);
+    if !header.is_empty() {
+        out.push(EPiece::Inline(header));
+    }
     for p in m.pieces() {
         match p {
             Piece::Inline(b) => match out.last_mut() {
@@ -71,7 +82,7 @@ pub(crate) fn reply(mut message: Vec<u8>, results: Vec<Bytes>, xid: u32) -> Mess
     if let Some(w) = message.get_mut(0..4) {
         w.copy_from_slice(&xid.to_be_bytes());
     }
-    Message::with_results(message, results)
+    Message::from_reply_parts(Bytes::from(message), results)
 }
 
 #[cfg(test)]

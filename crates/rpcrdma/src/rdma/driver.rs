@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::blocking::ThreadWake;
 use super::convert;
 use super::{BoxProvider, Connected, ProviderConnector, RdmaStatus};
+use crate::client::AttemptRef;
 use crate::message::Message;
 use crate::metrics::Metrics;
 use crate::reconnect::ReconnectPolicy;
@@ -39,7 +40,7 @@ pub(crate) enum Cmd {
     Call {
         call: ECall,
         xid: u32,
-        tx: oneshot::Sender<Result<Message, TransportError>>,
+        tx: ReplySink,
         span: tracing::Span,
     },
     Cancel(u32),
@@ -50,6 +51,16 @@ pub(crate) enum Cmd {
     SetBackchannel(Arc<dyn CallDispatcher>),
     Close,
     WithProvider(ProviderFn),
+}
+
+/// Where the driver delivers a call's reply (or failure).
+pub(crate) enum ReplySink {
+    /// A caller on another task or thread waits on the receiver.
+    Channel(oneshot::Sender<Result<Message, TransportError>>),
+    /// The blocking client driving this driver on its own thread: the
+    /// driver keeps the outcome until the client takes it
+    /// ([`Driver::take_reply`]); no channel to allocate and synchronise.
+    Driver,
 }
 
 /// State shared between a driver and the handles of its connection.
@@ -119,7 +130,8 @@ impl Shared {
 
     /// Queues a call (forward at a client, backchannel at a server).
     pub(crate) fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
-        let (cmd, rx, len) = self.make_call(call);
+        let (tx, rx) = oneshot::channel();
+        let (cmd, len) = self.make_call(call.as_ref(), ReplySink::Channel(tx));
         self.send(cmd)?;
         self.count_sent(len);
         Ok(rx)
@@ -131,32 +143,18 @@ impl Shared {
         Metrics::add(&self.metrics.bytes_sent, len as u64);
     }
 
-    /// The driver command for `call`, where its reply arrives, and its
-    /// length in XDR octets.
-    pub(crate) fn make_call(&self, call: OutgoingCall) -> (Cmd, ReplyReceiver, usize) {
-        let OutgoingCall {
-            xid,
-            message,
-            reply_max,
-            ddp_results,
-        } = call;
-        let ddp_total: u64 = ddp_results.iter().map(|&l| u64::from(l)).sum();
-        let reply_max = u32::try_from(u64::from(reply_max) + ddp_total).unwrap_or(u32::MAX);
-        let ecall = ECall {
-            message: convert::to_engine(&message),
-            reply_max,
-            ddp_results,
-        };
-        let (tx, rx) = oneshot::channel();
+    /// The driver command for `call` (the message copied into engine
+    /// pieces), its reply going to `tx`, and its length in XDR octets.
+    pub(crate) fn make_call(&self, call: AttemptRef<'_>, tx: ReplySink) -> (Cmd, usize) {
+        let (call, xid, len) = engine_call(call);
         let span = tracing::debug_span!("rpc.rdma.call", xid, wire_xid = tracing::field::Empty);
-        let len = message.xdr_len();
         let cmd = Cmd::Call {
-            call: ecall,
+            call,
             xid,
             tx,
             span,
         };
-        (cmd, rx, len)
+        (cmd, len)
     }
 }
 
@@ -186,6 +184,38 @@ fn capture_inline(shared: &Arc<Shared>, xid: u32, reply: Message) -> Result<(), 
         }
     });
     reply.map_or(Ok(()), Err)
+}
+
+/// The engine's call for `call` (the message copied into engine pieces,
+/// the header's buffer kept when it is handed over), its XID, and its
+/// length in XDR octets.
+#[inline]
+fn engine_call(call: AttemptRef<'_>) -> (ECall, u32, usize) {
+    let AttemptRef {
+        xid,
+        header,
+        args,
+        reply_max,
+        ddp_results,
+    } = call;
+    let ddp_total: u64 = ddp_results.iter().map(|&l| u64::from(l)).sum();
+    let reply_max = u32::try_from(u64::from(reply_max) + ddp_total).unwrap_or(u32::MAX);
+    let len = header.len() + args.xdr_len();
+    let message = match header {
+        std::borrow::Cow::Borrowed([]) => convert::to_engine(args),
+        std::borrow::Cow::Borrowed(h) => {
+            let mut v = Vec::with_capacity(h.len() + args.inline_len());
+            v.extend_from_slice(h);
+            convert::to_engine_after(v, args)
+        }
+        std::borrow::Cow::Owned(h) => convert::to_engine_after(h, args),
+    };
+    let ecall = ECall {
+        message,
+        reply_max,
+        ddp_results: ddp_results.to_vec(),
+    };
+    (ecall, xid, len)
 }
 
 /// A handle that speaks for one connection: [`ServerConnection`] for calls
@@ -274,8 +304,73 @@ impl AsRawFd for Fd {
 
 struct Pending {
     xid: u32,
-    tx: oneshot::Sender<Result<Message, TransportError>>,
+    tx: ReplySink,
     span: tracing::Span,
+}
+
+/// The calls waiting for their replies, by engine id and by XID (the
+/// runtime's, assigned by this end). The first one sits in a slot of its
+/// own: with one call at a time (a blocking client, a synchronous caller)
+/// no hash map is touched.
+#[derive(Default)]
+struct Outstanding {
+    one: Option<(CallId, Pending)>,
+    /// Every other call.
+    by_id: IdMap<CallId, Pending>,
+    /// The XIDs of the calls in `by_id`.
+    by_xid: IdMap<u32, CallId>,
+}
+
+impl Outstanding {
+    fn contains_xid(&self, xid: u32) -> bool {
+        self.one.as_ref().is_some_and(|(_, p)| p.xid == xid) || self.by_xid.contains_key(&xid)
+    }
+
+    /// Adds a call (whose XID is not [`Outstanding::contains_xid`]).
+    fn insert(&mut self, id: CallId, p: Pending) {
+        if self.one.is_none() {
+            self.one = Some((id, p));
+        } else {
+            self.by_xid.insert(p.xid, id);
+            self.by_id.insert(id, p);
+        }
+    }
+
+    fn get(&self, id: CallId) -> Option<&Pending> {
+        match &self.one {
+            Some((i, p)) if *i == id => Some(p),
+            _ => self.by_id.get(&id),
+        }
+    }
+
+    fn remove(&mut self, id: CallId) -> Option<Pending> {
+        if matches!(&self.one, Some((i, _)) if *i == id) {
+            return self.one.take().map(|(_, p)| p);
+        }
+        let p = self.by_id.remove(&id)?;
+        self.by_xid.remove(&p.xid);
+        Some(p)
+    }
+
+    fn remove_xid(&mut self, xid: u32) -> Option<Pending> {
+        if matches!(&self.one, Some((_, p)) if p.xid == xid) {
+            return self.one.take().map(|(_, p)| p);
+        }
+        let id = self.by_xid.remove(&xid)?;
+        self.by_id.remove(&id)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.one.is_none() && self.by_id.is_empty()
+    }
+
+    /// Every call, in no particular order.
+    fn into_all(self) -> impl Iterator<Item = Pending> {
+        self.one
+            .into_iter()
+            .map(|(_, p)| p)
+            .chain(self.by_id.into_values())
+    }
 }
 
 /// Reconnection: how to make a new connection and how often to try.
@@ -312,9 +407,7 @@ pub(crate) struct Driver {
     config: EngineConfig,
     shared: Arc<Shared>,
     rx: mpsc::UnboundedReceiver<Cmd>,
-    pending: IdMap<CallId, Pending>,
-    /// Keyed by the runtime's XIDs (assigned by this end).
-    by_xid: IdMap<u32, CallId>,
+    pending: Outstanding,
     /// Keyed by the peer's XIDs: SipHash (a peer chooses the keys). Calls
     /// answered while they are dispatched never enter it (see
     /// [`Driver::dispatch`]).
@@ -339,9 +432,14 @@ pub(crate) struct Driver {
     cross_thread_calls: bool,
     /// Blocking mode: state changed since the last publication.
     stale: bool,
+    /// Publish only when asked (see [`Driver::publish_on_demand`]).
+    on_demand: bool,
     /// The handle every received call carries (one allocation per
     /// connection, not per call).
     conn_handle: Arc<dyn ServerConnection>,
+    /// The outcome of the driving thread's own call ([`ReplySink::Driver`])
+    /// with its XID, until [`Driver::take_reply`].
+    reply: Option<(u32, Result<Message, TransportError>)>,
 }
 
 fn register_fd(p: &mut BoxProvider) -> Option<AsyncFd<Fd>> {
@@ -414,8 +512,7 @@ impl Driver {
             config,
             shared,
             rx,
-            pending: IdMap::default(),
-            by_xid: IdMap::default(),
+            pending: Outstanding::default(),
             incoming: HashMap::new(),
             inline_replies: Vec::new(),
             dispatcher,
@@ -430,7 +527,9 @@ impl Driver {
             blocking_reads,
             cross_thread_calls: false,
             stale: false,
+            on_demand: false,
             conn_handle,
+            reply: None,
         }
     }
 
@@ -655,8 +754,9 @@ impl Driver {
 
     /// Publishes the connection's state for [`RdmaStatus`] readers. A
     /// blocking driver only marks it stale here and publishes once before
-    /// it sleeps (and a blocking client before each call returns): one
-    /// lock and copy per call instead of one per pass.
+    /// it sleeps: one lock and copy per call instead of one per pass. A
+    /// blocking client's driver, whose only reader is the client on the
+    /// same thread, publishes when asked ([`Driver::publish_on_demand`]).
     fn publish(&mut self) {
         if self.shared.wake.is_some() {
             self.stale = true;
@@ -665,14 +765,22 @@ impl Driver {
         self.publish_now();
     }
 
-    /// Publishes now if a blocking driver's state is stale.
+    /// Publishes now if a blocking driver's state is stale (unless it
+    /// publishes on demand).
     pub(crate) fn publish_stale(&mut self) {
-        if std::mem::take(&mut self.stale) {
+        if !self.on_demand && std::mem::take(&mut self.stale) {
             self.publish_now();
         }
     }
 
-    fn publish_now(&self) {
+    /// From now on the state is published only by [`Driver::publish_now`]
+    /// (for a blocking client: its status reader drives it).
+    pub(crate) fn publish_on_demand(&mut self) {
+        self.on_demand = true;
+    }
+
+    /// Publishes the state.
+    pub(crate) fn publish_now(&self) {
         let mut st = self.shared.lock();
         st.status.negotiated = self.conn.negotiated();
         st.status.credits = self.conn.credits();
@@ -685,34 +793,15 @@ impl Driver {
     }
 
     fn command(&mut self, cmd: Cmd) {
-        let now = self.now;
         match cmd {
             Cmd::Call {
                 call,
                 xid,
                 tx,
                 span,
-            } => {
-                if self.by_xid.contains_key(&xid) {
-                    let _ = tx.send(Err(TransportError::XidInUse(xid)));
-                    return;
-                }
-                self.cross_thread_calls |= !self.shared.client;
-                let r = self.conn.start_call(now, &mut self.prov, call);
-                match r {
-                    Ok(id) => {
-                        self.by_xid.insert(xid, id);
-                        self.pending.insert(id, Pending { xid, tx, span });
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(call_error(e)));
-                    }
-                }
-            }
+            } => self.start_call(call, xid, tx, span),
             Cmd::Cancel(xid) => {
-                if let Some(id) = self.by_xid.remove(&xid) {
-                    self.pending.remove(&id);
-                }
+                self.pending.remove_xid(xid);
             }
             Cmd::Reply { xid, reply } => self.reply(xid, reply),
             Cmd::SetBackchannel(d) => {
@@ -830,11 +919,10 @@ impl Driver {
                 self.dispatcher = Some(d);
             }
             Event::ReplyReceived(r) => {
-                let Some(p) = self.pending.remove(&r.id) else {
+                let Some(p) = self.pending.remove(r.id) else {
                     Metrics::inc(&self.shared.metrics.replies_unmatched);
                     return;
                 };
-                self.by_xid.remove(&p.xid);
                 let bytes = r.message.len() + r.results.iter().map(|b| b.len()).sum::<usize>();
                 Metrics::inc(&self.shared.metrics.replies_received);
                 Metrics::add(&self.shared.metrics.bytes_received, bytes as u64);
@@ -847,7 +935,7 @@ impl Driver {
                 // The caller may look at the status as soon as it has the
                 // reply: publish first.
                 self.publish();
-                let _ = p.tx.send(Ok(m));
+                self.deliver(p.tx, p.xid, Ok(m));
             }
             Event::CallFailed {
                 id,
@@ -857,16 +945,15 @@ impl Driver {
             } => {
                 if retransmit && self.reconnect.is_some() && !self.closing {
                     Metrics::inc(&self.shared.metrics.retransmits);
-                    if let Some(p) = self.pending.get(&id) {
+                    if let Some(p) = self.pending.get(id) {
                         let _e = p.span.enter();
                         tracing::debug!(wire_xid = xid, error = %error, "call interrupted; will be re-sent on the next connection");
                     }
                     return;
                 }
-                let Some(p) = self.pending.remove(&id) else {
+                let Some(p) = self.pending.remove(id) else {
                     return;
                 };
-                self.by_xid.remove(&p.xid);
                 let err = match error {
                     CallFailure::Local(e) => call_error(e),
                     CallFailure::ConnectionLost(_) if self.closing => TransportError::Closed,
@@ -875,7 +962,7 @@ impl Driver {
                 let _e = p.span.enter();
                 tracing::debug!(wire_xid = xid, error = %err, "rpc/rdma call failed");
                 self.publish();
-                let _ = p.tx.send(Err(err));
+                self.deliver(p.tx, p.xid, Err(err));
             }
             Event::CreditsChanged { credits } => {
                 tracing::trace!(credits, "credits changed");
@@ -912,24 +999,73 @@ impl Driver {
             .shared
             .queued
             .swap(false, std::sync::atomic::Ordering::AcqRel);
-        while queued {
-            match self.rx.try_recv() {
-                Ok(c) => self.command(c),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => {
-                    if self.rx_done {
-                        break;
+        if queued {
+            loop {
+                match self.rx.try_recv() {
+                    Ok(c) => self.command(c),
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        if self.rx_done {
+                            break;
+                        }
+                        self.rx_done = true;
+                        self.command(Cmd::Close);
                     }
-                    self.rx_done = true;
-                    self.command(Cmd::Close);
                 }
+                busy = true;
             }
-            busy = true;
         }
         if busy {
             self.publish();
         }
         busy | self.step()
+    }
+
+    /// Starts a call in the engine (at `self.now`).
+    fn start_call(&mut self, call: ECall, xid: u32, tx: ReplySink, span: tracing::Span) {
+        if self.pending.contains_xid(xid) {
+            self.deliver(tx, xid, Err(TransportError::XidInUse(xid)));
+            return;
+        }
+        self.cross_thread_calls |= !self.shared.client;
+        match self.conn.start_call(self.now, &mut self.prov, call) {
+            Ok(id) => self.pending.insert(id, Pending { xid, tx, span }),
+            Err(e) => self.deliver(tx, xid, Err(call_error(e))),
+        }
+    }
+
+    /// Starts `call` now, its reply going to `tx` (a blocking client's own
+    /// call, on its thread: no command); returns its length in XDR octets.
+    pub(crate) fn call_now(&mut self, call: AttemptRef<'_>, tx: ReplySink) -> usize {
+        let (call, xid, len) = engine_call(call);
+        let span = tracing::debug_span!("rpc.rdma.call", xid, wire_xid = tracing::field::Empty);
+        self.now = Instant::now();
+        self.start_call(call, xid, tx, span);
+        len
+    }
+
+    /// Hands a call's outcome to its caller.
+    fn deliver(&mut self, tx: ReplySink, xid: u32, r: Result<Message, TransportError>) {
+        match tx {
+            ReplySink::Channel(tx) => {
+                let _ = tx.send(r);
+            }
+            ReplySink::Driver => self.reply = Some((xid, r)),
+        }
+    }
+
+    /// The outcome of the call `xid` made with [`ReplySink::Driver`], once
+    /// it is there (an outcome for another XID is dropped).
+    pub(crate) fn take_reply(&mut self, xid: u32) -> Option<Result<Message, TransportError>> {
+        // Looked at before it is moved out: most looks find nothing.
+        match &self.reply {
+            None => None,
+            Some((x, _)) if *x == xid => self.reply.take().map(|(_, r)| r),
+            Some(_) => {
+                self.reply = None;
+                None
+            }
+        }
     }
 
     /// Runs a command now (a blocking client's own calls, on its thread).
@@ -1145,19 +1281,18 @@ impl Driver {
         self.shared
             .is_closed
             .store(true, std::sync::atomic::Ordering::Release);
-        for (_, p) in self.pending.drain() {
-            let _ = p.tx.send(Err(err.clone()));
+        for p in std::mem::take(&mut self.pending).into_all() {
+            self.deliver(p.tx, p.xid, Err(err.clone()));
         }
-        self.by_xid.clear();
         for cmd in std::mem::take(&mut self.deferred) {
-            if let Cmd::Call { tx, .. } = cmd {
-                let _ = tx.send(Err(err.clone()));
+            if let Cmd::Call { tx, xid, .. } = cmd {
+                self.deliver(tx, xid, Err(err.clone()));
             }
         }
         self.rx.close();
         while let Ok(cmd) = self.rx.try_recv() {
-            if let Cmd::Call { tx, .. } = cmd {
-                let _ = tx.send(Err(err.clone()));
+            if let Cmd::Call { tx, xid, .. } = cmd {
+                self.deliver(tx, xid, Err(err.clone()));
             }
         }
         // Let the provider flush the close (bounded), reading freely.
@@ -1256,6 +1391,7 @@ mod inline_reply_tests {
             state: Mutex::default(),
             client: false,
             wake: None,
+            queued: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
