@@ -565,9 +565,25 @@ impl WorkerResult {
         shared: &Shared,
         closed: impl FnOnce() -> bool,
     ) -> bool {
+        let elapsed = if r.is_ok() {
+            t.elapsed()
+        } else {
+            Duration::ZERO
+        };
+        self.note_at(r, elapsed, shared, closed)
+    }
+
+    /// [`WorkerResult::note`] of a call that took `elapsed`.
+    fn note_at(
+        &mut self,
+        r: Result<(), String>,
+        elapsed: Duration,
+        shared: &Shared,
+        closed: impl FnOnce() -> bool,
+    ) -> bool {
         match r {
             Ok(()) => {
-                self.latency.record(t.elapsed());
+                self.latency.record(elapsed);
                 self.ok += 1;
                 self.consecutive = 0;
                 shared.done.fetch_add(1, Ordering::Relaxed);
@@ -679,12 +695,18 @@ fn blocking_worker(
 ) -> WorkerResult {
     let mut c = lock(&client);
     let mut res = WorkerResult::new();
-    while shared.go_on() {
-        let t = Instant::now();
+    // One clock read per call (as the libtirpc peer's loop): a call starts
+    // when the one before ended, and that instant also decides whether to
+    // go on. (The latency so includes recording the previous call's,
+    // some tens of nanoseconds.)
+    let mut t = Instant::now();
+    while shared.go_on_at(t) {
         let r = one_call_blocking(&mut c, spec.proc, &payload, spec.size);
-        if !res.note(r, t, &shared, || c.closed_reason().is_some()) {
+        let end = Instant::now();
+        if !res.note_at(r, end - t, &shared, || c.closed_reason().is_some()) {
             break;
         }
+        t = end;
     }
     res
 }
@@ -694,6 +716,14 @@ impl Shared {
     fn go_on(&self) -> bool {
         match self.deadline {
             Some(end) => Instant::now() < end,
+            None => self.remaining.fetch_sub(1, Ordering::Relaxed) > 0,
+        }
+    }
+
+    /// [`Shared::go_on`] at `now` (read by the caller).
+    fn go_on_at(&self, now: Instant) -> bool {
+        match self.deadline {
+            Some(end) => now < end,
             None => self.remaining.fetch_sub(1, Ordering::Relaxed) > 0,
         }
     }
