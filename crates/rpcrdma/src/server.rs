@@ -129,6 +129,18 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Message, HandlerErro
 pub trait Handler: Send + Sync + 'static {
     /// Executes `ctx.proc`.
     fn call(&self, ctx: CallContext) -> HandlerFuture;
+
+    /// Executes `ctx.proc` at once when it needs no waiting: its result,
+    /// without a future (and so without the `Box` of a [`HandlerFuture`]).
+    /// `None` (the default) sends the call to [`Handler::call`]. A handler
+    /// that implements this must give the same result as `call` would for
+    /// the same context (a panic here is caught like one in `call`: a
+    /// `SYSTEM_ERR` reply). The server asks `call_ready` first, then `call`
+    /// only when it answered `None`.
+    fn call_ready(&self, ctx: &CallContext) -> Option<Result<Message, HandlerError>> {
+        let _ = ctx;
+        None
+    }
 }
 
 impl<F, Fut> Handler for F
@@ -446,7 +458,14 @@ impl Server {
             args,
             conn: conn.clone(),
         };
-        let fut = CatchUnwind(registered.handler.call(ctx));
+        let handler = &registered.handler;
+        let ready =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.call_ready(&ctx)));
+        let fut = match ready {
+            Ok(None) => CatchUnwind::Future(handler.call(ctx)),
+            Ok(Some(r)) => CatchUnwind::Ready(Some(Ok(r))),
+            Err(e) => CatchUnwind::Ready(Some(Err(e))),
+        };
         drop(_e);
         Some((
             fut,
@@ -550,8 +569,13 @@ struct Running {
     span: tracing::Span,
 }
 
-/// Polls a handler's future, turning a panic into `Err`.
-struct CatchUnwind(HandlerFuture);
+/// Polls a handler's future, turning a panic into `Err`; or the result of
+/// [`Handler::call_ready`] (a panic in it already caught), ready at the
+/// first poll.
+enum CatchUnwind {
+    Future(HandlerFuture),
+    Ready(Option<std::thread::Result<Result<Message, HandlerError>>>),
+}
 
 impl Future for CatchUnwind {
     type Output = std::thread::Result<Result<Message, HandlerError>>;
@@ -559,7 +583,14 @@ impl Future for CatchUnwind {
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        let f = &mut self.0;
+        let f = match &mut *self {
+            CatchUnwind::Future(f) => f,
+            CatchUnwind::Ready(r) => {
+                return std::task::Poll::Ready(r.take().unwrap_or_else(|| {
+                    Err(Box::new("handler result taken twice") as Box<dyn std::any::Any + Send>)
+                }))
+            }
+        };
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.as_mut().poll(cx))) {
             Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
             Ok(std::task::Poll::Ready(r)) => std::task::Poll::Ready(Ok(r)),
@@ -653,5 +684,115 @@ mod tests {
             args_after_header(&m, 40),
             m.split_inline_prefix(40).unwrap()
         );
+    }
+
+    /// Catches the replies a server sends.
+    #[derive(Default)]
+    struct Capture(Mutex<Vec<(u32, Message)>>);
+
+    impl ServerConnection for Capture {
+        fn send_reply(
+            &self,
+            xid: u32,
+            reply: Message,
+            _guard: CallGuard,
+        ) -> Result<(), crate::transport::TransportError> {
+            self.0.lock().unwrap().push((xid, reply));
+            Ok(())
+        }
+        fn backchannel(
+            &self,
+        ) -> Result<Arc<dyn crate::transport::ClientTransport>, crate::transport::TransportError>
+        {
+            Err(crate::transport::TransportError::Unsupported("test"))
+        }
+        fn peer(&self) -> String {
+            "test".into()
+        }
+        fn name(&self) -> &'static str {
+            "test"
+        }
+    }
+
+    /// The test program with [`Handler::call_ready`].
+    struct Ready;
+
+    impl Handler for Ready {
+        fn call(&self, ctx: CallContext) -> HandlerFuture {
+            Box::pin(crate::testprog::test_handler(ctx))
+        }
+        fn call_ready(&self, ctx: &CallContext) -> Option<Result<Message, HandlerError>> {
+            Some(crate::testprog::test_handler_ready(ctx))
+        }
+    }
+
+    /// Panics in `call_ready` (or, with `.0`, in its future).
+    struct Panics(bool);
+
+    impl Handler for Panics {
+        fn call(&self, _ctx: CallContext) -> HandlerFuture {
+            Box::pin(async { panic!("in the future") })
+        }
+        fn call_ready(&self, _ctx: &CallContext) -> Option<Result<Message, HandlerError>> {
+            if self.0 {
+                None
+            } else {
+                panic!("in call_ready")
+            }
+        }
+    }
+
+    /// The reply `server` sends to a call of `prog`/`proc` with `args`.
+    fn answer(server: &Server, prog: u32, proc_: u32, args: &[u8]) -> Option<Bytes> {
+        let conn = Arc::new(Capture::default());
+        let mut m = Vec::new();
+        for w in [7u32, 0, 2, prog, 1, proc_, 0, 0, 0, 0] {
+            m.extend_from_slice(&w.to_be_bytes());
+        }
+        m.extend_from_slice(args);
+        server.dispatch(IncomingCall {
+            message: Message::inline(m),
+            client: ClientIdentity(Bytes::from_static(b"c")),
+            conn: conn.clone(),
+            guard: CallGuard::none(),
+        });
+        let mut r = conn.0.lock().unwrap();
+        assert!(r.len() <= 1);
+        r.pop().map(|(xid, m)| {
+            assert_eq!(xid, 7);
+            m.flatten()
+        })
+    }
+
+    proptest! {
+        /// A handler's `call_ready` fast path gives the replies its `call`
+        /// gives (the test program, any procedure, any arguments, garbage
+        /// included).
+        #[test]
+        fn call_ready_is_call(proc_ in 0u32..6, args in proptest::collection::vec(any::<u8>(), 0..24), words in proptest::collection::vec(0u32..40, 0..4)) {
+            let server = Server::new(ServerConfig::default());
+            server.register(1, 1, Ready);
+            server.register(2, 1, crate::testprog::test_handler);
+            server.set_uncached(1, 1, &[0, 1, 2, 3, 4, 5]);
+            server.set_uncached(2, 1, &[0, 1, 2, 3, 4, 5]);
+            let mut a = Vec::new();
+            for w in words {
+                a.extend_from_slice(&w.to_be_bytes());
+            }
+            a.extend_from_slice(&args);
+            for a in [&a[..], &args[..], &[]] {
+                prop_assert_eq!(answer(&server, 1, proc_, a), answer(&server, 2, proc_, a));
+            }
+        }
+    }
+
+    #[test]
+    fn a_panic_in_call_ready_is_system_err_like_one_in_the_future() {
+        let server = Server::new(ServerConfig::default());
+        server.register(1, 1, Panics(false));
+        server.register(2, 1, Panics(true));
+        let a = answer(&server, 1, 0, &[]).unwrap();
+        assert_eq!(a, answer(&server, 2, 0, &[]).unwrap());
+        assert_eq!(a, Bytes::from(RpcMsg::system_err(7).to_vec().unwrap()));
     }
 }
