@@ -329,7 +329,9 @@ impl Server {
     /// Everything before the handler runs: decodes the call header,
     /// answers what can be answered without the handler (errors, the
     /// duplicate-reply cache) and returns the handler's future with what
-    /// [`Server::finish`] needs, or `None` when the call is done.
+    /// [`Server::finish`] needs, or `None` when the call is done (a handler
+    /// that answered at once, [`Handler::call_ready`], included: finished
+    /// here, so its result is not moved through a future).
     fn begin(&self, call: IncomingCall) -> Option<(CatchUnwind, Running)> {
         let IncomingCall {
             message,
@@ -461,22 +463,36 @@ impl Server {
         let handler = &registered.handler;
         let ready =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.call_ready(&ctx)));
-        let fut = match ready {
-            Ok(None) => CatchUnwind::Future(handler.call(ctx)),
-            Ok(Some(r)) => CatchUnwind::Ready(Some(Ok(r))),
-            Err(e) => CatchUnwind::Ready(Some(Err(e))),
+        let result = match ready {
+            Ok(None) => {
+                let fut = CatchUnwind(handler.call(ctx));
+                drop(_e);
+                return Some((
+                    fut,
+                    Running {
+                        xid,
+                        key,
+                        conn,
+                        guard,
+                        span,
+                    },
+                ));
+            }
+            Ok(Some(r)) => Ok(r),
+            Err(panic) => Err(panic),
         };
+        // Answered at once: finished here, with no future to poll.
+        drop(ctx);
         drop(_e);
-        Some((
-            fut,
-            Running {
-                xid,
-                key,
-                conn,
-                guard,
-                span,
-            },
-        ))
+        let run = Running {
+            xid,
+            key,
+            conn,
+            guard,
+            span,
+        };
+        self.finish(run, result);
+        None
     }
 
     /// Everything after the handler: the reply (or error reply), the
@@ -569,13 +585,8 @@ struct Running {
     span: tracing::Span,
 }
 
-/// Polls a handler's future, turning a panic into `Err`; or the result of
-/// [`Handler::call_ready`] (a panic in it already caught), ready at the
-/// first poll.
-enum CatchUnwind {
-    Future(HandlerFuture),
-    Ready(Option<std::thread::Result<Result<Message, HandlerError>>>),
-}
+/// Polls a handler's future, turning a panic into `Err`.
+struct CatchUnwind(HandlerFuture);
 
 impl Future for CatchUnwind {
     type Output = std::thread::Result<Result<Message, HandlerError>>;
@@ -583,14 +594,7 @@ impl Future for CatchUnwind {
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        let f = match &mut *self {
-            CatchUnwind::Future(f) => f,
-            CatchUnwind::Ready(r) => {
-                return std::task::Poll::Ready(r.take().unwrap_or_else(|| {
-                    Err(Box::new("handler result taken twice") as Box<dyn std::any::Any + Send>)
-                }))
-            }
-        };
+        let f = &mut self.0;
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.as_mut().poll(cx))) {
             Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
             Ok(std::task::Poll::Ready(r)) => std::task::Poll::Ready(Ok(r)),
