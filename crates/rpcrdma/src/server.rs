@@ -4,7 +4,10 @@
 //! Handlers are registered per `(prog, vers)` and dispatch on the procedure
 //! number themselves (the [`CallContext`] has it). A handler returns the
 //! results as a [`Message`] (DDP-eligible results built with
-//! [`crate::MessageBuilder::put_ddp_opaque`]) or a [`HandlerError`]:
+//! [`crate::MessageBuilder::put_ddp_opaque`]) or a [`HandlerError`]. A
+//! handler that never waits may also implement [`Handler::call_ready`],
+//! which answers without a boxed future (one allocation less per call);
+//! closures and handlers without it are called through [`Handler::call`]:
 //!
 //! | situation | reply |
 //! |---|---|
