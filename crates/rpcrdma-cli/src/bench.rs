@@ -427,10 +427,24 @@ impl Handler for BenchHandler {
         }
         Box::pin(bench_read(ctx, self.cache.clone()))
     }
+
+    /// Every procedure is answered at once: no boxed future per call.
+    fn call_ready(&self, ctx: &CallContext) -> Option<Result<Message, HandlerError>> {
+        Some(if ctx.proc != PROC_READ {
+            testprog::test_handler_ready(ctx)
+        } else {
+            bench_read_ready(ctx, &self.cache)
+        })
+    }
 }
 
 /// READ from the pattern cache.
 async fn bench_read(ctx: CallContext, cache: PatternCache) -> Result<Message, HandlerError> {
+    bench_read_ready(&ctx, &cache)
+}
+
+/// [`bench_read`] run at once (it never waits).
+fn bench_read_ready(ctx: &CallContext, cache: &PatternCache) -> Result<Message, HandlerError> {
     let mut r = ctx.reader();
     let count = r.u32("read.count")?;
     let seed = r.u32("read.seed")?;

@@ -208,7 +208,7 @@ impl Rig {
     fn round_trip(&mut self) {
         let now = self.now;
         let call = OutgoingCall {
-            message: vec![Piece::Inline(self.call.clone())],
+            message: smallvec::smallvec![Piece::Inline(self.call.clone())],
             reply_max: self.reply_max,
             ddp_results: Vec::new(),
         };
@@ -223,7 +223,7 @@ impl Rig {
         };
         black_box(&ic.message);
         let reply = OutgoingReply {
-            message: vec![Piece::Inline(self.reply.clone())],
+            message: smallvec::smallvec![Piece::Inline(self.reply.clone())],
         };
         self.s
             .send_reply(now, &mut self.sp, ic.handle, reply)

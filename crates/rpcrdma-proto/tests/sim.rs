@@ -23,7 +23,7 @@ fn simple_reply(xid: u32, body: &[u8]) -> OutgoingReply {
     let mut m = reply_header(xid);
     m.extend_from_slice(body);
     OutgoingReply {
-        message: vec![Piece::Inline(m)],
+        message: smallvec::smallvec![Piece::Inline(m)],
     }
 }
 
@@ -165,7 +165,7 @@ fn write_chunk_reply_returns_actual_length() {
     head.extend(word(5001));
     let tail = word(0xabcd_ef01);
     let r = OutgoingReply {
-        message: vec![
+        message: smallvec::smallvec![
             Piece::Inline(head.clone()),
             Piece::Ddp(result.clone().into()),
             Piece::Inline(tail.clone()),
@@ -511,7 +511,7 @@ fn swi_case(
     p.reply(
         call.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
+            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
         },
     );
     let ev = p.client_events();
@@ -566,7 +566,7 @@ fn oversized_descriptions_are_refused_synchronously() {
     let r = p.c.conn.start_call(p.now, &mut p.c.prov, huge);
     assert!(matches!(r, Err(CallError::TooLarge { .. })), "{r:?}");
     let no_header = OutgoingCall {
-        message: vec![Piece::Ddp(vec![1, 2, 3, 4, 5, 6, 7, 8].into())],
+        message: smallvec::smallvec![Piece::Ddp(vec![1, 2, 3, 4, 5, 6, 7, 8].into())],
         reply_max: 256,
         ddp_results: vec![],
     };
@@ -589,7 +589,7 @@ fn long_call_with_write_chunk_and_reply_chunk_together() {
         Piece::Inline(word(1)),
     ];
     p.call(OutgoingCall {
-        message: msg.clone(),
+        message: msg.clone().into(),
         reply_max: 30_000,
         ddp_results: vec![8192],
     });
@@ -605,7 +605,7 @@ fn long_call_with_write_chunk_and_reply_chunk_together() {
     let form = p.reply(
         c.handle,
         OutgoingReply {
-            message: vec![
+            message: smallvec::smallvec![
                 Piece::Inline(rhead.clone()),
                 Piece::Ddp(result.clone().into()),
             ],
@@ -636,7 +636,7 @@ fn megabyte_read_and_write_chunks() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(head), Piece::Ddp(arg.clone().into())],
+            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(arg.clone().into())],
         },
     );
     let ev = p.client_events();
@@ -659,7 +659,7 @@ fn unaligned_write_chunks_leave_room_for_a_legacy_pad() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
+            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
         },
     );
     let ev = p.client_events();
@@ -681,7 +681,7 @@ fn a_refused_reply_leaves_the_call_to_answer() {
         &mut p.s.prov,
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Ddp(vec![0; 8].into())],
+            message: smallvec::smallvec![Piece::Ddp(vec![0; 8].into())],
         },
     );
     assert!(matches!(r, Err(CallError::BadMessage(_))), "{r:?}");
@@ -698,7 +698,7 @@ fn a_refused_reply_leaves_the_call_to_answer() {
     let mut m = reply_header(c.xid);
     m.extend(word(42));
     let reply = OutgoingReply {
-        message: vec![Piece::Inline(m)],
+        message: smallvec::smallvec![Piece::Inline(m)],
     };
     assert_eq!(p.reply(c.handle, reply.clone()), ReplyForm::Inline);
     assert_eq!(p.s.conn.pending_incoming(), 0);

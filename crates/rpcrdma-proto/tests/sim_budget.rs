@@ -182,7 +182,7 @@ fn engine_client_with_many_read_chunk_calls_against_a_small_budget() {
             p.reply(
                 c.handle,
                 OutgoingReply {
-                    message: vec![Piece::Inline(m)],
+                    message: smallvec::smallvec![Piece::Inline(m)],
                 },
             );
             served += 1;

@@ -62,7 +62,7 @@ proptest! {
                         let mut m = reply_header(c.xid);
                         m.extend([0u8; 4]);
                         p.s.conn.send_reply(p.now, &mut p.s.prov, c.handle,
-                            rpcrdma_proto::engine::OutgoingReply { message: vec![rpcrdma_proto::engine::Piece::Inline(m)] }).unwrap();
+                            rpcrdma_proto::engine::OutgoingReply { message: smallvec::smallvec![rpcrdma_proto::engine::Piece::Inline(m)] }).unwrap();
                     }
                 }
                 Op::Grant(g) => {
@@ -91,7 +91,7 @@ proptest! {
                 let mut m = reply_header(c.xid);
                 m.extend([0u8; 4]);
                 p.s.conn.send_reply(p.now, &mut p.s.prov, c.handle,
-                    rpcrdma_proto::engine::OutgoingReply { message: vec![rpcrdma_proto::engine::Piece::Inline(m)] }).unwrap();
+                    rpcrdma_proto::engine::OutgoingReply { message: smallvec::smallvec![rpcrdma_proto::engine::Piece::Inline(m)] }).unwrap();
             }
             p.run();
             step(&mut p, &mut pending, &mut done);

@@ -444,7 +444,7 @@ fn write_chunk_reply_bytes_by_hand() {
             &mut p.side.prov,
             c.handle,
             OutgoingReply {
-                message: vec![
+                message: smallvec::smallvec![
                     Piece::Inline(head.clone()),
                     Piece::Ddp(result.clone().into()),
                 ],
@@ -517,7 +517,7 @@ fn chunks_are_invalidated_before_the_reply_is_delivered() {
             p.now,
             &mut p.side.prov,
             OutgoingCall {
-                message: vec![rpcrdma_proto::engine::Piece::Inline(rpc_call(0))],
+                message: smallvec::smallvec![rpcrdma_proto::engine::Piece::Inline(rpc_call(0))],
                 reply_max: 9000,
                 ddp_results: vec![8192],
             },

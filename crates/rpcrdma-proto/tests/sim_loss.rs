@@ -27,11 +27,11 @@ fn echo(call: &IncomingCall) -> OutgoingReply {
         b.resize(b.len() + (4 - len % 4) % 4, 0);
         head.extend(b);
         OutgoingReply {
-            message: vec![Piece::Inline(head)],
+            message: smallvec::smallvec![Piece::Inline(head)],
         }
     } else {
         OutgoingReply {
-            message: vec![Piece::Inline(head), Piece::Ddp(arg.into())],
+            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(arg.into())],
         }
     }
 }
@@ -241,7 +241,7 @@ fn the_next_timeout_follows_the_earliest_waiting_call() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(reply_header(c.xid))],
+            message: smallvec::smallvec![Piece::Inline(reply_header(c.xid))],
         },
     );
     assert!(p.c.conn.credits() >= 3);
@@ -262,7 +262,7 @@ fn the_next_timeout_follows_the_earliest_waiting_call() {
         p.reply(
             c.handle,
             OutgoingReply {
-                message: vec![Piece::Inline(reply_header(c.xid))],
+                message: smallvec::smallvec![Piece::Inline(reply_header(c.xid))],
             },
         );
     };
@@ -278,7 +278,7 @@ fn the_next_timeout_follows_the_earliest_waiting_call() {
         p.reply(
             c.handle,
             OutgoingReply {
-                message: vec![Piece::Inline(reply_header(c.xid))],
+                message: smallvec::smallvec![Piece::Inline(reply_header(c.xid))],
             },
         );
     }

@@ -32,7 +32,7 @@ fn client_with_write_chunk(max: u32) -> (RawPair, u32, u32, u32) {
             p.now,
             &mut p.side.prov,
             OutgoingCall {
-                message: vec![Piece::Inline(rpc_call(0))],
+                message: smallvec::smallvec![Piece::Inline(rpc_call(0))],
                 reply_max: max + 200,
                 ddp_results: vec![max],
             },
@@ -155,7 +155,7 @@ fn responder_never_writes_the_pad_and_returns_actual_lengths() {
             &mut p.side.prov,
             c.handle,
             OutgoingReply {
-                message: vec![
+                message: smallvec::smallvec![
                     Piece::Inline(head.clone()),
                     Piece::Ddp(result.clone().into()),
                 ],
@@ -222,7 +222,7 @@ fn engine_pair_unaligned_result_round_trip_through_reply() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
+            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
         },
     );
     let ev = p.client_events();

@@ -182,7 +182,7 @@ fn start_call_refuses_unaligned_inline_pieces() {
         p.now,
         &mut p.side.prov,
         OutgoingCall {
-            message: vec![Piece::Inline(head), Piece::Ddp(vec![9; 5000].into())],
+            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(vec![9; 5000].into())],
             reply_max: 256,
             ddp_results: Vec::new(),
         },
@@ -210,7 +210,7 @@ fn requester_accepts_a_short_reply_with_its_reply_chunk_echoed() {
         p.reply(
             c.handle,
             OutgoingReply {
-                message: vec![Piece::Inline(m.clone())],
+                message: smallvec::smallvec![Piece::Inline(m.clone())],
             },
         ),
         ReplyForm::Inline
@@ -252,7 +252,9 @@ fn answer(p: &mut RawPair, c: &rpcrdma_proto::engine::IncomingCall, msg: Vec<Pie
             p.now,
             &mut p.side.prov,
             c.handle,
-            OutgoingReply { message: msg },
+            OutgoingReply {
+                message: msg.into(),
+            },
         )
         .unwrap();
     p.run();
@@ -468,7 +470,7 @@ fn requester_closes_the_connection_when_it_cannot_invalidate() {
     start(
         &mut p,
         OutgoingCall {
-            message: vec![Piece::Inline(rpc_call(0))],
+            message: smallvec::smallvec![Piece::Inline(rpc_call(0))],
             reply_max: 9000,
             ddp_results: vec![8192],
         },
@@ -524,7 +526,7 @@ fn responder_closes_the_connection_when_it_cannot_send_a_reply() {
         &mut p.side.prov,
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(words(&[76, 1, 0, 0, 0, 0]))],
+            message: smallvec::smallvec![Piece::Inline(words(&[76, 1, 0, 0, 0, 0]))],
         },
     );
     p.run();

@@ -27,7 +27,7 @@ fn reused_send_buffers_never_show_old_octets() {
     {
         let pieces = call_with(len, fill);
         p.call(OutgoingCall {
-            message: pieces.clone(),
+            message: pieces.clone().into(),
             reply_max: 1024,
             ddp_results: vec![],
         });
@@ -43,7 +43,7 @@ fn reused_send_buffers_never_show_old_octets() {
         p.reply(
             c.handle,
             OutgoingReply {
-                message: reply.clone(),
+                message: reply.clone().into(),
             },
         );
         let got: Vec<_> = p

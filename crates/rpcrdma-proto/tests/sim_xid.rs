@@ -136,7 +136,7 @@ fn reverse_call_with_a_different_rpc_xid_gets_err_chunk() {
             &mut p.side.prov,
             c[0].handle,
             rpcrdma_proto::engine::OutgoingReply {
-                message: vec![rpcrdma_proto::engine::Piece::Inline(words(&[
+                message: smallvec::smallvec![rpcrdma_proto::engine::Piece::Inline(words(&[
                     0, 1, 0, 0, 0, 0,
                 ]))],
             },

@@ -62,7 +62,7 @@ fn read_call(p: &mut Pair, max: u32, result: Bytes) -> Reply {
     let mut head = reply_header(c.xid);
     head.extend(word(result.len() as u32));
     let r = OutgoingReply {
-        message: vec![Piece::Inline(head), Piece::Ddp(result)],
+        message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(result)],
     };
     assert_eq!(p.reply(c.handle, r), ReplyForm::Inline);
     let mut r = take_replies(p);
@@ -90,7 +90,7 @@ fn write_chunk_source_is_registered_as_is_until_the_write_is_done() {
                 &mut p.s.prov,
                 c.handle,
                 OutgoingReply {
-                    message: vec![Piece::Inline(head), Piece::Ddp(result)],
+                    message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(result)],
                 },
             )
             .expect("send_reply");
@@ -119,7 +119,7 @@ fn read_chunk_source_is_registered_as_is_until_the_call_completes() {
                 p.now,
                 &mut p.c.prov,
                 OutgoingCall {
-                    message: vec![
+                    message: smallvec::smallvec![
                         Piece::Inline(head),
                         Piece::Ddp(arg),
                         Piece::Inline(word(0xfeed_f00d)),
@@ -141,7 +141,7 @@ fn read_chunk_source_is_registered_as_is_until_the_call_completes() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: vec![Piece::Inline(m)],
+            message: smallvec::smallvec![Piece::Inline(m)],
         },
     );
     let r = take_replies(&mut p);

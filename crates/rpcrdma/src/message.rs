@@ -193,6 +193,12 @@ impl Message {
         self.pieces.into_vec()
     }
 
+    /// Consumes the message, giving its pieces without collecting them
+    /// (out-of-band results, if any, are dropped).
+    pub(crate) fn into_piece_iter(self) -> impl Iterator<Item = Piece> {
+        self.pieces.into_iter()
+    }
+
     /// The out-of-band DDP results, one per Write chunk offered, in Write
     /// list order (empty for a chunk that came back unused or empty). Empty
     /// except for a reply received over RPC-over-RDMA.

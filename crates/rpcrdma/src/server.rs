@@ -4,7 +4,10 @@
 //! Handlers are registered per `(prog, vers)` and dispatch on the procedure
 //! number themselves (the [`CallContext`] has it). A handler returns the
 //! results as a [`Message`] (DDP-eligible results built with
-//! [`crate::MessageBuilder::put_ddp_opaque`]) or a [`HandlerError`]:
+//! [`crate::MessageBuilder::put_ddp_opaque`]) or a [`HandlerError`]. A
+//! handler that never waits may also implement [`Handler::call_ready`],
+//! which answers without a boxed future (one allocation less per call);
+//! closures and handlers without it are called through [`Handler::call`]:
 //!
 //! | situation | reply |
 //! |---|---|
@@ -129,6 +132,18 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Message, HandlerErro
 pub trait Handler: Send + Sync + 'static {
     /// Executes `ctx.proc`.
     fn call(&self, ctx: CallContext) -> HandlerFuture;
+
+    /// Executes `ctx.proc` at once when it needs no waiting: its result,
+    /// without a future (and so without the `Box` of a [`HandlerFuture`]).
+    /// `None` (the default) sends the call to [`Handler::call`]. A handler
+    /// that implements this must give the same result as `call` would for
+    /// the same context (a panic here is caught like one in `call`: a
+    /// `SYSTEM_ERR` reply). The server asks `call_ready` first, then `call`
+    /// only when it answered `None`.
+    fn call_ready(&self, ctx: &CallContext) -> Option<Result<Message, HandlerError>> {
+        let _ = ctx;
+        None
+    }
 }
 
 impl<F, Fut> Handler for F
@@ -317,7 +332,9 @@ impl Server {
     /// Everything before the handler runs: decodes the call header,
     /// answers what can be answered without the handler (errors, the
     /// duplicate-reply cache) and returns the handler's future with what
-    /// [`Server::finish`] needs, or `None` when the call is done.
+    /// [`Server::finish`] needs, or `None` when the call is done (a handler
+    /// that answered at once, [`Handler::call_ready`], included: finished
+    /// here, so its result is not moved through a future).
     fn begin(&self, call: IncomingCall) -> Option<(CatchUnwind, Running)> {
         let IncomingCall {
             message,
@@ -446,18 +463,39 @@ impl Server {
             args,
             conn: conn.clone(),
         };
-        let fut = CatchUnwind(registered.handler.call(ctx));
+        let handler = &registered.handler;
+        let ready =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.call_ready(&ctx)));
+        let result = match ready {
+            Ok(None) => {
+                let fut = CatchUnwind(handler.call(ctx));
+                drop(_e);
+                return Some((
+                    fut,
+                    Running {
+                        xid,
+                        key,
+                        conn,
+                        guard,
+                        span,
+                    },
+                ));
+            }
+            Ok(Some(r)) => Ok(r),
+            Err(panic) => Err(panic),
+        };
+        // Answered at once: finished here, with no future to poll.
+        drop(ctx);
         drop(_e);
-        Some((
-            fut,
-            Running {
-                xid,
-                key,
-                conn,
-                guard,
-                span,
-            },
-        ))
+        let run = Running {
+            xid,
+            key,
+            conn,
+            guard,
+            span,
+        };
+        self.finish(run, result);
+        None
     }
 
     /// Everything after the handler: the reply (or error reply), the
@@ -653,5 +691,115 @@ mod tests {
             args_after_header(&m, 40),
             m.split_inline_prefix(40).unwrap()
         );
+    }
+
+    /// Catches the replies a server sends.
+    #[derive(Default)]
+    struct Capture(Mutex<Vec<(u32, Message)>>);
+
+    impl ServerConnection for Capture {
+        fn send_reply(
+            &self,
+            xid: u32,
+            reply: Message,
+            _guard: CallGuard,
+        ) -> Result<(), crate::transport::TransportError> {
+            self.0.lock().unwrap().push((xid, reply));
+            Ok(())
+        }
+        fn backchannel(
+            &self,
+        ) -> Result<Arc<dyn crate::transport::ClientTransport>, crate::transport::TransportError>
+        {
+            Err(crate::transport::TransportError::Unsupported("test"))
+        }
+        fn peer(&self) -> String {
+            "test".into()
+        }
+        fn name(&self) -> &'static str {
+            "test"
+        }
+    }
+
+    /// The test program with [`Handler::call_ready`].
+    struct Ready;
+
+    impl Handler for Ready {
+        fn call(&self, ctx: CallContext) -> HandlerFuture {
+            Box::pin(crate::testprog::test_handler(ctx))
+        }
+        fn call_ready(&self, ctx: &CallContext) -> Option<Result<Message, HandlerError>> {
+            Some(crate::testprog::test_handler_ready(ctx))
+        }
+    }
+
+    /// Panics in `call_ready` (or, with `.0`, in its future).
+    struct Panics(bool);
+
+    impl Handler for Panics {
+        fn call(&self, _ctx: CallContext) -> HandlerFuture {
+            Box::pin(async { panic!("in the future") })
+        }
+        fn call_ready(&self, _ctx: &CallContext) -> Option<Result<Message, HandlerError>> {
+            if self.0 {
+                None
+            } else {
+                panic!("in call_ready")
+            }
+        }
+    }
+
+    /// The reply `server` sends to a call of `prog`/`proc` with `args`.
+    fn answer(server: &Server, prog: u32, proc_: u32, args: &[u8]) -> Option<Bytes> {
+        let conn = Arc::new(Capture::default());
+        let mut m = Vec::new();
+        for w in [7u32, 0, 2, prog, 1, proc_, 0, 0, 0, 0] {
+            m.extend_from_slice(&w.to_be_bytes());
+        }
+        m.extend_from_slice(args);
+        server.dispatch(IncomingCall {
+            message: Message::inline(m),
+            client: ClientIdentity(Bytes::from_static(b"c")),
+            conn: conn.clone(),
+            guard: CallGuard::none(),
+        });
+        let mut r = conn.0.lock().unwrap();
+        assert!(r.len() <= 1);
+        r.pop().map(|(xid, m)| {
+            assert_eq!(xid, 7);
+            m.flatten()
+        })
+    }
+
+    proptest! {
+        /// A handler's `call_ready` fast path gives the replies its `call`
+        /// gives (the test program, any procedure, any arguments, garbage
+        /// included).
+        #[test]
+        fn call_ready_is_call(proc_ in 0u32..6, args in proptest::collection::vec(any::<u8>(), 0..24), words in proptest::collection::vec(0u32..40, 0..4)) {
+            let server = Server::new(ServerConfig::default());
+            server.register(1, 1, Ready);
+            server.register(2, 1, crate::testprog::test_handler);
+            server.set_uncached(1, 1, &[0, 1, 2, 3, 4, 5]);
+            server.set_uncached(2, 1, &[0, 1, 2, 3, 4, 5]);
+            let mut a = Vec::new();
+            for w in words {
+                a.extend_from_slice(&w.to_be_bytes());
+            }
+            a.extend_from_slice(&args);
+            for a in [&a[..], &args[..], &[]] {
+                prop_assert_eq!(answer(&server, 1, proc_, a), answer(&server, 2, proc_, a));
+            }
+        }
+    }
+
+    #[test]
+    fn a_panic_in_call_ready_is_system_err_like_one_in_the_future() {
+        let server = Server::new(ServerConfig::default());
+        server.register(1, 1, Panics(false));
+        server.register(2, 1, Panics(true));
+        let a = answer(&server, 1, 0, &[]).unwrap();
+        assert_eq!(a, answer(&server, 2, 0, &[]).unwrap());
+        assert_eq!(a, Bytes::from(RpcMsg::system_err(7).to_vec().unwrap()));
     }
 }

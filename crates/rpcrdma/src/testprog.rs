@@ -106,6 +106,12 @@ fn opaque_result(data: Bytes, ddp: bool) -> Result<Message, HandlerError> {
 
 /// The test program's version 1 handler.
 pub async fn test_handler(ctx: CallContext) -> Result<Message, HandlerError> {
+    test_handler_ready(&ctx)
+}
+
+/// [`test_handler`] run at once (it never waits): for
+/// [`Handler::call_ready`](crate::server::Handler::call_ready).
+pub fn test_handler_ready(ctx: &CallContext) -> Result<Message, HandlerError> {
     if ctx.proc == PROC_NULL {
         // No reader for the usual empty arguments (a reader would find
         // nothing to refuse in them either).

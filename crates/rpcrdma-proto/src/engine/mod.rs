@@ -166,13 +166,18 @@ pub enum Piece {
     Ddp(Bytes),
 }
 
+/// The pieces of an outgoing message: up to two (a header and its body,
+/// the usual case) without an allocation for the list. Built like a `Vec`
+/// (`Pieces::from_vec`, `.into()` from a `Vec<Piece>`, [`smallvec::smallvec!`]).
+pub type Pieces = smallvec::SmallVec<[Piece; 2]>;
+
 /// A call to send. The first piece must be inline and start with the RPC
 /// header; its first word (the XID) is overwritten with the XID the engine
 /// assigns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutgoingCall {
     /// The whole RPC call message.
-    pub message: Vec<Piece>,
+    pub message: Pieces,
     /// Largest possible reply in octets, DDP results included (0: the
     /// configured default).
     pub reply_max: u32,
@@ -185,7 +190,7 @@ impl OutgoingCall {
     /// A call whose message is one inline piece.
     pub fn inline(message: Vec<u8>, reply_max: u32) -> Self {
         OutgoingCall {
-            message: vec![Piece::Inline(message)],
+            message: smallvec::smallvec![Piece::Inline(message)],
             reply_max,
             ddp_results: Vec::new(),
         }
@@ -197,7 +202,7 @@ impl OutgoingCall {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutgoingReply {
     /// The whole RPC reply message.
-    pub message: Vec<Piece>,
+    pub message: Pieces,
 }
 
 /// Identifies a call we started (stable across [`Connection::reconnect`]).

@@ -271,10 +271,11 @@ pub fn word(n: u32) -> Vec<u8> {
 }
 
 /// A call: header, then `arg` as an XDR opaque (DDP-eligible if `ddp`).
-pub fn opaque_call(proc_: u32, arg: &[u8], ddp: bool) -> Vec<Piece> {
+pub fn opaque_call(proc_: u32, arg: &[u8], ddp: bool) -> rpcrdma_proto::engine::Pieces {
     let mut head = call_header(100_003, proc_);
     head.extend(word(arg.len() as u32));
-    let mut v = vec![Piece::Inline(head)];
+    let mut v = rpcrdma_proto::engine::Pieces::new();
+    v.push(Piece::Inline(head));
     if ddp {
         v.push(Piece::Ddp(arg.to_vec().into()));
     } else {

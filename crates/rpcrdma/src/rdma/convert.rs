@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use rpcrdma_proto::engine::Piece as EPiece;
+use rpcrdma_proto::engine::{Piece as EPiece, Pieces};
 use rpcrdma_proto::xdr::pad_len;
 
 use crate::message::{Message, Piece};
@@ -12,29 +12,50 @@ use crate::message::{Message, Piece};
 /// pieces stay DDP pieces, without pad, sharing the message's bytes: the
 /// engine registers them read-only as they are, so bulk data is never
 /// copied here).
-pub(crate) fn to_engine(m: &Message) -> Vec<EPiece> {
+#[cfg(test)]
+pub(crate) fn to_engine(m: &Message) -> Pieces {
     to_engine_after(Vec::new(), m)
 }
 
 /// [`to_engine`] of `m` after the inline octets `header`, which become (the
 /// start of) the first inline piece, their buffer kept (so spare capacity
 /// for the inline octets of `m` that follow spares a reallocation).
-pub(crate) fn to_engine_after(header: Vec<u8>, m: &Message) -> Vec<EPiece> {
-    let n = m.pieces().len() + usize::from(!header.is_empty());
-    let mut out: Vec<EPiece> = Vec::with_capacity(n);
+pub(crate) fn to_engine_after(header: Vec<u8>, m: &Message) -> Pieces {
+    let mut out = Pieces::new();
     if !header.is_empty() {
         out.push(EPiece::Inline(header));
     }
     for p in m.pieces() {
-        match p {
-            Piece::Inline(b) => match out.last_mut() {
-                Some(EPiece::Inline(v)) => v.extend_from_slice(b),
-                _ => out.push(EPiece::Inline(b.to_vec())),
-            },
-            Piece::Ddp(b) => out.push(EPiece::Ddp(b.clone())),
-        }
+        push_piece(&mut out, p.clone());
     }
     out
+}
+
+/// [`to_engine`] of a message given away (a reply): an inline piece whose
+/// buffer is not shared with anything else (e.g. a header built for this
+/// reply) becomes the engine's `Vec` without a copy (`Vec::from(Bytes)`);
+/// anything else is copied as by [`to_engine`]. The same pieces, octet for
+/// octet, as [`to_engine`] (pinned by a test).
+pub(crate) fn into_engine(m: Message) -> Pieces {
+    let mut out = Pieces::new();
+    for p in m.into_piece_iter() {
+        push_piece(&mut out, p);
+    }
+    out
+}
+
+/// Appends one runtime piece to engine pieces: inline octets join a
+/// preceding inline piece (appended to its buffer), else start one (the
+/// `Bytes` turned into a `Vec`, a move when its buffer is unique); a DDP
+/// piece stays one, sharing its bytes.
+fn push_piece(out: &mut Pieces, p: Piece) {
+    match p {
+        Piece::Inline(b) => match out.last_mut() {
+            Some(EPiece::Inline(v)) => v.extend_from_slice(&b),
+            _ => out.push(EPiece::Inline(Vec::from(b))),
+        },
+        Piece::Ddp(b) => out.push(EPiece::Ddp(b)),
+    }
 }
 
 /// A reassembled received call → runtime message: the ranges that arrived
@@ -192,13 +213,56 @@ mod tests {
             Piece::Ddp(Bytes::from_static(b"xy")),
             Piece::Inline(Bytes::from_static(&[0, 0, 0, 1])),
         ]);
-        assert_eq!(
-            to_engine(&m),
-            vec![
-                EPiece::Inline(vec![1, 2, 3, 4, 5, 6, 7, 8]),
-                EPiece::Ddp(Bytes::from_static(b"xy")),
-                EPiece::Inline(vec![0, 0, 0, 1]),
-            ]
-        );
+        let want = [
+            EPiece::Inline(vec![1, 2, 3, 4, 5, 6, 7, 8]),
+            EPiece::Ddp(Bytes::from_static(b"xy")),
+            EPiece::Inline(vec![0, 0, 0, 1]),
+        ];
+        assert_eq!(&to_engine(&m)[..], &want[..]);
+        assert_eq!(&into_engine(m)[..], &want[..]);
+    }
+
+    fn arb_piece() -> impl proptest::strategy::Strategy<Value = (bool, Vec<u8>, usize, bool)> {
+        use proptest::prelude::*;
+        // (ddp, octets, offset cut from the front, buffer shared)
+        (
+            any::<bool>(),
+            proptest::collection::vec(any::<u8>(), 0..24),
+            0usize..8,
+            any::<bool>(),
+        )
+    }
+
+    proptest::proptest! {
+        /// `into_engine` (moves unique inline buffers) gives the same
+        /// pieces as `to_engine` (copies), for unique, shared, sliced and
+        /// static buffers, and leaves shared buffers untouched.
+        #[test]
+        fn into_engine_is_to_engine(spec in proptest::collection::vec(arb_piece(), 0..5), header in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12)) {
+            let mut keep = Vec::new();
+            let mut pieces = Vec::new();
+            for (ddp, octets, cut, shared) in spec {
+                let mut b = if octets.len() % 3 == 0 {
+                    Bytes::from_static(&[9, 8, 7, 6, 5, 4, 3, 2, 1, 0][..octets.len().min(10)])
+                } else {
+                    Bytes::from(octets)
+                };
+                let n = cut.min(b.len());
+                bytes::Buf::advance(&mut b, n);
+                if shared {
+                    keep.push(b.clone());
+                }
+                pieces.push(if ddp { Piece::Ddp(b) } else { Piece::Inline(b) });
+            }
+            let before: Vec<Bytes> = keep.iter().map(|b| Bytes::copy_from_slice(b)).collect();
+            let m = Message::from_pieces(pieces);
+            let want = to_engine(&m);
+            proptest::prop_assert_eq!(&into_engine(m.clone())[..], &want[..]);
+            let with_header = to_engine_after(header.clone(), &m);
+            let mut m2 = Message::inline(Bytes::from(header));
+            m2.append(m);
+            proptest::prop_assert_eq!(&into_engine(m2)[..], &with_header[..]);
+            proptest::prop_assert_eq!(keep, before);
+        }
     }
 }

@@ -202,7 +202,7 @@ fn engine_call(call: AttemptRef<'_>) -> (ECall, u32, usize) {
     let reply_max = u32::try_from(u64::from(reply_max) + ddp_total).unwrap_or(u32::MAX);
     let len = header.len() + args.xdr_len();
     let message = match header {
-        std::borrow::Cow::Borrowed([]) => convert::to_engine(args),
+        std::borrow::Cow::Borrowed([]) => convert::to_engine_after(Vec::new(), args),
         std::borrow::Cow::Borrowed(h) => {
             let mut v = Vec::with_capacity(h.len() + args.inline_len());
             v.extend_from_slice(h);
@@ -834,7 +834,7 @@ impl Driver {
             &mut self.prov,
             handle,
             OutgoingReply {
-                message: convert::to_engine(&reply),
+                message: convert::into_engine(reply),
             },
         );
         match r {
