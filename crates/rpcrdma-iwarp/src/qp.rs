@@ -1208,8 +1208,12 @@ impl QueuePair {
             true,
         );
         let start = self.stage.len();
-        self.stage.extend_from_slice(&[0, 0]);
-        self.stage.extend_from_slice(&hdr);
+        // One reservation for the whole FPDU; ULPDU_Length (written by
+        // `frame_in_place`) and the header go in as one fixed-size copy.
+        self.stage.reserve(fpdu_len_without_markers(ulpdu_len));
+        let mut head = [0u8; 2 + UNTAGGED_HEADER_LEN];
+        head[2..].copy_from_slice(&hdr);
+        self.stage.extend_from_slice(&head);
         for s in &w.sges {
             let off = s.offset as usize;
             let n = s.length as usize;
