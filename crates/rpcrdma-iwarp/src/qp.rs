@@ -592,11 +592,13 @@ impl QueuePair {
     }
 
     /// The region's bytes (`Busy` while a Receive or Read sink holds it).
+    #[inline]
     pub fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
         self.mem.region(mr)
     }
 
     /// The region's bytes for writing (`Busy` while any WR holds it).
+    #[inline]
     pub fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
         self.mem.region_mut(mr)
     }
