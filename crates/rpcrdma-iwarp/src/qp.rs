@@ -500,7 +500,7 @@ impl QueuePair {
 
     /// Enters the FPDU phase with what MPA negotiated.
     pub fn establish(&mut self, params: StreamParams) {
-        if self.state != QpState::Idle {
+        if !matches!(self.state, QpState::Idle) {
             return;
         }
         self.params = params;
@@ -518,7 +518,7 @@ impl QueuePair {
 
     /// True once the stream is up and not yet closed.
     pub fn is_established(&self) -> bool {
-        self.state == QpState::Established
+        matches!(self.state, QpState::Established)
     }
 
     /// Why the stream closed, once it has.
@@ -592,11 +592,13 @@ impl QueuePair {
     }
 
     /// The region's bytes (`Busy` while a Receive or Read sink holds it).
+    #[inline]
     pub fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
         self.mem.region(mr)
     }
 
     /// The region's bytes for writing (`Busy` while any WR holds it).
+    #[inline]
     pub fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
         self.mem.region_mut(mr)
     }
@@ -629,7 +631,7 @@ impl QueuePair {
 
     /// Posts a Send-queue WR; local errors are refused here.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError> {
-        if self.state != QpState::Established {
+        if !matches!(self.state, QpState::Established) {
             return Err(ProviderError::NotConnected);
         }
         if self.send_outstanding >= self.caps.max_send_wr {
@@ -928,7 +930,7 @@ impl QueuePair {
     /// True if there are octets to send (or WRs that could be framed).
     pub fn has_output(&self) -> bool {
         !self.out.is_empty()
-            || (self.state == QpState::Established
+            || (matches!(self.state, QpState::Established)
                 && (self.cur.is_some()
                     || !self.resp_q.is_empty()
                     || self.sq_next_tx < self.sq_front_seq + self.sq.len() as u64))
@@ -1157,18 +1159,25 @@ impl QueuePair {
     /// queues its completion mark — the same octets, chunks, MSN and WR
     /// state as the general path. Returns false (nothing done) otherwise.
     fn small_send(&mut self, seq: u64) -> bool {
+        let Some((start, n)) = self.frame_small(seq) else {
+            return false;
+        };
+        self.out_bytes += n;
+        self.push_staged(start, n);
+        self.push_chunk(Chunk::Mark(TxMark::SqDone(seq)));
+        true
+    }
+
+    /// The framing half of [`QueuePair::small_send`]: frames WR `seq` at
+    /// the end of the staging buffer and makes it `Sending` (MSN, counters),
+    /// but queues no chunk. Returns the FPDU's place in the staging buffer,
+    /// or `None` (nothing done) if the WR does not qualify.
+    fn frame_small(&mut self, seq: u64) -> Option<(usize, usize)> {
         if self.framer.config().markers {
-            return false;
+            return None;
         }
-        let Some(i) = seq
-            .checked_sub(self.sq_front_seq)
-            .and_then(|i| usize::try_from(i).ok())
-        else {
-            return false;
-        };
-        let Some(w) = self.sq.get_mut(i) else {
-            return false;
-        };
+        let i = usize::try_from(seq.checked_sub(self.sq_front_seq)?).ok()?;
+        let w = self.sq.get_mut(i)?;
         let (opcode, inval) = match w.op {
             SendOp::Send { solicited: false } => (Opcode::SEND, 0),
             SendOp::Send { solicited: true } => (Opcode::SEND_SE, 0),
@@ -1180,7 +1189,7 @@ impl QueuePair {
                 solicited: true,
                 invalidate,
             } => (Opcode::SEND_SE_INVALIDATE, invalidate.0),
-            _ => return false,
+            _ => return None,
         };
         let len = w.len as usize;
         let mulpdu = usize::from(self.params.mulpdu.max(64));
@@ -1189,7 +1198,7 @@ impl QueuePair {
             || ulpdu_len > mulpdu
             || self.stage.len() + fpdu_len_without_markers(ulpdu_len) > STAGE_MAX
         {
-            return false;
+            return None;
         }
         let msn = self.send_msn;
         let hdr = ddp::UntaggedHeader::new_bytes(
@@ -1201,8 +1210,12 @@ impl QueuePair {
             true,
         );
         let start = self.stage.len();
-        self.stage.extend_from_slice(&[0, 0]);
-        self.stage.extend_from_slice(&hdr);
+        // One reservation for the whole FPDU; ULPDU_Length (written by
+        // `frame_in_place`) and the header go in as one fixed-size copy.
+        self.stage.reserve(fpdu_len_without_markers(ulpdu_len));
+        let mut head = [0u8; 2 + UNTAGGED_HEADER_LEN];
+        head[2..].copy_from_slice(&hdr);
+        self.stage.extend_from_slice(&head);
         for s in &w.sges {
             let off = s.offset as usize;
             let n = s.length as usize;
@@ -1211,19 +1224,16 @@ impl QueuePair {
         }
         let Ok(n) = self.framer.frame_in_place(&mut self.stage, start) else {
             self.stage.truncate(start);
-            return false;
+            return None;
         };
         w.msn = msn;
         w.state = WrState::Sending;
         self.send_msn = msn.wrapping_add(1);
         self.sq_next_tx += 1;
-        self.out_bytes += n;
-        self.push_staged(start, n);
         if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
             *c += 1;
         }
-        self.push_chunk(Chunk::Mark(TxMark::SqDone(seq)));
-        true
+        Some((start, n))
     }
 
     /// Frames the next FPDU of the current message.
@@ -1355,7 +1365,10 @@ impl QueuePair {
     }
 
     fn fill_slow(&mut self) {
-        while self.state == QpState::Established && !self.tx_closed && self.out_bytes < OUT_BUDGET {
+        while matches!(self.state, QpState::Established)
+            && !self.tx_closed
+            && self.out_bytes < OUT_BUDGET
+        {
             if self.cur.is_none() && !self.start_next() {
                 break;
             }
@@ -1430,6 +1443,15 @@ impl QueuePair {
         W: FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
     {
         let mut total = 0;
+        if let Some(r) = self.transmit_lone_small(&mut write) {
+            match r {
+                Ok(n) if n > 0 && self.out.is_empty() => return Ok(n),
+                Ok(n) => total = n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
         loop {
             self.fill();
             self.process_marks();
@@ -1476,6 +1498,63 @@ impl QueuePair {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// Fast path of [`QueuePair::transmit`] for the usual state of a
+    /// ping-pong: no output queued, no message in progress, no Read
+    /// Response waiting, and exactly one Send-queue WR waiting, a small Send
+    /// ([`QueuePair::small_send`]). Frames it (the same octets, MSN, state
+    /// and counters as the general path) and hands that one FPDU to `write`
+    /// at once, without the output queue: written whole, the WR is
+    /// `Transmitted` at once, as its completion mark would have made it.
+    /// Otherwise (a short write, `WouldBlock`, another error) the FPDU and
+    /// its mark are queued exactly as [`QueuePair::fill`] queues them, the
+    /// written part is taken off, and the general path carries on. `None`:
+    /// not applicable, nothing done.
+    fn transmit_lone_small<W>(&mut self, write: &mut W) -> Option<io::Result<usize>>
+    where
+        W: FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
+    {
+        if !self.out.is_empty()
+            || self.cur.is_some()
+            || !self.resp_q.is_empty()
+            || self.tx_closed
+            || !matches!(self.state, QpState::Established)
+        {
+            return None;
+        }
+        let seq = self.sq_next_tx;
+        if seq.checked_add(1)? != self.sq_front_seq + self.sq.len() as u64 {
+            return None;
+        }
+        let (start, n) = self.frame_small(seq)?;
+        let fpdu = self.stage.get(start..start + n).unwrap_or_default();
+        let r = write(&[IoSlice::new(fpdu)]);
+        if let Ok(k) = r {
+            if k == n {
+                // What `advance` would do: the staged FPDU and then its
+                // mark leave the (empty again) output queue.
+                if self.staged == 0 {
+                    self.stage.clear();
+                }
+                self.tail_marks = Some(0);
+                if let Some(w) = self.sq_get_mut(seq) {
+                    w.state = WrState::Transmitted;
+                }
+                return Some(Ok(n));
+            }
+        }
+        self.out_bytes += n;
+        self.push_staged(start, n);
+        self.push_chunk(Chunk::Mark(TxMark::SqDone(seq)));
+        match r {
+            Ok(0) => Some(Err(io::ErrorKind::WriteZero.into())),
+            Ok(k) => {
+                self.advance(k);
+                Some(Ok(k))
+            }
+            Err(e) => Some(Err(e)),
         }
     }
 
@@ -1569,7 +1648,7 @@ impl QueuePair {
     /// error the rest is ignored). Returns the octets consumed.
     pub fn handle_input(&mut self, mut data: &[u8]) -> usize {
         let total = data.len();
-        if self.state != QpState::Established {
+        if !matches!(self.state, QpState::Established) {
             return if self.is_closed() { total } else { 0 };
         }
         while !data.is_empty() && self.rx.state != RxState::Dead {

@@ -768,10 +768,12 @@ impl Provider for IwarpProvider {
         self.qp.deregister(mr)
     }
 
+    #[inline]
     fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
         self.qp.region(mr)
     }
 
+    #[inline]
     fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
         self.qp.region_mut(mr)
     }

@@ -1342,3 +1342,123 @@ fn small_send_fast_path_matches_reference_fpdus() {
         }
     }
 }
+
+/// The transmit fast path for a lone small Send (framed and handed to the
+/// writer without the output queue) against the general path (several
+/// Sends queued, framed into the output queue, gathered): the same octets
+/// on the wire, the same completions in the same order, the same counters,
+/// whatever the writer does (takes everything, takes a few octets per
+/// call, refuses, is interrupted, writes zero).
+mod lone_small_send {
+    use super::*;
+    use proptest::prelude::*;
+
+    const VARIANTS: [SendOp; 4] = [
+        SendOp::Send { solicited: false },
+        SendOp::Send { solicited: true },
+        SendOp::SendWithInvalidate {
+            solicited: false,
+            invalidate: Stag(0x1234_5678),
+        },
+        SendOp::SendWithInvalidate {
+            solicited: true,
+            invalidate: Stag(0x0abc_def0),
+        },
+    ];
+
+    /// What the writer does on its calls within one `transmit`.
+    #[derive(Clone, Copy, Debug)]
+    enum Writer {
+        All,
+        Piece(usize),
+        WouldBlock,
+        InterruptedFirst,
+        Zero,
+    }
+
+    fn transmit(q: &mut QueuePair, how: Writer, wire: &mut Vec<u8>) {
+        let mut calls = 0usize;
+        let _ = q.transmit(|slices| {
+            calls += 1;
+            let cap = match how {
+                Writer::All => usize::MAX,
+                Writer::Piece(k) if calls <= 3 => k,
+                Writer::Piece(_) | Writer::WouldBlock => {
+                    return Err(std::io::ErrorKind::WouldBlock.into())
+                }
+                Writer::InterruptedFirst if calls == 1 => {
+                    return Err(std::io::ErrorKind::Interrupted.into())
+                }
+                Writer::InterruptedFirst => usize::MAX,
+                Writer::Zero => return Ok(0),
+            };
+            let mut n = 0;
+            for s in slices {
+                let take = s.len().min(cap - n);
+                wire.extend_from_slice(&s[..take]);
+                n += take;
+                if n == cap {
+                    break;
+                }
+            }
+            Ok(n)
+        });
+    }
+
+    fn writer() -> impl Strategy<Value = Writer> {
+        prop_oneof![
+            4 => Just(Writer::All),
+            2 => (1usize..80).prop_map(Writer::Piece),
+            1 => Just(Writer::WouldBlock),
+            1 => Just(Writer::InterruptedFirst),
+            1 => Just(Writer::Zero),
+        ]
+    }
+
+    type Seen = (Vec<u8>, Vec<Completion>, [u64; 8]);
+
+    fn run(crc: bool, msgs: &[(usize, usize, Writer)], one_by_one: bool) -> Seen {
+        let mut q = QueuePair::new(CAPS, 0);
+        q.establish(params(crc, false));
+        let data = pattern(4096, 5);
+        let src = reg(&mut q, data, Access::NONE);
+        let mut wire = Vec::new();
+        let mut done = Vec::new();
+        for (i, &(len, v, how)) in msgs.iter().enumerate() {
+            q.post_send(SendWr {
+                wr_id: i as u64,
+                op: VARIANTS[v],
+                sges: vec![src.sge(i as u64, len as u32)].into(),
+            })
+            .unwrap();
+            if one_by_one {
+                transmit(&mut q, how, &mut wire);
+                q.confirm_transmitted();
+                q.poll_completions(&mut done);
+            }
+        }
+        for _ in 0..10_000 {
+            if !q.has_output() {
+                break;
+            }
+            transmit(&mut q, Writer::All, &mut wire);
+        }
+        q.confirm_transmitted();
+        q.poll_completions(&mut done);
+        (wire, done, q.stats().tx_fpdus)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn lone_small_send_equals_general_path(
+            msgs in proptest::collection::vec((0usize..1100, 0usize..4, writer()), 2..8),
+            crc in any::<bool>(),
+        ) {
+            let general = run(crc, &msgs, false);
+            prop_assert_eq!(general.1.len(), msgs.len());
+            prop_assert_eq!(run(crc, &msgs, true), general);
+        }
+    }
+}

@@ -35,6 +35,7 @@ pub struct Region {
 
 impl Region {
     /// The registered bytes.
+    #[inline]
     pub fn buf(&self) -> &[u8] {
         &self.buf
     }
@@ -42,6 +43,7 @@ impl Region {
     /// The registered bytes, for a provider placing inbound data; `None`
     /// for shared read-only bytes (which no placement may reach: they have
     /// no write right).
+    #[inline]
     pub fn buf_mut(&mut self) -> Option<&mut [u8]> {
         self.buf.as_mut_slice()
     }
@@ -145,6 +147,7 @@ impl MemoryTable {
 
     /// The region an STag or local key names, with its index; `None` if the
     /// index is unused or the key byte is stale.
+    #[inline]
     pub fn lookup(&self, key32: u32) -> Option<(u32, &Region)> {
         let s = Stag(key32);
         let slot = self.slots.get(s.index() as usize)?;
@@ -153,16 +156,19 @@ impl MemoryTable {
     }
 
     /// The region at `idx` (as returned by a lookup or held).
+    #[inline]
     pub fn region_at(&self, idx: u32) -> Option<&Region> {
         self.slots.get(idx as usize)?.region.as_ref()
     }
 
     /// The region at `idx` (as returned by a lookup or held), for writing.
+    #[inline]
     pub fn region_at_mut(&mut self, idx: u32) -> Option<&mut Region> {
         self.slots.get_mut(idx as usize)?.region.as_mut()
     }
 
     /// `len` bytes at `off` of the region at `idx`, or empty if out of range.
+    #[inline]
     pub fn slice(&self, idx: u32, off: usize, len: usize) -> &[u8] {
         self.slots
             .get(idx as usize)
@@ -280,6 +286,7 @@ impl MemoryTable {
     }
 
     /// The region's bytes; `Busy` while a WR that writes it holds it.
+    #[inline]
     pub fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
         let (_, r) = self.lookup(mr.lkey()).ok_or(ProviderError::InvalidHandle)?;
         if r.writers != 0 {
@@ -290,6 +297,7 @@ impl MemoryTable {
 
     /// The region's bytes for writing; `Busy` while any WR holds it,
     /// `AccessDenied` (`LOCAL_WRITE`) for shared read-only bytes.
+    #[inline]
     pub fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
         let (idx, r) = self.lookup(mr.lkey()).ok_or(ProviderError::InvalidHandle)?;
         if r.writers != 0 || r.readers != 0 {
@@ -305,6 +313,7 @@ impl MemoryTable {
     }
 
     /// Validates a local SGE (key, bounds, then rights); returns the index.
+    #[inline]
     pub fn check_sge(&self, sge: &Sge, need: Access) -> Result<u32, ProviderError> {
         let (idx, r) = self.lookup(sge.lkey).ok_or(ProviderError::InvalidHandle)?;
         let end = sge
@@ -332,6 +341,7 @@ impl MemoryTable {
     }
 
     /// Takes holds (see [`Hold`]); unknown indices are ignored.
+    #[inline]
     pub fn hold(&mut self, holds: &[Hold]) {
         for h in holds {
             if let Some(r) = self.region_at_mut(h.idx) {
@@ -345,6 +355,7 @@ impl MemoryTable {
     }
 
     /// Gives back holds taken with [`MemoryTable::hold`].
+    #[inline]
     pub fn release(&mut self, holds: &[Hold]) {
         for h in holds {
             if let Some(r) = self.region_at_mut(h.idx) {
@@ -359,6 +370,7 @@ impl MemoryTable {
 
     /// Post-time validation of a Receive: its SGE needs `LOCAL_WRITE`.
     /// Returns the (writing) hold to take.
+    #[inline]
     pub fn check_recv(&self, wr: &RecvWr) -> Result<Hold, ProviderError> {
         let idx = self.check_sge(&wr.sge, Access::LOCAL_WRITE)?;
         Ok(Hold { idx, write: true })
@@ -370,6 +382,7 @@ impl MemoryTable {
     /// writing), the total length against `caps.max_msg_size`, and the
     /// region a `LocalInvalidate` names (held for reading). Nothing is held
     /// yet: the caller holds [`CheckedSend::holds`] once it queues the WR.
+    #[inline]
     pub fn check_send(
         &self,
         wr: &SendWr,

@@ -664,6 +664,7 @@ pub enum Buffer {
 
 impl Buffer {
     /// The octets.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         match self {
             Buffer::Owned(b) => b,
@@ -672,6 +673,7 @@ impl Buffer {
     }
 
     /// The octets, writable: `None` for shared bytes.
+    #[inline]
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
         match self {
             Buffer::Owned(b) => Some(b),
@@ -705,6 +707,7 @@ impl Buffer {
 
 impl Deref for Buffer {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.as_slice()
     }
