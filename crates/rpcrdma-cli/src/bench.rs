@@ -445,15 +445,7 @@ async fn bench_read(ctx: CallContext, cache: PatternCache) -> Result<Message, Ha
 
 /// [`bench_read`] run at once (it never waits).
 fn bench_read_ready(ctx: &CallContext, cache: &PatternCache) -> Result<Message, HandlerError> {
-    let mut r = ctx.reader();
-    let count = r.u32("read.count")?;
-    let seed = r.u32("read.seed")?;
-    r.finish("read args")?;
-    if count > TEST_MAX_DATA {
-        return Err(HandlerError::GarbageArgs(format!(
-            "read count {count} exceeds TEST_MAX_DATA = {TEST_MAX_DATA}"
-        )));
-    }
+    let (count, seed) = testprog::read_args(ctx)?;
     let data = {
         let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
         match &*c {

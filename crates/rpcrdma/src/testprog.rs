@@ -109,6 +109,21 @@ pub async fn test_handler(ctx: CallContext) -> Result<Message, HandlerError> {
     test_handler_ready(&ctx)
 }
 
+/// The arguments of TEST_READ: (count, seed); GARBAGE_ARGS if undecodable
+/// or if `count` exceeds [`TEST_MAX_DATA`].
+pub fn read_args(ctx: &CallContext) -> Result<(u32, u32), HandlerError> {
+    let mut r = ctx.reader();
+    let count = r.u32("read.count")?;
+    let seed = r.u32("read.seed")?;
+    r.finish("read args")?;
+    if count > TEST_MAX_DATA {
+        return Err(HandlerError::GarbageArgs(format!(
+            "read count {count} exceeds TEST_MAX_DATA = {TEST_MAX_DATA}"
+        )));
+    }
+    Ok((count, seed))
+}
+
 /// [`test_handler`] run at once (it never waits): for
 /// [`Handler::call_ready`](crate::server::Handler::call_ready).
 pub fn test_handler_ready(ctx: &CallContext) -> Result<Message, HandlerError> {
@@ -128,14 +143,7 @@ pub fn test_handler_ready(ctx: &CallContext) -> Result<Message, HandlerError> {
             opaque_result(data, false)
         }
         PROC_READ => {
-            let count = r.u32("read.count")?;
-            let seed = r.u32("read.seed")?;
-            r.finish("read args")?;
-            if count > TEST_MAX_DATA {
-                return Err(HandlerError::GarbageArgs(format!(
-                    "read count {count} exceeds TEST_MAX_DATA = {TEST_MAX_DATA}"
-                )));
-            }
+            let (count, seed) = read_args(ctx)?;
             opaque_result(Bytes::from(pattern(seed, count as usize)), true)
         }
         PROC_WRITE => {
