@@ -7,7 +7,6 @@ use std::task::Waker;
 use std::time::Instant;
 
 use super::budget::Lease;
-
 use super::framing::{DataHeader, ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
 use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};

@@ -187,6 +187,19 @@ impl<P: Provider> FaultInjector<P> {
         }
     }
 
+    /// Keeps a WR from the inner provider: it completes `Flushed` once the
+    /// connection is down.
+    fn swallow(&mut self, wr_id: u64, opcode: Opcode) -> Result<(), ProviderError> {
+        if matches!(
+            self.inner.connection_state(),
+            ConnectionState::Disconnected(_)
+        ) {
+            return Err(ProviderError::NotConnected);
+        }
+        self.dropped.push((wr_id, opcode));
+        Ok(())
+    }
+
     fn rewrite(&self, reason: DisconnectReason) -> DisconnectReason {
         match (&self.tripped, reason) {
             (Some(t), DisconnectReason::LocalClose) => t.clone(),
@@ -250,14 +263,8 @@ impl<P: Provider> Provider for FaultInjector<P> {
 
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError> {
         if self.rng.chance(self.config.drop_recv_chance) {
-            if matches!(
-                self.inner.connection_state(),
-                ConnectionState::Disconnected(_)
-            ) {
-                return Err(ProviderError::NotConnected);
-            }
+            self.swallow(wr.wr_id, Opcode::Recv)?;
             self.stats.dropped_recvs += 1;
-            self.dropped.push((wr.wr_id, Opcode::Recv));
         } else {
             self.inner.post_recv(wr)?;
         }
@@ -277,14 +284,8 @@ impl<P: Provider> Provider for FaultInjector<P> {
             _ => false,
         };
         if stall {
-            if matches!(
-                self.inner.connection_state(),
-                ConnectionState::Disconnected(_)
-            ) {
-                return Err(ProviderError::NotConnected);
-            }
+            self.swallow(wr.wr_id, Opcode::Read)?;
             self.stats.stalled_reads += 1;
-            self.dropped.push((wr.wr_id, Opcode::Read));
         } else {
             self.inner.post_send(wr)?;
         }
