@@ -1160,6 +1160,15 @@ impl Connection {
             return None;
         }
         let call = self.call_deadline();
+        if self.read_deadlines.is_empty() && self.idle_deadline.is_none() {
+            return call;
+        }
+        self.responder_timeout(call)
+    }
+
+    /// [`Connection::poll_timeout`] with a Read or idle deadline armed.
+    #[inline(never)]
+    fn responder_timeout(&self, call: Option<Instant>) -> Option<Instant> {
         let read = self.read_deadlines.front().map(|&(d, _)| d);
         [call, read, self.idle_deadline].into_iter().flatten().min()
     }
