@@ -1,43 +1,44 @@
-//! [`ReadSinkBudget`]: the octets of RDMA Read sinks that every connection
-//! sharing it (all the connections of one server) may have registered at
-//! once.
-//!
-//! Without it each connection has only its own budget
-//! ([`Limits::max_read_sink_bytes`](crate::Limits::max_read_sink_bytes)),
-//! and a peer with many connections pins that much per connection.
-//!
-//! Accounting only, sans-IO: a mutex around two counters and a queue, no
-//! clock, no runtime. A connection takes budget for one received call at a
-//! time (its oldest waiting call) before it registers that call's sinks,
-//! and gives it back when the call's Reads are done, when they fail, when
-//! the connection ends, or when the engine is dropped.
-//!
-//! Fairness: strict first come, first served across connections. A call
-//! that does not fit, or that finds others already waiting, takes a ticket
-//! at the back of the queue; only the ticket at the front may take budget,
-//! so a large call is never overtaken for ever by smaller ones (no
-//! starvation), and each connection holds at most one ticket (its oldest
-//! waiting call; its later calls wait behind it in the connection), so a
-//! busy connection cannot crowd out the others.
-//!
-//! Wake-ups: a ticket carries the waker its connection's driver gave
-//! ([`Connection::set_waker`](super::Connection::set_waker)). Whenever
-//! budget is given back or the front of the queue changes, the front
-//! ticket's waker is woken if its call now fits; its driver then calls
-//! [`Connection::handle_read_budget`](super::Connection::handle_read_budget),
-//! which takes the budget and wakes the next ticket if that fits too. The
-//! check and the registration of the waker happen under one lock, so no
-//! release can slip between them (no lost wake-up), and a connection
-//! without a ticket is never woken (no polling).
+//! [`ReadSinkBudget`]: a Read-sink budget shared by connections, and
+//! each connection's part of it.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
-/// A server-wide Read-sink budget, shared by the connections whose engine
-/// [`Config::read_budget`](super::Config::read_budget) holds it. See the
-/// [module docs](self).
+/// The octets of RDMA Read sinks that every connection sharing it (all
+/// the connections of one server) may have registered at once.
+///
+/// Without it each connection has only its own budget
+/// ([`Limits::max_read_sink_bytes`](crate::Limits::max_read_sink_bytes)),
+/// and a peer with many connections pins that much per connection.
+///
+/// Accounting only, sans-IO: a mutex around two counters and a queue, no
+/// clock, no runtime. A connection takes budget for one received call at a
+/// time (its oldest waiting call) before it registers that call's sinks,
+/// and gives it back when the call's Reads are done, when they fail, when
+/// the connection ends, or when the engine is dropped.
+///
+/// Fairness: strict first come, first served across connections. A call
+/// that does not fit, or that finds others already waiting, takes a ticket
+/// at the back of the queue; only the ticket at the front may take budget,
+/// so a large call is never overtaken for ever by smaller ones (no
+/// starvation), and each connection holds at most one ticket (its oldest
+/// waiting call; its later calls wait behind it in the connection), so a
+/// busy connection cannot crowd out the others.
+///
+/// Wake-ups: a ticket carries the waker its connection's driver gave
+/// ([`Connection::set_waker`](super::Connection::set_waker)). Whenever
+/// budget is given back or the front of the queue changes, the front
+/// ticket's waker is woken if its call now fits; its driver then calls
+/// [`Connection::handle_read_budget`](super::Connection::handle_read_budget),
+/// which takes the budget and wakes the next ticket if that fits too. The
+/// check and the registration of the waker happen under one lock, so no
+/// release can slip between them (no lost wake-up), and a connection
+/// without a ticket is never woken (no polling).
+///
+/// Shared by the connections whose engine
+/// [`Config::read_budget`](super::Config::read_budget) holds it.
 pub struct ReadSinkBudget {
     limit: u64,
     state: Mutex<State>,
