@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use rpcrdma::rdma::{
-    connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig, RdmaStatus,
+    connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig,
+    RdmaStatus, DEFAULT_READ_SINK_BUDGET,
 };
 use rpcrdma::testprog::{self, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
 use rpcrdma::{CallOptions, Client, ClientConfig, Message, ReplyError, RpcError, Server};
@@ -156,8 +157,58 @@ pub struct ServeArgs {
     /// `rpcrdma::rdma::RdmaServerConfig::blocking`).
     #[arg(long)]
     pub blocking: bool,
+    /// Server-wide RDMA Read-sink budget in MiB: the Read sinks all
+    /// connections together may have registered at once (on top of 16 MiB
+    /// per connection). Calls wait for it in arrival order; one that can
+    /// never fit gets ERR_CHUNK. 0: per-connection budgets only.
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_READ_SINK_BUDGET >> 20)]
+    pub read_sink_budget_mib: u64,
+    /// RDMA Read deadline in seconds: a received call whose Reads have not
+    /// all completed this long after they were issued terminates its
+    /// connection (the peer broke the protocol). 0: no deadline.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs,
+          default_value_t = secs(EngineConfig::server().read_timeout))]
+    pub read_timeout: f64,
+    /// Idle timeout in seconds: a connection that has not carried a valid
+    /// RPC-over-RDMA call this long after it was established is closed.
+    /// 0: none.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs,
+          default_value_t = secs(EngineConfig::server().idle_timeout))]
+    pub idle_timeout: f64,
     #[command(flatten)]
     pub link: LinkArgs,
+}
+
+/// A timer's seconds (0 for none).
+fn secs(d: Option<Duration>) -> f64 {
+    d.map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// A timer from seconds (0: none).
+fn timer(s: f64) -> Option<Duration> {
+    (s > 0.0).then(|| Duration::from_secs_f64(s))
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=1e9).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: seconds from 0 to 1e9 expected")),
+    }
+}
+
+impl ServeArgs {
+    /// The server settings of these options.
+    fn server_config(&self) -> RdmaServerConfig {
+        let mut c = RdmaServerConfig {
+            blocking: self.blocking,
+            read_sink_budget: (self.read_sink_budget_mib > 0)
+                .then(|| self.read_sink_budget_mib.saturating_mul(1 << 20)),
+            ..self.link.server_config()
+        };
+        c.engine.read_timeout = timer(self.read_timeout);
+        c.engine.idle_timeout = timer(self.idle_timeout);
+        c
+    }
 }
 
 /// Runs `rpcrdma serve`.
@@ -166,10 +217,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
     rt.block_on(async move {
         let server = Server::default();
         testprog::register(&server);
-        let config = RdmaServerConfig {
-            blocking: args.blocking,
-            ..args.link.server_config()
-        };
+        let config = args.server_config();
         let rdma = match RdmaServer::serve(&server, args.listen.as_str(), config).await {
             Ok(r) => r,
             Err(e) => {

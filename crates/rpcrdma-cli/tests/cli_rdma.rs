@@ -606,3 +606,55 @@ fn serve_blocking_answers_every_procedure() {
         }
     }
 }
+
+/// `serve --help` reports the server-wide Read-sink budget, the RDMA Read
+/// deadline and the idle timeout with their defaults; `--read-sink-budget-mib`
+/// takes effect (a call whose Read chunk can never fit it gets ERR_CHUNK,
+/// a smaller one is served); bad timer values are refused.
+#[test]
+fn serve_read_budget_and_timers() {
+    let o = run(&["serve", "--help"]);
+    assert!(o.status.success());
+    let h = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "--read-sink-budget-mib <MIB>",
+        "[default: 128]",
+        "--read-timeout <SECS>",
+        "[default: 30]",
+        "--idle-timeout <SECS>",
+        "[default: 15]",
+    ] {
+        assert!(h.contains(want), "{want:?} missing from:\n{h}");
+    }
+    let s = serve(&["--read-sink-budget-mib", "1", "--read-timeout", "5"]);
+    let o = run(&[
+        "call", &s.addr, "--proc", "write", "--size", "1500000", "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let v = &json_lines(&o)[0];
+    assert_eq!(v["ok"], false);
+    assert!(
+        v["error"].as_str().unwrap().contains("Chunk"),
+        "ERR_CHUNK expected: {v}"
+    );
+    let o = run(&[
+        "call", &s.addr, "--proc", "write", "--size", "1000000", "--json",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    for bad in [
+        ["--read-timeout", "-1"],
+        ["--idle-timeout", "NaN"],
+        ["--read-timeout", "x"],
+    ] {
+        let o = run(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "0",
+            bad[0],
+            bad[1],
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {o:?}");
+    }
+}

@@ -161,6 +161,34 @@ fn done_and_short_messages_are_dropped() {
     assert!(!p.side.conn.is_closed());
 }
 
+/// RDMA_DONE padded to the minimal header (28 octets) or followed by any
+/// octets is still RDMA_DONE: discarded, never answered with ERR_CHUNK.
+#[test]
+fn rdma_done_of_any_length_is_silently_discarded() {
+    let mut p = server();
+    let lens = [16usize, 20, 28, 32, 44, 200, 4000];
+    for (k, &len) in lens.iter().enumerate() {
+        let mut m = words(&[30 + k as u32, 1, 8, 3]);
+        // Zeros (an empty-chunk-lists look-alike) or arbitrary octets.
+        let fill = if k % 2 == 0 { 0 } else { 0xa5 };
+        m.resize(len, fill);
+        p.raw.send(&m);
+    }
+    p.run();
+    //= rfc8166#section-4.6.2
+    //# Receivers MUST silently discard RDMA_DONE messages.
+    assert!(p.raw.got.is_empty(), "no answer: {:02x?}", p.raw.got);
+    assert_eq!(p.side.conn.metrics().err_chunk_sent, 0);
+    assert_eq!(p.side.conn.metrics().dropped, lens.len() as u64);
+    assert!(!p.side.conn.is_closed());
+    // The connection still serves calls.
+    let mut call = words(&[40, 1, 8, 0, 0, 0, 0]);
+    call.extend(words(&[40, 0, 2, 100_003, 3, 0, 0, 0, 0, 0]));
+    p.raw.send(&call);
+    p.run();
+    assert_eq!(take_calls(&mut p.side.events).len(), 1);
+}
+
 #[test]
 fn received_rdma_error_is_not_answered() {
     let mut p = server();

@@ -3,8 +3,10 @@
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::task::Waker;
 use std::time::Instant;
 
+use super::budget::Lease;
 use super::framing::{DataHeader, ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
 use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
@@ -299,6 +301,14 @@ pub struct Connection {
     sink_bytes: u64,
     /// Received calls waiting for Read-sink budget, in arrival order.
     sink_waiting: VecDeque<u64>,
+    /// This connection's part of the shared Read-sink budget
+    /// (`Config::read_budget`; nothing without one).
+    lease: Lease,
+    /// `(deadline, handle)` of the received calls whose RDMA Reads are
+    /// issued and not all complete (`Config::read_timeout`), sorted.
+    read_deadlines: VecDeque<(Instant, u64)>,
+    /// Until the peer's first valid call (`Config::idle_timeout`).
+    idle_deadline: Option<Instant>,
     /// Error replies whose Send has not completed.
     errors_unacked: usize,
     next_job: u64,
@@ -384,6 +394,7 @@ impl Connection {
     /// A connection engine for a connection that is being set up.
     pub fn new(config: Config) -> Connection {
         let grant = config.credits_granted.max(1);
+        let lease = Lease::new(config.read_budget.clone());
         Connection {
             next_xid: config.first_xid,
             config,
@@ -411,6 +422,9 @@ impl Connection {
             reads_outstanding: 0,
             sink_bytes: 0,
             sink_waiting: VecDeque::new(),
+            lease,
+            read_deadlines: VecDeque::new(),
+            idle_deadline: None,
             errors_unacked: 0,
             next_job: 1,
             jobs: IdMap::default(),
@@ -559,6 +573,7 @@ impl Connection {
         self.negotiated = Some(negotiate(&self.config.private_data_struct(), peer.data()));
         self.info = Some(info.clone());
         self.established = true;
+        self.idle_deadline = self.config.idle_timeout.map(|d| now + d);
         self.clamp_grant(p);
         self.refill(p);
         self.pump(now, p);
@@ -645,7 +660,7 @@ impl Connection {
                     None => false,
                 };
                 if done {
-                    self.reads_done(p, handle);
+                    self.reads_done(now, p, handle);
                 }
                 self.issue_reads(p);
             }
@@ -662,15 +677,57 @@ impl Connection {
 
     /// Fires expired timers: a call without a reply past its deadline ends
     /// the connection (RDMA has no keepalive; as Linux, a timeout forces a
-    /// disconnect and the call is retransmitted on the next connection).
+    /// disconnect and the call is retransmitted on the next connection);
+    /// so do a received call whose RDMA Reads are overdue
+    /// (`Config::read_timeout`) and a peer silent since the connection was
+    /// established (`Config::idle_timeout`).
     pub fn handle_timeout(&mut self, now: Instant, p: &mut dyn Provider) {
         if self.error.is_some() {
             return;
         }
-        let expired = self.poll_timeout().is_some_and(|d| d <= now);
+        if self.idle_deadline.is_some_and(|d| d <= now) {
+            self.metrics.idle_timeouts += 1;
+            self.fatal(p, ConnectionError::IdleTimeout);
+            return;
+        }
+        if let Some(&(d, handle)) = self.read_deadlines.front() {
+            if d <= now {
+                let xid = self.incoming.get(&handle).map_or(0, |c| c.xid);
+                self.metrics.read_timeouts += 1;
+                self.fatal(p, ConnectionError::Peer(PeerError::ReadTimeout { xid }));
+                return;
+            }
+        }
+        let expired = self.call_deadline().is_some_and(|d| d <= now);
         if expired {
             self.fatal(p, ConnectionError::Timeout);
         }
+    }
+
+    /// Gives the waker to wake when this connection can move for a reason
+    /// outside it: another connection gave back part of the shared
+    /// Read-sink budget (`Config::read_budget`) this one waits for. Then
+    /// call [`Connection::handle_read_budget`]. Cheap when unchanged.
+    pub fn set_waker(&mut self, waker: &Waker) {
+        self.lease.set_waker(waker);
+    }
+
+    /// True while a received call waits for the shared Read-sink budget
+    /// (a blocking driver must then stay wakeable by the waker).
+    pub fn waits_for_read_budget(&self) -> bool {
+        self.lease.waiting()
+    }
+
+    /// Retries the calls waiting for the shared Read-sink budget (after
+    /// the waker of [`Connection::set_waker`] was woken); true if one was
+    /// admitted (its Reads issued).
+    pub fn handle_read_budget(&mut self, now: Instant, p: &mut dyn Provider) -> bool {
+        if self.error.is_some() || !self.lease.waiting() {
+            return false;
+        }
+        let waiting = self.sink_waiting.len();
+        self.admit_waiting(now, p);
+        self.sink_waiting.len() != waiting
     }
 
     // ------------------------------------------------------------------
@@ -1102,6 +1159,22 @@ impl Connection {
         if self.error.is_some() {
             return None;
         }
+        let call = self.call_deadline();
+        if self.read_deadlines.is_empty() && self.idle_deadline.is_none() {
+            return call;
+        }
+        self.responder_timeout(call)
+    }
+
+    /// [`Connection::poll_timeout`] with a Read or idle deadline armed.
+    #[inline(never)]
+    fn responder_timeout(&self, call: Option<Instant>) -> Option<Instant> {
+        let read = self.read_deadlines.front().map(|&(d, _)| d);
+        [call, read, self.idle_deadline].into_iter().flatten().min()
+    }
+
+    /// The earliest deadline of our calls waiting for their replies.
+    fn call_deadline(&self) -> Option<Instant> {
         let &(d, xid) = self.deadlines.front()?;
         if self.waits_for(xid, d) {
             return Some(d);
@@ -1432,13 +1505,13 @@ impl Connection {
                             //# ERR_CHUNK.
                             self.send_error(p, xid, ErrorReply::Chunk);
                         } else {
-                            self.on_call(p, xid, shape, chunks, payload, true);
+                            self.on_call(now, p, xid, shape, chunks, payload, true);
                         }
                     }
                     Role::Server if msg_type == Some(MSG_REPLY) => {
                         self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
                     }
-                    Role::Server => self.on_call(p, xid, shape, chunks, payload, false),
+                    Role::Server => self.on_call(now, p, xid, shape, chunks, payload, false),
                 }
             }
         }
@@ -2429,8 +2502,10 @@ impl Connection {
         true
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_call(
         &mut self,
+        now: Instant,
         p: &mut dyn Provider,
         xid: u32,
         shape: Shape,
@@ -2483,9 +2558,10 @@ impl Connection {
                 data: Vec::new(),
             });
         }
-        // A call whose Read chunks can never fit the Read-sink budget is
-        // refused; one that fits waits for its turn (below).
-        if sink_need > self.sink_budget() {
+        // A call whose Read chunks can never fit the Read-sink budget (this
+        // connection's or the shared one) is refused; one that fits waits
+        // for its turn (below).
+        if sink_need > self.sink_budget().min(self.lease.limit()) {
             self.send_error(p, xid, ErrorReply::Chunk);
             return;
         }
@@ -2514,15 +2590,17 @@ impl Connection {
             delivered: false,
         };
         self.incoming.insert(handle, call);
+        // A valid call: the peer is no longer idle.
+        self.idle_deadline = None;
         if sink_need == 0 {
             // Nothing to read: no sink, no wait.
-            self.reads_done(p, handle);
+            self.reads_done(now, p, handle);
         } else {
             self.sink_waiting.push_back(handle);
-            if self.sink_waiting.len() > 1 || self.sink_bytes + sink_need > self.sink_budget() {
+            self.admit_waiting(now, p);
+            if self.incoming.get(&handle).is_some_and(|c| !c.admitted) {
                 self.metrics.read_sink_waits += 1;
             }
-            self.admit_waiting(p);
         }
     }
 
@@ -2586,6 +2664,7 @@ impl Connection {
                 delivered: true,
             },
         );
+        self.idle_deadline = None;
         self.metrics.calls_received += 1;
         self.events.push_back(Event::CallReceived(ev));
     }
@@ -2597,8 +2676,9 @@ impl Connection {
     }
 
     /// Registers the Read sinks of waiting calls, in arrival order, while
-    /// they fit the Read-sink budget, and starts their RDMA Reads.
-    fn admit_waiting(&mut self, p: &mut dyn Provider) {
+    /// they fit this connection's Read-sink budget and the shared one, and
+    /// starts their RDMA Reads (whose deadline starts now).
+    fn admit_waiting(&mut self, now: Instant, p: &mut dyn Provider) {
         let budget = self.sink_budget();
         let sink_access = if p.caps().read_sink_needs_remote_write {
             Access::LOCAL_WRITE | Access::REMOTE_WRITE
@@ -2613,7 +2693,7 @@ impl Connection {
                 self.sink_waiting.pop_front();
                 continue;
             };
-            if self.sink_bytes.saturating_add(need) > budget {
+            if self.sink_bytes.saturating_add(need) > budget || !self.lease.take(need) {
                 break; // backpressure: later calls wait behind this one
             }
             self.sink_waiting.pop_front();
@@ -2639,6 +2719,7 @@ impl Connection {
                 }
             }
             if failed {
+                self.lease.give_back(need);
                 self.zombies.extend(sinks.into_iter().flatten());
                 self.reap(p);
                 if let Some(call) = self.incoming.remove(&handle) {
@@ -2658,8 +2739,28 @@ impl Connection {
             }
             let reads = std::mem::take(&mut call.pending_reads);
             self.reads.extend(reads);
+            if let Some(t) = self.config.read_timeout {
+                self.add_read_deadline(now + t, handle);
+            }
+        }
+        if self.sink_waiting.is_empty() {
+            self.lease.cancel();
         }
         self.issue_reads(p);
+    }
+
+    /// Records the Read deadline of an admitted call, keeping
+    /// `read_deadlines` sorted (they normally come in order).
+    fn add_read_deadline(&mut self, d: Instant, handle: u64) {
+        let at = self.read_deadlines.partition_point(|&(e, _)| e <= d);
+        self.read_deadlines.insert(at, (d, handle));
+    }
+
+    /// The Reads of call `handle` are over: no deadline any more.
+    fn drop_read_deadline(&mut self, handle: u64) {
+        if let Some(i) = self.read_deadlines.iter().position(|&(_, h)| h == handle) {
+            self.read_deadlines.remove(i);
+        }
     }
 
     fn issue_reads(&mut self, p: &mut dyn Provider) {
@@ -2708,7 +2809,7 @@ impl Connection {
         }
     }
 
-    fn reads_done(&mut self, p: &mut dyn Provider, handle: u64) {
+    fn reads_done(&mut self, now: Instant, p: &mut dyn Provider, handle: u64) {
         let mut sinks = Vec::new();
         let Some(call) = self.incoming.get_mut(&handle) else {
             return;
@@ -2801,8 +2902,10 @@ impl Connection {
             self.send_error(p, xid, ErrorReply::Chunk);
         }
         if call_admitted {
+            self.drop_read_deadline(handle);
             self.sink_bytes = self.sink_bytes.saturating_sub(sink_need);
-            self.admit_waiting(p);
+            self.lease.give_back(sink_need);
+            self.admit_waiting(now, p);
         }
     }
 
@@ -2983,6 +3086,12 @@ impl Connection {
         self.reads.clear();
         self.sink_waiting.clear();
         self.sink_bytes = 0;
+        // The sinks are released (their registrations end as the provider
+        // flushes the disconnected connection's work): so is their share
+        // of the shared budget, and this connection's place in its queue.
+        self.lease.release_all();
+        self.read_deadlines.clear();
+        self.idle_deadline = None;
         for (_, j) in std::mem::take(&mut self.jobs) {
             self.zombies.extend(j.mrs);
             self.zombies.extend(j.shared);

@@ -262,6 +262,9 @@ const MIN_ERROR_LEN: usize = 20;
 /// `rdma_proc` of RDMA_ERROR.
 const RDMA_ERROR: [u8; 4] = [0, 0, 0, 4];
 
+/// `rdma_proc` of RDMA_DONE.
+const RDMA_DONE: [u8; 4] = [0, 0, 0, 3];
+
 fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
     match decode_v1_plain(buf) {
         Some(incoming) => incoming,
@@ -290,6 +293,15 @@ fn decode_v1_plain(buf: &[u8]) -> Option<Incoming> {
     })
 }
 
+/// A version 1 RDMA_DONE, whatever its length or what follows its four
+/// fixed words (the codec's strict decoder refuses trailing octets, which
+/// would have been answered with ERR_CHUNK).
+//= rfc8166#section-4.6.2
+//# Receivers MUST silently discard RDMA_DONE messages.
+fn is_v1_done(buf: &[u8]) -> bool {
+    buf.get(4..8) == Some(&[0, 0, 0, 1][..]) && buf.get(12..16) == Some(&RDMA_DONE[..])
+}
+
 /// [`decode_v1`] for every message.
 fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
     //= rfc8166#section-4.5
@@ -305,6 +317,11 @@ fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
     {
         return Incoming::Drop {
             reason: "shorter than the smallest transport header",
+        };
+    }
+    if is_v1_done(buf) {
+        return Incoming::Drop {
+            reason: "RDMA_DONE is deprecated",
         };
     }
     let (h, hlen) = match header::decode(buf, limits) {
@@ -386,8 +403,7 @@ fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
             answer: ErrorReply::Chunk,
             reason: "unknown rdma_proc",
         },
-        //= rfc8166#section-4.6.2
-        //# Receivers MUST silently discard RDMA_DONE messages.
+        // (Not reached: `is_v1_done` took it before the decoder.)
         v1::Body::Done => Incoming::Drop {
             reason: "RDMA_DONE is deprecated",
         },
@@ -578,12 +594,21 @@ mod tests {
                 error: RdmaErrorReport::Chunk
             }
         );
-        // RDMA_DONE: dropped.
-        let done = hx("00000009 00000001 00000010 00000003");
-        assert!(matches!(
-            Framing::V1.decode(&done, &l),
-            Incoming::Drop { .. }
-        ));
+        // RDMA_DONE: dropped, whatever its length and trailing octets.
+        //= rfc8166#section-4.6.2
+        //# Receivers MUST silently discard RDMA_DONE messages.
+        for done in [
+            hx("00000009 00000001 00000010 00000003"),
+            hx("00000009 00000001 00000010 00000003 00000000"),
+            hx("00000009 00000001 00000010 00000003 00000000 00000000 00000000"),
+            hx("00000009 00000001 00000010 00000003 ffffffff 00000001 00000002 0000"),
+            hx(&"00000009 00000001 00000010 00000003 ".repeat(64)),
+        ] {
+            assert!(
+                matches!(Framing::V1.decode(&done, &l), Incoming::Drop { .. }),
+                "{done:02x?}"
+            );
+        }
         // Unknown proc 9: ERR_CHUNK.
         let unk = hx("0000000a 00000001 00000010 00000009 00000000 00000000 00000000");
         assert!(matches!(

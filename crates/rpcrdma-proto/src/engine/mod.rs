@@ -32,18 +32,21 @@
 
 use core::fmt;
 use core::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::provider::{Blame, Bytes, ConnectParams, DisconnectReason, ProviderError, Status};
 use crate::wire::private_data::{InlineSize, PrivateData};
 use crate::Limits;
 
+mod budget;
 mod connection;
 mod framing;
 pub mod ids;
 mod marshal;
 
 pub use crate::wire::direction::Role;
+pub use budget::ReadSinkBudget;
 pub use connection::Connection;
 pub use framing::RdmaErrorReport;
 
@@ -92,6 +95,30 @@ pub struct Config {
     pub max_queued: usize,
     /// First XID this endpoint uses as a requester.
     pub first_xid: u32,
+    /// A received call whose RDMA Reads have not all completed this long
+    /// after they were issued ends the connection
+    /// ([`PeerError::ReadTimeout`]): the requester exposed the chunk and
+    /// must answer its Reads. Default 30 s. Linux svcrdma has no such
+    /// timer (it relies on the transport), but a peer that answers all but
+    /// part of a Read keeps a healthy transport and the sinks pinned for
+    /// ever. 30 s is half the default call timeout of a requester (60 s,
+    /// as Linux), so a stalled peer's sinks are freed before honest calls
+    /// queued behind them time out, and far above the time a Read of
+    /// [`Limits::max_message_len`] takes on any working link. `None`: no
+    /// timer.
+    pub read_timeout: Option<Duration>,
+    /// A connection on which the peer has sent no valid RPC-over-RDMA call
+    /// this long after it was established is closed
+    /// ([`ConnectionError::IdleTimeout`]), so that silent connections
+    /// cannot hold a server's connection slots. Default 15 s at a server
+    /// (a requester sends its first call right after connecting; Linux
+    /// mounts send NULL at once), `None` (no timer) at a client.
+    pub idle_timeout: Option<Duration>,
+    /// A Read-sink budget shared with other connections (all those of one
+    /// server): calls wait for it in arrival order, in addition to the
+    /// per-connection [`Limits::max_read_sink_bytes`]; a call that can
+    /// never fit gets ERR_CHUNK. Default `None`.
+    pub read_budget: Option<Arc<ReadSinkBudget>>,
 }
 
 impl Config {
@@ -112,6 +139,9 @@ impl Config {
             call_timeout: Some(Duration::from_secs(60)),
             max_queued: 1024,
             first_xid: 0x1000_0000,
+            read_timeout: Some(Duration::from_secs(30)),
+            idle_timeout: None,
+            read_budget: None,
         }
     }
 
@@ -123,6 +153,7 @@ impl Config {
             ird: 0,
             ord: 16,
             first_xid: 0x8000_0000,
+            idle_timeout: Some(Duration::from_secs(15)),
             ..Config::client()
         }
     }
@@ -393,6 +424,12 @@ pub enum PeerError {
         /// Our grant.
         granted: u32,
     },
+    /// The RDMA Reads of a received call did not all complete within
+    /// [`Config::read_timeout`].
+    ReadTimeout {
+        /// The call's XID.
+        xid: u32,
+    },
 }
 
 /// Why a connection ended (sticky).
@@ -413,6 +450,9 @@ pub enum ConnectionError {
     Peer(PeerError),
     /// A call timed out.
     Timeout,
+    /// The peer sent no valid call within [`Config::idle_timeout`] of the
+    /// connection's establishment.
+    IdleTimeout,
     /// [`Connection::close`] was called.
     LocalClose,
 }
@@ -427,6 +467,9 @@ impl fmt::Display for ConnectionError {
             ConnectionError::Provider(e) => write!(f, "provider refused a post: {e}"),
             ConnectionError::Peer(p) => write!(f, "protocol violation: {p:?}"),
             ConnectionError::Timeout => f.write_str("call timed out"),
+            ConnectionError::IdleTimeout => {
+                f.write_str("idle: the peer sent no call within the idle timeout")
+            }
             ConnectionError::LocalClose => f.write_str("closed locally"),
         }
     }
@@ -486,8 +529,15 @@ pub struct Metrics {
     /// Most octets of RDMA Read sinks ever registered at once (never above
     /// [`Limits::max_read_sink_bytes`]).
     pub max_read_sink_bytes: u64,
-    /// Received calls that waited for Read-sink budget.
+    /// Received calls that waited for Read-sink budget (this connection's
+    /// or the shared [`Config::read_budget`]).
     pub read_sink_waits: u64,
+    /// Connections ended because a received call's RDMA Reads did not
+    /// complete in time ([`PeerError::ReadTimeout`]).
+    pub read_timeouts: u64,
+    /// Connections closed because the peer sent no call in time
+    /// ([`ConnectionError::IdleTimeout`]).
+    pub idle_timeouts: u64,
     /// RDMA Writes we issued as responder.
     pub rdma_writes: u64,
     /// Octets written by RDMA Write.

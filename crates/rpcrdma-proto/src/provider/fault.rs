@@ -21,6 +21,11 @@
 //!   from the peer meets receiver-not-ready. A swallowed receive completes
 //!   `Flushed` once the connection is down, so every WR still completes
 //!   exactly once. (Its region is not held by the inner provider.)
+//! * **Unanswered RDMA Reads** ([`FaultConfig::stall_read_len`]): a Read of
+//!   that many octets is swallowed, as if the peer never answered its Read
+//!   Request (a hostile requester that leaves part of a Read chunk
+//!   unanswered while the transport stays healthy); it completes `Flushed`
+//!   once the connection is down.
 //!
 //! Every decision comes from one SplitMix64 stream seeded by
 //! [`FaultConfig::seed`], drawn only for faults whose probability is above
@@ -52,6 +57,8 @@ pub struct FaultConfig {
     pub remote_access_error_chance: f64,
     /// Probability that a posted receive is silently dropped.
     pub drop_recv_chance: f64,
+    /// RDMA Reads of exactly this many octets are never answered.
+    pub stall_read_len: Option<u32>,
 }
 
 /// What was injected so far.
@@ -65,6 +72,8 @@ pub struct FaultStats {
     pub qp_failures: u64,
     /// Connection losses injected.
     pub connection_losses: u64,
+    /// RDMA Reads swallowed (never answered).
+    pub stalled_reads: u64,
 }
 
 /// SplitMix64 (Steele, Lea, Flood 2014): tiny, seedable, good enough here.
@@ -100,7 +109,8 @@ pub struct FaultInjector<P> {
     completions: u64,
     tripped: Option<DisconnectReason>,
     rewrite_first_flush: Option<Status>,
-    dropped: Vec<u64>,
+    /// Swallowed WRs (receives, Reads): flushed once disconnected.
+    dropped: Vec<(u64, Opcode)>,
     stats: FaultStats,
 }
 
@@ -177,6 +187,19 @@ impl<P: Provider> FaultInjector<P> {
         }
     }
 
+    /// Keeps a WR from the inner provider: it completes `Flushed` once the
+    /// connection is down.
+    fn swallow(&mut self, wr_id: u64, opcode: Opcode) -> Result<(), ProviderError> {
+        if matches!(
+            self.inner.connection_state(),
+            ConnectionState::Disconnected(_)
+        ) {
+            return Err(ProviderError::NotConnected);
+        }
+        self.dropped.push((wr_id, opcode));
+        Ok(())
+    }
+
     fn rewrite(&self, reason: DisconnectReason) -> DisconnectReason {
         match (&self.tripped, reason) {
             (Some(t), DisconnectReason::LocalClose) => t.clone(),
@@ -240,14 +263,8 @@ impl<P: Provider> Provider for FaultInjector<P> {
 
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError> {
         if self.rng.chance(self.config.drop_recv_chance) {
-            if matches!(
-                self.inner.connection_state(),
-                ConnectionState::Disconnected(_)
-            ) {
-                return Err(ProviderError::NotConnected);
-            }
+            self.swallow(wr.wr_id, Opcode::Recv)?;
             self.stats.dropped_recvs += 1;
-            self.dropped.push(wr.wr_id);
         } else {
             self.inner.post_recv(wr)?;
         }
@@ -262,7 +279,16 @@ impl<P: Provider> Provider for FaultInjector<P> {
                 self.stats.bad_stags += 1;
             }
         }
-        self.inner.post_send(wr)?;
+        let stall = match (&wr.op, self.config.stall_read_len) {
+            (SendOp::Read { .. }, Some(n)) => wr.sges.iter().map(|s| s.length).sum::<u32>() == n,
+            _ => false,
+        };
+        if stall {
+            self.swallow(wr.wr_id, Opcode::Read)?;
+            self.stats.stalled_reads += 1;
+        } else {
+            self.inner.post_send(wr)?;
+        }
         self.after_post();
         Ok(())
     }
@@ -276,10 +302,10 @@ impl<P: Provider> Provider for FaultInjector<P> {
                 ConnectionState::Disconnected(_)
             )
         {
-            for wr_id in self.dropped.drain(..) {
+            for (wr_id, opcode) in self.dropped.drain(..) {
                 out.push(Completion {
                     wr_id,
-                    opcode: Opcode::Recv,
+                    opcode,
                     byte_len: 0,
                     status: Status::Flushed,
                 });
@@ -314,7 +340,7 @@ impl<P: Provider> Provider for FaultInjector<P> {
                 ConnectionState::Disconnected(_)
             )
         {
-            // Swallowed receives are waiting to be reported as flushed.
+            // Swallowed WRs are waiting to be reported as flushed.
             waker.wake_by_ref();
             return;
         }

@@ -411,7 +411,7 @@ impl Raw {
             .unwrap()
     }
 
-    fn poll(&mut self) -> bool {
+    pub fn poll(&mut self) -> bool {
         let mut out = Vec::new();
         while self.prov.poll_event().is_some() {}
         self.prov.poll_completions(&mut out);

@@ -494,6 +494,12 @@ impl Driver {
             st.status.connects = 1;
         }
         let mut prov = connected.provider;
+        let mut conn = conn;
+        if let Some(w) = &shared.wake {
+            // Woken (from any thread) when the shared Read-sink budget
+            // frees up for a call of this connection.
+            conn.set_waker(w.waker());
+        }
         let conn_handle: Arc<dyn ServerConnection> = Arc::new(ConnHandle(shared.clone()));
         let mut blocking_reads = false;
         let afd = if shared.wake.is_some() {
@@ -573,6 +579,9 @@ impl Driver {
         // first pass then finds the socket readable or work to do, a
         // wake-up was lost on the way (counted, see `fallback_rescues`).
         let mut by_fallback = clock.armed == Some(clock.fallback_at) && timer.is_elapsed();
+        // The task's waker, for the shared Read-sink budget (a pointer
+        // comparison when unchanged).
+        self.conn.set_waker(cx.waker());
         loop {
             // One clock read per pass, for every engine input of the pass.
             self.now = Instant::now();
@@ -741,6 +750,10 @@ impl Driver {
         self.comps = comps;
         if self.conn.poll_timeout().is_some_and(|t| t <= now) {
             self.conn.handle_timeout(now, &mut self.prov);
+        }
+        // Budget another connection gave back (its waker brought us here).
+        if self.conn.waits_for_read_budget() {
+            busy |= self.conn.handle_read_budget(now, &mut self.prov);
         }
         while let Some(e) = self.conn.poll_event() {
             busy = true;
@@ -1102,7 +1115,13 @@ impl Driver {
         // was made. Other commands (a close) wait at most RECV_TICK. The
         // provider itself says whether it has work first (see
         // `IwarpProvider::read_blocking`), so its waker is not armed.
-        let recv = self.blocking_reads && self.incoming.is_empty() && !self.cross_thread_calls;
+        // Nor while a call waits for the shared Read-sink budget: another
+        // connection's thread wakes us when it frees up, through the
+        // wake-up socket that only poll(2) watches.
+        let recv = self.blocking_reads
+            && self.incoming.is_empty()
+            && !self.cross_thread_calls
+            && !self.conn.waits_for_read_budget();
         if !recv {
             self.prov.arm(wake.waker(), Notify::Any);
             if wake.take_fired() {

@@ -118,6 +118,7 @@ use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_iwarp::tcp::IwarpProvider;
 use rpcrdma_proto::engine::Config as EngineConfig;
 pub use rpcrdma_proto::engine::Metrics as EngineMetrics;
+pub use rpcrdma_proto::engine::ReadSinkBudget;
 use rpcrdma_proto::provider::mem::MemProvider;
 use rpcrdma_proto::provider::Provider;
 use rpcrdma_proto::wire::private_data::Negotiated;
@@ -348,7 +349,9 @@ impl std::fmt::Debug for RdmaClientConfig {
 #[derive(Clone)]
 pub struct RdmaServerConfig {
     /// Engine settings. Default [`EngineConfig::server`] (grant 64, inline
-    /// 4096/4096, R clear, like Linux svcrdma).
+    /// 4096/4096, R clear, like Linux svcrdma; the RDMA Read deadline
+    /// `engine.read_timeout`, 30 s, and the idle timeout
+    /// `engine.idle_timeout`, 15 s, apply to every connection).
     pub engine: EngineConfig,
     /// iWARP settings; private data and IRD/ORD come from `engine`.
     pub iwarp: IwarpConfig,
@@ -371,6 +374,31 @@ pub struct RdmaServerConfig {
     /// CPU per call for a few busy connections; one thread per connection.
     /// Default false.
     pub blocking: bool,
+    /// Octets of RDMA Read sinks all the server's connections together may
+    /// have registered at once: one [`ReadSinkBudget`] shared by every
+    /// connection (unless `engine.read_budget` already names one), on top
+    /// of each connection's `engine.limits.max_read_sink_bytes` (16 MiB).
+    /// Calls wait for it in arrival order across connections; one that can
+    /// never fit gets ERR_CHUNK. Default 128 MiB: 32 calls of the largest
+    /// message (4 MiB) in flight at once, far more than a link needs to
+    /// stay busy, and what any number of peers can pin together. `None`:
+    /// only the per-connection budgets.
+    pub read_sink_budget: Option<u64>,
+}
+
+/// [`RdmaServerConfig::read_sink_budget`]'s default.
+pub const DEFAULT_READ_SINK_BUDGET: u64 = 128 << 20;
+
+impl RdmaServerConfig {
+    /// The engine settings of every connection: `engine` with the shared
+    /// Read-sink budget made (one per call: call once per server).
+    pub(crate) fn engine_with_budget(&self) -> EngineConfig {
+        let mut e = self.engine.clone();
+        if e.read_budget.is_none() {
+            e.read_budget = self.read_sink_budget.map(ReadSinkBudget::new);
+        }
+        e
+    }
 }
 
 impl Default for RdmaServerConfig {
@@ -384,6 +412,7 @@ impl Default for RdmaServerConfig {
             identify: Arc::new(|a: SocketAddr| ClientIdentity(Bytes::from(a.ip().to_string()))),
             metrics: None,
             blocking: false,
+            read_sink_budget: Some(DEFAULT_READ_SINK_BUDGET),
         }
     }
 }
@@ -395,6 +424,7 @@ impl std::fmt::Debug for RdmaServerConfig {
             .field("accept_timeout", &self.accept_timeout)
             .field("max_connections", &self.max_connections)
             .field("blocking", &self.blocking)
+            .field("read_sink_budget", &self.read_sink_budget)
             .finish()
     }
 }

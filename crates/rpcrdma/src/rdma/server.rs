@@ -96,6 +96,7 @@ pub struct RdmaServer {
     metrics: Arc<Metrics>,
     accept_task: Mutex<Option<JoinHandle<()>>>,
     n_threads: usize,
+    read_budget: Option<Arc<super::ReadSinkBudget>>,
 }
 
 impl std::fmt::Debug for RdmaServer {
@@ -122,6 +123,9 @@ impl RdmaServer {
         config: RdmaServerConfig,
         dispatcher: Arc<dyn CallDispatcher>,
     ) -> io::Result<RdmaServer> {
+        let mut config = config;
+        // One Read-sink budget for all the connections.
+        config.engine = config.engine_with_budget();
         let icfg = iwarp_config_for(&config.iwarp, &config.engine);
         let listener = Listener::bind(addr, icfg.clone())?;
         let local = listener.local_addr()?;
@@ -193,7 +197,14 @@ impl RdmaServer {
             conns,
             metrics,
             accept_task: Mutex::new(Some(accept_task)),
+            read_budget: config.engine.read_budget.clone(),
         })
+    }
+
+    /// The Read-sink budget shared by the server's connections, if any
+    /// ([`RdmaServerConfig::read_sink_budget`]).
+    pub fn read_budget(&self) -> Option<Arc<super::ReadSinkBudget>> {
+        self.read_budget.clone()
     }
 
     /// The address listened on.
