@@ -4,23 +4,40 @@
 //! with the same XID, at most `EngineConfig::max_transmissions` times; the
 //! server's duplicate-reply cache keeps it executed once; a peer that
 //! never answers ends the call with a clear error in bounded time.
+//!
+//! (A binary of its own: its timer-driven reconnects load the machine, and
+//! `rdma_iwarp.rs` counts lost wake-ups, which load can fake.)
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rpcrdma::rdma::{connect_client, RdmaClientConfig, RdmaServer, RdmaServerConfig};
+use rpcrdma::rdma::{
+    connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig,
+};
 use rpcrdma::{
-    CallContext, ClientConfig, HandlerError, Message, ReconnectPolicy, RpcError, Server,
+    CallContext, Client, ClientConfig, HandlerError, Message, ReconnectPolicy, RpcError, Server,
 };
 
-const PROG: u32 = 0x2000_5250;
 const LIMIT: Duration = Duration::from_secs(60);
-/// The major timeout of these tests.
+
+async fn bounded<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .expect("test timed out")
+}
+
+const RECOVERY_PROG: u32 = 0x2000_5250;
+/// The major timeout of the recovery tests.
 const MAJOR: Duration = Duration::from_millis(300);
 
-fn client_cfg() -> RdmaClientConfig {
-    let mut c = RdmaClientConfig {
+/// Serves `server` and connects a client whose major timeout is [`MAJOR`],
+/// three transmissions per call, quick reconnects.
+async fn serve_and_connect(server: &Server) -> (RdmaServer, Client, Arc<RdmaClientTransport>) {
+    let rdma = RdmaServer::serve(server, "127.0.0.1:0", RdmaServerConfig::default())
+        .await
+        .unwrap();
+    let mut cfg = RdmaClientConfig {
         reconnect: Some(ReconnectPolicy {
             initial_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(50),
@@ -28,15 +45,12 @@ fn client_cfg() -> RdmaClientConfig {
         }),
         ..RdmaClientConfig::default()
     };
-    c.engine.call_timeout = Some(MAJOR);
-    c.engine.max_transmissions = Some(3);
-    c
-}
-
-async fn bounded<F: std::future::Future>(f: F) -> F::Output {
-    tokio::time::timeout(LIMIT, f)
+    cfg.engine.call_timeout = Some(MAJOR);
+    cfg.engine.max_transmissions = Some(3);
+    let (c, t) = connect_client(rdma.local_addr(), ClientConfig::default(), cfg)
         .await
-        .expect("test timed out")
+        .unwrap();
+    (rdma, c, t)
 }
 
 /// What the handler saw: (peer of the connection, XID, executed).
@@ -45,12 +59,12 @@ type Log = Arc<Mutex<Vec<(String, u32, bool)>>>;
 /// A server whose handler silently drops the first call of its first
 /// connection (what Linux siw did, now and then, to a client's first
 /// message) and executes the others, counting executions.
-async fn drop_the_first_call() -> (Server, RdmaServer, Log, Arc<AtomicU32>) {
+async fn drop_the_first_call() -> (Server, Log, Arc<AtomicU32>) {
     let server = Server::default();
     let log: Log = Arc::default();
     let executions = Arc::new(AtomicU32::new(0));
     let (l, ex) = (log.clone(), executions.clone());
-    server.register(PROG, 1, move |ctx: CallContext| {
+    server.register(RECOVERY_PROG, 1, move |ctx: CallContext| {
         let (l, ex) = (l.clone(), ex.clone());
         async move {
             let peer = ctx.peer();
@@ -66,21 +80,19 @@ async fn drop_the_first_call() -> (Server, RdmaServer, Log, Arc<AtomicU32>) {
             Ok(b.finish())
         }
     });
-    let rdma = RdmaServer::serve(&server, "127.0.0.1:0", RdmaServerConfig::default())
-        .await
-        .unwrap();
-    (server, rdma, log, executions)
+    (server, log, executions)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_first_call_is_retransmitted_on_a_new_connection() {
     bounded(async {
-        let (_server, rdma, log, executions) = drop_the_first_call().await;
-        let (c, t) = connect_client(rdma.local_addr(), ClientConfig::default(), client_cfg())
+        let (server, log, executions) = drop_the_first_call().await;
+        let (rdma, c, t) = serve_and_connect(&server).await;
+        let t0 = Instant::now();
+        let r = c
+            .call(RECOVERY_PROG, 1, 1, Message::new(), &[])
             .await
             .unwrap();
-        let t0 = Instant::now();
-        let r = c.call(PROG, 1, 1, Message::new(), &[]).await.unwrap();
         assert!(t0.elapsed() >= MAJOR, "only after the major timeout");
         assert_eq!(r.reader().u32("n").unwrap(), 1);
         let log = log.lock().unwrap().clone();
@@ -108,7 +120,7 @@ async fn a_lost_reply_is_answered_from_the_cache_not_executed_again() {
         let executions = Arc::new(AtomicU32::new(0));
         let release = Arc::new(tokio::sync::Notify::new());
         let (ex, rel) = (executions.clone(), release.clone());
-        server.register(PROG, 1, move |_ctx: CallContext| {
+        server.register(RECOVERY_PROG, 1, move |_ctx: CallContext| {
             let (ex, rel) = (ex.clone(), rel.clone());
             async move {
                 let n = ex.fetch_add(1, Ordering::SeqCst) + 1;
@@ -120,13 +132,9 @@ async fn a_lost_reply_is_answered_from_the_cache_not_executed_again() {
                 Ok(b.finish())
             }
         });
-        let rdma = RdmaServer::serve(&server, "127.0.0.1:0", RdmaServerConfig::default())
-            .await
-            .unwrap();
-        let (c, t) = connect_client(rdma.local_addr(), ClientConfig::default(), client_cfg())
-            .await
-            .unwrap();
-        let call = tokio::spawn(async move { c.call(PROG, 1, 1, Message::new(), &[]).await });
+        let (rdma, c, t) = serve_and_connect(&server).await;
+        let call =
+            tokio::spawn(async move { c.call(RECOVERY_PROG, 1, 1, Message::new(), &[]).await });
         // The retransmission on the second connection met the original
         // still executing.
         while server.metrics().drc_in_progress == 0 {
@@ -154,18 +162,16 @@ async fn a_peer_that_never_answers_fails_the_call_after_the_bounded_retries() {
         let server = Server::default();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
-        server.register(PROG, 1, move |ctx: CallContext| {
+        server.register(RECOVERY_PROG, 1, move |ctx: CallContext| {
             s.lock().unwrap().push(ctx.xid);
             async move { Err(HandlerError::Drop) }
         });
-        let rdma = RdmaServer::serve(&server, "127.0.0.1:0", RdmaServerConfig::default())
-            .await
-            .unwrap();
-        let (c, t) = connect_client(rdma.local_addr(), ClientConfig::default(), client_cfg())
-            .await
-            .unwrap();
+        let (rdma, c, t) = serve_and_connect(&server).await;
         let t0 = Instant::now();
-        let e = c.call(PROG, 1, 1, Message::new(), &[]).await.unwrap_err();
+        let e = c
+            .call(RECOVERY_PROG, 1, 1, Message::new(), &[])
+            .await
+            .unwrap_err();
         let took = t0.elapsed();
         let msg = e.to_string();
         assert!(matches!(e, RpcError::Transport(_)), "{e:?}");
