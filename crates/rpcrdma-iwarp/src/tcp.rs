@@ -27,7 +27,10 @@
 //!
 //! Active: [`IwarpProvider::connect`] (TCP connect, then the MPA exchange
 //! runs inside the progress passes; [`IwarpProvider::connect_blocking`]
-//! waits for it with a deadline). Passive: [`Listener::bind`],
+//! waits for it with a deadline). After the Reply the initiator sends the
+//! RFC 6581 RTR the responder asked for; with a Read RTR (Linux siw) the
+//! connection stays `Connecting`, Sends refused, until the Read Response
+//! arrives (see [`crate::cm`] and `rtr.rs`). Passive: [`Listener::bind`],
 //! [`Listener::accept`] (waits for a TCP connection and its MPA Request,
 //! with a deadline) → [`PendingConnection`] (the peer's private data and
 //! IRD/ORD; register memory and post receives on
@@ -883,11 +886,13 @@ impl Provider for IwarpProvider {
         }
         self.progressed = false;
         let from = out.len();
-        let stashed = self.stash.len();
-        out.append(&mut self.stash);
+        if !self.stash.is_empty() {
+            out.append(&mut self.stash);
+        }
+        let own = out.len();
         self.qp.poll_completions(out);
         if self.rtr_outstanding > 0 {
-            rtr::take_internal(out, from + stashed, &mut self.rtr_outstanding);
+            rtr::take_internal(out, own, &mut self.rtr_outstanding);
         }
         out.len() - from
     }
