@@ -31,6 +31,16 @@
 //!   "credits_granted"}`, the private data as the object of
 //!   `rpcrdma decode --what private-data --json` (MPA private data field,
 //!   RFC 6581 IRD/ORD header included).
+//!
+//! # Timeouts (call, probe)
+//!
+//! As Linux xprtrdma: a call without a reply within the major timeout
+//! (`call --timeout`, default 10 s; probe: 10 s) ends the connection; the
+//! client reconnects and sends the call again with the same XID (the
+//! server's duplicate-reply cache answers a call it already executed), at
+//! most `--retrans` times (default 2, Linux's NFS default). Then the call
+//! fails with "the peer never answered: no reply after N transmission(s),
+//! one per connection".
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -44,7 +54,9 @@ use rpcrdma::rdma::{
     RdmaStatus, DEFAULT_READ_SINK_BUDGET,
 };
 use rpcrdma::testprog::{self, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
-use rpcrdma::{CallOptions, Client, ClientConfig, Message, ReplyError, RpcError, Server};
+use rpcrdma::{
+    CallOptions, Client, ClientConfig, Message, ReconnectPolicy, ReplyError, RpcError, Server,
+};
 use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_proto::engine::Config as EngineConfig;
 use serde_json::{json, Value};
@@ -114,13 +126,20 @@ impl LinkArgs {
         }
     }
 
-    /// Client settings from these options (no reconnection: a tool reports
-    /// failures).
-    pub fn client_config(&self) -> RdmaClientConfig {
+    /// Client settings from these options: a call without a reply after
+    /// `major` ends the connection and goes out again on a new one, with
+    /// the same XID, at most `retrans` times (see the module docs).
+    pub fn client_config(&self, major: Duration, retrans: u32) -> RdmaClientConfig {
+        let mut engine = self.engine(EngineConfig::client(), false);
+        engine.call_timeout = Some(major);
+        engine.max_transmissions = Some(retrans.saturating_add(1));
         RdmaClientConfig {
-            engine: self.engine(EngineConfig::client(), false),
+            engine,
             iwarp: self.iwarp(),
-            reconnect: None,
+            reconnect: Some(ReconnectPolicy {
+                max_attempts: 3,
+                ..ReconnectPolicy::default()
+            }),
             ..RdmaClientConfig::default()
         }
     }
@@ -297,9 +316,13 @@ pub struct CallArgs {
     /// Procedure number of a raw call (void arguments).
     #[arg(long)]
     pub procnum: Option<u32>,
-    /// Per-call timeout in seconds.
-    #[arg(long, default_value_t = 30.0)]
+    /// Major timeout in seconds: a call without a reply this long ends the
+    /// connection and is sent again, with the same XID, on a new one.
+    #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
+    /// Retransmissions (each on a new connection) before a call fails.
+    #[arg(long, default_value_t = 2)]
+    pub retrans: u32,
     /// One JSON object per call.
     #[arg(long)]
     pub json: bool,
@@ -526,21 +549,27 @@ fn first_xid() -> u32 {
     d.subsec_nanos().wrapping_mul(0x9e37_79b1) ^ (d.as_secs() as u32)
 }
 
-/// Connects a client with `link` options.
+/// Connects a client with `link` options, the major timeout `major` and
+/// `retrans` retransmissions (see the module docs).
 pub async fn connect(
     addr: SocketAddr,
     link: &LinkArgs,
-    timeout: Duration,
+    major: Duration,
+    retrans: u32,
     xid: u32,
 ) -> std::io::Result<(Client, Arc<RdmaClientTransport>)> {
+    let rdma = link.client_config(major, retrans);
+    // The client's own timer only backs the engine's up: every
+    // transmission with its reconnection must fit.
+    let per = major + rdma.connect_timeout + Duration::from_secs(2);
     connect_client(
         addr,
         ClientConfig {
-            timeout,
+            timeout: per * retrans.saturating_add(1).min(100),
             first_xid: Some(xid),
             ..ClientConfig::default()
         },
-        link.client_config(),
+        rdma,
     )
     .await
 }
@@ -581,7 +610,7 @@ pub fn call(args: CallArgs) -> ExitCode {
     let rt = runtime();
     rt.block_on(async move {
         let xid0 = first_xid();
-        let (c, t) = match connect(addr, &args.link, timeout, xid0).await {
+        let (c, t) = match connect(addr, &args.link, timeout, args.retrans, xid0).await {
             Ok(x) => x,
             Err(e) => {
                 if args.json {
@@ -681,7 +710,8 @@ pub fn probe(args: ProbeArgs) -> ExitCode {
     };
     let rt = runtime();
     rt.block_on(async move {
-        let (c, t) = match connect(addr, &args.link, Duration::from_secs(10), first_xid()).await {
+        let (c, t) = match connect(addr, &args.link, Duration::from_secs(10), 2, first_xid()).await
+        {
             Ok(x) => x,
             Err(e) => {
                 eprintln!("rpcrdma probe: cannot connect to {addr}: {e}");

@@ -658,3 +658,56 @@ fn serve_read_budget_and_timers() {
         assert_eq!(o.status.code(), Some(2), "{bad:?}: {o:?}");
     }
 }
+
+/// `call` against a server that accepts connections but never answers: the
+/// major timeout (`--timeout`) ends each connection, the call goes out
+/// again on a new one (`--retrans` times), then fails with an error that
+/// says the peer never answered.
+#[test]
+fn call_to_a_silent_server_gives_up_after_the_retransmissions() {
+    use rpcrdma_iwarp::cm::IwarpConfig;
+    use rpcrdma_iwarp::tcp::Listener;
+    let l = Listener::bind("127.0.0.1:0", IwarpConfig::default()).unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    // Accepts for a bounded time; keeps every connection open, reads
+    // nothing.
+    let silent = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let end = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < end {
+            let Ok(pc) = l.accept(Duration::from_millis(200)) else {
+                if kept.len() >= 2 {
+                    break;
+                }
+                continue;
+            };
+            kept.push(
+                pc.accept(IwarpConfig::default(), Duration::from_secs(5))
+                    .unwrap(),
+            );
+        }
+        kept.len()
+    });
+    let t0 = Instant::now();
+    let o = run(&[
+        "call",
+        &addr,
+        "--procnum",
+        "0",
+        "--timeout",
+        "0.3",
+        "--retrans",
+        "1",
+        "--json",
+    ]);
+    let took = t0.elapsed();
+    assert!(!o.status.success());
+    let v = json_lines(&o);
+    let err = v[0]["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        err.contains("never answered") && err.contains("2 transmission"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    assert_eq!(silent.join().unwrap(), 2, "one connection per transmission");
+}

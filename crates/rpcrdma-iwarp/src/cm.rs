@@ -17,9 +17,25 @@
 //! Revision 2 with the enhanced bit (flags `0x10`), IRD ≥ 1 in the
 //! IRD/ORD header, CRC only if asked (used when either side sets `C`),
 //! Markers refused (a Request with `M` gets a Reject, as siw does).
-//! Peer-to-peer RTR (RFC 6581 §3) is not offered: the `P` bit is never set,
-//! and a peer's `P` bit is answered without it, which RFC 6581 allows
-//! (the initiator then must not expect an RTR).
+//!
+//! # Ready to Receive (RFC 6581 peer-to-peer mode)
+//!
+//! Our initiator asks for the peer-to-peer model with a zero-length RDMA
+//! Read as the only RTR ([`IwarpConfig::rtr`]), because Linux siw as
+//! responder is not ready to receive when it sends its Reply: `siw_accept`
+//! sends the Reply and only then hooks the queue pair's receive path to
+//! the socket, and an FPDU that arrives in between stays unread until more
+//! data comes (`docs/interop-linux.md`). A Read RTR is the one RTR that is
+//! answered: its Read Response proves the responder reads the stream, so
+//! the initiator holds every ULP message until it arrives
+//! ([`Rtr::Read`]). Linux answers a Read-only offer with Read.
+//!
+//! Our responder hooks its receive path before it sends the Reply, so it
+//! needs no round trip: to a peer-to-peer Request it answers with the
+//! peer-to-peer bit and a zero-length RDMA Write as its RTR ([`Rtr::Write`];
+//! RFC 6581 §9.2 lets a responder name an option the initiator did not
+//! ask for), which the initiator sends and follows at once with its
+//! messages.
 
 use rpcrdma_proto::provider::Caps;
 
@@ -52,15 +68,16 @@ pub struct IwarpConfig {
     pub mulpdu: u16,
     /// Queue and memory limits.
     pub caps: Caps,
-    /// Initiator only: how long after the MPA Reply the first FPDU is held
-    /// back. Linux siw as responder sends its Reply *before* it hooks the
-    /// queue pair's receive path to the socket; an FPDU that arrives in
-    /// between stays unread in the socket until more data arrives (seen in
-    /// the lab: an RPC sent within microseconds of the Reply got no
-    /// answer). RFC 6581's RTR solves this only in peer-to-peer mode, which
-    /// Linux leaves off by default. 5 ms by default; 2 ms sufficed against
-    /// the lab's emulated (TCG) guest.
-    pub first_fpdu_delay: std::time::Duration,
+    /// Initiator, revision 2 only: ask for the RFC 6581 peer-to-peer model
+    /// with a zero-length RDMA Read as RTR (and an ORD of at least 1 for
+    /// it). Against a responder that takes a Read RTR (Linux siw), no ULP
+    /// message is sent before its Read Response arrives (see the module
+    /// docs). Default on.
+    pub rtr: bool,
+    /// Initiator: how long to wait for the Read Response of a Read RTR
+    /// before the connection is given up (zero-length RDMA Writes nudge a
+    /// responder that missed the RTR meanwhile). Default 5 s.
+    pub rtr_timeout: std::time::Duration,
 }
 
 impl Default for IwarpConfig {
@@ -75,7 +92,8 @@ impl Default for IwarpConfig {
             mpa_private_data_max: MAX_PRIVATE_DATA,
             mulpdu: DEFAULT_MULPDU,
             caps: DEFAULT_CAPS,
-            first_fpdu_delay: std::time::Duration::from_millis(5),
+            rtr: true,
+            rtr_timeout: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -110,6 +128,9 @@ pub enum HandshakeError {
     Config(&'static str),
     /// The call does not fit the state (e.g. `accept` before a Request).
     State(&'static str),
+    /// The responder chose the peer-to-peer model but no RTR we can send
+    /// (only a zero-length Send, or a Read RTR with an IRD of 0).
+    NoMatchingRtr,
 }
 
 impl std::fmt::Display for HandshakeError {
@@ -119,6 +140,9 @@ impl std::fmt::Display for HandshakeError {
             HandshakeError::BadRevision(r) => write!(f, "unsupported MPA revision {r}"),
             HandshakeError::Config(w) => write!(f, "bad configuration: {w}"),
             HandshakeError::State(w) => write!(f, "handshake state: {w}"),
+            HandshakeError::NoMatchingRtr => {
+                write!(f, "the responder offers no RTR (RFC 6581) we can send")
+            }
         }
     }
 }
@@ -149,6 +173,20 @@ pub struct Established {
     pub peer_ird_ord: Option<IrdOrd>,
     /// The MPA revision in use.
     pub revision: u8,
+    /// The RFC 6581 RTR of this connection (the initiator sends it first).
+    pub rtr: Rtr,
+}
+
+/// The RFC 6581 Ready-to-Receive message a connection starts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rtr {
+    /// Client-server model: no RTR (the first ULP message plays its role).
+    None,
+    /// A zero-length RDMA Write; ULP messages may follow it at once.
+    Write,
+    /// A zero-length RDMA Read; the initiator sends no ULP message before
+    /// its Read Response has arrived.
+    Read,
 }
 
 /// What [`Handshake::feed`] found.
@@ -193,6 +231,29 @@ fn ird_ord(ird: u8, ord: u8) -> IrdOrd {
     IrdOrd::new(u16::from(ird), u16::from(ord))
 }
 
+/// Initiator: the RTR to send, from our Request and the responder's Reply
+/// (`ord`: our ORD after negotiation, which a Read RTR needs).
+fn initiator_rtr(sent: &MpaFrame, reply: &MpaFrame, ord: u8) -> Result<Rtr, HandshakeError> {
+    let (Some(ours), Some(theirs)) = (sent.ird_ord(), reply.ird_ord()) else {
+        return Ok(Rtr::None);
+    };
+    if !ours.peer_to_peer || !theirs.peer_to_peer {
+        // A client-server Reply (RFC 6581 wants the bit echoed): nothing
+        // is expected before our first ULP message.
+        return Ok(Rtr::None);
+    }
+    //= rfc6581#section-9.2
+    //# Upon receiving the MPA Accept Frame with Control Flag A set to 1, the
+    //# initiator MUST generate one of the negotiated RTR indications.
+    if theirs.rtr_write {
+        Ok(Rtr::Write)
+    } else if theirs.rtr_read && ord > 0 {
+        Ok(Rtr::Read)
+    } else {
+        Err(HandshakeError::NoMatchingRtr)
+    }
+}
+
 fn build_frame(
     kind: FrameKind,
     rev: u8,
@@ -219,9 +280,15 @@ fn build_frame(
 
 impl Handshake {
     /// The initiator: its Request is ready in [`Handshake::output`].
-    pub fn initiator(cfg: IwarpConfig) -> Result<Self, HandshakeError> {
+    pub fn initiator(mut cfg: IwarpConfig) -> Result<Self, HandshakeError> {
         if cfg.rev != 1 && cfg.rev != 2 {
             return Err(HandshakeError::Config("MPA revision must be 1 or 2"));
+        }
+        let p2p = cfg.rtr && cfg.rev == 2;
+        if p2p {
+            // A Read RTR needs an outbound Read (Linux siw_connect raises
+            // its ORD to 1 in peer-to-peer mode too).
+            cfg.ord = cfg.ord.max(1);
         }
         let mut flags = 0;
         if cfg.crc {
@@ -232,12 +299,23 @@ impl Handshake {
         }
         // an initiator using enhanced connection establishment sends
         // revision 2 and puts its IRD and ORD first in the private data.
+        //= rfc6581#section-9.2
+        //# The initiator MUST set Control Flag A to 1 for the peer-to-peer model.
+        //# The initiator MUST set each Control Flag B, C, and D to 1 for each of
+        //# the options it supports, if Control Flag A is set to 1.
+        // We offer the Read RTR only: it is the one that is answered (the
+        // Write RTR we can also send is taken when a responder names it).
+        let io = IrdOrd {
+            peer_to_peer: p2p,
+            rtr_read: p2p,
+            ..ird_ord(cfg.ird, cfg.ord)
+        };
         let req = build_frame(
             FrameKind::Request,
             cfg.rev,
             cfg.rev == 2,
             flags,
-            ird_ord(cfg.ird, cfg.ord),
+            io,
             &cfg.private_data,
         )?;
         let out = req
@@ -326,7 +404,8 @@ impl Handshake {
                         used,
                     ));
                 }
-                let est = self.agree(&sent, &frame, true);
+                let mut est = self.agree(&sent, &frame, true);
+                est.rtr = initiator_rtr(&sent, &frame, est.params.ord)?;
                 Ok((Progress::Established(est), used))
             }
         }
@@ -358,6 +437,7 @@ impl Handshake {
             peer_ird_ord: received.ird_ord(),
             peer_frame: received.clone(),
             revision: sent.revision.min(received.revision),
+            rtr: Rtr::None,
         }
     }
 
@@ -392,19 +472,37 @@ impl Handshake {
         let peer_ird = req
             .ird_ord()
             .map_or(self.cfg.ord, |p| u8::try_from(p.ird).unwrap_or(u8::MAX));
+        //= rfc6581#section-9.2
+        //# If Control Flag A
+        //# is 1 in the MPA Request message, then the responder MUST set Control
+        //# Flag A to 1 in the MPA reply message.
+        // Our receive path is hooked before the Reply goes out, so we need
+        // no answered RTR: we name the zero-length Write (see the module
+        // docs), which RFC 6581 section 9.2 lets a responder name even when
+        // it was not asked for.
+        let p2p = enhanced && req.ird_ord().is_some_and(|p| p.peer_to_peer);
+        let io = IrdOrd {
+            peer_to_peer: p2p,
+            rtr_write: p2p,
+            ..ird_ord(self.cfg.ird, self.cfg.ord.min(peer_ird))
+        };
         let reply = build_frame(
             FrameKind::Reply,
             rev,
             enhanced,
             flags,
-            ird_ord(self.cfg.ird, self.cfg.ord.min(peer_ird)),
+            io,
             &self.cfg.private_data,
         )?;
         self.out = reply
             .to_vec()
             .map_err(|_| HandshakeError::Config("reply encoding"))?;
         self.sent = Some(reply.clone());
-        Ok(self.agree(&reply, &req, false))
+        let mut est = self.agree(&reply, &req, false);
+        if p2p {
+            est.rtr = Rtr::Write;
+        }
+        Ok(est)
     }
 
     fn reject_frame(&mut self, req: &MpaFrame, pd: &[u8]) -> Result<(), HandshakeError> {

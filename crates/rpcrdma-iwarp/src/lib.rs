@@ -133,6 +133,7 @@ pub mod ddp;
 pub mod mpa;
 pub mod qp;
 pub mod rdmap;
+mod rtr;
 pub mod tcp;
 
 pub use rdmap::TerminateCode;

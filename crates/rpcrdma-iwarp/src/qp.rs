@@ -1978,12 +1978,17 @@ impl QueuePair {
                         }
                         Err(code) => self.rx_fault(code, Status::RemoteAccess, None),
                     }
-                } else {
+                } else if payload_len > 0 {
                     match self.tagged_target(t.stag, t.to, payload_len) {
                         Ok(dst) => self.rx.dst = dst,
                         Err(code) => self.rx_fault(code, Status::RemoteAccess, None),
                     }
                 }
+                //= rfc5041#section-5.2
+                //# The STag and TO fields MUST NOT be
+                //# checked for a zero-length Tagged DDP Message.
+                // (A zero-length RDMA Write is the RFC 6581 Write RTR; Linux
+                // siw sends it with STag 1, and any peer may send one.)
             }
             DdpHeader::Untagged(u) => match u.qn {
                 QN_SEND => {

@@ -27,7 +27,10 @@
 //!
 //! Active: [`IwarpProvider::connect`] (TCP connect, then the MPA exchange
 //! runs inside the progress passes; [`IwarpProvider::connect_blocking`]
-//! waits for it with a deadline). Passive: [`Listener::bind`],
+//! waits for it with a deadline). After the Reply the initiator sends the
+//! RFC 6581 RTR the responder asked for; with a Read RTR (Linux siw) the
+//! connection stays `Connecting`, Sends refused, until the Read Response
+//! arrives (see [`crate::cm`] and `rtr.rs`). Passive: [`Listener::bind`],
 //! [`Listener::accept`] (waits for a TCP connection and its MPA Request,
 //! with a deadline) → [`PendingConnection`] (the peer's private data and
 //! IRD/ORD; register memory and post receives on
@@ -48,9 +51,10 @@ use rpcrdma_proto::provider::{
 };
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-use crate::cm::{Established, Handshake, IwarpConfig, PeerRequest, Progress};
+use crate::cm::{Established, Handshake, IwarpConfig, PeerRequest, Progress, Rtr};
 use crate::mpa::{IrdOrd, MpaFrame};
 use crate::qp::{QpEvent, QpStats, QueuePair};
+use crate::rtr::{self, ReadRtr, Step};
 
 /// Octets of read-ahead buffer.
 const RBUF: usize = 64 * 1024;
@@ -84,8 +88,17 @@ pub struct IwarpProvider {
     eof: bool,
     write_blocked: bool,
     capture: Option<Vec<(Direction, Vec<u8>)>>,
-    first_fpdu_delay: Duration,
-    hold_tx_until: Option<Instant>,
+    /// Initiator: how long a Read RTR may wait for its response.
+    rtr_timeout: Duration,
+    /// Initiator: the Read RTR in flight, with the outcome it announces
+    /// (see [`crate::rtr`]); the connection is `Connecting` meanwhile.
+    rtr: Option<(ReadRtr, Established)>,
+    /// RTR work requests whose completions the ULP must not see.
+    rtr_outstanding: u32,
+    /// ULP completions taken from the queue pair during the Read RTR.
+    stash: Vec<rpcrdma_proto::provider::Completion>,
+    /// The Read RTR got no response in time (for the error message).
+    rtr_timed_out: bool,
     /// `None`: every progress pass reads the socket. `Some(open)`: the
     /// owner watches the socket edge-triggered and calls
     /// [`IwarpProvider::note_readable`] after each readiness edge; reads
@@ -193,8 +206,11 @@ impl IwarpProvider {
             eof: false,
             write_blocked: false,
             capture: None,
-            first_fpdu_delay: Duration::ZERO,
-            hold_tx_until: None,
+            rtr_timeout: Duration::ZERO,
+            rtr: None,
+            rtr_outstanding: 0,
+            stash: Vec::new(),
+            rtr_timed_out: false,
             read_gate: None,
             dontwait: false,
             rcv_timeout: None,
@@ -213,7 +229,7 @@ impl IwarpProvider {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let sock = TcpStream::connect(addr)?;
         let mut p = IwarpProvider::new(sock, cfg.caps, 0)?;
-        p.first_fpdu_delay = cfg.first_fpdu_delay;
+        p.rtr_timeout = cfg.rtr_timeout;
         p.hs = Some(hs);
         p.state = ConnectionState::Connecting;
         p.progress();
@@ -234,6 +250,16 @@ impl IwarpProvider {
             p.progress();
             match &p.state {
                 ConnectionState::Established => return Ok(p),
+                ConnectionState::Disconnected(_) if p.rtr_timed_out => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "iWARP connection failed: the peer never answered the RDMA Read \
+                             sent as RTR (RFC 6581) within {:?}",
+                            p.rtr_timeout
+                        ),
+                    ))
+                }
                 ConnectionState::Disconnected(r) => {
                     return Err(io::Error::new(
                         io::ErrorKind::ConnectionRefused,
@@ -294,13 +320,14 @@ impl IwarpProvider {
 
     /// True when a progress pass now could not move anything by itself:
     /// no connection event, queue-pair event or completion waiting, no
-    /// output ready to hand to TCP, no handshake or held first FPDU.
+    /// output ready to hand to TCP, no handshake or RTR in progress.
     /// Only new input (or new work requests) can change that, so a
     /// blocking owner that just made a pass may sleep in
     /// [`IwarpProvider::read_blocking`] without another pass first.
     pub fn settled(&self) -> bool {
         self.hs.is_none()
-            && self.hold_tx_until.is_none()
+            && self.rtr.is_none()
+            && self.stash.is_empty()
             && self.events.is_empty()
             && !self.qp.events_pending()
             && self.qp.completions_pending() == 0
@@ -336,7 +363,8 @@ impl IwarpProvider {
             || self.qp.events_pending()
             || !self.events.is_empty()
             || self.qp.has_unconfirmed()
-            || (self.qp.has_output() && !self.write_blocked && self.hold_tx_until.is_none())
+            || !self.stash.is_empty()
+            || (self.qp.has_output() && !self.write_blocked)
     }
 
     /// Blocks until the socket is readable (or writable while
@@ -353,12 +381,13 @@ impl IwarpProvider {
             }
             return Ok(false);
         }
-        let timeout = match self.hold_tx_until {
-            Some(t) if self.qp.has_output() => {
-                let left = t.saturating_duration_since(Instant::now());
+        // A Read RTR nudges and gives up on a timer, without input.
+        let timeout = match &self.rtr {
+            Some((w, _)) => {
+                let left = w.next_wakeup().saturating_duration_since(Instant::now());
                 Some(timeout.map_or(left, |d| d.min(left)))
             }
-            _ => timeout,
+            None => timeout,
         };
         let mut flags = PollFlags::empty();
         if !self.eof {
@@ -450,10 +479,7 @@ impl IwarpProvider {
                 Ok((Progress::Established(est), used)) => {
                     self.local_frame = hs.sent_frame().cloned();
                     self.hs = None;
-                    if !self.first_fpdu_delay.is_zero() {
-                        self.hold_tx_until = Some(Instant::now() + self.first_fpdu_delay);
-                    }
-                    self.set_established(est);
+                    self.start_rtr(est);
                     self.qp.handle_input(&data[used..]);
                     return;
                 }
@@ -477,6 +503,65 @@ impl IwarpProvider {
         }
     }
 
+    /// Initiator, MPA Reply accepted: sends the RTR the Reply asked for.
+    /// With a Read RTR the connection stays `Connecting` (and the ULP's
+    /// Sends are refused) until its Read Response arrives (see
+    /// [`crate::rtr`]); otherwise it is established at once.
+    fn start_rtr(&mut self, est: Established) {
+        match est.rtr {
+            Rtr::None => self.set_established(est),
+            Rtr::Write => {
+                self.qp.establish(est.params);
+                if rtr::post_write(&mut self.qp).is_ok() {
+                    self.rtr_outstanding += 1;
+                }
+                self.set_established(est);
+            }
+            Rtr::Read => {
+                self.qp.establish(est.params);
+                match ReadRtr::start(&mut self.qp, Instant::now(), self.rtr_timeout) {
+                    Ok(w) => self.rtr = Some((w, est)),
+                    Err(_) => self.qp.abort(DisconnectReason::Error {
+                        status: Status::LocalOperation,
+                        blame: Blame::Local,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Initiator: one step of a Read RTR (see [`crate::rtr`]).
+    fn progress_rtr(&mut self) {
+        let Some((w, _)) = self.rtr.as_mut() else {
+            return;
+        };
+        let step = w.step(&mut self.qp, Instant::now(), &mut self.stash);
+        let ready = match step {
+            Step::Waiting if self.qp.is_closed() => false,
+            Step::Waiting => return,
+            Step::Ready => true,
+            Step::TimedOut => {
+                self.rtr_timed_out = true;
+                false
+            }
+            Step::Failed(_) => false,
+        };
+        let Some((w, est)) = self.rtr.take() else {
+            return;
+        };
+        w.finish(&mut self.qp);
+        if ready {
+            self.set_established(est);
+            // What the ULP queued meanwhile (receives) may move now.
+            self.progress_stream();
+        } else if !self.qp.is_closed() {
+            self.qp.abort(DisconnectReason::Error {
+                status: Status::RemoteOperation,
+                blame: Blame::Remote,
+            });
+        }
+    }
+
     /// One progress pass (see the module docs).
     pub fn progress(&mut self) {
         if self.hs.is_some() {
@@ -484,6 +569,9 @@ impl IwarpProvider {
         }
         if self.hs.is_none() && self.state != ConnectionState::Idle {
             self.progress_stream();
+            if self.rtr.is_some() {
+                self.progress_rtr();
+            }
         }
         while let Some(QpEvent::Disconnected(r)) = self.qp.poll_event() {
             self.state = ConnectionState::Disconnected(r.clone());
@@ -507,14 +595,7 @@ impl IwarpProvider {
         if !self.dontwait || std::mem::take(&mut self.confirm_due) {
             self.qp.confirm_transmitted();
         }
-        // 3. Write, gathering from registered memory (after the initiator's
-        //    settle time: see `IwarpConfig::first_fpdu_delay`).
-        if let Some(t) = self.hold_tx_until {
-            if Instant::now() < t && !self.qp.is_closed() {
-                return;
-            }
-            self.hold_tx_until = None;
-        }
+        // 3. Write, gathering from registered memory.
         if !self.shut_wr {
             let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
             let dontwait = self.dontwait;
@@ -663,7 +744,7 @@ impl IwarpProvider {
     pub fn read_blocking(&mut self, timeout: Duration) -> io::Result<bool> {
         self.progressed = false;
         self.confirm_due = true;
-        if !self.dontwait || self.write_blocked || self.hold_tx_until.is_some() {
+        if !self.dontwait || self.write_blocked || self.rtr.is_some() {
             return self.wait(Some(timeout));
         }
         // Sends handed to TCP are confirmed by the pass after this read
@@ -787,6 +868,11 @@ impl Provider for IwarpProvider {
 
     fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError> {
         self.progressed = false;
+        if self.rtr.is_some() {
+            // Not established yet: nothing may follow the RTR before its
+            // Read Response.
+            return Err(ProviderError::NotConnected);
+        }
         self.qp.post_send(wr)?;
         self.wake_self();
         Ok(())
@@ -799,17 +885,28 @@ impl Provider for IwarpProvider {
             self.progress();
         }
         self.progressed = false;
-        self.qp.poll_completions(out)
+        let from = out.len();
+        if !self.stash.is_empty() {
+            out.append(&mut self.stash);
+        }
+        let own = out.len();
+        self.qp.poll_completions(out);
+        if self.rtr_outstanding > 0 {
+            rtr::take_internal(out, own, &mut self.rtr_outstanding);
+        }
+        out.len() - from
     }
 
     fn arm(&mut self, waker: &Waker, notify: Notify) {
         // An owner that sleeps on the waker (not in `read_blocking`) gets
         // its unconfirmed Sends confirmed by the next pass.
         self.confirm_due = true;
-        // Output held back by the initiator's settle time has no fd event
-        // to wake the driver: wake now (it polls again shortly).
-        let held = self.hold_tx_until.is_some() && self.qp.has_output();
-        let ready = held
+        // A Read RTR's nudge that is due has no fd event to wake the owner.
+        let due = self
+            .rtr
+            .as_ref()
+            .is_some_and(|(w, _)| Instant::now() >= w.next_wakeup());
+        let ready = due
             || match notify {
                 Notify::Any => self.work_pending(),
                 Notify::Solicited => {

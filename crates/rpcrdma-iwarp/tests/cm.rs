@@ -2,7 +2,7 @@
 //! the lab's Linux captures), revision and CRC negotiation, Markers refusal,
 //! IRD/ORD exchange, Reject.
 
-use rpcrdma_iwarp::cm::{Handshake, HandshakeError, IwarpConfig, Progress};
+use rpcrdma_iwarp::cm::{Handshake, HandshakeError, IwarpConfig, Progress, Rtr};
 use rpcrdma_iwarp::mpa::{IrdOrd, MpaFrameError};
 
 fn hx(s: &str) -> Vec<u8> {
@@ -46,6 +46,7 @@ fn linux_client_request_bytes() {
         ird: 128,
         ord: 0,
         private_data: RFC8797_CLIENT.to_vec(),
+        rtr: false,
         ..Default::default()
     };
     let h = Handshake::initiator(cfg).unwrap();
@@ -61,6 +62,7 @@ fn crc_request_sets_c_flag() {
         crc: true,
         ird: 1,
         ord: 1,
+        rtr: false,
         ..Default::default()
     };
     let h = Handshake::initiator(cfg).unwrap();
@@ -87,16 +89,30 @@ fn rev2_exchange_agrees_on_ird_ord_and_strips_header() {
     let (p, acc) = exchange(ini, resp);
     let acc = acc.unwrap();
     assert_eq!(acc.peer_private_data, RFC8797_CLIENT);
-    assert_eq!(acc.peer_ird_ord, Some(IrdOrd::new(16, 8)));
+    assert_eq!(
+        acc.peer_ird_ord,
+        Some(IrdOrd {
+            peer_to_peer: true,
+            rtr_read: true,
+            ..IrdOrd::new(16, 8)
+        })
+    );
     // The responder's ORD is capped at the initiator's IRD.
     assert_eq!((acc.params.ird, acc.params.ord), (4, 16));
     let Progress::Established(e) = p else {
         panic!("{p:?}")
     };
     assert_eq!(e.peer_private_data, [0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3]);
-    assert_eq!(e.peer_ird_ord, Some(IrdOrd::new(4, 16)));
+    assert_eq!(
+        e.peer_ird_ord,
+        Some(IrdOrd {
+            peer_to_peer: true,
+            rtr_write: true,
+            ..IrdOrd::new(4, 16)
+        })
+    );
     // The raw frame still has the IRD/ORD header.
-    assert_eq!(&e.peer_frame.private_data[..4], &[0, 4, 0, 16]);
+    assert_eq!(&e.peer_frame.private_data[..4], &[0x80, 4, 0x80, 16]);
     assert_eq!((e.params.ird, e.params.ord), (16, 4));
     assert_eq!(e.revision, 2);
     assert!(!e.params.crc);
@@ -264,4 +280,96 @@ fn leftover_after_reply_is_fpdu_stream() {
     let (p, used) = i.feed(&wire).unwrap();
     assert!(matches!(p, Progress::Established(_)));
     assert_eq!(used, n);
+}
+
+// ---------------------------------------------------------------- RTR
+
+/// Our Request by default (RFC 6581 section 9.2): peer-to-peer (A, the top
+/// bit of IRD) with the zero-length Read as the only RTR (D, 0x4000 in
+/// ORD), and an ORD of at least 1 for that Read.
+#[test]
+fn default_request_offers_the_read_rtr() {
+    let cfg = IwarpConfig {
+        ird: 16,
+        ord: 0,
+        private_data: RFC8797_CLIENT.to_vec(),
+        ..Default::default()
+    };
+    let h = Handshake::initiator(cfg).unwrap();
+    assert_eq!(
+        h.output(),
+        &hx("4d504120494420526571204672616d65 10 02 000c 8010 4001 f6ab0e18 01 01 03 03")[..]
+    );
+}
+
+/// Feeds `reply` to an initiator with the default (RTR) configuration.
+fn initiator_sees(reply: &[u8]) -> Result<Progress, HandshakeError> {
+    let mut i = Handshake::initiator(IwarpConfig {
+        private_data: RFC8797_CLIENT.to_vec(),
+        ..Default::default()
+    })
+    .unwrap();
+    let n = i.output().len();
+    i.consume_output(n);
+    i.feed(reply).map(|(p, _)| p)
+}
+
+/// Linux siw answers a Read-only offer with A and D set (siw_proc_mpareq)
+/// and raises its IRD to our ORD: the initiator must send a Read RTR and
+/// wait for its response.
+#[test]
+fn linux_reply_with_read_rtr_means_wait_for_the_read() {
+    let linux = hx("4d504120494420526570204672616d65 10 02 000c 8001 4010 f6ab0e18 01 00 03 03");
+    let Ok(Progress::Established(e)) = initiator_sees(&linux) else {
+        panic!()
+    };
+    assert_eq!(e.rtr, Rtr::Read);
+    assert_eq!(e.params.ord, 1);
+    assert_eq!(e.peer_private_data, [0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3]);
+}
+
+/// Our responder answers a peer-to-peer Request with A and C (Write RTR):
+/// it is ready before its Reply, so the initiator needs no round trip.
+#[test]
+fn our_responder_names_the_write_rtr() {
+    let (p, acc) = exchange(IwarpConfig::default(), IwarpConfig::default());
+    let Progress::Established(e) = p else {
+        panic!("{p:?}")
+    };
+    assert_eq!(e.rtr, Rtr::Write);
+    assert_eq!(acc.unwrap().rtr, Rtr::Write);
+    let io = e.peer_ird_ord.unwrap();
+    assert!(io.peer_to_peer && io.rtr_write && !io.rtr_read && !io.rtr_send);
+    // Without the offer, the client-server model: no RTR either way.
+    let (p, acc) = exchange(
+        IwarpConfig {
+            rtr: false,
+            ..Default::default()
+        },
+        IwarpConfig::default(),
+    );
+    let Progress::Established(e) = p else {
+        panic!("{p:?}")
+    };
+    assert_eq!((e.rtr, acc.unwrap().rtr), (Rtr::None, Rtr::None));
+    assert!(!e.peer_ird_ord.unwrap().peer_to_peer);
+}
+
+/// A Reply without A: client-server, nothing to send first. A Reply with A
+/// but only a Send RTR, or a Read RTR with IRD 0: no RTR we can send.
+#[test]
+fn reply_rtr_choices() {
+    let key = "4d504120494420526570204672616d65 10 02 0004";
+    let cs = initiator_sees(&hx(&format!("{key} 0010 0010"))).unwrap();
+    let Progress::Established(e) = cs else {
+        panic!()
+    };
+    assert_eq!(e.rtr, Rtr::None);
+    for io in ["c010 0010", "8000 4010"] {
+        assert_eq!(
+            initiator_sees(&hx(&format!("{key} {io}"))).unwrap_err(),
+            HandshakeError::NoMatchingRtr,
+            "{io}"
+        );
+    }
 }

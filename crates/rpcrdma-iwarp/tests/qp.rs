@@ -1462,3 +1462,65 @@ mod lone_small_send {
         }
     }
 }
+
+/// RFC 5041 section 5.2: the STag and TO of a zero-length tagged message
+/// are not checked. A zero-length RDMA Write naming an STag the receiver
+/// never registered (Linux siw's Write RTR uses STag 1) is accepted
+/// silently, and so is a zero-length RDMA Read: its Read Response comes
+/// back, and the stream goes on.
+#[test]
+fn zero_length_write_and_read_ignore_the_stag() {
+    let (mut a, mut b) = pair(params(true, false));
+    let sink = reg(&mut a, vec![0; 1], RW);
+    for (wr_id, op, sges) in [
+        (
+            1,
+            SendOp::Write {
+                remote: RemoteAddr {
+                    stag: Stag(1),
+                    offset: 0x1234,
+                },
+            },
+            vec![],
+        ),
+        (
+            2,
+            SendOp::Read {
+                remote: RemoteAddr {
+                    stag: Stag(0xdead_be01),
+                    offset: 7,
+                },
+            },
+            vec![sink.sge(0, 0)],
+        ),
+    ] {
+        a.post_send(SendWr {
+            wr_id,
+            op,
+            sges: sges.into(),
+        })
+        .unwrap();
+    }
+    pump(&mut a, &mut b);
+    let c = cq(&mut a);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert!(c.iter().all(|c| c.status == Status::Success), "{c:?}");
+    assert_eq!(b.terminate_sent(), None);
+    assert!(b.is_established() && a.is_established());
+    // The stream still works: a Send after them arrives.
+    let rbuf = reg(&mut b, vec![0; 8], RW);
+    b.post_recv(RecvWr {
+        wr_id: 9,
+        sge: rbuf.sge(0, 8),
+    })
+    .unwrap();
+    let src = reg(&mut a, vec![5; 8], Access::NONE);
+    a.post_send(SendWr {
+        wr_id: 3,
+        op: SendOp::Send { solicited: false },
+        sges: vec![src.sge(0, 8)].into(),
+    })
+    .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(cq(&mut b)[0].status, Status::Success);
+}

@@ -72,8 +72,14 @@ fn private_data_and_ird_ord_reach_both_sides() {
     assert_eq!((ia.ird, ia.ord), (8, 2));
     assert_eq!((ib.ird, ib.ord), (2, 8));
     // The raw frames keep the IRD/ORD header.
-    assert_eq!(&a.peer_frame().unwrap().private_data[..4], &[0, 2, 0, 8]);
-    assert_eq!(&b.peer_frame().unwrap().private_data[..4], &[0, 8, 0, 2]);
+    assert_eq!(
+        &a.peer_frame().unwrap().private_data[..4],
+        &[0x80, 2, 0x80, 8]
+    );
+    assert_eq!(
+        &b.peer_frame().unwrap().private_data[..4],
+        &[0x80, 8, 0x40, 2]
+    );
 }
 
 #[test]

@@ -225,6 +225,73 @@ fn a_call_timeout_ends_the_connection() {
     assert!(p.s.conn.is_closed());
 }
 
+/// A peer that never answers: each call timeout ends the connection, the
+/// call goes out again with the same XID on the next one, and after
+/// `max_transmissions` connections it fails for good with `NoReply`
+/// (not kept for another connection). Linux: `retrans`, then the major
+/// timeout.
+#[test]
+fn a_silent_peer_fails_the_call_after_max_transmissions() {
+    let mut cfg = Config::client();
+    cfg.call_timeout = Some(Duration::from_secs(5));
+    cfg.max_transmissions = Some(3);
+    let mut p = Pair::new(cfg, Config::server());
+    let id = p.call(OutgoingCall::inline(
+        stream(&opaque_call(1, &[0; 4], false), 0),
+        256,
+    ));
+    let mut xids = Vec::new();
+    for n in 1..=3u32 {
+        let calls = p.server_calls();
+        assert_eq!(calls.len(), 1, "transmission {n}");
+        xids.push(calls[0].xid);
+        // Silence: the timer ends the connection.
+        assert!(p.advance());
+        assert_eq!(p.c.conn.error(), Some(&ConnectionError::Timeout));
+        let ev = p.client_events();
+        let failed: Vec<_> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::CallFailed {
+                    id: i,
+                    error,
+                    retransmit,
+                    ..
+                } if *i == id => Some((error.clone(), *retransmit)),
+                _ => None,
+            })
+            .collect();
+        if n < 3 {
+            assert!(
+                matches!(failed[..], [(CallFailure::ConnectionLost(_), true)]),
+                "{failed:?}"
+            );
+            p.reconnect(FaultConfig::default(), FaultConfig::default());
+        } else {
+            assert_eq!(
+                failed,
+                [(
+                    CallFailure::NoReply {
+                        transmissions: 3,
+                        last: ConnectionError::Timeout
+                    },
+                    false
+                )]
+            );
+            let msg = failed[0].0.to_string();
+            assert!(
+                msg.contains("never answered") && msg.contains("3 transmission"),
+                "{msg}"
+            );
+        }
+    }
+    assert!(xids.iter().all(|x| *x == xids[0]), "same XID: {xids:?}");
+    // Nothing is left to send on a next connection.
+    p.reconnect(FaultConfig::default(), FaultConfig::default());
+    assert!(p.server_calls().is_empty());
+    assert_eq!(p.c.conn.metrics().retransmits, 2);
+}
+
 /// The next timeout is the earliest deadline of the calls still waiting,
 /// whatever order the calls were sent and answered in, and even if the
 /// caller's clock went back between two calls.
@@ -323,6 +390,8 @@ fn fault_run(seed: u64) -> (u64, u64) {
     const N: usize = 40;
     let mut c = Config::client();
     c.call_timeout = Some(Duration::from_secs(30));
+    // Up to six faulty connections in a row: no bound on transmissions.
+    c.max_transmissions = None;
     let mut p = Pair::with_faults(
         c,
         Config::server(),

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rpcrdma_iwarp::cm::IwarpConfig;
+use rpcrdma_iwarp::cm::{IwarpConfig, Rtr};
 use rpcrdma_iwarp::tcp::{IwarpProvider, Listener};
 use rpcrdma_proto::provider::{ConnectionEvent, Provider};
 
@@ -23,7 +23,10 @@ pub fn connected_pair(ini: &IwarpConfig, resp: &IwarpConfig) -> (IwarpProvider, 
     }
     for _ in 0..10_000 {
         match a.poll_event() {
-            Some(ConnectionEvent::Established(_)) => return (a, b),
+            Some(ConnectionEvent::Established(_)) => {
+                take_write_rtr(&a, &mut b);
+                return (a, b);
+            }
             Some(e) => panic!("active side: {e:?}"),
             None => {
                 a.wait(Some(Duration::from_millis(10))).unwrap();
@@ -31,4 +34,21 @@ pub fn connected_pair(ini: &IwarpConfig, resp: &IwarpConfig) -> (IwarpProvider, 
         }
     }
     panic!("active side never established");
+}
+
+/// The passive side reads the initiator's RFC 6581 Write RTR (a
+/// zero-length RDMA Write), if it sent one, so that tests start with
+/// nothing in flight.
+pub fn take_write_rtr(a: &IwarpProvider, b: &mut IwarpProvider) {
+    if a.established().map(|e| e.rtr) != Some(Rtr::Write) {
+        return;
+    }
+    for _ in 0..1_000 {
+        if b.stats().rx_fpdus[0] >= 1 {
+            return;
+        }
+        b.wait(Some(Duration::from_millis(10))).unwrap();
+        b.poll_event();
+    }
+    panic!("the Write RTR never arrived");
 }

@@ -117,6 +117,8 @@ struct OutCall {
     pending_inv: usize,
     reply: Option<Result<ReplyData, CallFailure>>,
     deadline: Option<Instant>,
+    /// Connections it was sent on (see [`Config::max_transmissions`]).
+    transmissions: u32,
 }
 
 impl OutCall {
@@ -135,6 +137,7 @@ impl OutCall {
             pending_inv: 0,
             reply: None,
             deadline: None,
+            transmissions: 0,
         }
     }
 
@@ -461,8 +464,9 @@ impl Connection {
         next.metrics = self.metrics;
         next.metrics.credits_granted = 0;
         for c in self.retransmits.drain(..) {
-            next.queue
-                .push_back(OutCall::new(c.id, c.xid, c.call, c.retransmit));
+            let mut oc = OutCall::new(c.id, c.xid, c.call, c.retransmit);
+            oc.transmissions = c.transmissions;
+            next.queue.push_back(oc);
         }
         next
     }
@@ -1912,6 +1916,9 @@ impl Connection {
         if retransmit {
             self.metrics.retransmits += 1;
         }
+        if let Some(c) = self.calls.get_mut(&xid) {
+            c.transmissions += 1;
+        }
         if let Some(d) = deadline {
             self.add_deadline(d, xid);
         }
@@ -3055,6 +3062,24 @@ impl Connection {
                 continue;
             }
             self.zombies.extend(call.all_mrs());
+            if self
+                .config
+                .max_transmissions
+                .is_some_and(|m| call.transmissions >= m)
+            {
+                // Sent on as many connections as allowed: the peer never
+                // answered (Linux: the major timeout, rpc_check_timeout).
+                self.events.push_back(Event::CallFailed {
+                    id: call.id,
+                    xid: call.xid,
+                    error: CallFailure::NoReply {
+                        transmissions: call.transmissions,
+                        last: err.clone(),
+                    },
+                    retransmit: false,
+                });
+                continue;
+            }
             // It was sent: sending it again is a retransmission.
             call.retransmit = true;
             call.pending_inv = 0;

@@ -90,6 +90,12 @@ pub struct Config {
     /// (Linux: a timeout forces a disconnect; the call is retransmitted on
     /// the next connection). Default 60 s. `None`: no timer.
     pub call_timeout: Option<Duration>,
+    /// Transmissions of one call (the first and the retransmissions, each
+    /// on a new connection) before it fails with [`CallFailure::NoReply`]
+    /// instead of waiting for another connection: Linux NFS `retrans` + 1.
+    /// Default 3 (Linux's `retrans=2` for NFS over RDMA). `None`:
+    /// unbounded.
+    pub max_transmissions: Option<u32>,
     /// Calls waiting for a credit before [`CallError::QueueFull`]. Default
     /// 1024.
     pub max_queued: usize,
@@ -137,6 +143,7 @@ impl Config {
             ird: 16,
             ord: 0,
             call_timeout: Some(Duration::from_secs(60)),
+            max_transmissions: Some(3),
             max_queued: 1024,
             first_xid: 0x1000_0000,
             read_timeout: Some(Duration::from_secs(30)),
@@ -332,6 +339,15 @@ pub enum CallFailure {
     Local(CallError),
     /// The connection ended before the reply arrived.
     ConnectionLost(ConnectionError),
+    /// The peer never answered: the call went out on `transmissions`
+    /// connections ([`Config::max_transmissions`]), and the last one ended
+    /// with `last` (a timeout when the peer was silent).
+    NoReply {
+        /// Transmissions made, one per connection.
+        transmissions: u32,
+        /// How the last connection ended.
+        last: ConnectionError,
+    },
 }
 
 impl fmt::Display for CallFailure {
@@ -341,6 +357,14 @@ impl fmt::Display for CallFailure {
             CallFailure::BadReply(why) => write!(f, "bad reply: {why}"),
             CallFailure::Local(e) => write!(f, "{e}"),
             CallFailure::ConnectionLost(e) => write!(f, "connection lost: {e}"),
+            CallFailure::NoReply {
+                transmissions,
+                last,
+            } => write!(
+                f,
+                "the peer never answered: no reply after {transmissions} transmission(s), \
+                 one per connection (last connection: {last})"
+            ),
         }
     }
 }
