@@ -7,28 +7,15 @@
 use std::path::{Path, PathBuf};
 
 use rpcrdma_cli::fuzzing::fuzz_pcap;
+use rpcrdma_proto::fuzzing::replay_dir;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn replay_dir(dir: &Path) -> usize {
-    let entries = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("corpus directory {} missing: {e}", dir.display()));
-    let mut n = 0;
-    for e in entries {
-        let path = e.unwrap().path();
-        let data = std::fs::read(&path).unwrap();
-        let r = std::panic::catch_unwind(|| fuzz_pcap(&data));
-        assert!(r.is_ok(), "fuzz target pcap panicked on {}", path.display());
-        n += 1;
-    }
-    n
-}
-
 #[test]
 fn pcap_corpus_replays_without_panics() {
-    let n = replay_dir(&root().join("fuzz/corpus/pcap"));
+    let n = replay_dir(&root().join("fuzz/corpus/pcap"), "pcap", fuzz_pcap);
     assert!(n > 0, "corpus for pcap is empty");
     eprintln!("replayed {n} corpus files");
 }

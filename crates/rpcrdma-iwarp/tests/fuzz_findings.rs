@@ -90,13 +90,10 @@ fn a_short_read_response_with_last_does_not_complete_the_read() {
 #[ignore = "known defects recv-stale-octets, read-short-response: fixes pending on wt-qp"]
 fn fuzzer_inputs_pass_every_check() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/qp_segments");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let path = e.unwrap().path();
-        let data = std::fs::read(&path).unwrap();
-        let r = std::panic::catch_unwind(|| rpcrdma_iwarp::fuzzing::fuzz_qp_segments(&data));
-        assert!(r.is_ok(), "qp_segments fails on {}", path.display());
-        n += 1;
-    }
+    let n = rpcrdma_proto::fuzzing::replay_dir(
+        &dir,
+        "qp_segments",
+        rpcrdma_iwarp::fuzzing::fuzz_qp_segments,
+    );
     assert!(n > 0);
 }

@@ -170,6 +170,27 @@ pub fn skipped(defect: &str) -> bool {
 /// A fuzz entry point.
 pub type FuzzFn = fn(&[u8]);
 
+/// Runs the entry point `f` of target `name` on every file of `dir` (a
+/// corpus, or saved findings); panics naming the first file on which it
+/// panics, or when `dir` is missing; returns the number of files.
+pub fn replay_dir(dir: &std::path::Path, name: &str, f: FuzzFn) -> usize {
+    let entries = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("directory {} missing: {e}", dir.display()));
+    let mut n = 0;
+    for e in entries {
+        let path = e.map(|e| e.path()).unwrap_or_default();
+        let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let r = std::panic::catch_unwind(|| f(&data));
+        assert!(
+            r.is_ok(),
+            "fuzz target {name} panicked on {}",
+            path.display()
+        );
+        n += 1;
+    }
+    n
+}
+
 /// Every fuzz target, by name, for the corpus replay.
 pub const TARGETS: &[(&str, FuzzFn)] = &[
     ("header", fuzz_header),

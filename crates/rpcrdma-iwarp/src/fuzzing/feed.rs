@@ -44,3 +44,15 @@ pub fn feed(qp: &mut QueuePair, data: &[u8], mode: Mode, cuts: &[usize]) {
         rest = &rest[n..];
     }
 }
+
+/// Appends everything `qp` has to send to `out`.
+pub fn drain(qp: &mut QueuePair, out: &mut Vec<u8>) {
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = qp.poll_transmit(&mut buf);
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}

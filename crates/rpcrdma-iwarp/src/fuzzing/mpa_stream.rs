@@ -33,7 +33,7 @@ use crate::TerminateCode;
 use rpcrdma_proto::provider::{Completion, DisconnectReason};
 
 use super::env::Env;
-use super::feed::{feed, Mode};
+use super::feed::{drain, feed, Mode};
 use super::gen::{self, GenState};
 
 /// Longest stream built from generated pieces.
@@ -56,14 +56,7 @@ fn outcome(params: StreamParams, stream: &[u8], mode: Mode, cuts: &[usize]) -> O
     let mut env = Env::new(params);
     feed(&mut env.qp, stream, mode, cuts);
     let mut output = Vec::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = env.qp.poll_transmit(&mut buf);
-        if n == 0 {
-            break;
-        }
-        output.extend_from_slice(&buf[..n]);
-    }
+    drain(&mut env.qp, &mut output);
     let mut completions = Vec::new();
     env.qp.poll_completions(&mut completions);
     let close_reason = env.qp.close_reason().cloned();

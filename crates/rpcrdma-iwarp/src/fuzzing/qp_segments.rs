@@ -43,7 +43,7 @@ use crate::TerminateCode;
 use rpcrdma_proto::provider::{Completion, Opcode as CqOp, Status};
 
 use super::env::{Env, Kind, INV_WR, READ_LENS, READ_WR, RECV_LENS, RECV_WR};
-use super::feed::{feed, Mode};
+use super::feed::{drain, feed, Mode};
 use super::gen::{self, GenState};
 
 /// Segments fed at most.
@@ -408,16 +408,9 @@ fn run(data: &[u8]) -> Result<()> {
     let mut g = GenState::new(&env);
     let mut tx = FpduSender::new(FramingConfig { crc, markers });
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 1 << 16];
     let mut comps = Vec::new();
     let mut step = |env: &mut Env, model: &mut Model, out: &mut Vec<u8>| {
-        loop {
-            let n = env.qp.poll_transmit(&mut buf);
-            if n == 0 {
-                break;
-            }
-            out.extend_from_slice(&buf[..n]);
-        }
+        drain(&mut env.qp, out);
         comps.clear();
         env.qp.poll_completions(&mut comps);
         for c in &comps {
