@@ -6,7 +6,6 @@
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use rpcrdma_proto::DecodeError;
 
 use crate::input::{read_input, InputError};
 
@@ -44,22 +43,7 @@ pub struct DecodeArgs {
     pub pcap: Option<String>,
 }
 
-/// A decode that went wrong, with the `"error"` kind printed under `--json`.
-pub struct Failure {
-    pub kind: String,
-    pub offset: usize,
-    pub detail: String,
-}
-
-impl From<DecodeError> for Failure {
-    fn from(e: DecodeError) -> Self {
-        Failure {
-            kind: e.kind.name().to_string(),
-            offset: e.offset,
-            detail: e.to_string(),
-        }
-    }
-}
+pub use rpcrdma_cli::Failure;
 
 /// Runs the subcommand.
 pub fn run(args: DecodeArgs) -> ExitCode {

@@ -100,14 +100,14 @@ struct Pkt {
 /// Output sink: JSON lines streamed, text grouped per connection.
 struct Out {
     json: bool,
-    stdout: std::io::BufWriter<std::io::Stdout>,
+    w: Box<dyn Write>,
     texts: Vec<Vec<String>>,
 }
 
 impl Out {
     fn print(&mut self, s: &str) {
         // A closed pipe is not an error worth a panic.
-        let _ = writeln!(self.stdout, "{s}");
+        let _ = writeln!(self.w, "{s}");
     }
 }
 
@@ -152,6 +152,19 @@ impl Dir {
             state: St::Handshake(Vec::new()),
             frame: None,
         }
+    }
+
+    /// Stream octets this direction holds (out of order, or waiting for a
+    /// frame, an FPDU or the rest of a Send).
+    fn buffered(&self) -> usize {
+        self.reasm.buffered()
+            + match &self.state {
+                St::Handshake(b) | St::Waiting(b) => b.len(),
+                St::Fpdu(fs) => {
+                    fs.buf.len() + fs.sends.values().map(|p| p.data.len()).sum::<usize>()
+                }
+                St::Closed => 0,
+            }
     }
 }
 
@@ -261,7 +274,10 @@ struct Stats {
     ignored_conns: u64,
 }
 
-struct Decoder {
+/// The dissector: feed it the records of a capture with
+/// [`Decoder::packet`], then call [`Decoder::finish`]; it writes what
+/// `rpcrdma decode --pcap` prints.
+pub struct Decoder {
     out: Out,
     conns: Vec<Conn>,
     by_key: HashMap<(SocketAddr, SocketAddr), usize>,
@@ -277,11 +293,12 @@ fn key(a: SocketAddr, b: SocketAddr) -> (SocketAddr, SocketAddr) {
 }
 
 impl Decoder {
-    fn new(json: bool) -> Self {
+    /// A dissector writing JSON lines (`json`) or the text listing to `w`.
+    pub fn new(json: bool, w: Box<dyn Write>) -> Self {
         Decoder {
             out: Out {
                 json,
-                stdout: std::io::BufWriter::new(std::io::stdout()),
+                w,
                 texts: Vec::new(),
             },
             conns: Vec::new(),
@@ -290,7 +307,19 @@ impl Decoder {
         }
     }
 
-    fn packet(&mut self, rec: &pcap::Record<'_>) {
+    /// Octets of captured TCP payload held now, over every connection
+    /// (each is bounded per direction: [`crate::tcp_reassembly::MAX_OOO_BYTES`],
+    /// [`MAX_PENDING`], [`MAX_SEND_LEN`] × [`MAX_PARTIAL_SENDS`], one FPDU).
+    pub fn buffered(&self) -> usize {
+        self.conns
+            .iter()
+            .flat_map(|c| c.dirs.iter())
+            .map(Dir::buffered)
+            .sum()
+    }
+
+    /// Dissects one record.
+    pub fn packet(&mut self, rec: &pcap::Record<'_>) {
         self.stats.packets += 1;
         let pkt = Pkt {
             number: rec.number,
@@ -397,7 +426,9 @@ impl Decoder {
         }
     }
 
-    fn finish(&mut self) {
+    /// End of the capture: reports what is incomplete, prints the text
+    /// listing, flushes.
+    pub fn finish(&mut self) {
         for c in &mut self.conns {
             finish_conn(&mut self.out, c);
         }
@@ -436,7 +467,7 @@ impl Decoder {
             );
             self.out.print(&tail);
         }
-        let _ = self.out.stdout.flush();
+        let _ = self.out.w.flush();
     }
 }
 
@@ -1041,7 +1072,7 @@ pub fn run(path: &str, json: bool) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(json, &e),
     };
-    let mut dec = Decoder::new(json);
+    let mut dec = Decoder::new(json, Box::new(std::io::BufWriter::new(std::io::stdout())));
     loop {
         match reader.next_record() {
             Ok(Some(rec)) => dec.packet(&rec),

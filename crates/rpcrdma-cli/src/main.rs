@@ -7,14 +7,13 @@
 
 mod bench;
 mod decode;
-mod decode_pcap;
 mod demo;
 mod input;
-mod json_header;
-mod json_misc;
-mod pcap;
 mod rdma_cmd;
-mod tcp_reassembly;
+
+// The decoders live in the library (`src/lib.rs`), which the fuzz targets
+// and their corpus replay call too.
+use rpcrdma_cli::{decode_pcap, json_header, json_misc};
 
 use std::process::ExitCode;
 

@@ -66,6 +66,11 @@ impl Reassembler {
         }
     }
 
+    /// Out-of-order octets buffered now (at most [`MAX_OOO_BYTES`]).
+    pub fn buffered(&self) -> usize {
+        self.ooo_bytes
+    }
+
     /// Octets delivered so far.
     #[cfg(test)]
     pub fn delivered(&self) -> u64 {

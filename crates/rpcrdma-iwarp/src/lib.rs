@@ -130,6 +130,7 @@ use core::fmt;
 pub mod cm;
 pub mod crc;
 pub mod ddp;
+pub mod fuzzing;
 pub mod mpa;
 pub mod qp;
 pub mod rdmap;

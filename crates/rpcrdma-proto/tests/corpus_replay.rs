@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rpcrdma_proto::fuzzing::TARGETS;
+use rpcrdma_proto::fuzzing::{replay_dir, TARGETS};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -25,21 +25,7 @@ fn hex_sample(text: &str) -> Vec<u8> {
 fn corpora_replay_without_panics() {
     let mut total = 0;
     for (name, f) in TARGETS {
-        let dir = root().join("fuzz/corpus").join(name);
-        let entries = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("corpus directory {} missing: {e}", dir.display()));
-        let mut n = 0;
-        for e in entries {
-            let path = e.unwrap().path();
-            let data = std::fs::read(&path).unwrap();
-            let r = std::panic::catch_unwind(|| f(&data));
-            assert!(
-                r.is_ok(),
-                "fuzz target {name} panicked on {}",
-                path.display()
-            );
-            n += 1;
-        }
+        let n = replay_dir(&root().join("fuzz/corpus").join(name), name, *f);
         assert!(n > 0, "corpus for {name} is empty");
         total += n;
     }

@@ -1,0 +1,34 @@
+//! Entry points of the iWARP fuzz targets in `fuzz/` (`mpa_stream`,
+//! `qp_segments`) and of their corpus replay in the normal test suite
+//! (`tests/corpus_replay.rs`). Each function takes the fuzzer's octets,
+//! builds its input from them with [`arbitrary::Unstructured`] and panics
+//! only on a real bug (a failed assertion, documented per target).
+//!
+//! * [`fuzz_mpa_stream`] ([`mpa_stream`]): the MPA FPDU receiver and the
+//!   queue pair's receive path on arbitrary octets, split anywhere, with
+//!   CRC and Markers on or off: no panic, and the same verdict however the
+//!   stream is split (octet-wise path, whole-FPDU fast path, direct
+//!   placement), in agreement with [`crate::mpa::fpdu::FpduReceiver`].
+//! * [`fuzz_qp_segments`] ([`qp_segments`]): structure-aware DDP/RDMAP
+//!   segments at a queue pair with registered memory: memory protection,
+//!   Read Request sources, Terminate codes, receive and Read completions.
+
+pub mod env;
+pub mod feed;
+pub mod gen;
+pub mod mpa_stream;
+pub mod qp_segments;
+
+pub use mpa_stream::fuzz_mpa_stream;
+pub use qp_segments::fuzz_qp_segments;
+
+pub use rpcrdma_proto::fuzzing::{skipped, KNOWN_DEFECTS};
+
+/// A fuzz entry point.
+pub type FuzzFn = fn(&[u8]);
+
+/// Every iWARP fuzz target, by name, for the corpus replay.
+pub const TARGETS: &[(&str, FuzzFn)] = &[
+    ("mpa_stream", fuzz_mpa_stream),
+    ("qp_segments", fuzz_qp_segments),
+];
