@@ -838,6 +838,28 @@ impl Provider for IwarpProvider {
     }
 }
 
+/// Connections the kernel queues for [`Listener`] before they are
+/// accepted. `std`'s 128 overflows when a burst of connections arrives
+/// while the acceptor is descheduled, and an overflow costs the client a
+/// SYN retransmission (1 s); the kernel caps it at `net.core.somaxconn`.
+const BACKLOG: i32 = 1024;
+
+/// A TCP listener on `a` (`SO_REUSEADDR`, as `std` sets it) with
+/// [`BACKLOG`].
+fn listen(a: SocketAddr) -> io::Result<TcpListener> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let family = if a.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
+    rustix::net::bind(&fd, &a)?;
+    rustix::net::listen(&fd, BACKLOG)?;
+    Ok(TcpListener::from(fd))
+}
+
 /// A passive iWARP endpoint: a TCP listener whose connections start with
 /// an MPA Request.
 #[derive(Debug)]
@@ -850,9 +872,19 @@ impl Listener {
     /// Binds a TCP listener. `cfg` gives the limits applied to incoming
     /// Requests (private data length) and the caps of accepted providers.
     pub fn bind(addr: impl ToSocketAddrs, cfg: IwarpConfig) -> io::Result<Self> {
-        let l = TcpListener::bind(addr)?;
-        l.set_nonblocking(true)?;
-        Ok(Listener { l, cfg })
+        let mut last = None;
+        for a in addr.to_socket_addrs()? {
+            match listen(a) {
+                Ok(l) => {
+                    l.set_nonblocking(true)?;
+                    return Ok(Listener { l, cfg });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on")
+        }))
     }
 
     /// The bound address.

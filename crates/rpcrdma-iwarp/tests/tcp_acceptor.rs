@@ -282,3 +282,27 @@ fn waker_ends_poll_and_drop_closes_pending() {
         assert!(closed_within(s, LIMIT));
     }
 }
+
+/// The listener queues a burst of connections nobody accepts yet (std's
+/// backlog of 128 would drop the SYNs past it: a connect then waits for
+/// a retransmission, 1 s).
+#[test]
+fn listener_queues_a_burst_of_connections() {
+    let somaxconn: i64 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    if somaxconn < 400 {
+        eprintln!("SKIPPED: net.core.somaxconn is {somaxconn}, below the burst of 400");
+        return;
+    }
+    let l = Listener::bind("127.0.0.1:0", IwarpConfig::default()).unwrap();
+    let addr = l.local_addr().unwrap();
+    let burst: Vec<TcpStream> = (0..400)
+        .map(|i| {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(900))
+                .unwrap_or_else(|e| panic!("connection {i}: {e}"))
+        })
+        .collect();
+    assert_eq!(burst.len(), 400);
+}
