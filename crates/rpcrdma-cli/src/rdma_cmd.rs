@@ -45,6 +45,8 @@ use rpcrdma::rdma::{
 use rpcrdma::testprog::{self, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
 use rpcrdma::{CallOptions, Client, ClientConfig, Message, ReplyError, RpcError, Server};
 use rpcrdma_iwarp::cm::IwarpConfig;
+
+use crate::accept_args::AcceptArgs;
 use rpcrdma_proto::engine::Config as EngineConfig;
 use serde_json::{json, Value};
 
@@ -158,6 +160,8 @@ pub struct ServeArgs {
     pub blocking: bool,
     #[command(flatten)]
     pub link: LinkArgs,
+    #[command(flatten)]
+    pub accept: AcceptArgs,
 }
 
 /// Runs `rpcrdma serve`.
@@ -166,10 +170,10 @@ pub fn serve(args: ServeArgs) -> ExitCode {
     rt.block_on(async move {
         let server = Server::default();
         testprog::register(&server);
-        let config = RdmaServerConfig {
+        let config = args.accept.apply(RdmaServerConfig {
             blocking: args.blocking,
             ..args.link.server_config()
-        };
+        });
         let rdma = match RdmaServer::serve(&server, args.listen.as_str(), config).await {
             Ok(r) => r,
             Err(e) => {
