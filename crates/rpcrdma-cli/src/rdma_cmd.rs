@@ -45,10 +45,10 @@ use rpcrdma::rdma::{
 use rpcrdma::testprog::{self, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
 use rpcrdma::{CallOptions, Client, ClientConfig, Message, ReplyError, RpcError, Server};
 use rpcrdma_iwarp::cm::IwarpConfig;
-
-use crate::accept_args::AcceptArgs;
 use rpcrdma_proto::engine::Config as EngineConfig;
 use serde_json::{json, Value};
+
+use crate::accept_args::AcceptArgs;
 
 /// Link and engine options shared by the RDMA commands.
 #[derive(Args, Debug, Clone)]
