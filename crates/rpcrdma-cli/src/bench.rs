@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use rpcrdma::rdma::{
-    connect_client, RdmaBlockingClient, RdmaClientConfig, RdmaServer, RdmaServerConfig, RdmaStatus,
+    connect_client, AcceptLimits, RdmaBlockingClient, RdmaClientConfig, RdmaServer,
+    RdmaServerConfig, RdmaStatus,
 };
 use rpcrdma::testprog::{
     self, PROC_ECHO, PROC_NULL, PROC_READ, TEST_MAX_DATA, TEST_PROG, TEST_VERS,
@@ -157,7 +158,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Connections being set up at once (bounded ramp; each RDMA setup is a
-    /// TCP handshake plus an MPA exchange served by a few accept threads).
+    /// TCP handshake plus an MPA exchange).
     #[arg(long, default_value_t = 32)]
     pub ramp: u32,
     /// Read VmRSS of this (server) process from /proc before connecting and
@@ -496,17 +497,27 @@ pub async fn serve(
             .await
             .map(Serving::Tcp)
             .map_err(|e| format!("serve tcp {addr}: {e}")),
-        Transport::Rdma => RdmaServer::serve(
-            &server,
-            addr,
-            RdmaServerConfig {
-                blocking,
-                ..RdmaServerConfig::default()
-            },
-        )
-        .await
-        .map(Serving::Rdma)
-        .map_err(|e| format!("serve rdma {addr}: {e}")),
+        Transport::Rdma => RdmaServer::serve(&server, addr, bench_rdma_config(blocking))
+            .await
+            .map(Serving::Rdma)
+            .map_err(|e| format!("serve rdma {addr}: {e}")),
+    }
+}
+
+/// The benchmark server's settings: the defaults without the per-source
+/// caps, since a benchmark's whole load comes from one address (e.g.
+/// `scripts/bench-conns`: 1,000 connections from 127.0.0.1, set up 32 at
+/// once).
+fn bench_rdma_config(blocking: bool) -> RdmaServerConfig {
+    let d = RdmaServerConfig::default();
+    RdmaServerConfig {
+        blocking,
+        accept: AcceptLimits {
+            max_pending_per_source: d.accept.max_pending,
+            ..d.accept
+        },
+        max_connections_per_source: d.max_connections,
+        ..d
     }
 }
 

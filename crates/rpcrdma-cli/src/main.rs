@@ -5,6 +5,7 @@
 //! `serve`, `call`, `probe` and `demo` run the RPC runtime over
 //! RPC-over-RDMA v1 over software iWARP.
 
+mod accept_args;
 mod bench;
 mod decode;
 mod demo;

@@ -61,6 +61,8 @@ use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_proto::engine::Config as EngineConfig;
 use serde_json::{json, Value};
 
+use crate::accept_args::AcceptArgs;
+
 /// Link and engine options shared by the RDMA commands.
 #[derive(Args, Debug, Clone)]
 pub struct LinkArgs {
@@ -196,6 +198,8 @@ pub struct ServeArgs {
     pub idle_timeout: f64,
     #[command(flatten)]
     pub link: LinkArgs,
+    #[command(flatten)]
+    pub accept: AcceptArgs,
 }
 
 /// A timer's seconds (0 for none).
@@ -236,7 +240,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
     rt.block_on(async move {
         let server = Server::default();
         testprog::register(&server);
-        let config = args.server_config();
+        let config = args.accept.apply(args.server_config());
         let rdma = match RdmaServer::serve(&server, args.listen.as_str(), config).await {
             Ok(r) => r,
             Err(e) => {

@@ -711,3 +711,63 @@ fn call_to_a_silent_server_gives_up_after_the_retransmissions() {
     assert!(took < Duration::from_secs(15), "{took:?}");
     assert_eq!(silent.join().unwrap(), 2, "one connection per transmission");
 }
+
+/// `serve --help` shows the connection limits with their defaults.
+#[test]
+fn serve_help_shows_the_connection_limits() {
+    let o = run(&["serve", "--help"]);
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    for (flag, default) in [
+        ("--mpa-timeout <SECONDS>", "2"),
+        ("--max-pending <N>", "512"),
+        ("--max-pending-per-source <N>", "32"),
+        ("--max-conns <N>", "1024"),
+        ("--max-conns-per-source <N>", "64"),
+    ] {
+        let line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with(flag))
+            .unwrap_or_else(|| panic!("no {flag} in\n{help}"));
+        assert!(line.ends_with(&format!("[default: {default}]")), "{line}");
+    }
+}
+
+/// `serve --max-conns-per-source` and `--mpa-timeout` reach the server: a
+/// second connection from 127.0.0.1 is rejected while one is held, and a
+/// silent connection is closed after the MPA deadline.
+#[test]
+fn serve_connection_limit_flags_apply() {
+    use rpcrdma_proto::provider::Provider;
+    let s = serve(&["--max-conns-per-source", "1", "--mpa-timeout", "0.3"]);
+    let addr: std::net::SocketAddr = s.addr.parse().unwrap();
+    let cfg = rpcrdma::rdma::iwarp_config_for(
+        &rpcrdma_iwarp::cm::IwarpConfig::default(),
+        &rpcrdma_proto::engine::Config::client(),
+    );
+    let mut held =
+        rpcrdma_iwarp::tcp::IwarpProvider::connect_blocking(addr, cfg, Duration::from_secs(30))
+            .expect("the first connection");
+    let o = run(&["call", &s.addr, "--proc", "null"]);
+    assert!(!o.status.success(), "a second connection was served: {o:?}");
+    held.disconnect();
+    drop(held);
+    // The slot frees once the server has seen the close.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !run(&["call", &s.addr, "--proc", "null"]).status.success() {
+        assert!(Instant::now() < deadline, "never served after the close");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t0 = Instant::now();
+    let mut silent = std::net::TcpStream::connect(addr).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let r = std::io::Read::read(&mut silent, &mut [0u8; 8]);
+    assert!(matches!(r, Ok(0)), "{r:?}");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t0.elapsed()
+    );
+}

@@ -11,7 +11,10 @@
 //!   `rpcrdma_proto::provider::Provider` over a non-blocking `TcpStream`
 //!   (vectored sends gather straight from registered memory; received
 //!   payload is read from the socket straight into the target region), and
-//!   [`tcp::Listener`] is the passive side.
+//!   [`tcp::Listener`] is the passive side. A server drives every pending
+//!   MPA exchange from one thread with [`acceptor::Acceptor`] (`poll(2)`),
+//!   under the sans-IO admission policy of [`admission`] (deadline, caps
+//!   per source address and in all, oldest-first eviction).
 //!
 //! ## Layering
 //!
@@ -127,6 +130,8 @@
 
 use core::fmt;
 
+pub mod acceptor;
+pub mod admission;
 pub mod cm;
 pub mod crc;
 pub mod ddp;

@@ -51,7 +51,7 @@ use rpcrdma_proto::provider::{
 };
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-use crate::cm::{Established, Handshake, IwarpConfig, PeerRequest, Progress, Rtr};
+use crate::cm::{Established, Handshake, HandshakeError, IwarpConfig, PeerRequest, Progress, Rtr};
 use crate::mpa::{IrdOrd, MpaFrame};
 use crate::qp::{QpEvent, QpStats, QueuePair};
 use crate::rtr::{self, ReadRtr, Step};
@@ -225,9 +225,14 @@ impl IwarpProvider {
     /// [`ConnectionEvent::Disconnected`] (`Rejected` for an MPA Reject).
     /// Receives may be posted at once.
     pub fn connect(addr: impl ToSocketAddrs, cfg: IwarpConfig) -> io::Result<Self> {
+        Self::connect_stream(TcpStream::connect(addr)?, cfg)
+    }
+
+    /// [`IwarpProvider::connect`] over a TCP stream the caller connected
+    /// (e.g. from a chosen source address).
+    pub fn connect_stream(sock: TcpStream, cfg: IwarpConfig) -> io::Result<Self> {
         let hs = Handshake::initiator(cfg.clone())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let sock = TcpStream::connect(addr)?;
         let mut p = IwarpProvider::new(sock, cfg.caps, 0)?;
         p.rtr_timeout = cfg.rtr_timeout;
         p.hs = Some(hs);
@@ -930,6 +935,28 @@ impl Provider for IwarpProvider {
     }
 }
 
+/// Connections the kernel queues for [`Listener`] before they are
+/// accepted. `std`'s 128 overflows when a burst of connections arrives
+/// while the acceptor is descheduled, and an overflow costs the client a
+/// SYN retransmission (1 s); the kernel caps it at `net.core.somaxconn`.
+const BACKLOG: i32 = 1024;
+
+/// A TCP listener on `a` (`SO_REUSEADDR`, as `std` sets it) with
+/// [`BACKLOG`].
+fn listen(a: SocketAddr) -> io::Result<TcpListener> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let family = if a.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
+    rustix::net::bind(&fd, &a)?;
+    rustix::net::listen(&fd, BACKLOG)?;
+    Ok(TcpListener::from(fd))
+}
+
 /// A passive iWARP endpoint: a TCP listener whose connections start with
 /// an MPA Request.
 #[derive(Debug)]
@@ -942,9 +969,19 @@ impl Listener {
     /// Binds a TCP listener. `cfg` gives the limits applied to incoming
     /// Requests (private data length) and the caps of accepted providers.
     pub fn bind(addr: impl ToSocketAddrs, cfg: IwarpConfig) -> io::Result<Self> {
-        let l = TcpListener::bind(addr)?;
-        l.set_nonblocking(true)?;
-        Ok(Listener { l, cfg })
+        let mut last = None;
+        for a in addr.to_socket_addrs()? {
+            match listen(a) {
+                Ok(l) => {
+                    l.set_nonblocking(true)?;
+                    return Ok(Listener { l, cfg });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on")
+        }))
     }
 
     /// The bound address.
@@ -954,7 +991,8 @@ impl Listener {
 
     /// Waits (up to `timeout` in all) for a TCP connection and its MPA
     /// Request. A connection whose Request is invalid is closed and
-    /// reported as `InvalidData`.
+    /// reported as `InvalidData`. One peer at a time: a server serving
+    /// untrusted peers uses [`crate::acceptor::Acceptor`] instead.
     pub fn accept(&self, timeout: Duration) -> io::Result<PendingConnection> {
         let deadline = Instant::now() + timeout;
         let (sock, peer) = loop {
@@ -967,42 +1005,76 @@ impl Listener {
                 Err(e) => return Err(e),
             }
         };
-        let mut provider = IwarpProvider::new(sock, self.cfg.caps, 0x80)?;
+        let provider = IwarpProvider::new(sock, self.cfg.caps, 0x80)?;
         let mut hs = Handshake::responder(self.cfg.clone());
-        let mut buf = [0u8; 532];
         loop {
-            // Read only up to the end of the Request: the initiator sends
-            // nothing else before our Reply.
-            match provider.sock.read(&mut buf) {
-                Ok(0) => {
+            match read_request(&provider.sock, &mut hs) {
+                RequestRead::Request(request, leftover) => {
+                    return Ok(PendingConnection {
+                        provider,
+                        hs,
+                        request,
+                        leftover,
+                        peer,
+                    })
+                }
+                RequestRead::WouldBlock => {
+                    wait_fd(&provider.sock, PollFlags::IN, Some(remaining(deadline)?))?;
+                }
+                RequestRead::Eof => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "peer closed before its MPA Request",
                     ))
                 }
-                Ok(n) => match hs.feed(&buf[..n]) {
-                    Ok((Progress::Request(request), used)) => {
-                        let leftover = buf[used..n].to_vec();
-                        return Ok(PendingConnection {
-                            provider,
-                            hs,
-                            request,
-                            leftover,
-                            peer,
-                        });
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = provider.sock.shutdown(Shutdown::Both);
-                        return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-                    }
-                },
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    wait_fd(&provider.sock, PollFlags::IN, Some(remaining(deadline)?))?;
+                RequestRead::Invalid(e) => {
+                    let _ = provider.sock.shutdown(Shutdown::Both);
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                RequestRead::Failed(e) => return Err(e),
             }
+        }
+    }
+
+    /// The TCP listener and the configuration (for the acceptor).
+    pub(crate) fn parts(&self) -> (&TcpListener, &IwarpConfig) {
+        (&self.l, &self.cfg)
+    }
+}
+
+/// What reading a peer's MPA Request from a non-blocking socket found.
+#[derive(Debug)]
+pub(crate) enum RequestRead {
+    /// The whole Request, and the octets read after it.
+    Request(PeerRequest, Vec<u8>),
+    /// The socket has nothing more for now.
+    WouldBlock,
+    /// The peer closed before its Request.
+    Eof,
+    /// The Request is invalid (close the connection).
+    Invalid(HandshakeError),
+    /// The socket failed.
+    Failed(io::Error),
+}
+
+/// Reads until the Request is complete or the socket has nothing more.
+pub(crate) fn read_request(mut sock: &TcpStream, hs: &mut Handshake) -> RequestRead {
+    let mut buf = [0u8; 532];
+    loop {
+        // Read only up to the end of the Request: the initiator sends
+        // nothing else before our Reply.
+        match sock.read(&mut buf) {
+            Ok(0) => return RequestRead::Eof,
+            Ok(n) => match hs.feed(&buf[..n]) {
+                Ok((Progress::Request(request), used)) => {
+                    return RequestRead::Request(request, buf[used..n].to_vec())
+                }
+                Ok(_) => {}
+                Err(e) => return RequestRead::Invalid(e),
+            },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return RequestRead::WouldBlock,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return RequestRead::Failed(e),
         }
     }
 }
@@ -1018,6 +1090,25 @@ pub struct PendingConnection {
 }
 
 impl PendingConnection {
+    /// A connection whose Request `hs` has read (`leftover`: the octets
+    /// read after it).
+    pub(crate) fn from_request(
+        sock: TcpStream,
+        peer: SocketAddr,
+        caps: Caps,
+        hs: Handshake,
+        request: PeerRequest,
+        leftover: Vec<u8>,
+    ) -> io::Result<Self> {
+        Ok(PendingConnection {
+            provider: IwarpProvider::new(sock, caps, 0x80)?,
+            hs,
+            request,
+            leftover,
+            peer,
+        })
+    }
+
     /// The peer's Request: raw frame, ULP private data, IRD/ORD.
     pub fn request(&self) -> &PeerRequest {
         &self.request

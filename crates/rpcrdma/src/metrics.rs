@@ -80,8 +80,26 @@ metrics! {
     transport_errors,
     /// Connections accepted or established.
     connections,
-    /// Connections closed at once because of `max_connections`.
+    /// Connections closed at once because of `max_connections` (RDMA:
+    /// with an MPA Reject).
     connections_refused,
+    /// RDMA: connections rejected (MPA Reject) because their source
+    /// address had `max_connections_per_source` already.
+    connections_refused_per_source,
+    /// RDMA: new connections closed because no complete MPA Request came
+    /// within the deadline.
+    handshakes_timed_out,
+    /// RDMA: new connections without an MPA Request yet, closed to make
+    /// room for a newer one from the same source address (per-source cap).
+    handshakes_evicted_per_source,
+    /// RDMA: the same, closed for a newer one from anywhere (overall cap).
+    handshakes_evicted_overall,
+    /// RDMA: new connections closed because their MPA Request was invalid
+    /// or asked for what we refuse (e.g. Markers).
+    handshakes_invalid,
+    /// RDMA: new connections whose peer closed (or whose socket failed)
+    /// before a complete MPA Request.
+    handshakes_abandoned,
     /// Octets sent (record marks included).
     bytes_sent,
     /// Octets received (record marks included).

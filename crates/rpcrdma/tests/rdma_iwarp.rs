@@ -610,8 +610,8 @@ async fn silent_and_garbage_peers_do_not_block_the_listener() {
         let mut junk = std::net::TcpStream::connect(addr).unwrap();
         std::io::Write::write_all(&mut junk, &[0x55; 600]).unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        // A real client is served at once (well within the 10 s MPA
-        // timeout the silent peers hold their accept threads for).
+        // A real client is served at once (the silent peers hold no
+        // thread, only a pending slot until their MPA deadline).
         let t0 = std::time::Instant::now();
         let (c, t) = client_to(addr).await;
         testprog::null(&c).await.unwrap();

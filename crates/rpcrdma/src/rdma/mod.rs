@@ -12,8 +12,9 @@
 //! provider's [`raw_fd`](rpcrdma_proto::provider::Provider::raw_fd) when it
 //! has one, and always through the provider's `arm` waker. Nothing in the
 //! driver blocks: blocking connection setup (TCP connect, MPA handshake)
-//! runs in `spawn_blocking` (client) or on a dedicated accept thread
-//! (server).
+//! runs in `spawn_blocking` (client); a server's one acceptor thread
+//! drives every pending MPA exchange at once
+//! ([`rpcrdma_iwarp::acceptor::Acceptor`], `poll(2)`).
 //!
 //! The driver is one hand-written `poll`: each pass reads the clock once,
 //! takes the socket's readiness edge, drains commands, steps provider and
@@ -114,6 +115,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+pub use rpcrdma_iwarp::admission::AcceptLimits;
 use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_iwarp::tcp::IwarpProvider;
 use rpcrdma_proto::engine::Config as EngineConfig;
@@ -127,6 +129,7 @@ use crate::metrics::Metrics;
 use crate::reconnect::ReconnectPolicy;
 use crate::transport::ClientIdentity;
 
+mod accept;
 mod blocking;
 mod convert;
 mod driver;
@@ -355,14 +358,23 @@ pub struct RdmaServerConfig {
     pub engine: EngineConfig,
     /// iWARP settings; private data and IRD/ORD come from `engine`.
     pub iwarp: IwarpConfig,
-    /// Time a new TCP connection has to complete its MPA exchange (a
-    /// connection accepted late in an idle period gets at least this).
-    pub accept_timeout: Duration,
-    /// Most connections at once; more are rejected.
+    /// New TCP connections that owe their MPA Request (unauthenticated):
+    /// the deadline for the Request and the caps on how many are pending,
+    /// per source address and in all (one more evicts the oldest). One
+    /// thread drives all of them at once. Default
+    /// [`AcceptLimits::default`]: 2 s, 32 per source, 512 in all.
+    pub accept: AcceptLimits,
+    /// Most connections at once; more are rejected (MPA Reject). Default
+    /// 1024.
     pub max_connections: usize,
-    /// Threads accepting connections (each one handles one MPA exchange at
-    /// a time). Default 4.
-    pub accept_threads: usize,
+    /// Most connections at once from one source address (an IPv4-mapped
+    /// IPv6 address counts as the IPv4 one); more are rejected (MPA
+    /// Reject), so that one address cannot take every slot of
+    /// `max_connections`. Default 64: a client rarely needs more than a
+    /// few (Linux NFS `nconnect` allows 16 per mount), and a NAT gateway
+    /// still fits a few dozen clients behind it. Load generators that
+    /// open many connections from one address (`rpcrdma bench`) raise it.
+    pub max_connections_per_source: usize,
     /// The duplicate-reply cache identity of a peer. Default: the IP
     /// address without the port.
     pub identify: IdentifyFn,
@@ -406,9 +418,9 @@ impl Default for RdmaServerConfig {
         RdmaServerConfig {
             engine: EngineConfig::server(),
             iwarp: IwarpConfig::default(),
-            accept_timeout: Duration::from_secs(10),
+            accept: AcceptLimits::default(),
             max_connections: 1024,
-            accept_threads: 4,
+            max_connections_per_source: 64,
             identify: Arc::new(|a: SocketAddr| ClientIdentity(Bytes::from(a.ip().to_string()))),
             metrics: None,
             blocking: false,
@@ -421,8 +433,12 @@ impl std::fmt::Debug for RdmaServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RdmaServerConfig")
             .field("engine", &self.engine)
-            .field("accept_timeout", &self.accept_timeout)
+            .field("accept", &self.accept)
             .field("max_connections", &self.max_connections)
+            .field(
+                "max_connections_per_source",
+                &self.max_connections_per_source,
+            )
             .field("blocking", &self.blocking)
             .field("read_sink_budget", &self.read_sink_budget)
             .finish()
