@@ -763,7 +763,14 @@ fn serve_connection_limit_flags_apply() {
     silent
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let r = std::io::Read::read(&mut silent, &mut [0u8; 8]);
+    // A signal interrupts a read with SO_RCVTIMEO even under SA_RESTART
+    // (signal(7)): read again.
+    let r = loop {
+        match std::io::Read::read(&mut silent, &mut [0u8; 8]) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
     assert!(matches!(r, Ok(0)), "{r:?}");
     assert!(
         t0.elapsed() >= Duration::from_millis(300),

@@ -31,7 +31,15 @@ fn connect_from(last: u8, to: SocketAddr) -> TcpStream {
 fn closed_within(s: &mut TcpStream, wait: Duration) -> bool {
     s.set_read_timeout(Some(wait)).unwrap();
     let mut b = [0u8; 16];
-    match s.read(&mut b) {
+    // A signal interrupts a read with SO_RCVTIMEO even under SA_RESTART
+    // (signal(7)): read again.
+    let r = loop {
+        match s.read(&mut b) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
+    match r {
         Ok(0) => true,
         Ok(n) => panic!("server sent {n} octets to a silent peer"),
         Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,

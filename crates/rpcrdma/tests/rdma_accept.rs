@@ -56,7 +56,15 @@ fn silent_from(host: u8, to: SocketAddr) -> TcpStream {
 /// Whether the server closed `s` (EOF or reset) within `wait`.
 fn server_closed(s: &mut TcpStream, wait: Duration) -> bool {
     s.set_read_timeout(Some(wait)).unwrap();
-    match s.read(&mut [0u8; 8]) {
+    // A signal interrupts a read with SO_RCVTIMEO even under SA_RESTART
+    // (signal(7)): read again.
+    let r = loop {
+        match s.read(&mut [0u8; 8]) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
+    match r {
         Ok(n) => {
             assert_eq!(n, 0, "the server wrote to a silent peer");
             true
