@@ -104,6 +104,7 @@
 //! | DDP | DV ≠ 1 (tagged / untagged) | DDP / 1 / 0x04, DDP / 2 / 0x06 | [`TerminateCode::DDP_TAGGED_INVALID_VERSION`], [`TerminateCode::DDP_UNTAGGED_INVALID_VERSION`] |
 //! | DDP tagged | STag invalid / not this stream's / TO wrap / out of bounds | DDP / 1 / 0x00, 0x02, 0x03, 0x01 | [`TerminateCode::DDP_TAGGED_INVALID_STAG`] … |
 //! | DDP untagged | QN invalid / no buffer for MSN / MSN behind / MO past buffer / too long | DDP / 2 / 0x01 … 0x05 | [`TerminateCode::DDP_UNTAGGED_INVALID_QN`] … |
+//! | DDP untagged | MO does not continue the message (first segment not at MO 0, a gap, an overlap, a segment after the last; zero-length segments too) | DDP / 2 / 0x04 | [`TerminateCode::DDP_UNTAGGED_INVALID_MO`] ([`ddp::check_continues`]) |
 //! | RDMAP | access right missing on the tagged buffer | RDMAP / 1 / 0x02 | [`TerminateCode::RDMAP_ACCESS_RIGHTS`] |
 //! | RDMAP | Read Request source STag checks | RDMAP / 1 / 0x00, 0x03, 0x04, 0x01 | [`TerminateCode::RDMAP_INVALID_STAG`] … |
 //! | RDMAP | RV ≠ 1 | RDMAP / 2 / 0x05 | [`TerminateCode::RDMAP_INVALID_VERSION`] |

@@ -162,10 +162,23 @@ struct PostedRecv {
     wr_id: u64,
     sge: Sge,
     idx: u32,
-    /// Highest MO + length placed so far.
+    /// MO + length of the last segment placed: where the next segment of
+    /// the message must start (segments are placed in order).
     placed_end: u64,
     /// The last segment arrived: opcode and length of the message.
     done: Option<(CqOpcode, u32, bool)>,
+}
+
+impl PostedRecv {
+    /// Where the next segment of this receive's message must start; `None`
+    /// once its last segment has arrived (nothing may follow it).
+    #[inline]
+    fn next_mo(&self) -> Option<u64> {
+        match self.done {
+            None => Some(self.placed_end),
+            Some(_) => None,
+        }
+    }
 }
 
 struct OutRead {
@@ -2000,6 +2013,10 @@ impl QueuePair {
                             let Some(r) = self.rq.get(pl.buffer_index as usize) else {
                                 return;
                             };
+                            if let Err(code) = ddp::check_continues(u.mo, r.next_mo()) {
+                                self.rx_fault(code, Status::RemoteInvalidRequest, None);
+                                return;
+                            }
                             let off = r.sge.offset + u64::from(pl.offset);
                             self.rx.dst = Dst::Mem {
                                 idx: r.idx,
@@ -2205,7 +2222,7 @@ impl QueuePair {
                 inval,
             } => {
                 if let Some(r) = self.rq.get_mut(d as usize) {
-                    r.placed_end = r.placed_end.max(end);
+                    r.placed_end = end;
                     if last {
                         let cq_op = if opcode.carries_invalidate_stag() {
                             CqOpcode::RecvWithInvalidate { stag: Stag(inval) }

@@ -446,6 +446,20 @@ fn ulpdu(hdr: DdpHeader, payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// A valid 8-octet Read Request (MSN 1) from `src_stag`.
+fn read_request_from(src_stag: u32) -> [u8; 46] {
+    rdmap::encode_read_request(
+        1,
+        &ReadRequest {
+            sink_stag: 5,
+            sink_to: 0,
+            size: 8,
+            src_stag,
+            src_to: 0,
+        },
+    )
+}
+
 /// Every malformed or unauthorised segment → the Terminate of the table in
 /// the crate docs, with the offending DDP header copied, and no memory
 /// touched.
@@ -662,6 +676,44 @@ fn malformed_segments_get_the_right_terminate() {
             TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
         ),
         (
+            "Read Request not the last segment",
+            Box::new(|v| {
+                let mut u = read_request_from(v.ro.stag().0).to_vec();
+                u[0] &= !0x40;
+                u
+            }),
+            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
+        ),
+        (
+            "Read Request at MO 28",
+            Box::new(|v| {
+                let mut u = read_request_from(v.ro.stag().0).to_vec();
+                u[17] = 28;
+                u
+            }),
+            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
+        ),
+        (
+            "Terminate at MO 4",
+            Box::new(|_| {
+                let t = TerminateMessage::new(TerminateCode::RDMAP_CATASTROPHIC_STREAM);
+                let mut u = rdmap::encode_terminate(1, &t);
+                u[17] = 4;
+                u
+            }),
+            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
+        ),
+        (
+            "Terminate not the last segment",
+            Box::new(|_| {
+                let t = TerminateMessage::new(TerminateCode::RDMAP_CATASTROPHIC_STREAM);
+                let mut u = rdmap::encode_terminate(1, &t);
+                u[0] &= !0x40;
+                u
+            }),
+            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
+        ),
+        (
             "ULPDU shorter than a DDP header",
             Box::new(|_| vec![0x41, 0x43, 0, 0]),
             TerminateCode::MPA_MARKER,
@@ -751,6 +803,118 @@ fn ird_is_released_after_the_response() {
         assert_eq!(&out[16..24], &[0x22; 8]);
     }
     assert!(v.q.terminate_sent().is_none());
+}
+
+/// One segment of a Send on queue 0: MSN, MO, L, payload.
+fn send_seg(msn: u32, mo: u32, last: bool, payload: &[u8]) -> Vec<u8> {
+    ulpdu(
+        rdmap::send_header(Opcode::SEND, msn, mo, last, 0).unwrap(),
+        payload,
+    )
+}
+
+/// An untagged message is Delivered only once every segment of it has been
+/// Placed: with in-order placement over TCP, each segment must start where
+/// the message's placed data ends, and none may follow the last one.
+/// Otherwise DDP / 2 / 0x04 (invalid MO), on both receive paths (whole
+/// FPDU in one slice, and octet by octet), and nothing completes — in
+/// particular no message made of what a recycled buffer held before.
+//= rfc5041#section-5.4
+//# At the Data Sink, DDP MUST Deliver a DDP Message if and only if all
+//# of the following are true:
+//#
+//#    * the last DDP Segment of the DDP Message had its Last flag set,
+//#
+//#    * all of the DDP Segments of the DDP Message have been Placed,
+#[test]
+fn untagged_segments_must_continue_their_message() {
+    // (what, the segments, which one breaks the rule)
+    let cases: [(&str, Vec<Vec<u8>>, usize); 6] = [
+        (
+            "zero-length last segment alone at MO 8",
+            vec![send_seg(1, 8, true, &[])],
+            0,
+        ),
+        (
+            "last segment alone at MO 8",
+            vec![send_seg(1, 8, true, &[5; 4])],
+            0,
+        ),
+        (
+            "first segment not at MO 0",
+            vec![
+                send_seg(1, 4, false, &[5; 4]),
+                send_seg(1, 8, true, &[5; 4]),
+            ],
+            0,
+        ),
+        (
+            "a gap",
+            vec![
+                send_seg(1, 0, false, &[5; 8]),
+                send_seg(1, 16, true, &[5; 4]),
+            ],
+            1,
+        ),
+        (
+            "an overlap",
+            vec![
+                send_seg(1, 0, false, &[5; 8]),
+                send_seg(1, 4, true, &[5; 4]),
+            ],
+            1,
+        ),
+        (
+            // MSN 2 waits (placed, not delivered) behind MSN 1.
+            "a segment after the last one",
+            vec![send_seg(2, 0, true, &[5; 4]), send_seg(2, 4, true, &[5; 4])],
+            1,
+        ),
+    ];
+    for (name, segs, bad) in &cases {
+        for crc in [false, true] {
+            for octetwise in [false, true] {
+                let mut v = victim(crc, 4);
+                let rb2 = reg(&mut v.q, vec![0x44; 32], Access::LOCAL_WRITE);
+                v.q.post_recv(RecvWr {
+                    wr_id: 78,
+                    sge: rb2.sge(0, 32),
+                })
+                .unwrap();
+                for s in segs {
+                    let f = v.tx.fpdu_to_vec(&[s]).unwrap();
+                    if octetwise {
+                        for c in f.chunks(1) {
+                            v.q.handle_input(c);
+                        }
+                    } else {
+                        v.q.handle_input(&f);
+                    }
+                }
+                let how = format!("{name} (crc {crc}, octetwise {octetwise})");
+                let t = v.terminate();
+                assert_eq!(t.code, TerminateCode::DDP_UNTAGGED_INVALID_MO, "{how}");
+                let bad = &segs[*bad];
+                let d = t.ddp.unwrap_or_else(|| panic!("{how}: no DDP header"));
+                assert_eq!(d.header.to_vec(), bad[..18], "{how}: copied header");
+                assert_eq!(
+                    v.q.close_reason(),
+                    Some(&DisconnectReason::Error {
+                        status: Status::RemoteInvalidRequest,
+                        blame: Blame::Remote
+                    }),
+                    "{how}"
+                );
+                let mut c = Vec::new();
+                v.q.poll_completions(&mut c);
+                assert_eq!(c.len(), 2, "{how}: {c:?}");
+                assert!(
+                    c.iter().all(|c| c.status == Status::Flushed),
+                    "{how}: {c:?}"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -4,12 +4,14 @@
 
 mod hostile;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use hostile::{rpc, Answer, Event, MpaRequest, Peer, Untagged};
 use rpcrdma::rdma::{RdmaServer, RdmaServerConfig};
 use rpcrdma::testprog::{self, PROC_ECHO, TEST_PROG, TEST_VERS};
 use rpcrdma::Server;
+use rpcrdma_iwarp::rdmap::TerminateMessage;
 use rpcrdma_iwarp::TerminateCode;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -39,6 +41,43 @@ fn echo_call(xid: u32, data: &[u8]) -> Vec<u8> {
     )
 }
 
+/// Connects with the default (Linux-shaped) MPA Request; must be accepted.
+fn connect_ok(addr: SocketAddr) -> Peer {
+    let p = Peer::connect(addr, &MpaRequest::default()).unwrap();
+    assert!(
+        matches!(p.answer(), Answer::Accepted(_)),
+        "not accepted: {:?}",
+        p.answer()
+    );
+    p
+}
+
+/// One ECHO round trip; returns the reply.
+fn echo(p: &mut Peer, xid: u32, data: &[u8]) -> rpc::Reply {
+    p.send_message(&echo_call(xid, data)).unwrap();
+    let r = rpc::reply(&p.recv_send().unwrap()).expect("an RDMA_MSG reply");
+    assert_eq!(r.rpc.xid, xid);
+    assert!(r.is_success());
+    assert_eq!(r.results, rpc::opaque(data));
+    r
+}
+
+/// The next thing the server sends must be a Terminate, and then it must
+/// close the connection: returns the Terminate. A reply (or anything
+/// else) first fails the test, naming it.
+fn expect_terminate(p: &mut Peer) -> TerminateMessage {
+    let t = match p.recv().unwrap() {
+        Event::Terminate(t) => t,
+        Event::Send { data, .. } => panic!(
+            "the server answered instead: {:?}",
+            rpc::reply(&data).map(|r| (r.rpc.xid, r.results))
+        ),
+        other => panic!("no Terminate: {other:?}"),
+    };
+    assert_eq!(p.recv_until_closed().unwrap(), []);
+    t
+}
+
 /// The peer itself: an ECHO round trip through forged frames, then a
 /// segment on queue 3 answered with the DDP "invalid QN" Terminate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,13 +100,45 @@ async fn hostile_peer_round_trip_and_terminate() {
         let mut bad = Untagged::send(p.next_msn, b"x");
         bad.qn = 3;
         p.send_untagged(&bad).unwrap();
-        let seen = p.recv_until_closed().unwrap();
-        let Some(Event::Terminate(t)) = seen.last() else {
-            panic!("no Terminate: {seen:?}");
-        };
+        let t = expect_terminate(&mut p);
         assert_eq!(t.code, TerminateCode::DDP_UNTAGGED_INVALID_QN);
         let d = t.ddp.expect("offending header copied");
         assert_eq!(d.header.to_vec(), bad.ulpdu()[..18]);
+    })
+    .await;
+    rdma.shutdown().await;
+}
+
+/// After 70 ECHO calls (more than the server's receive buffers, so they are
+/// recycled), a Send made of its last segment only — zero octets at MO =
+/// one call's length — once completed as a message built from the old
+/// contents of the buffer, and the server answered an old call again. Now:
+/// DDP / 2 / 0x04 (invalid MO), no reply, the connection closed; other
+/// connections are served as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_last_segment_does_not_deliver_a_stale_buffer() {
+    let server = Server::default();
+    testprog::register(&server);
+    let rdma = start(&server).await;
+    let addr = rdma.local_addr();
+    peer_script(move || {
+        let mut p = connect_ok(addr);
+        let mut call_len = 0;
+        for i in 0..70u32 {
+            let data = [i as u8; 16];
+            call_len = echo_call(0x5000 + i, &data).len();
+            echo(&mut p, 0x5000 + i, &data);
+        }
+        let lone = Untagged {
+            mo: call_len as u32,
+            ..Untagged::send(p.next_msn, &[])
+        };
+        p.send_untagged(&lone).unwrap();
+        let t = expect_terminate(&mut p);
+        assert_eq!(t.code, TerminateCode::DDP_UNTAGGED_INVALID_MO);
+        assert_eq!(t.ddp.map(|d| d.header.to_vec()), Some(lone.ulpdu()));
+        let mut q = connect_ok(addr);
+        echo(&mut q, 7, b"still serving");
     })
     .await;
     rdma.shutdown().await;
