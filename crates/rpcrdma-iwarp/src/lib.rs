@@ -103,6 +103,7 @@
 //! | MPA FPDU | ULPDU_Length above the receiver's limit; ULPDU shorter than its DDP header | LLP / 0 / 0x03 | [`TerminateCode::MPA_MARKER`] |
 //! | DDP | DV ≠ 1 (tagged / untagged) | DDP / 1 / 0x04, DDP / 2 / 0x06 | [`TerminateCode::DDP_TAGGED_INVALID_VERSION`], [`TerminateCode::DDP_UNTAGGED_INVALID_VERSION`] |
 //! | DDP tagged | STag invalid / not this stream's / TO wrap / out of bounds | DDP / 1 / 0x00, 0x02, 0x03, 0x01 | [`TerminateCode::DDP_TAGGED_INVALID_STAG`] … |
+//! | DDP tagged | RDMA Read Response not the one requested: another STag, TO ≠ sink TO + octets received so far, octets past the requested length, L before it (the Read completes with an error) | DDP / 1 / 0x01 | [`TerminateCode::DDP_TAGGED_BASE_BOUNDS`] |
 //! | DDP untagged | QN invalid / no buffer for MSN / MSN behind / MO past buffer / too long | DDP / 2 / 0x01 … 0x05 | [`TerminateCode::DDP_UNTAGGED_INVALID_QN`] … |
 //! | DDP untagged | MO does not continue the message (first segment not at MO 0, a gap, an overlap, a segment after the last; zero-length segments too) | DDP / 2 / 0x04 | [`TerminateCode::DDP_UNTAGGED_INVALID_MO`] ([`ddp::check_continues`]) |
 //! | RDMAP | access right missing on the tagged buffer | RDMAP / 1 / 0x02 | [`TerminateCode::RDMAP_ACCESS_RIGHTS`] |

@@ -917,6 +917,152 @@ fn untagged_segments_must_continue_their_message() {
     }
 }
 
+/// A queue pair with one 1000-octet RDMA Read outstanding (its Read
+/// Request already on the wire) into `sink` (1000 octets of 0x55, TO 0).
+fn reading(crc: bool) -> (QueuePair, MemoryRegion, FpduSender) {
+    let mut q = QueuePair::new(CAPS, 0x40);
+    q.establish(StreamParams {
+        crc,
+        ..StreamParams::DEFAULT
+    });
+    let sink = reg(&mut q, vec![0x55; 1000], RW);
+    q.post_send(SendWr {
+        wr_id: 9,
+        op: SendOp::Read {
+            remote: RemoteAddr {
+                stag: Stag(0x0012_3401),
+                offset: 0,
+            },
+        },
+        sges: vec![sink.sge(0, 1000)].into(),
+    })
+    .unwrap();
+    let mut out = vec![0u8; 4096];
+    assert!(q.poll_transmit(&mut out) > 0, "the Read Request");
+    let tx = FpduSender::new(FramingConfig {
+        crc,
+        markers: false,
+    });
+    (q, sink, tx)
+}
+
+/// The Read Response must be exactly what the Read Request asked for: its
+/// segments in order (TO = sink TO + octets received so far), no more than
+/// the requested length, and L only on the segment that completes it. A
+/// short, long, reordered, gapped or overlapping response is Terminated
+/// with DDP / 1 / 0x01 (base or bounds, as Linux siw), and the Read
+/// completes with an error — never `Success` over partial data.
+//= rfc5040#section-5.2.2
+//# The Data Sink MAY validate that the STag, Tagged Offset, and
+//# length of the RDMA Read Response Message are the same as the STag,
+//# Tagged Offset, and length included in the corresponding RDMA Read
+//# Request Message.
+#[test]
+fn read_response_must_match_the_request() {
+    // (what, segments as (TO, L, octets), which one breaks the rule)
+    type Segs = Vec<(u64, bool, usize)>;
+    let cases: [(&str, Segs, usize); 6] = [
+        ("short: 500 of 1000 with L", vec![(0, true, 500)], 0),
+        (
+            "long: 1000, then 8 more",
+            vec![(0, false, 1000), (1000, true, 8)],
+            1,
+        ),
+        (
+            "L before the end",
+            vec![(0, false, 500), (500, true, 400)],
+            1,
+        ),
+        (
+            "second half first",
+            vec![(500, false, 500), (0, true, 500)],
+            0,
+        ),
+        ("a gap", vec![(0, false, 500), (600, true, 400)], 1),
+        ("an overlap", vec![(0, false, 500), (400, true, 600)], 1),
+    ];
+    for (name, segs, bad) in &cases {
+        for crc in [false, true] {
+            for octetwise in [false, true] {
+                let how = format!("{name} (crc {crc}, octetwise {octetwise})");
+                let (mut q, sink, mut tx) = reading(crc);
+                let mut ulpdus = Vec::new();
+                for &(to, last, n) in segs {
+                    let u = ulpdu(
+                        rdmap::read_response_header(sink.stag().0, to, last),
+                        &vec![7; n],
+                    );
+                    let f = tx.fpdu_to_vec(&[&u]).unwrap();
+                    if octetwise {
+                        for c in f.chunks(1) {
+                            q.handle_input(c);
+                        }
+                    } else {
+                        q.handle_input(&f);
+                    }
+                    ulpdus.push(u);
+                }
+                let t = *q
+                    .terminate_sent()
+                    .unwrap_or_else(|| panic!("{how}: no Terminate"));
+                assert_eq!(t.code, TerminateCode::DDP_TAGGED_BASE_BOUNDS, "{how}");
+                let d = t.ddp.unwrap_or_else(|| panic!("{how}: no DDP header"));
+                assert_eq!(d.header.to_vec(), ulpdus[*bad][..14], "{how}");
+                let mut c = Vec::new();
+                q.poll_completions(&mut c);
+                assert_eq!(
+                    c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+                    [(9, Status::RemoteOperation)],
+                    "{how}"
+                );
+                assert_eq!(
+                    q.close_reason(),
+                    Some(&DisconnectReason::Error {
+                        status: Status::RemoteOperation,
+                        blame: Blame::Remote
+                    }),
+                    "{how}"
+                );
+                // The offending segment placed nothing.
+                let (to, _, n) = segs[*bad];
+                let mem = q.region(&sink).unwrap();
+                let placed_before: usize = segs[..*bad].iter().map(|s| s.2).sum();
+                if to as usize >= placed_before {
+                    let end = (to as usize + n).min(1000);
+                    assert!(
+                        mem[to as usize..end].iter().all(|&x| x == 0x55),
+                        "{how}: placed"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The same Read answered right, in pieces: completes with its length.
+#[test]
+fn read_response_in_order_pieces_completes() {
+    let (mut q, sink, mut tx) = reading(true);
+    for (to, last, n) in [(0u64, false, 300usize), (300, false, 0), (300, true, 700)] {
+        let u = ulpdu(
+            rdmap::read_response_header(sink.stag().0, to, last),
+            &vec![to as u8 + 1; n],
+        );
+        q.handle_input(&tx.fpdu_to_vec(&[&u]).unwrap());
+    }
+    let mut c = Vec::new();
+    q.poll_completions(&mut c);
+    assert_eq!(
+        c.iter()
+            .map(|c| (c.wr_id, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        [(9, Status::Success, 1000)]
+    );
+    let mem = q.region(&sink).unwrap();
+    assert!(mem[..300].iter().all(|&x| x == 1) && mem[300..].iter().all(|&x| x == 45));
+    assert!(q.terminate_sent().is_none());
+}
+
 #[test]
 fn crc_error_terminates_without_placing() {
     let mut v = victim(true, 4);

@@ -5,14 +5,19 @@
 mod hostile;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use hostile::{rpc, Answer, Event, MpaRequest, Peer, Untagged};
+use hostile::{rpc, Answer, Event, MpaRequest, Peer, Tagged, Untagged};
 use rpcrdma::rdma::{RdmaServer, RdmaServerConfig};
-use rpcrdma::testprog::{self, PROC_ECHO, TEST_PROG, TEST_VERS};
-use rpcrdma::Server;
-use rpcrdma_iwarp::rdmap::TerminateMessage;
+use rpcrdma::testprog::{self, PROC_ECHO, PROC_WRITE, TEST_PROG, TEST_VERS};
+use rpcrdma::{CallContext, Server};
+use rpcrdma_iwarp::rdmap::{ReadRequest, TerminateMessage};
 use rpcrdma_iwarp::TerminateCode;
+use rpcrdma_proto::wire::chunk::{ReadSegment, Segment as RdmaSegment};
+use rpcrdma_proto::wire::rpc::RpcMsg;
+use rpcrdma_proto::XdrEncode;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -141,5 +146,110 @@ async fn lone_last_segment_does_not_deliver_a_stale_buffer() {
         echo(&mut q, 7, b"still serving");
     })
     .await;
+    rdma.shutdown().await;
+}
+
+/// A TEST_WRITE call whose data (`len` octets) is in a Read chunk at
+/// `(stag, to)` of the peer: the server must RDMA Read it.
+fn write_call(xid: u32, stag: u32, to: u64, len: u32) -> Vec<u8> {
+    let rpc_header = RpcMsg::call_auth_none(xid, TEST_PROG, TEST_VERS, PROC_WRITE)
+        .to_vec()
+        .unwrap()
+        .len();
+    // The opaque's length stays inline; its data goes to the Read chunk,
+    // at the XDR position right after that length word.
+    let position = (rpc_header + 4) as u32;
+    rpc::call(
+        xid,
+        32,
+        (TEST_PROG, TEST_VERS, PROC_WRITE),
+        &len.to_be_bytes(),
+        &[ReadSegment::new(position, RdmaSegment::new(stag, len, to))],
+    )
+}
+
+/// The server's RDMA Read Request for the chunk at `(stag, to, len)`.
+fn expect_read_request(p: &mut Peer, stag: u32, to: u64, len: u32) -> ReadRequest {
+    match p.recv().unwrap() {
+        Event::ReadRequest { req, .. } => {
+            assert_eq!((req.src_stag, req.src_to, req.size), (stag, to, len));
+            req
+        }
+        other => panic!("expected a Read Request, got {other:?}"),
+    }
+}
+
+/// A 1000-octet Read chunk answered with a Read Response of 500 octets
+/// and L set once ran TEST_WRITE on 500 octets and 500 zeros and replied
+/// SUCCESS. Now the server Terminates (DDP / 1 / 0x01), its Read fails, the
+/// connection ends on the engine's error path, the handler never runs —
+/// and the server goes on serving other connections (the same call
+/// answered right works).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_read_response_fails_the_read() {
+    let server = Server::default();
+    let writes = Arc::new(AtomicU32::new(0));
+    let w = writes.clone();
+    server.register(TEST_PROG, TEST_VERS, move |ctx: CallContext| {
+        if ctx.proc == PROC_WRITE {
+            w.fetch_add(1, Ordering::SeqCst);
+        }
+        testprog::test_handler(ctx)
+    });
+    let rdma = start(&server).await;
+    let addr = rdma.local_addr();
+    let w = writes.clone();
+    peer_script(move || {
+        let (stag, to) = (0x0000_ab01, 0x1000);
+        // Short, long, out of order: each a Terminate, nothing executed.
+        type Segs = &'static [(u64, bool, usize)];
+        let bad: [(&str, Segs); 3] = [
+            ("short", &[(0, true, 500)]),
+            ("long", &[(0, false, 1000), (1000, true, 8)]),
+            ("out of order", &[(500, false, 500), (0, true, 500)]),
+        ];
+        for (name, segs) in bad {
+            let mut p = connect_ok(addr);
+            p.send_message(&write_call(1, stag, to, 1000)).unwrap();
+            let req = expect_read_request(&mut p, stag, to, 1000);
+            for &(off, last, n) in segs {
+                let seg =
+                    Tagged::read_response(req.sink_stag, req.sink_to + off, last, &vec![0x77; n]);
+                p.send_tagged(&seg).unwrap();
+            }
+            let t = expect_terminate(&mut p);
+            assert_eq!(t.code, TerminateCode::DDP_TAGGED_BASE_BOUNDS, "{name}");
+            assert_eq!(w.load(Ordering::SeqCst), 0, "{name}: the handler ran");
+        }
+        // The same call answered right, in two segments, on a new connection.
+        let mut p = connect_ok(addr);
+        p.send_message(&write_call(2, stag, to, 1000)).unwrap();
+        let req = expect_read_request(&mut p, stag, to, 1000);
+        let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        p.send_tagged(&Tagged::read_response(
+            req.sink_stag,
+            req.sink_to,
+            false,
+            &data[..600],
+        ))
+        .unwrap();
+        p.send_tagged(&Tagged::read_response(
+            req.sink_stag,
+            req.sink_to + 600,
+            true,
+            &data[600..],
+        ))
+        .unwrap();
+        let r = rpc::reply(&p.recv_send().unwrap()).expect("an RDMA_MSG reply");
+        assert_eq!(r.rpc.xid, 2);
+        assert!(r.is_success());
+        let mut want = 1000u32.to_be_bytes().to_vec();
+        want.extend_from_slice(&crc32c::crc32c(&data).to_be_bytes());
+        assert_eq!(r.results, want);
+        assert_eq!(w.load(Ordering::SeqCst), 1);
+    })
+    .await;
+    // Each refused Read ended its connection on the error path.
+    assert!(rdma.metrics().snapshot().transport_errors >= 3);
     rdma.shutdown().await;
 }
