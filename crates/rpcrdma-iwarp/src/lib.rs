@@ -98,6 +98,8 @@
 //! | layer | check | Terminate (layer / etype / code) | constant |
 //! |---|---|---|---|
 //! | MPA setup | bad key, PD_Length > 512 (or the configured limit) | LLP / 0 / 0x04 | [`TerminateCode::MPA_INVALID_REQ_REP`] (close the connection) |
+//! | MPA setup | enhanced frame (rev 2, S set) with PD_Length < 4 (no IRD/ORD octets) | — | responder: MPA Reject, then close; initiator: close ([`cm::HandshakeError::NoIrdOrd`]) |
+//! | MPA setup | initiator: the responder's ORD exceeds the IRD we can offer (`caps.max_ird`) | LLP / 0 / 0x06 | [`TerminateCode::MPA_INSUFFICIENT_IRD`] (then close; [`cm::HandshakeError::InsufficientIrd`]) |
 //! | MPA FPDU | CRC mismatch (CRC negotiated) | LLP / 0 / 0x02 | [`TerminateCode::MPA_CRC`] |
 //! | MPA FPDU | Marker FPDUPTR not pointing at the FPDU start | LLP / 0 / 0x03 | [`TerminateCode::MPA_MARKER`] |
 //! | MPA FPDU | ULPDU_Length above the receiver's limit; ULPDU shorter than its DDP header | LLP / 0 / 0x03 | [`TerminateCode::MPA_MARKER`] |

@@ -953,6 +953,18 @@ impl QueuePair {
         self.terminate_sent = Some(t);
     }
 
+    /// Sends a Terminate for `code`, an error not caused by one incoming
+    /// segment (so it carries no copied header), and closes with `reason`:
+    /// e.g. MPA insufficient IRD (LLP / 0 / 0x06) once the MPA exchange is
+    /// over. Establish the stream first: the Terminate is an FPDU.
+    //= rfc5040#section-7.1
+    //# In this case, the Error Type and Error Code fields are included in the
+    //# Terminate Message, but the Terminated DDP Header and Terminated
+    //# RDMA Header fields are set to zero.
+    pub fn terminate_local(&mut self, code: TerminateCode, reason: DisconnectReason) {
+        self.terminate(code, None, 0, reason);
+    }
+
     /// Nothing more will ever be sent and all output has been drained: the
     /// owner can shut TCP down.
     pub fn tx_finished(&self) -> bool {

@@ -48,9 +48,10 @@ use rpcrdma_proto::provider::{
 };
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-use crate::cm::{Established, Handshake, IwarpConfig, PeerRequest, Progress};
+use crate::cm::{Established, Handshake, HandshakeError, IwarpConfig, PeerRequest, Progress};
 use crate::mpa::{IrdOrd, MpaFrame};
 use crate::qp::{QpEvent, QpStats, QueuePair};
+use crate::TerminateCode;
 
 /// Octets of read-ahead buffer.
 const RBUF: usize = 64 * 1024;
@@ -460,6 +461,23 @@ impl IwarpProvider {
                 Ok((Progress::Rejected { private_data, .. }, _)) => {
                     self.hs = None;
                     self.qp.abort(DisconnectReason::Rejected { private_data });
+                    return;
+                }
+                Err(HandshakeError::InsufficientIrd { established, .. }) => {
+                    self.hs = None;
+                    //= rfc6581#section-9.1
+                    //# If the initiator does not have sufficient
+                    //# resources for the required IRD, it MUST send a TERM message to the
+                    //# responder indicating insufficient resources and terminate the
+                    //# connection due to insufficient resources.
+                    self.qp.establish(established.params);
+                    self.qp.terminate_local(
+                        TerminateCode::MPA_INSUFFICIENT_IRD,
+                        DisconnectReason::Error {
+                            status: Status::RemoteInvalidRequest,
+                            blame: Blame::Remote,
+                        },
+                    );
                     return;
                 }
                 Ok((Progress::Request(_), _)) | Err(_) => {
@@ -896,7 +914,15 @@ impl Listener {
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        let _ = provider.sock.shutdown(Shutdown::Both);
+                        // A Reject the handshake prepared (an enhanced
+                        // Request without its IRD/ORD octets) goes out
+                        // before the close.
+                        let out = hs.output().to_vec();
+                        if !out.is_empty() {
+                            provider.record(Direction::Sent, &out);
+                            let _ = write_all_deadline(&mut provider.sock, &out, deadline);
+                        }
+                        let _ = provider.sock.shutdown(Shutdown::Write);
                         return Err(io::Error::new(io::ErrorKind::InvalidData, e));
                     }
                 },

@@ -253,3 +253,102 @@ async fn short_read_response_fails_the_read() {
     assert!(rdma.metrics().snapshot().transport_errors >= 3);
     rdma.shutdown().await;
 }
+
+/// An enhanced MPA Request (revision 2, S set) whose private data is too
+/// short to begin with the IRD/ORD octets (PD_Length 0 to 3) was accepted.
+/// Now: an MPA Reject, then the close; the server goes on accepting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enhanced_request_without_ird_ord_is_rejected() {
+    let server = Server::default();
+    testprog::register(&server);
+    let rdma = start(&server).await;
+    let addr = rdma.local_addr();
+    peer_script(move || {
+        for n in 0..4 {
+            let mut f = MpaRequest::default().frame();
+            f.private_data.truncate(n);
+            let mut p = Peer::connect_raw(addr, &f.to_vec().unwrap()).unwrap();
+            let Answer::Rejected(r) = p.answer().clone() else {
+                panic!("PD_Length {n}: {:?}", p.answer());
+            };
+            assert!(r.flags.reject());
+            assert_eq!(p.recv().unwrap(), Event::Closed, "PD_Length {n}");
+        }
+        let mut q = connect_ok(addr);
+        echo(&mut q, 9, b"next");
+    })
+    .await;
+    rdma.shutdown().await;
+}
+
+/// The server never has more RDMA Reads outstanding than the initiator's
+/// IRD — also when it answers with MPA revision 1 (where it used its own
+/// ORD of 16): with IRD 1, two calls with Read chunks get one Read Request
+/// at a time.
+//= rfc6581#section-9.1
+//# The
+//# responder MUST set its ORD at most to the initiator IRD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_ord_never_above_initiator_ird() {
+    for rev in [2, 1] {
+        let server = Server::default();
+        testprog::register(&server);
+        let mut cfg = RdmaServerConfig::default();
+        cfg.iwarp.rev = rev;
+        let rdma = RdmaServer::serve(&server, "127.0.0.1:0", cfg)
+            .await
+            .expect("bind");
+        let addr = rdma.local_addr();
+        peer_script(move || {
+            let req = MpaRequest {
+                ird: 1,
+                ..MpaRequest::default()
+            };
+            let mut p = Peer::connect(addr, &req).unwrap();
+            let Answer::Accepted(reply) = p.answer().clone() else {
+                panic!("rev {rev}: {:?}", p.answer());
+            };
+            assert_eq!(reply.revision, rev);
+            if rev == 2 {
+                assert_eq!(reply.ird_ord().map(|io| io.ord), Some(1));
+            }
+            let chunks = [(0x0000_c101, 0x1000), (0x0000_c201, 0x2000)];
+            for (i, &(stag, to)) in chunks.iter().enumerate() {
+                p.send_message(&write_call(10 + i as u32, stag, to, 64))
+                    .unwrap();
+            }
+            let data = [0x5a; 64];
+            let mut replies = Vec::new();
+            for &(stag, to) in &chunks {
+                // (The reply to the first call may come before the second
+                // Read Request.)
+                let rr = loop {
+                    match p.recv().unwrap() {
+                        Event::Send { data, .. } => replies.push(data),
+                        Event::ReadRequest { req, .. } => break req,
+                        other => panic!("rev {rev}: {other:?}"),
+                    }
+                };
+                assert_eq!((rr.src_stag, rr.src_to, rr.size), (stag, to, 64));
+                // Not a second Read while this one is outstanding.
+                p.limit = Duration::from_millis(300);
+                match p.recv() {
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                    Ok(Event::Send { data, .. }) => replies.push(data),
+                    other => panic!("rev {rev}: with IRD 1, got {other:?}"),
+                }
+                p.limit = hostile::DEFAULT_LIMIT;
+                let seg = Tagged::read_response(rr.sink_stag, rr.sink_to, true, &data);
+                p.send_tagged(&seg).unwrap();
+            }
+            while replies.len() < 2 {
+                replies.push(p.recv_send().unwrap());
+            }
+            for r in &replies {
+                assert!(rpc::reply(r).expect("a reply").is_success(), "rev {rev}");
+            }
+        })
+        .await;
+        rdma.shutdown().await;
+    }
+}
