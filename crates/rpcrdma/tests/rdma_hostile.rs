@@ -21,10 +21,17 @@ use rpcrdma_proto::XdrEncode;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-async fn start(server: &Server) -> RdmaServer {
-    RdmaServer::serve(server, "127.0.0.1:0", RdmaServerConfig::default())
+async fn start(server: &Server, cfg: RdmaServerConfig) -> RdmaServer {
+    RdmaServer::serve(server, "127.0.0.1:0", cfg)
         .await
         .expect("bind")
+}
+
+/// A server of the test program with `cfg`.
+async fn start_testprog(cfg: RdmaServerConfig) -> RdmaServer {
+    let server = Server::default();
+    testprog::register(&server);
+    start(&server, cfg).await
 }
 
 /// Runs the blocking peer script `f` off the runtime, bounded in time.
@@ -87,9 +94,7 @@ fn expect_terminate(p: &mut Peer) -> TerminateMessage {
 /// segment on queue 3 answered with the DDP "invalid QN" Terminate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_peer_round_trip_and_terminate() {
-    let server = Server::default();
-    testprog::register(&server);
-    let rdma = start(&server).await;
+    let rdma = start_testprog(RdmaServerConfig::default()).await;
     let addr = rdma.local_addr();
     peer_script(move || {
         let mut p = Peer::connect(addr, &MpaRequest::default()).unwrap();
@@ -122,9 +127,7 @@ async fn hostile_peer_round_trip_and_terminate() {
 /// connections are served as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lone_last_segment_does_not_deliver_a_stale_buffer() {
-    let server = Server::default();
-    testprog::register(&server);
-    let rdma = start(&server).await;
+    let rdma = start_testprog(RdmaServerConfig::default()).await;
     let addr = rdma.local_addr();
     peer_script(move || {
         let mut p = connect_ok(addr);
@@ -196,7 +199,7 @@ async fn short_read_response_fails_the_read() {
         }
         testprog::test_handler(ctx)
     });
-    let rdma = start(&server).await;
+    let rdma = start(&server, RdmaServerConfig::default()).await;
     let addr = rdma.local_addr();
     let w = writes.clone();
     peer_script(move || {
@@ -259,9 +262,7 @@ async fn short_read_response_fails_the_read() {
 /// Now: an MPA Reject, then the close; the server goes on accepting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enhanced_request_without_ird_ord_is_rejected() {
-    let server = Server::default();
-    testprog::register(&server);
-    let rdma = start(&server).await;
+    let rdma = start_testprog(RdmaServerConfig::default()).await;
     let addr = rdma.local_addr();
     peer_script(move || {
         for n in 0..4 {
@@ -291,13 +292,9 @@ async fn enhanced_request_without_ird_ord_is_rejected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_ord_never_above_initiator_ird() {
     for rev in [2, 1] {
-        let server = Server::default();
-        testprog::register(&server);
         let mut cfg = RdmaServerConfig::default();
         cfg.iwarp.rev = rev;
-        let rdma = RdmaServer::serve(&server, "127.0.0.1:0", cfg)
-            .await
-            .expect("bind");
+        let rdma = start_testprog(cfg).await;
         let addr = rdma.local_addr();
         peer_script(move || {
             let req = MpaRequest {
