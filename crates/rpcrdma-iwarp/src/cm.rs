@@ -36,6 +36,19 @@
 //! RFC 6581 §9.2 lets a responder name an option the initiator did not
 //! ask for), which the initiator sends and follows at once with its
 //! messages.
+//!
+//! An enhanced frame (revision 2, S set) must begin its private data with
+//! the IRD/ORD octets: a Request without them gets a Reject (then the
+//! close), a Reply without them closes the connection.
+//!
+//! # IRD and ORD (RFC 6581 §9.1)
+//!
+//! Our ORD is at most the peer's IRD, in both roles and whatever revision
+//! we answer with (a revision 1 peer sends none: nothing to adjust to); the
+//! initiator raises its IRD to the responder's ORD up to `caps.max_ird`,
+//! beyond which it sends a Terminate (insufficient IRD) and closes; 0x3FFF
+//! (no automatic negotiation) leaves the value unchanged, and a responder
+//! echoes it in its Reply.
 
 use rpcrdma_proto::provider::Caps;
 
@@ -131,6 +144,23 @@ pub enum HandshakeError {
     /// The responder chose the peer-to-peer model but no RTR we can send
     /// (only a zero-length Send, or a Read RTR with an IRD of 0).
     NoMatchingRtr,
+    /// An enhanced frame (revision 2, S set) whose private data does not
+    /// begin with the 4 IRD/ORD octets: the responder has put a Reject in
+    /// [`Handshake::output`] (send it, then close); the initiator closes.
+    NoIrdOrd {
+        /// PD_Length of the frame (0 to 3).
+        pd_len: usize,
+    },
+    /// Initiator: the responder's ORD exceeds the IRD we can offer
+    /// (`IwarpConfig::caps.max_ird`). The MPA exchange is over: send a
+    /// Terminate (LLP / 0 / 0x06, insufficient IRD) in the FPDU stream
+    /// framed as `established.params` say, then close.
+    InsufficientIrd {
+        /// The responder's ORD.
+        responder_ord: u16,
+        /// What the exchange agreed otherwise (framing for the Terminate).
+        established: Box<Established>,
+    },
 }
 
 impl std::fmt::Display for HandshakeError {
@@ -142,6 +172,16 @@ impl std::fmt::Display for HandshakeError {
             HandshakeError::State(w) => write!(f, "handshake state: {w}"),
             HandshakeError::NoMatchingRtr => {
                 write!(f, "the responder offers no RTR (RFC 6581) we can send")
+            }
+            HandshakeError::NoIrdOrd { pd_len } => write!(
+                f,
+                "enhanced MPA frame without the IRD/ORD octets (PD_Length {pd_len})"
+            ),
+            HandshakeError::InsufficientIrd { responder_ord, .. } => {
+                write!(
+                    f,
+                    "responder ORD {responder_ord} exceeds the IRD we can offer"
+                )
             }
         }
     }
@@ -252,6 +292,17 @@ fn initiator_rtr(sent: &MpaFrame, reply: &MpaFrame, ord: u8) -> Result<Rtr, Hand
     } else {
         Err(HandshakeError::NoMatchingRtr)
     }
+}
+
+/// `Some(PD_Length)` for an enhanced frame (revision 2, S set) whose
+/// private data is shorter than the IRD/ORD octets it must begin with.
+//= rfc6581#section-6
+//# However, if the 'S' flag is
+//# set, Private Data MUST begin with enhanced RDMA connection
+//# establishment data (see Section 9).
+fn missing_ird_ord(frame: &MpaFrame) -> Option<usize> {
+    let n = frame.private_data.len();
+    (frame.is_enhanced() && n < IRD_ORD_LEN).then_some(n)
 }
 
 fn build_frame(
@@ -380,6 +431,13 @@ impl Handshake {
                     // closes the connection (Linux does the same for rev 3).
                     return Err(HandshakeError::BadRevision(frame.revision));
                 }
+                if let Some(pd_len) = missing_ird_ord(&frame) {
+                    // Answered like the Markers refusal: a Reject, then
+                    // the caller closes (Linux siw rejects this Request
+                    // too, `siw_proc_mpareq`).
+                    self.reject_frame(&frame, &[])?;
+                    return Err(HandshakeError::NoIrdOrd { pd_len });
+                }
                 let req = PeerRequest {
                     private_data: frame.ulp_private_data().to_vec(),
                     ird_ord: frame.ird_ord(),
@@ -404,25 +462,28 @@ impl Handshake {
                         used,
                     ));
                 }
-                let mut est = self.agree(&sent, &frame, true);
+                if let Some(pd_len) = missing_ird_ord(&frame) {
+                    return Err(HandshakeError::NoIrdOrd { pd_len });
+                }
+                let mut est = self.agree(&sent, &frame);
+                if let Some(p) = frame.ird_ord() {
+                    if u32::from(p.ord) > u32::from(est.params.ird) && p.ord != IrdOrd::MAX {
+                        return Err(HandshakeError::InsufficientIrd {
+                            responder_ord: p.ord,
+                            established: Box::new(est),
+                        });
+                    }
+                }
                 est.rtr = initiator_rtr(&sent, &frame, est.params.ord)?;
                 Ok((Progress::Established(est), used))
             }
         }
     }
 
-    /// What the two frames give; `initiator` says which one is ours.
-    fn agree(&self, sent: &MpaFrame, received: &MpaFrame, initiator: bool) -> Established {
+    /// What the two frames give (`sent` is ours, `received` the peer's).
+    fn agree(&self, sent: &MpaFrame, received: &MpaFrame) -> Established {
         let n = crate::mpa::Negotiated::from_frames(sent, received);
-        let (ird, ord) = match n.peer_ird_ord {
-            // each side's ORD is at most the other side's IRD.
-            Some(p) => (
-                self.cfg.ird,
-                self.cfg.ord.min(u8::try_from(p.ird).unwrap_or(u8::MAX)),
-            ),
-            None => (self.cfg.ird, self.cfg.ord),
-        };
-        let _ = initiator;
+        let (ird, ord) = self.depths(received.ird_ord());
         Established {
             params: StreamParams {
                 crc: n.crc,
@@ -439,6 +500,53 @@ impl Handshake {
             revision: sent.revision.min(received.revision),
             rtr: Rtr::None,
         }
+    }
+
+    /// Our IRD and ORD given the peer's IRD/ORD octets (`None`: the peer
+    /// sent none, revision 1 or not enhanced; nothing to adjust to).
+    ///
+    /// ORD: at most the peer's IRD, in both roles (the responder's ORD at
+    /// most the initiator IRD; the initiator's ORD at most the responder
+    /// IRD), whatever revision we answer with; 0x3FFF (no automatic
+    /// negotiation) leaves it unchanged. IRD: the responder keeps its own
+    /// (it MAY raise it; it does not); the initiator raises its IRD to the
+    /// responder's ORD when its caps allow (when not,
+    /// [`HandshakeError::InsufficientIrd`]), as Linux siw does with
+    /// `relaxed_ird_negotiation`.
+    //= rfc6581#section-9.1
+    //# The
+    //# responder MUST set its ORD at most to the initiator IRD.
+    //= rfc6581#section-9.1
+    //# Upon receiving the MPA Accept Frame from the responder, the initiator
+    //# MUST set its IRD at least to the responder ORD and its ORD at most to
+    //# the responder IRD.
+    //= rfc6581#section-9.1
+    //# The initiator MUST leave its local endpoint ORD value unchanged upon receiving a responder IRD
+    //# value of 0x3FFF.
+    //= rfc6581#section-9.1
+    //# The initiator MUST
+    //# leave its local endpoint IRD value unchanged upon receiving a
+    //# responder ORD value of 0x3FFF.
+    //= rfc6581#section-9.1
+    //# The responder MUST respond to an initiator IRD
+    //# value of 0x3FFF by leaving its local endpoint ORD value unchanged,
+    fn depths(&self, peer: Option<IrdOrd>) -> (u8, u8) {
+        let (ird, ord) = (self.cfg.ird, self.cfg.ord);
+        let Some(p) = peer else { return (ird, ord) };
+        let ord = if p.ird == IrdOrd::MAX {
+            ord
+        } else {
+            ord.min(u8::try_from(p.ird).unwrap_or(u8::MAX))
+        };
+        let ird = match self.role {
+            Role::Initiator
+                if p.ord != IrdOrd::MAX && p.ord <= u16::from(self.cfg.caps.max_ird) =>
+            {
+                ird.max(u8::try_from(p.ord).unwrap_or(u8::MAX))
+            }
+            _ => ird,
+        };
+        (ird, ord)
     }
 
     /// Responder: accepts the Request with `cfg` (our private data, IRD,
@@ -469,9 +577,6 @@ impl Handshake {
         if self.cfg.markers && req.flags.markers() {
             flags |= MpaFlags::MARKERS;
         }
-        let peer_ird = req
-            .ird_ord()
-            .map_or(self.cfg.ord, |p| u8::try_from(p.ird).unwrap_or(u8::MAX));
         //= rfc6581#section-9.2
         //# If Control Flag A
         //# is 1 in the MPA Request message, then the responder MUST set Control
@@ -484,7 +589,7 @@ impl Handshake {
         let io = IrdOrd {
             peer_to_peer: p2p,
             rtr_write: p2p,
-            ..ird_ord(self.cfg.ird, self.cfg.ord.min(peer_ird))
+            ..self.reply_ird_ord(req.ird_ord())
         };
         let reply = build_frame(
             FrameKind::Reply,
@@ -498,11 +603,37 @@ impl Handshake {
             .to_vec()
             .map_err(|_| HandshakeError::Config("reply encoding"))?;
         self.sent = Some(reply.clone());
-        let mut est = self.agree(&reply, &req, false);
+        let mut est = self.agree(&reply, &req);
         if p2p {
             est.rtr = Rtr::Write;
         }
         Ok(est)
+    }
+
+    /// The IRD/ORD octets of our Reply to a Request carrying `peer`: our
+    /// IRD and ORD as [`Handshake::depths`] sets them, except that an
+    /// initiator's 0x3FFF (no automatic negotiation) is answered with
+    /// 0x3FFF.
+    //= rfc6581#section-9.1
+    //# The responder MUST respond to an initiator ORD value of
+    //# 0x3FFF by leaving its local endpoint IRD value unchanged and setting
+    //# the IRD to 0x3FFF in its reply message.
+    //= rfc6581#section-9.1
+    //# The responder MUST respond to an initiator IRD
+    //# value of 0x3FFF by leaving its local endpoint ORD value unchanged,
+    //# and setting ORD to 0x3FFF in its reply message.
+    fn reply_ird_ord(&self, peer: Option<IrdOrd>) -> IrdOrd {
+        let (ird, ord) = self.depths(peer);
+        let mut io = ird_ord(ird, ord);
+        if let Some(p) = peer {
+            if p.ord == IrdOrd::MAX {
+                io.ird = IrdOrd::MAX;
+            }
+            if p.ird == IrdOrd::MAX {
+                io.ord = IrdOrd::MAX;
+            }
+        }
+        io
     }
 
     fn reject_frame(&mut self, req: &MpaFrame, pd: &[u8]) -> Result<(), HandshakeError> {

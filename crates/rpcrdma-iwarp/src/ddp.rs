@@ -27,6 +27,7 @@
 //! | MSN of a future message with no buffer posted | [`check_untagged`] | DDP / 2 / 0x02 |
 //! | MSN of a completed message (behind the window) | [`check_untagged`] | DDP / 2 / 0x03 |
 //! | MO beyond the posted buffer | [`check_untagged`] | DDP / 2 / 0x04 |
+//! | MO not where the message's placed data ends (gap, overlap, a segment after the last) | [`check_continues`] | DDP / 2 / 0x04 |
 //! | MO + length beyond the posted buffer | [`check_untagged`] | DDP / 2 / 0x05 |
 
 use crate::rdmap::TerminateCode;
@@ -606,6 +607,41 @@ pub fn check_untagged(
         buffer_index: d,
         offset: hdr.mo,
     })
+}
+
+/// Checks that an untagged segment at `mo` continues its message: this
+/// receiver places in order (TCP delivers the segments of a message in the
+/// order the source posted them), so a segment must start exactly where the
+/// message's placed data ends (`placed_end`; 0 for a new message), and no
+/// segment may follow the one with L set (`placed_end` is `None` then).
+/// Anything else — a first segment not at MO 0, a gap, an overlap, a
+/// segment after the last — is Untagged Buffer Error 0x04 "Invalid MO", as
+/// Linux siw answers it (`siw_send_check_ntoh`), also for a zero-length
+/// segment: otherwise a lone last segment at MO n would complete an
+/// n-octet message out of whatever the receive buffer held before.
+//= rfc5041#section-5.4
+//# At the Data Sink, DDP MUST Deliver a DDP Message if and only if all
+//# of the following are true:
+//#
+//#    * the last DDP Segment of the DDP Message had its Last flag set,
+//#
+//#    * all of the DDP Segments of the DDP Message have been Placed,
+//= rfc5041#section-4.1
+//# For an Untagged DDP Message, the DDP Segment with the L bit set to 1 MUST
+//# carry the highest MO.
+//= rfc5041#section-7.2
+//# 0x2                  Untagged Buffer Error
+//#          0x01        Invalid QN
+//#          0x02        Invalid MSN - no buffer available
+//#          0x03        Invalid MSN - MSN range is not valid
+//#          0x04        Invalid MO
+#[inline]
+pub fn check_continues(mo: u32, placed_end: Option<u64>) -> Result<(), TerminateCode> {
+    if placed_end == Some(u64::from(mo)) {
+        Ok(())
+    } else {
+        Err(TerminateCode::DDP_UNTAGGED_INVALID_MO)
+    }
 }
 
 /// Per-queue MSN bookkeeping for a receiver (or sender).

@@ -101,12 +101,16 @@
 //! | layer | check | Terminate (layer / etype / code) | constant |
 //! |---|---|---|---|
 //! | MPA setup | bad key, PD_Length > 512 (or the configured limit) | LLP / 0 / 0x04 | [`TerminateCode::MPA_INVALID_REQ_REP`] (close the connection) |
+//! | MPA setup | enhanced frame (rev 2, S set) with PD_Length < 4 (no IRD/ORD octets) | — | responder: MPA Reject, then close; initiator: close ([`cm::HandshakeError::NoIrdOrd`]) |
+//! | MPA setup | initiator: the responder's ORD exceeds the IRD we can offer (`caps.max_ird`) | LLP / 0 / 0x06 | [`TerminateCode::MPA_INSUFFICIENT_IRD`] (then close; [`cm::HandshakeError::InsufficientIrd`]) |
 //! | MPA FPDU | CRC mismatch (CRC negotiated) | LLP / 0 / 0x02 | [`TerminateCode::MPA_CRC`] |
 //! | MPA FPDU | Marker FPDUPTR not pointing at the FPDU start | LLP / 0 / 0x03 | [`TerminateCode::MPA_MARKER`] |
 //! | MPA FPDU | ULPDU_Length above the receiver's limit; ULPDU shorter than its DDP header | LLP / 0 / 0x03 | [`TerminateCode::MPA_MARKER`] |
 //! | DDP | DV ≠ 1 (tagged / untagged) | DDP / 1 / 0x04, DDP / 2 / 0x06 | [`TerminateCode::DDP_TAGGED_INVALID_VERSION`], [`TerminateCode::DDP_UNTAGGED_INVALID_VERSION`] |
 //! | DDP tagged | STag invalid / not this stream's / TO wrap / out of bounds | DDP / 1 / 0x00, 0x02, 0x03, 0x01 | [`TerminateCode::DDP_TAGGED_INVALID_STAG`] … |
+//! | DDP tagged | RDMA Read Response not the one requested: another STag, TO ≠ sink TO + octets received so far, octets past the requested length, L before it (the Read completes with an error) | DDP / 1 / 0x01 | [`TerminateCode::DDP_TAGGED_BASE_BOUNDS`] |
 //! | DDP untagged | QN invalid / no buffer for MSN / MSN behind / MO past buffer / too long | DDP / 2 / 0x01 … 0x05 | [`TerminateCode::DDP_UNTAGGED_INVALID_QN`] … |
+//! | DDP untagged | MO does not continue the message (first segment not at MO 0, a gap, an overlap, a segment after the last; zero-length segments too) | DDP / 2 / 0x04 | [`TerminateCode::DDP_UNTAGGED_INVALID_MO`] ([`ddp::check_continues`]) |
 //! | RDMAP | access right missing on the tagged buffer | RDMAP / 1 / 0x02 | [`TerminateCode::RDMAP_ACCESS_RIGHTS`] |
 //! | RDMAP | Read Request source STag checks | RDMAP / 1 / 0x00, 0x03, 0x04, 0x01 | [`TerminateCode::RDMAP_INVALID_STAG`] … |
 //! | RDMAP | RV ≠ 1 | RDMAP / 2 / 0x05 | [`TerminateCode::RDMAP_INVALID_VERSION`] |

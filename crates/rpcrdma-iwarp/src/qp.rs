@@ -44,7 +44,9 @@
 //! a Terminate that the peer sent in answer to it is seen first and the WR
 //! completes with the error the Terminate names (e.g. `RemoteAccess` for a
 //! Write to a bad STag). An RDMA Read completes when the last Read Response
-//! segment has been placed and its CRC checked.
+//! segment has been placed and its CRC checked; a Read Response that is not
+//! the one requested (short, long, out of order) is Terminated and the Read
+//! completes with `RemoteOperation`.
 //!
 //! # Errors
 //!
@@ -162,10 +164,23 @@ struct PostedRecv {
     wr_id: u64,
     sge: Sge,
     idx: u32,
-    /// Highest MO + length placed so far.
+    /// MO + length of the last segment placed: where the next segment of
+    /// the message must start (segments are placed in order).
     placed_end: u64,
     /// The last segment arrived: opcode and length of the message.
     done: Option<(CqOpcode, u32, bool)>,
+}
+
+impl PostedRecv {
+    /// Where the next segment of this receive's message must start; `None`
+    /// once its last segment has arrived (nothing may follow it).
+    #[inline]
+    fn next_mo(&self) -> Option<u64> {
+        match self.done {
+            None => Some(self.placed_end),
+            Some(_) => None,
+        }
+    }
 }
 
 struct OutRead {
@@ -174,6 +189,29 @@ struct OutRead {
     sink_to: u64,
     len: u32,
     received: u64,
+}
+
+impl OutRead {
+    /// Whether a Read Response segment of `payload_len` octets is the next
+    /// piece of this Read: the sink STag, the TO where the octets received
+    /// so far end (segments arrive in order over TCP), no octet past the
+    /// requested length, and L only on a segment that reaches it. A short
+    /// response (L too early), a long one, a reordered, gapped or
+    /// overlapping one is refused before anything of it is placed.
+    //= rfc5040#section-5.2.2
+    //# The Data Sink MAY validate that the STag, Tagged Offset, and
+    //# length of the RDMA Read Response Message are the same as the STag,
+    //# Tagged Offset, and length included in the corresponding RDMA Read
+    //# Request Message.
+    #[inline]
+    fn accepts(&self, stag: u32, to: u64, last: bool, payload_len: u64) -> bool {
+        let end = self.received + payload_len;
+        let len = u64::from(self.len);
+        stag == self.sink_stag
+            && self.sink_to.checked_add(self.received) == Some(to)
+            && end <= len
+            && (!last || end == len)
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -287,6 +325,9 @@ struct RxFault {
     reason: DisconnectReason2,
     /// Receive (relative index) that completes with a local status.
     recv: Option<(u32, Status)>,
+    /// The oldest outstanding RDMA Read completes with `reason.status`
+    /// (its Read Response was refused) rather than being flushed.
+    read: bool,
 }
 
 /// A `Copy` form of the few [`DisconnectReason::Error`] values the
@@ -910,6 +951,18 @@ impl QueuePair {
             self.tx_closed = true;
         }
         self.terminate_sent = Some(t);
+    }
+
+    /// Sends a Terminate for `code`, an error not caused by one incoming
+    /// segment (so it carries no copied header), and closes with `reason`:
+    /// e.g. MPA insufficient IRD (LLP / 0 / 0x06) once the MPA exchange is
+    /// over. Establish the stream first: the Terminate is an FPDU.
+    //= rfc5040#section-7.1
+    //# In this case, the Error Type and Error Code fields are included in the
+    //# Terminate Message, but the Terminated DDP Header and Terminated
+    //# RDMA Header fields are set to zero.
+    pub fn terminate_local(&mut self, code: TerminateCode, reason: DisconnectReason) {
+        self.terminate(code, None, 0, reason);
     }
 
     /// Nothing more will ever be sent and all output has been drained: the
@@ -1931,9 +1984,19 @@ impl QueuePair {
                     },
                 },
                 recv,
+                read: false,
             });
         }
         self.rx.dst = Dst::Discard;
+    }
+
+    /// A Read Response refused: [`QueuePair::rx_fault`], and the Read it
+    /// answers completes with `status` (its WR is not just flushed).
+    fn read_response_fault(&mut self, code: TerminateCode, status: Status) {
+        self.rx_fault(code, status, None);
+        if let Some(f) = self.rx.fault.as_mut() {
+            f.read = true;
+        }
     }
 
     //= rfc5041#section-7.1
@@ -1954,20 +2017,19 @@ impl QueuePair {
                         );
                         return;
                     };
-                    let (sink_stag, sink_to, len) = (front.sink_stag, front.sink_to, front.len);
-                    if len == 0 && payload_len == 0 {
+                    if front.len == 0 && payload_len == 0 {
                         self.rx.action = RxAction::ReadResponse { last: t.last };
                         return;
                     }
-                    let in_range = t.stag == sink_stag
-                        && t.to >= sink_to
-                        && u128::from(t.to) + u128::from(payload_len)
-                            <= u128::from(sink_to) + u128::from(len);
-                    if !in_range {
-                        self.rx_fault(
+                    if !front.accepts(t.stag, t.to, t.last, payload_len) {
+                        // RFC 5041 §7.2 has no code for a Read Response
+                        // that is not the requested one; the part of the
+                        // sink buffer still expected is the bound it
+                        // breaks: Base or bounds violation, as Linux siw
+                        // (`siw_rresp_check_ntoh`).
+                        self.read_response_fault(
                             TerminateCode::DDP_TAGGED_BASE_BOUNDS,
-                            Status::RemoteAccess,
-                            None,
+                            Status::RemoteOperation,
                         );
                         return;
                     }
@@ -1976,7 +2038,7 @@ impl QueuePair {
                             self.rx.dst = dst;
                             self.rx.action = RxAction::ReadResponse { last: t.last };
                         }
-                        Err(code) => self.rx_fault(code, Status::RemoteAccess, None),
+                        Err(code) => self.read_response_fault(code, Status::RemoteAccess),
                     }
                 } else if payload_len > 0 {
                     match self.tagged_target(t.stag, t.to, payload_len) {
@@ -2005,6 +2067,10 @@ impl QueuePair {
                             let Some(r) = self.rq.get(pl.buffer_index as usize) else {
                                 return;
                             };
+                            if let Err(code) = ddp::check_continues(u.mo, r.next_mo()) {
+                                self.rx_fault(code, Status::RemoteInvalidRequest, None);
+                                return;
+                            }
                             let off = r.sge.offset + u64::from(pl.offset);
                             self.rx.dst = Dst::Mem {
                                 idx: r.idx,
@@ -2169,6 +2235,9 @@ impl QueuePair {
         if let Some(f) = self.rx.fault.take() {
             let mut prefix = [0u8; Segment::MAX_PREFIX];
             prefix[..pl].copy_from_slice(&self.rx.hbuf[2..have.max(2)]);
+            if f.read {
+                self.fail_oldest_read(f.reason.status);
+            }
             if let Some((d, st)) = f.recv {
                 if let Some(r) = self.rq.get(d as usize) {
                     let (wr_id, idx) = (r.wr_id, r.idx);
@@ -2210,7 +2279,7 @@ impl QueuePair {
                 inval,
             } => {
                 if let Some(r) = self.rq.get_mut(d as usize) {
-                    r.placed_end = r.placed_end.max(end);
+                    r.placed_end = end;
                     if last {
                         let cq_op = if opcode.carries_invalidate_stag() {
                             CqOpcode::RecvWithInvalidate { stag: Stag(inval) }
@@ -2281,6 +2350,16 @@ impl QueuePair {
                 if let Ok(t) = t {
                     self.on_terminate(t);
                 }
+            }
+        }
+    }
+
+    /// The oldest outstanding RDMA Read completes with `status` (the rest
+    /// of the Send queue is flushed by the close that follows).
+    fn fail_oldest_read(&mut self, status: Status) {
+        if let Some(seq) = self.ord_q.front().map(|r| r.seq) {
+            if let Some(w) = self.sq_get_mut(seq) {
+                w.state = WrState::Done(status, 0);
             }
         }
     }

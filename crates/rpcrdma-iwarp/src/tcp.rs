@@ -55,6 +55,7 @@ use crate::cm::{Established, Handshake, HandshakeError, IwarpConfig, PeerRequest
 use crate::mpa::{IrdOrd, MpaFrame};
 use crate::qp::{QpEvent, QpStats, QueuePair};
 use crate::rtr::{self, ReadRtr, Step};
+use crate::TerminateCode;
 
 /// Octets of read-ahead buffer.
 const RBUF: usize = 64 * 1024;
@@ -491,6 +492,23 @@ impl IwarpProvider {
                 Ok((Progress::Rejected { private_data, .. }, _)) => {
                     self.hs = None;
                     self.qp.abort(DisconnectReason::Rejected { private_data });
+                    return;
+                }
+                Err(HandshakeError::InsufficientIrd { established, .. }) => {
+                    self.hs = None;
+                    //= rfc6581#section-9.1
+                    //# If the initiator does not have sufficient
+                    //# resources for the required IRD, it MUST send a TERM message to the
+                    //# responder indicating insufficient resources and terminate the
+                    //# connection due to insufficient resources.
+                    self.qp.establish(established.params);
+                    self.qp.terminate_local(
+                        TerminateCode::MPA_INSUFFICIENT_IRD,
+                        DisconnectReason::Error {
+                            status: Status::RemoteInvalidRequest,
+                            blame: Blame::Remote,
+                        },
+                    );
                     return;
                 }
                 Ok((Progress::Request(_), _)) | Err(_) => {
@@ -1028,7 +1046,9 @@ impl Listener {
                     ))
                 }
                 RequestRead::Invalid(e) => {
-                    let _ = provider.sock.shutdown(Shutdown::Both);
+                    // read_request sent the Reject the handshake prepared
+                    // (if any); FIN after it.
+                    let _ = provider.sock.shutdown(Shutdown::Write);
                     return Err(io::Error::new(io::ErrorKind::InvalidData, e));
                 }
                 RequestRead::Failed(e) => return Err(e),
@@ -1070,7 +1090,16 @@ pub(crate) fn read_request(mut sock: &TcpStream, hs: &mut Handshake) -> RequestR
                     return RequestRead::Request(request, buf[used..n].to_vec())
                 }
                 Ok(_) => {}
-                Err(e) => return RequestRead::Invalid(e),
+                Err(e) => {
+                    // A Reject the handshake prepared (an enhanced Request
+                    // without its IRD/ORD octets) goes out before the
+                    // close: one write of a few dozen octets into a new
+                    // connection's empty send buffer.
+                    if !hs.output().is_empty() {
+                        let _ = sock.write(hs.output());
+                    }
+                    return RequestRead::Invalid(e);
+                }
             },
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return RequestRead::WouldBlock,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

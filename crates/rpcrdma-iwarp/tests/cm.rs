@@ -373,3 +373,157 @@ fn reply_rtr_choices() {
         );
     }
 }
+
+/// An MPA frame of `kind` ("Req" / "Rep") with flags, revision and private
+/// data as given.
+fn frame(kind: &str, flags: u8, rev: u8, pd: &[u8]) -> Vec<u8> {
+    let mut v = format!("MPA ID {kind} Frame").into_bytes();
+    v.extend_from_slice(&[flags, rev]);
+    v.extend_from_slice(&(pd.len() as u16).to_be_bytes());
+    v.extend_from_slice(pd);
+    v
+}
+
+/// The 4 IRD/ORD octets (no flags).
+fn io(ird: u16, ord: u16) -> [u8; 4] {
+    IrdOrd::new(ird, ord).to_bytes().unwrap()
+}
+
+/// An enhanced Request (revision 2, S set) whose private data cannot hold
+/// the IRD/ORD octets is answered with a Reject (enhanced, IRD = ORD = 0)
+/// and the connection is closed, for every PD_Length 0 to 3.
+//= rfc6581#section-6
+//# However, if the 'S' flag is
+//# set, Private Data MUST begin with enhanced RDMA connection
+//# establishment data (see Section 9).
+#[test]
+fn enhanced_request_without_ird_ord_is_rejected() {
+    for n in 0..4 {
+        let mut r = Handshake::responder(IwarpConfig::default());
+        let req = frame("Req", 0x10, 2, &[1, 2, 3][..n]);
+        assert_eq!(r.feed(&req), Err(HandshakeError::NoIrdOrd { pd_len: n }));
+        assert_eq!(
+            r.output(),
+            &frame("Rep", 0x30, 2, &[0; 4])[..],
+            "PD_Length {n}"
+        );
+        // Nothing can be accepted after that.
+        assert!(r.accept(IwarpConfig::default()).is_err());
+    }
+    // Four octets are IRD/ORD: a Request.
+    let mut r = Handshake::responder(IwarpConfig::default());
+    let (p, _) = r.feed(&frame("Req", 0x10, 2, &io(1, 2))).unwrap();
+    assert!(matches!(p, Progress::Request(_)));
+}
+
+/// The initiator closes on an accepting enhanced Reply without the IRD/ORD
+/// octets; a Reject stays a Reject however it is shaped (Linux siw's
+/// Reject of such a Request carries S and no private data).
+#[test]
+fn enhanced_reply_without_ird_ord_closes() {
+    for n in 0..4 {
+        let mut i = Handshake::initiator(IwarpConfig::default()).unwrap();
+        let rep = frame("Rep", 0x10, 2, &[1, 2, 3][..n]);
+        assert_eq!(i.feed(&rep), Err(HandshakeError::NoIrdOrd { pd_len: n }));
+    }
+    let mut i = Handshake::initiator(IwarpConfig::default()).unwrap();
+    let (p, _) = i.feed(&frame("Rep", 0x30, 2, &[])).unwrap();
+    assert!(matches!(p, Progress::Rejected { .. }), "{p:?}");
+}
+
+/// The responder's ORD (used, and sent in the Reply) never exceeds the
+/// initiator's IRD, whatever revision it answers with; 0x3FFF (no
+/// automatic negotiation) leaves ours unchanged and is echoed; a revision 1
+/// Request carries no IRD, so there is nothing to adjust to.
+//= rfc6581#section-9.1
+//# The
+//# responder MUST set its ORD at most to the initiator IRD.
+#[test]
+fn responder_ord_never_above_initiator_ird() {
+    const AUTO: u16 = IrdOrd::MAX;
+    // (our revision, initiator IRD, initiator ORD) ->
+    // (our IRD, our ORD, the Reply's IRD/ORD octets)
+    type Want = (u8, u8, Option<(u16, u16)>);
+    let cases: [((u8, u16, u16), Want); 8] = [
+        ((2, 0, 4), (8, 0, Some((8, 0)))),
+        ((2, 1, 4), (8, 1, Some((8, 1)))),
+        ((2, 16, 4), (8, 16, Some((8, 16)))),
+        ((2, 300, 4), (8, 32, Some((8, 32)))),
+        ((2, AUTO, 4), (8, 32, Some((8, AUTO)))),
+        ((2, 4, AUTO), (8, 4, Some((AUTO, 4)))),
+        // Answering with revision 1, we still read the initiator's IRD.
+        ((1, 2, 4), (8, 2, None)),
+        ((1, 0, 0), (8, 0, None)),
+    ];
+    let resp = IwarpConfig {
+        ird: 8,
+        ord: 32,
+        ..Default::default()
+    };
+    for ((rev, ird, ord), (want_ird, want_ord, reply_io)) in cases {
+        let cfg = IwarpConfig {
+            rev,
+            ..resp.clone()
+        };
+        let mut r = Handshake::responder(cfg.clone());
+        r.feed(&frame("Req", 0x10, 2, &io(ird, ord))).unwrap();
+        let est = r.accept(cfg).unwrap();
+        let case = format!("rev {rev}, initiator IRD {ird} ORD {ord}");
+        assert_eq!(
+            (est.params.ird, est.params.ord),
+            (want_ird, want_ord),
+            "{case}"
+        );
+        let sent = r.sent_frame().unwrap();
+        assert_eq!(
+            sent.ird_ord().map(|p| (p.ird, p.ord)),
+            reply_io,
+            "{case}: Reply"
+        );
+    }
+    // A revision 1 Request: no IRD/ORD from the initiator.
+    let mut r = Handshake::responder(resp.clone());
+    r.feed(&frame("Req", 0, 1, b"hi")).unwrap();
+    let est = r.accept(resp).unwrap();
+    assert_eq!((est.params.ird, est.params.ord), (8, 32));
+}
+
+/// The initiator sets its ORD at most to the responder's IRD and its IRD
+/// at least to the responder's ORD (up to its `max_ird`; beyond that the
+/// exchange fails with `InsufficientIrd`, which the TCP adapter answers
+/// with a Terminate LLP / 0 / 0x06); 0x3FFF leaves either unchanged.
+//= rfc6581#section-9.1
+//# Upon receiving the MPA Accept Frame from the responder, the initiator
+//# MUST set its IRD at least to the responder ORD and its ORD at most to
+//# the responder IRD.
+#[test]
+fn initiator_adjusts_to_the_responder_ird_ord() {
+    const AUTO: u16 = IrdOrd::MAX;
+    let ini = IwarpConfig {
+        ird: 4,
+        ord: 16,
+        ..Default::default()
+    };
+    assert_eq!(ini.caps.max_ird, 64);
+    for ((ird, ord), want) in [
+        ((2, 8), (8, 2)),
+        ((32, 2), (4, 16)),
+        ((AUTO, AUTO), (4, 16)),
+        ((16, 64), (64, 16)),
+    ] {
+        let mut i = Handshake::initiator(ini.clone()).unwrap();
+        let (p, _) = i.feed(&frame("Rep", 0x10, 2, &io(ird, ord))).unwrap();
+        let Progress::Established(e) = p else {
+            panic!("{p:?}")
+        };
+        assert_eq!((e.params.ird, e.params.ord), want, "responder {ird}/{ord}");
+    }
+    let mut i = Handshake::initiator(ini).unwrap();
+    match i.feed(&frame("Rep", 0x10, 2, &io(16, 65))) {
+        Err(HandshakeError::InsufficientIrd {
+            responder_ord: 65,
+            established,
+        }) => assert_eq!(established.params.ord, 16),
+        other => panic!("{other:?}"),
+    }
+}

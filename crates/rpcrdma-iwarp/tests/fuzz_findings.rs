@@ -1,9 +1,8 @@
 //! Defects the `qp_segments` fuzz target found in the queue pair, each as
 //! a hand-built regression test and as the fuzzer's input
 //! (`fuzz/regressions/qp_segments/`, replayed through the entry point with
-//! every check on). They fail until the fixes (on the wt-qp branch) land:
-//! ignored until then; remove the `#[ignore]` and the defect's name from
-//! `rpcrdma_proto::fuzzing::KNOWN_DEFECTS` with the fix.
+//! every check on). Both failed until the fixes of DDP message continuity
+//! (MO) and of Read Response validation.
 
 use std::path::Path;
 
@@ -40,7 +39,6 @@ fn received_ok(cq: &[Completion]) -> Option<&Completion> {
 }
 
 #[test]
-#[ignore = "known defect recv-stale-octets: fix pending on wt-qp"]
 fn a_send_of_only_its_last_segment_delivers_no_stale_octets() {
     let mut env = Env::new(StreamParams::DEFAULT);
     // MSN 1, only its last segment, at MO 8: octets 0..8 were never sent.
@@ -53,7 +51,6 @@ fn a_send_of_only_its_last_segment_delivers_no_stale_octets() {
 }
 
 #[test]
-#[ignore = "known defect recv-stale-octets: fix pending on wt-qp"]
 fn a_send_with_a_hole_between_segments_delivers_no_stale_octets() {
     let mut env = Env::new(StreamParams::DEFAULT);
     // Octets 0..4 and 8..12 arrive, 4..8 never do.
@@ -69,7 +66,6 @@ fn a_send_with_a_hole_between_segments_delivers_no_stale_octets() {
 }
 
 #[test]
-#[ignore = "known defect read-short-response: fix pending on wt-qp"]
 fn a_short_read_response_with_last_does_not_complete_the_read() {
     let mut env = Env::new(StreamParams::DEFAULT);
     let (sink, sink_to, len) = env.reads[0];
@@ -87,7 +83,6 @@ fn a_short_read_response_with_last_does_not_complete_the_read() {
 }
 
 #[test]
-#[ignore = "known defects recv-stale-octets, read-short-response: fixes pending on wt-qp"]
 fn fuzzer_inputs_pass_every_check() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/qp_segments");
     let n = rpcrdma_proto::fuzzing::replay_dir(

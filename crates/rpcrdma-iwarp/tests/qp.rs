@@ -446,6 +446,20 @@ fn ulpdu(hdr: DdpHeader, payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// A valid 8-octet Read Request (MSN 1) from `src_stag`.
+fn read_request_from(src_stag: u32) -> [u8; 46] {
+    rdmap::encode_read_request(
+        1,
+        &ReadRequest {
+            sink_stag: 5,
+            sink_to: 0,
+            size: 8,
+            src_stag,
+            src_to: 0,
+        },
+    )
+}
+
 /// Every malformed or unauthorised segment → the Terminate of the table in
 /// the crate docs, with the offending DDP header copied, and no memory
 /// touched.
@@ -662,6 +676,44 @@ fn malformed_segments_get_the_right_terminate() {
             TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
         ),
         (
+            "Read Request not the last segment",
+            Box::new(|v| {
+                let mut u = read_request_from(v.ro.stag().0).to_vec();
+                u[0] &= !0x40;
+                u
+            }),
+            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
+        ),
+        (
+            "Read Request at MO 28",
+            Box::new(|v| {
+                let mut u = read_request_from(v.ro.stag().0).to_vec();
+                u[17] = 28;
+                u
+            }),
+            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
+        ),
+        (
+            "Terminate at MO 4",
+            Box::new(|_| {
+                let t = TerminateMessage::new(TerminateCode::RDMAP_CATASTROPHIC_STREAM);
+                let mut u = rdmap::encode_terminate(1, &t);
+                u[17] = 4;
+                u
+            }),
+            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
+        ),
+        (
+            "Terminate not the last segment",
+            Box::new(|_| {
+                let t = TerminateMessage::new(TerminateCode::RDMAP_CATASTROPHIC_STREAM);
+                let mut u = rdmap::encode_terminate(1, &t);
+                u[0] &= !0x40;
+                u
+            }),
+            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
+        ),
+        (
             "ULPDU shorter than a DDP header",
             Box::new(|_| vec![0x41, 0x43, 0, 0]),
             TerminateCode::MPA_MARKER,
@@ -751,6 +803,264 @@ fn ird_is_released_after_the_response() {
         assert_eq!(&out[16..24], &[0x22; 8]);
     }
     assert!(v.q.terminate_sent().is_none());
+}
+
+/// One segment of a Send on queue 0: MSN, MO, L, payload.
+fn send_seg(msn: u32, mo: u32, last: bool, payload: &[u8]) -> Vec<u8> {
+    ulpdu(
+        rdmap::send_header(Opcode::SEND, msn, mo, last, 0).unwrap(),
+        payload,
+    )
+}
+
+/// An untagged message is Delivered only once every segment of it has been
+/// Placed: with in-order placement over TCP, each segment must start where
+/// the message's placed data ends, and none may follow the last one.
+/// Otherwise DDP / 2 / 0x04 (invalid MO), on both receive paths (whole
+/// FPDU in one slice, and octet by octet), and nothing completes — in
+/// particular no message made of what a recycled buffer held before.
+//= rfc5041#section-5.4
+//# At the Data Sink, DDP MUST Deliver a DDP Message if and only if all
+//# of the following are true:
+//#
+//#    * the last DDP Segment of the DDP Message had its Last flag set,
+//#
+//#    * all of the DDP Segments of the DDP Message have been Placed,
+#[test]
+fn untagged_segments_must_continue_their_message() {
+    // (what, the segments, which one breaks the rule)
+    let cases: [(&str, Vec<Vec<u8>>, usize); 6] = [
+        (
+            "zero-length last segment alone at MO 8",
+            vec![send_seg(1, 8, true, &[])],
+            0,
+        ),
+        (
+            "last segment alone at MO 8",
+            vec![send_seg(1, 8, true, &[5; 4])],
+            0,
+        ),
+        (
+            "first segment not at MO 0",
+            vec![
+                send_seg(1, 4, false, &[5; 4]),
+                send_seg(1, 8, true, &[5; 4]),
+            ],
+            0,
+        ),
+        (
+            "a gap",
+            vec![
+                send_seg(1, 0, false, &[5; 8]),
+                send_seg(1, 16, true, &[5; 4]),
+            ],
+            1,
+        ),
+        (
+            "an overlap",
+            vec![
+                send_seg(1, 0, false, &[5; 8]),
+                send_seg(1, 4, true, &[5; 4]),
+            ],
+            1,
+        ),
+        (
+            // MSN 2 waits (placed, not delivered) behind MSN 1.
+            "a segment after the last one",
+            vec![send_seg(2, 0, true, &[5; 4]), send_seg(2, 4, true, &[5; 4])],
+            1,
+        ),
+    ];
+    for (name, segs, bad) in &cases {
+        for crc in [false, true] {
+            for octetwise in [false, true] {
+                let mut v = victim(crc, 4);
+                let rb2 = reg(&mut v.q, vec![0x44; 32], Access::LOCAL_WRITE);
+                v.q.post_recv(RecvWr {
+                    wr_id: 78,
+                    sge: rb2.sge(0, 32),
+                })
+                .unwrap();
+                for s in segs {
+                    let f = v.tx.fpdu_to_vec(&[s]).unwrap();
+                    if octetwise {
+                        for c in f.chunks(1) {
+                            v.q.handle_input(c);
+                        }
+                    } else {
+                        v.q.handle_input(&f);
+                    }
+                }
+                let how = format!("{name} (crc {crc}, octetwise {octetwise})");
+                let t = v.terminate();
+                assert_eq!(t.code, TerminateCode::DDP_UNTAGGED_INVALID_MO, "{how}");
+                let bad = &segs[*bad];
+                let d = t.ddp.unwrap_or_else(|| panic!("{how}: no DDP header"));
+                assert_eq!(d.header.to_vec(), bad[..18], "{how}: copied header");
+                assert_eq!(
+                    v.q.close_reason(),
+                    Some(&DisconnectReason::Error {
+                        status: Status::RemoteInvalidRequest,
+                        blame: Blame::Remote
+                    }),
+                    "{how}"
+                );
+                let mut c = Vec::new();
+                v.q.poll_completions(&mut c);
+                assert_eq!(c.len(), 2, "{how}: {c:?}");
+                assert!(
+                    c.iter().all(|c| c.status == Status::Flushed),
+                    "{how}: {c:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A queue pair with one 1000-octet RDMA Read outstanding (its Read
+/// Request already on the wire) into `sink` (1000 octets of 0x55, TO 0).
+fn reading(crc: bool) -> (QueuePair, MemoryRegion, FpduSender) {
+    let mut q = QueuePair::new(CAPS, 0x40);
+    q.establish(StreamParams {
+        crc,
+        ..StreamParams::DEFAULT
+    });
+    let sink = reg(&mut q, vec![0x55; 1000], RW);
+    q.post_send(SendWr {
+        wr_id: 9,
+        op: SendOp::Read {
+            remote: RemoteAddr {
+                stag: Stag(0x0012_3401),
+                offset: 0,
+            },
+        },
+        sges: vec![sink.sge(0, 1000)].into(),
+    })
+    .unwrap();
+    let mut out = vec![0u8; 4096];
+    assert!(q.poll_transmit(&mut out) > 0, "the Read Request");
+    let tx = FpduSender::new(FramingConfig {
+        crc,
+        markers: false,
+    });
+    (q, sink, tx)
+}
+
+/// The Read Response must be exactly what the Read Request asked for: its
+/// segments in order (TO = sink TO + octets received so far), no more than
+/// the requested length, and L only on the segment that completes it. A
+/// short, long, reordered, gapped or overlapping response is Terminated
+/// with DDP / 1 / 0x01 (base or bounds, as Linux siw), and the Read
+/// completes with an error — never `Success` over partial data.
+//= rfc5040#section-5.2.2
+//# The Data Sink MAY validate that the STag, Tagged Offset, and
+//# length of the RDMA Read Response Message are the same as the STag,
+//# Tagged Offset, and length included in the corresponding RDMA Read
+//# Request Message.
+#[test]
+fn read_response_must_match_the_request() {
+    // (what, segments as (TO, L, octets), which one breaks the rule)
+    type Segs = Vec<(u64, bool, usize)>;
+    let cases: [(&str, Segs, usize); 6] = [
+        ("short: 500 of 1000 with L", vec![(0, true, 500)], 0),
+        (
+            "long: 1000, then 8 more",
+            vec![(0, false, 1000), (1000, true, 8)],
+            1,
+        ),
+        (
+            "L before the end",
+            vec![(0, false, 500), (500, true, 400)],
+            1,
+        ),
+        (
+            "second half first",
+            vec![(500, false, 500), (0, true, 500)],
+            0,
+        ),
+        ("a gap", vec![(0, false, 500), (600, true, 400)], 1),
+        ("an overlap", vec![(0, false, 500), (400, true, 600)], 1),
+    ];
+    for (name, segs, bad) in &cases {
+        for crc in [false, true] {
+            for octetwise in [false, true] {
+                let how = format!("{name} (crc {crc}, octetwise {octetwise})");
+                let (mut q, sink, mut tx) = reading(crc);
+                let mut ulpdus = Vec::new();
+                for &(to, last, n) in segs {
+                    let u = ulpdu(
+                        rdmap::read_response_header(sink.stag().0, to, last),
+                        &vec![7; n],
+                    );
+                    let f = tx.fpdu_to_vec(&[&u]).unwrap();
+                    if octetwise {
+                        for c in f.chunks(1) {
+                            q.handle_input(c);
+                        }
+                    } else {
+                        q.handle_input(&f);
+                    }
+                    ulpdus.push(u);
+                }
+                let t = *q
+                    .terminate_sent()
+                    .unwrap_or_else(|| panic!("{how}: no Terminate"));
+                assert_eq!(t.code, TerminateCode::DDP_TAGGED_BASE_BOUNDS, "{how}");
+                let d = t.ddp.unwrap_or_else(|| panic!("{how}: no DDP header"));
+                assert_eq!(d.header.to_vec(), ulpdus[*bad][..14], "{how}");
+                let mut c = Vec::new();
+                q.poll_completions(&mut c);
+                assert_eq!(
+                    c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+                    [(9, Status::RemoteOperation)],
+                    "{how}"
+                );
+                assert_eq!(
+                    q.close_reason(),
+                    Some(&DisconnectReason::Error {
+                        status: Status::RemoteOperation,
+                        blame: Blame::Remote
+                    }),
+                    "{how}"
+                );
+                // The offending segment placed nothing.
+                let (to, _, n) = segs[*bad];
+                let mem = q.region(&sink).unwrap();
+                let placed_before: usize = segs[..*bad].iter().map(|s| s.2).sum();
+                if to as usize >= placed_before {
+                    let end = (to as usize + n).min(1000);
+                    assert!(
+                        mem[to as usize..end].iter().all(|&x| x == 0x55),
+                        "{how}: placed"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The same Read answered right, in pieces: completes with its length.
+#[test]
+fn read_response_in_order_pieces_completes() {
+    let (mut q, sink, mut tx) = reading(true);
+    for (to, last, n) in [(0u64, false, 300usize), (300, false, 0), (300, true, 700)] {
+        let u = ulpdu(
+            rdmap::read_response_header(sink.stag().0, to, last),
+            &vec![to as u8 + 1; n],
+        );
+        q.handle_input(&tx.fpdu_to_vec(&[&u]).unwrap());
+    }
+    let mut c = Vec::new();
+    q.poll_completions(&mut c);
+    assert_eq!(
+        c.iter()
+            .map(|c| (c.wr_id, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        [(9, Status::Success, 1000)]
+    );
+    let mem = q.region(&sink).unwrap();
+    assert!(mem[..300].iter().all(|&x| x == 1) && mem[300..].iter().all(|&x| x == 45));
+    assert!(q.terminate_sent().is_none());
 }
 
 #[test]

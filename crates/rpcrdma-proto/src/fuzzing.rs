@@ -149,7 +149,7 @@ pub fn fuzz_direction(data: &[u8]) {
 /// * `credit-backlog` (`engine_ops`): a call admitted under one credit
 ///   grant but held back by a full send queue is posted later even though
 ///   a reply has since lowered the grant below the calls outstanding.
-pub const KNOWN_DEFECTS: &[&str] = &["recv-stale-octets", "read-short-response", "credit-backlog"];
+pub const KNOWN_DEFECTS: &[&str] = &["credit-backlog"];
 
 /// True when the check for `defect` (one of [`KNOWN_DEFECTS`]) is to be
 /// skipped (see there).

@@ -397,7 +397,9 @@ pub enum Status {
     /// was touched.
     RemoteAccess,
     /// The peer failed to process a Send (receive buffer too small, or a
-    /// Send With Invalidate naming an STag it does not own).
+    /// Send With Invalidate naming an STag it does not own), or answered an
+    /// RDMA Read with a response that is not the one requested (short,
+    /// long, out of order; nothing of it is used).
     RemoteOperation,
     /// The peer considered the request malformed.
     RemoteInvalidRequest,
