@@ -1727,7 +1727,12 @@ impl QueuePair {
                 let ptr = u16::from_be_bytes([self.rx.marker[2], self.rx.marker[3]]);
                 let target = mpos.checked_sub(u64::from(ptr));
                 let start = self.rx.fpdu_start;
-                if target != Some(start) && target != Some(start + MARKER_LEN as u64) {
+                // After a leading Marker (an FPDU that starts at a Marker
+                // position), the ULPDU_Length field is 4 octets later: the
+                // other reading of RFC 5044 section 4.2, as FpduReceiver.
+                let leading = start.is_multiple_of(MARKER_INTERVAL);
+                let after_lead = leading && target == Some(start + MARKER_LEN as u64);
+                if target != Some(start) && !after_lead {
                     //= rfc5044#section-4.3
                     //# If an FPDU is large enough to contain multiple Markers, they MUST all
                     //# point to the same point in the TCP stream: the first octet of the

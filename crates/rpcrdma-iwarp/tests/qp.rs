@@ -1141,6 +1141,56 @@ fn bad_marker_is_a_framing_error() {
     );
 }
 
+/// A Marker may point past a leading Marker at the ULPDU_Length field
+/// only in an FPDU that starts with a Marker; in one that does not, the
+/// same FPDUPTR names no FPDU start (FpduReceiver refuses it too; found by
+/// the `mpa_stream` fuzz target's cross-check of the two receivers).
+#[test]
+fn marker_pointing_past_a_missing_leading_marker_is_a_framing_error() {
+    for corrupt in [false, true] {
+        let mut a = QueuePair::new(CAPS, 0);
+        a.establish(params(false, true));
+        let mut tx = FpduSender::new(FramingConfig {
+            crc: false,
+            markers: true,
+        });
+        let rbuf = reg(&mut a, vec![0; 4096], Access::LOCAL_WRITE);
+        for i in 0..2 {
+            a.post_recv(RecvWr {
+                wr_id: i + 1,
+                sge: rbuf.sge(i * 2048, 2048),
+            })
+            .unwrap();
+        }
+        let first = ulpdu(
+            rdmap::send_header(Opcode::SEND, 1, 0, true, 0).unwrap(),
+            &[1; 100],
+        );
+        let second = ulpdu(
+            rdmap::send_header(Opcode::SEND, 2, 0, true, 0).unwrap(),
+            &[2; 1000],
+        );
+        let f1 = tx.fpdu_to_vec(&[&first]).unwrap();
+        let mut f2 = tx.fpdu_to_vec(&[&second]).unwrap();
+        // The second FPDU starts at stream position f1.len() (not a Marker
+        // position) and holds the Marker at 512, which points back at it.
+        let at = 512 - f1.len();
+        let ptr = u16::from_be_bytes([f2[at + 2], f2[at + 3]]);
+        assert_eq!(usize::from(ptr), 512 - f1.len());
+        if corrupt {
+            f2[at + 2..at + 4].copy_from_slice(&(ptr - 4).to_be_bytes());
+        }
+        a.handle_input(&f1);
+        a.handle_input(&f2);
+        let want = corrupt.then_some(TerminateCode::MPA_MARKER);
+        assert_eq!(
+            a.terminate_sent().map(|t| t.code),
+            want,
+            "corrupt={corrupt}"
+        );
+    }
+}
+
 #[test]
 fn terminate_received_ends_with_remote_blame() {
     let mut v = victim(false, 4);
