@@ -5,26 +5,21 @@
 //! against the scripted provider of the `engine_ops` fuzz target, whose
 //! send queue takes `send_limit` WRs and completes nothing until told.
 
+mod util;
+
 use std::time::Instant;
 
 use rpcrdma_proto::engine::{
     CallId, Config, Connection, Event, OutgoingCall, OutgoingReply, Piece, Role,
 };
 use rpcrdma_proto::fuzzing::mock::Mock;
-use rpcrdma_proto::provider::{
-    Completion, ConnectionEvent, ConnectionInfo, DisconnectReason, Provider, Status,
-};
-
-fn words(w: &[u32]) -> Vec<u8> {
-    w.iter().flat_map(|x| x.to_be_bytes()).collect()
-}
+use rpcrdma_proto::provider::{ConnectionInfo, DisconnectReason, Provider, Status};
+use util::{words, Side};
 
 /// An engine against the scripted provider, pumped by hand.
 struct Bench {
-    conn: Connection,
-    p: Mock,
+    side: Side<Mock>,
     now: Instant,
-    events: Vec<Event>,
 }
 
 impl Bench {
@@ -39,48 +34,24 @@ impl Bench {
             max_msg_size: 1 << 20,
         };
         let mut b = Bench {
-            conn: Connection::new(config),
-            p: Mock::new(info, 64),
-            now: Instant::now(),
-            events: Vec::new(),
+            side: Side {
+                conn: Connection::new(config),
+                prov: Mock::new(info, 64),
+                events: Vec::new(),
+            },
+            now: util::base_instant(),
         };
-        if b.conn.role() == Role::Server {
-            b.conn.prepare_receives(&mut b.p);
+        if b.side.conn.role() == Role::Server {
+            b.side.conn.prepare_receives(&mut b.side.prov);
         }
-        b.p.establish();
+        b.side.prov.establish();
         b.pump();
         b
     }
 
     /// Feeds provider events and completions to the engine until quiet.
     fn pump(&mut self) {
-        loop {
-            let mut busy = false;
-            while let Some(ev) = self.p.poll_event() {
-                busy = true;
-                match ev {
-                    ConnectionEvent::Established(info) => {
-                        self.conn.handle_established(self.now, &mut self.p, &info)
-                    }
-                    ConnectionEvent::Disconnected(r) => {
-                        self.conn.handle_disconnected(&mut self.p, r)
-                    }
-                    ConnectionEvent::ConnectRequest { .. } => {}
-                }
-            }
-            let mut out: Vec<Completion> = Vec::new();
-            self.p.poll_completions(&mut out);
-            for c in out {
-                busy = true;
-                self.conn.handle_completion(self.now, &mut self.p, c);
-            }
-            while let Some(e) = self.conn.poll_event() {
-                self.events.push(e);
-            }
-            if !busy {
-                return;
-            }
-        }
+        while self.side.step(self.now) {}
     }
 
     /// A small call; with `reply_chunk`, one whose reply may be too large
@@ -94,8 +65,9 @@ impl Bench {
             ddp_results: Vec::new(),
         };
         let id = self
+            .side
             .conn
-            .start_call(self.now, &mut self.p, call)
+            .start_call(self.now, &mut self.side.prov, call)
             .expect("start_call");
         self.pump();
         id
@@ -103,7 +75,8 @@ impl Bench {
 
     /// XIDs of every Send the engine posted, in order.
     fn sent(&self) -> Vec<u32> {
-        self.p
+        self.side
+            .prov
             .sent
             .iter()
             .map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
@@ -113,12 +86,13 @@ impl Bench {
     /// The send-queue WR of the Send of `xid` completes successfully.
     fn complete_send_of(&mut self, xid: u32) {
         let i = self
-            .p
+            .side
+            .prov
             .sq
             .iter()
             .position(|s| s.data.get(..4) == Some(&xid.to_be_bytes()[..]))
             .unwrap_or_else(|| panic!("no Send of XID {xid:#x} in the send queue"));
-        self.p.complete_send(i, Status::Success, 0);
+        self.side.prov.complete_send(i, Status::Success, 0);
         self.pump();
     }
 
@@ -126,28 +100,29 @@ impl Bench {
     /// to `xid`, granting `credit`.
     fn reply_from_peer(&mut self, xid: u32, credit: u32) {
         let m = words(&[xid, 1, credit, 0, 0, 0, 0, xid, 1, 0, 0, 0, 0]);
-        assert!(self.p.deliver(&m, None), "no receive posted");
+        assert!(self.side.prov.deliver(&m, None), "no receive posted");
         self.pump();
     }
 
     /// The peer's RDMA_MSG carrying an RPC call with `xid`.
     fn call_from_peer(&mut self, xid: u32) {
         let m = words(&[xid, 1, 4, 0, 0, 0, 0, xid, 0, 2, 100_003, 3, 0, 0, 0, 0, 0]);
-        assert!(self.p.deliver(&m, None), "no receive posted");
+        assert!(self.side.prov.deliver(&m, None), "no receive posted");
         self.pump();
     }
 
     /// Every outstanding send-queue WR (Sends, Local Invalidates)
     /// completes successfully, in order.
     fn complete_all(&mut self) {
-        while !self.p.sq.is_empty() {
-            self.p.complete_send(0, Status::Success, 0);
+        while !self.side.prov.sq.is_empty() {
+            self.side.prov.complete_send(0, Status::Success, 0);
             self.pump();
         }
     }
 
     fn replies(&self) -> Vec<u32> {
-        self.events
+        self.side
+            .events
             .iter()
             .filter_map(|e| match e {
                 Event::ReplyReceived(r) => Some(r.xid),
@@ -160,14 +135,14 @@ impl Bench {
 /// Sets up: call A answered with a grant of 3; the send queue then takes
 /// two WRs: B and C are sent, D is refused. Returns the XIDs.
 fn three_credits_and_a_full_send_queue(b: &mut Bench) -> [u32; 4] {
-    let x = b.conn.config().first_xid;
+    let x = b.side.conn.config().first_xid;
     let [a, xb, c, d] = [x, x + 1, x + 2, x + 3];
     b.call(false);
     b.complete_send_of(a);
     b.reply_from_peer(a, 3);
-    assert_eq!(b.conn.credits(), 3);
+    assert_eq!(b.side.conn.credits(), 3);
     assert_eq!(b.replies(), [a]);
-    b.p.send_limit = 2;
+    b.side.prov.send_limit = 2;
     b.call(false);
     b.call(false);
     b.call(true);
@@ -185,7 +160,7 @@ fn a_call_refused_by_a_full_send_queue_waits_for_a_credit_of_the_lowered_grant()
     // The reply to B lowers the grant to 1 while D waits for the send
     // queue; C is still unanswered.
     b.reply_from_peer(xb, 1);
-    assert_eq!(b.conn.credits(), 1);
+    assert_eq!(b.side.conn.credits(), 1);
     // B's Send completes: the send queue has room, but C alone uses the
     // whole grant.
     b.complete_send_of(xb);
@@ -194,24 +169,28 @@ fn a_call_refused_by_a_full_send_queue_waits_for_a_credit_of_the_lowered_grant()
         [a, xb, c],
         "D was sent while C was unanswered and the grant was 1"
     );
-    assert_eq!(b.conn.outstanding(), 1);
-    assert_eq!(b.conn.queued(), 1);
+    assert_eq!(b.side.conn.outstanding(), 1);
+    assert_eq!(b.side.conn.queued(), 1);
     // The reply to C frees the credit: D goes out, and is answered.
     b.reply_from_peer(c, 1);
     assert_eq!(b.sent(), [a, xb, c, d]);
-    assert_eq!(b.conn.outstanding(), 1);
+    assert_eq!(b.side.conn.outstanding(), 1);
     b.complete_send_of(c);
     b.complete_send_of(d);
     b.reply_from_peer(d, 1);
     b.complete_all();
     assert_eq!(b.replies(), [a, xb, c, d]);
     // D's Reply chunk was registered once, not again when it was sent.
-    assert_eq!(b.conn.metrics().reply_chunks, 1);
-    assert_eq!(b.conn.metrics().calls_sent, 4);
-    b.conn.close(&mut b.p);
+    assert_eq!(b.side.conn.metrics().reply_chunks, 1);
+    assert_eq!(b.side.conn.metrics().calls_sent, 4);
+    b.side.conn.close(&mut b.side.prov);
     b.pump();
-    assert_eq!(b.p.pending(), 0);
-    assert_eq!(b.p.mem.registered(), 0, "registrations left after close");
+    assert_eq!(b.side.prov.pending(), 0);
+    assert_eq!(
+        b.side.prov.mem.registered(),
+        0,
+        "registrations left after close"
+    );
 }
 
 /// The same rule for the backchannel requester (a server's calls to the
@@ -228,6 +207,7 @@ fn backchannel_call_waits_for_a_credit_and_replies_pass_it() {
     // A forward call from the client, answered later.
     b.call_from_peer(0x77);
     let handle = b
+        .side
         .events
         .iter()
         .find_map(|e| match e {
@@ -247,8 +227,9 @@ fn backchannel_call_waits_for_a_credit_and_replies_pass_it() {
     let reply = OutgoingReply {
         message: smallvec::smallvec![Piece::Inline(words(&[0, 1, 0, 0, 0, 0]))],
     };
-    b.conn
-        .send_reply(b.now, &mut b.p, handle, reply)
+    b.side
+        .conn
+        .send_reply(b.now, &mut b.side.prov, handle, reply)
         .expect("send_reply");
     b.pump();
     assert_eq!(b.sent(), [a, xb, c, 0x77], "the reply waits behind D");
@@ -263,9 +244,13 @@ fn backchannel_call_waits_for_a_credit_and_replies_pass_it() {
     b.reply_from_peer(d, 1);
     b.complete_all();
     assert_eq!(b.replies(), [a, xb, c, d]);
-    b.conn.close(&mut b.p);
+    b.side.conn.close(&mut b.side.prov);
     b.pump();
-    assert_eq!(b.p.mem.registered(), 0, "registrations left after close");
+    assert_eq!(
+        b.side.prov.mem.registered(),
+        0,
+        "registrations left after close"
+    );
 }
 
 /// The connection is lost while D waits for the send queue: D never
@@ -277,9 +262,10 @@ fn a_call_held_by_a_full_send_queue_moves_to_the_next_connection() {
     let config = Config::client();
     let mut b = Bench::new(config.clone());
     let [_, xb, c, d] = three_credits_and_a_full_send_queue(&mut b);
-    b.p.go_down(DisconnectReason::TransportLost);
+    b.side.prov.go_down(DisconnectReason::TransportLost);
     b.pump();
     let failed: Vec<(u32, bool)> = b
+        .side
         .events
         .iter()
         .filter_map(|e| match e {
@@ -291,18 +277,18 @@ fn a_call_held_by_a_full_send_queue_moves_to_the_next_connection() {
         .collect();
     assert_eq!(failed, [(xb, true), (c, true), (d, true)]);
     assert_eq!(
-        b.p.mem.registered(),
+        b.side.prov.mem.registered(),
         0,
         "registrations left on the old connection"
     );
-    let retransmits = b.conn.metrics().retransmits;
+    let retransmits = b.side.conn.metrics().retransmits;
 
-    let old = std::mem::replace(&mut b.conn, Connection::new(config.clone()));
-    b.conn = old.reconnect(config);
-    let info = b.p.connection_info().expect("info");
-    b.p = Mock::new(info, 64);
-    b.events.clear();
-    b.p.establish();
+    let old = std::mem::replace(&mut b.side.conn, Connection::new(config.clone()));
+    b.side.conn = old.reconnect(config);
+    let info = b.side.prov.connection_info().expect("info");
+    b.side.prov = Mock::new(info, 64);
+    b.side.events.clear();
+    b.side.prov.establish();
     b.pump();
     // One credit on a new connection.
     assert_eq!(b.sent(), [xb]);
@@ -316,8 +302,8 @@ fn a_call_held_by_a_full_send_queue_moves_to_the_next_connection() {
     b.complete_all();
     assert_eq!(b.replies(), [xb, c, d]);
     // B and C went out again; D for the first time.
-    assert_eq!(b.conn.metrics().retransmits - retransmits, 2);
-    b.conn.close(&mut b.p);
+    assert_eq!(b.side.conn.metrics().retransmits - retransmits, 2);
+    b.side.conn.close(&mut b.side.prov);
     b.pump();
-    assert_eq!(b.p.mem.registered(), 0);
+    assert_eq!(b.side.prov.mem.registered(), 0);
 }
