@@ -135,21 +135,14 @@ pub fn fuzz_direction(data: &[u8]) {
 
 /// Defects found by the fuzz targets and being fixed elsewhere, by name,
 /// whose checks a campaign may skip to explore past them: list them,
-/// comma-separated, in the environment variable `RPCRDMA_FUZZ_SKIP`
-/// (`scripts/fuzz-all` does while the fixes are pending). Unset, every
-/// check runs (the corpus replay of `cargo test` runs them all). Each has
-/// an ignored regression test that fails until its fix lands.
-///
-/// * `recv-stale-octets` (`qp_segments`): a Send whose segments left a hole
-///   below its last segment's end completes with that many octets, the
-///   hole holding stale buffer octets.
-/// * `read-short-response` (`qp_segments`): a Read Response with L=1
-///   completes the RDMA Read although fewer octets than requested were
-///   placed.
-/// * `credit-backlog` (`engine_ops`): a call admitted under one credit
-///   grant but held back by a full send queue is posted later even though
-///   a reply has since lowered the grant below the calls outstanding.
-pub const KNOWN_DEFECTS: &[&str] = &["credit-backlog"];
+/// comma-separated, in the environment variable `RPCRDMA_FUZZ_SKIP`.
+/// Unset, every check runs (the corpus replay of `cargo test` runs them
+/// all). Each has an ignored regression test that fails until its fix
+/// lands. None is pending: the three found so far (`recv-stale-octets` and
+/// `read-short-response` by `qp_segments`, `credit-backlog` by
+/// `engine_ops`) are fixed, and their inputs in `fuzz/regressions/` are
+/// replayed by the `fuzz_findings` tests.
+pub const KNOWN_DEFECTS: &[&str] = &[];
 
 /// True when the check for `defect` (one of [`KNOWN_DEFECTS`]) is to be
 /// skipped (see there).

@@ -111,7 +111,11 @@ struct OutCall {
     chunk_mrs: Mrs,
     write_mrs: Mrs,
     reply_mr: Option<MemoryRegion>,
+    /// The Send buffer (header and inline part), `send_len` octets: set
+    /// once the call is marshalled and its chunks registered. A queued call
+    /// that has one was refused by a full send queue; it goes out as it is.
     send_mr: Option<MemoryRegion>,
+    send_len: u32,
     send_done: bool,
     remotely_invalidated: SmallVec<[Stag; 1]>,
     pending_inv: usize,
@@ -132,6 +136,7 @@ impl OutCall {
             write_mrs: Mrs::new(),
             reply_mr: None,
             send_mr: None,
+            send_len: 0,
             send_done: false,
             remotely_invalidated: SmallVec::new(),
             pending_inv: 0,
@@ -317,8 +322,12 @@ pub struct Connection {
     next_job: u64,
     jobs: IdMap<u64, ReplyJob>,
     /// Send-queue WRs refused with QueueFull, posted in order as the queue
-    /// drains.
+    /// drains. Never a call's Send: a refused call goes back to `queue`.
     backlog: VecDeque<SendWr>,
+    /// The provider refused a WR with QueueFull and no completion has let
+    /// the engine retry yet (always set while `backlog` is not empty): no
+    /// call is sent meanwhile.
+    send_queue_full: bool,
     /// Registered Send buffers of `send_buffer_size()` octets, reused.
     send_pool: Vec<MemoryRegion>,
     /// Buffers of deregistered chunk sinks the responder left unused, for
@@ -432,6 +441,7 @@ impl Connection {
             next_job: 1,
             jobs: IdMap::default(),
             backlog: VecDeque::new(),
+            send_queue_full: false,
             send_pool: Vec::new(),
             sink_pool: Arc::default(),
             zombies: Vec::new(),
@@ -499,11 +509,13 @@ impl Connection {
     pub fn credits(&self) -> u32 {
         self.credits
     }
-    /// Our calls sent and not yet answered.
+    /// Our calls sent (their Send accepted by the provider) and not yet
+    /// answered.
     pub fn outstanding(&self) -> usize {
         self.outstanding
     }
-    /// Our calls waiting for a credit (or for the connection).
+    /// Our calls waiting for a credit (or for the connection, or for room
+    /// in the send queue).
     pub fn queued(&self) -> usize {
         self.queue.len()
     }
@@ -675,7 +687,7 @@ impl Connection {
                 self.release(p, mr);
             }
         }
-        self.drain_backlog(p);
+        self.drain_backlog(now, p);
         self.reap(p);
     }
 
@@ -828,8 +840,8 @@ impl Connection {
             self.pump(now, p);
         }
         // `pump` takes calls from the front only: still queued, the call is
-        // at the back.
-        if self.queue.back().is_some_and(|c| c.id == id) {
+        // at the back. (A wait for the send queue is a `send_queue_waits`.)
+        if self.queue.back().is_some_and(|c| c.id == id) && !self.send_queue_full {
             self.metrics.credit_waits += 1;
         }
         Ok(id)
@@ -1279,7 +1291,8 @@ impl Connection {
         self.ops.insert(op)
     }
 
-    /// Posts a Send-queue WR, or keeps it (in order) while the queue is
+    /// Posts a Send-queue WR that needs no credit (anything but a call's
+    /// Send, see `send_call`), or keeps it (in order) while the queue is
     /// full.
     fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
         if !self.backlog.is_empty() {
@@ -1291,25 +1304,31 @@ impl Connection {
             Err(ProviderError::QueueFull) => {
                 self.metrics.send_queue_waits += 1;
                 self.backlog.push_back(wr);
+                self.send_queue_full = true;
                 Ok(())
             }
             r => r,
         }
     }
 
-    /// Posts the WRs kept while the send queue was full (nothing to do,
-    /// and no call, in the usual case of an empty backlog).
+    /// After a completion, while the send queue was full: posts the WRs
+    /// kept back, then, once they are all taken, the calls that wait
+    /// (nothing to do, and no call, in the usual case).
     #[inline]
-    fn drain_backlog(&mut self, p: &mut dyn Provider) {
-        if !self.backlog.is_empty() {
-            self.drain_backlog_slow(p);
+    fn drain_backlog(&mut self, now: Instant, p: &mut dyn Provider) {
+        if self.send_queue_full {
+            self.drain_backlog_slow(now, p);
         }
     }
 
     #[inline(never)]
-    fn drain_backlog_slow(&mut self, p: &mut dyn Provider) {
+    fn drain_backlog_slow(&mut self, now: Instant, p: &mut dyn Provider) {
         while self.error.is_none() {
             let Some(wr) = self.backlog.pop_front() else {
+                // Calls are checked against the credits again as they
+                // leave the queue (`pump`).
+                self.send_queue_full = false;
+                self.pump(now, p);
                 break;
             };
             match p.post_send(copy_wr(&wr)) {
@@ -1604,9 +1623,13 @@ impl Connection {
         }
     }
 
-    /// A call may be sent now (connection up, a credit free).
+    /// A call may be sent now (connection up, a credit free, the send
+    /// queue not known to be full).
     fn can_send(&self) -> bool {
-        self.established && self.error.is_none() && self.outstanding < self.credits as usize
+        self.established
+            && self.error.is_none()
+            && !self.send_queue_full
+            && self.outstanding < self.credits as usize
     }
 
     fn fail_local(&mut self, call: OutCall, e: CallError) {
@@ -1634,7 +1657,14 @@ impl Connection {
         }
     }
 
-    fn send_call(&mut self, now: Instant, p: &mut dyn Provider, mut call: OutCall) {
+    /// Marshals a call: chooses its form, registers its chunks, builds its
+    /// Send buffer (all kept in `call`); returns the Send buffer. On
+    /// failure nothing is left registered.
+    fn marshal_call(
+        &mut self,
+        p: &mut dyn Provider,
+        call: &mut OutCall,
+    ) -> Result<MemoryRegion, CallError> {
         let backchannel = self.backchannel_requester();
         // Nothing is copied yet: the stream is built only for the form
         // chosen below, and DDP items that go into Read chunks are
@@ -1660,14 +1690,10 @@ impl Connection {
         let min_hdr = self.framing.min_msg_header_len();
         if reply_max > self.config.limits.max_message_len {
             let max = self.config.limits.max_message_len as usize;
-            self.fail_local(
-                call,
-                CallError::TooLarge {
-                    len: reply_max as usize,
-                    max,
-                },
-            );
-            return;
+            return Err(CallError::TooLarge {
+                len: reply_max as usize,
+                max,
+            });
         }
 
         // Reply resources.
@@ -1725,8 +1751,7 @@ impl Connection {
             Form::Inline
         } else if backchannel {
             let len = self.framing.header_len(Shape::Msg, &base) + stream_len;
-            self.fail_local(call, CallError::TooLarge { len, max: send_thr });
-            return;
+            return Err(CallError::TooLarge { len, max: send_thr });
         } else if !ddp.is_empty()
             && self.framing.header_len(Shape::Msg, &with_reads(ddp.len())) + stripped_len
                 <= send_thr
@@ -1736,8 +1761,7 @@ impl Connection {
             Form::Long
         } else {
             let len = self.framing.header_len(Shape::Nomsg, &with_reads(1));
-            self.fail_local(call, CallError::TooLarge { len, max: send_thr });
-            return;
+            return Err(CallError::TooLarge { len, max: send_thr });
         };
 
         // Registration: every chunk region per call.
@@ -1814,8 +1838,7 @@ impl Connection {
             Err(e) => {
                 self.zombies.extend(mrs);
                 self.reap(p);
-                self.fail_local(call, CallError::Provider(e));
-                return;
+                return Err(CallError::Provider(e));
             }
         };
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
@@ -1885,26 +1908,48 @@ impl Connection {
             Err(e) => {
                 self.zombies.extend(mrs);
                 self.reap(p);
-                self.fail_local(call, CallError::Provider(e));
-                return;
+                return Err(CallError::Provider(e));
             }
         };
+        call.chunk_mrs = mrs;
+        call.write_mrs = write_mrs;
+        call.reply_mr = reply_mr;
+        call.send_mr = Some(send_mr);
+        call.send_len = send_len;
+        Ok(send_mr)
+    }
+
+    fn send_call(&mut self, now: Instant, p: &mut dyn Provider, mut call: OutCall) {
+        // Marshalled once: a call refused by a full send queue comes back
+        // with its chunks registered and its Send buffer built.
+        let send_mr = match call.send_mr {
+            Some(mr) => mr,
+            None => match self.marshal_call(p, &mut call) {
+                Ok(mr) => mr,
+                Err(e) => {
+                    self.fail_local(call, e);
+                    return;
+                }
+            },
+        };
+        let xid = call.xid;
+        let sge = send_mr.sge(0, call.send_len);
         let deadline = self.config.call_timeout.map(|d| now + d);
         let retransmit = call.retransmit;
+        call.deadline = deadline;
+        call.transmissions += 1;
         match self.calls.entry(xid) {
             Entry::Vacant(slot) => {
-                call.chunk_mrs = mrs;
-                call.write_mrs = write_mrs;
-                call.reply_mr = reply_mr;
-                call.send_mr = Some(send_mr);
-                call.deadline = deadline;
                 slot.insert(call);
             }
             Entry::Occupied(_) => {
                 // Only after 2^32 calls, with the call that had this XID
                 // still unfinished: a reply could not be told apart.
-                self.zombies.extend(mrs);
-                self.release(p, send_mr);
+                let send_mr = call.send_mr.take();
+                self.zombies.extend(call.all_mrs());
+                if let Some(mr) = send_mr {
+                    self.release(p, mr);
+                }
                 self.reap(p);
                 self.fail_local(
                     call,
@@ -1913,34 +1958,59 @@ impl Connection {
                 return;
             }
         }
-        if retransmit {
-            self.metrics.retransmits += 1;
-        }
-        if let Some(c) = self.calls.get_mut(&xid) {
-            c.transmissions += 1;
-        }
-        if let Some(d) = deadline {
-            self.add_deadline(d, xid);
-        }
         self.outstanding += 1;
-        self.metrics.calls_sent += 1;
         // The receive for the reply is posted before the call is sent.
         self.refill(p);
         if self.error.is_some() {
             return;
         }
         let wr_id = self.wr(Op::CallSend(xid));
-        let sge = send_mr.sge(0, send_len);
-        if let Err(e) = self.post(
-            p,
-            SendWr {
-                wr_id,
-                op: SendOp::Send { solicited: false },
-                sges: smallvec![sge],
-            },
-        ) {
-            self.ops.remove(wr_id);
-            self.fatal(p, ConnectionError::Provider(e));
+        //= rfc8166#section-3.3.1
+        //# A Requester MUST NOT send unacknowledged requests in excess of the
+        //# Responder's granted credit limit.
+        // The call counts as outstanding only once the provider has taken
+        // its Send. Refused with QueueFull, it is not kept to be posted
+        // later (when a reply may have lowered the grant below the calls
+        // then outstanding) but goes back to the front of the queue, and
+        // leaves it again through `pump`, which checks the credits. So it
+        // never waits in `backlog`, where replies would queue behind it.
+        match p.post_send(SendWr {
+            wr_id,
+            op: SendOp::Send { solicited: false },
+            sges: smallvec![sge],
+        }) {
+            Ok(()) => {}
+            Err(ProviderError::QueueFull) => {
+                self.ops.remove(wr_id);
+                self.requeue(xid);
+                return;
+            }
+            Err(e) => {
+                self.ops.remove(wr_id);
+                self.fatal(p, ConnectionError::Provider(e));
+                return;
+            }
+        }
+        if retransmit {
+            self.metrics.retransmits += 1;
+        }
+        if let Some(d) = deadline {
+            self.add_deadline(d, xid);
+        }
+        self.metrics.calls_sent += 1;
+    }
+
+    /// A call whose Send the provider refused (QueueFull) was not sent: it
+    /// goes back to the front of the queue, as it is (XID, chunks, Send
+    /// buffer), until a completion makes room (`drain_backlog`).
+    #[cold]
+    fn requeue(&mut self, xid: u32) {
+        self.outstanding = self.outstanding.saturating_sub(1);
+        self.send_queue_full = true;
+        self.metrics.send_queue_waits += 1;
+        if let Some(mut call) = self.calls.remove(&xid) {
+            call.transmissions = call.transmissions.saturating_sub(1);
+            self.queue.push_front(call);
         }
     }
 
@@ -3093,7 +3163,9 @@ impl Connection {
             });
             self.retransmits.push(call);
         }
-        for call in std::mem::take(&mut self.queue) {
+        for mut call in std::mem::take(&mut self.queue) {
+            // (A call refused by a full send queue has its regions.)
+            self.zombies.extend(call.all_mrs());
             self.events.push_back(Event::CallFailed {
                 id: call.id,
                 xid: call.xid,

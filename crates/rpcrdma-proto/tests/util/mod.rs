@@ -17,14 +17,15 @@ use rpcrdma_proto::XdrEncode;
 
 pub type Prov = FaultInjector<MemProvider>;
 
-/// One end: engine, provider, and the events it produced.
-pub struct Side {
+/// One end: engine, provider (by default the in-memory one behind a
+/// fault injector), and the events it produced.
+pub struct Side<P = Prov> {
     pub conn: Connection,
-    pub prov: Prov,
+    pub prov: P,
     pub events: Vec<Event>,
 }
 
-impl Side {
+impl<P: Provider> Side<P> {
     /// Steps this end once; true if anything happened.
     pub fn step(&mut self, now: Instant) -> bool {
         let mut busy = false;
