@@ -199,13 +199,33 @@ fn engine_client_with_many_read_chunk_calls_against_a_small_budget() {
     assert!(m.read_sink_waits > 0);
 }
 
-#[test]
-fn unacknowledged_error_replies_count_against_the_credit_limit() {
-    use rpcrdma_proto::engine::{ConnectionError, PeerError};
+/// A server granting 4 credits, facing a raw peer with room for 64
+/// replies.
+fn grant_4_server() -> RawPair {
     let mut s = Config::server();
     s.credits_granted = 4;
     let mut p = RawPair::server(s);
     p.raw.post_recvs(64);
+    p
+}
+
+/// The server ended the connection for a credit overrun of its grant of 4,
+/// and some of its Sends were held (never completed).
+fn assert_credit_overrun(p: &RawPair, held: &[rpcrdma_proto::provider::Completion]) {
+    use rpcrdma_proto::engine::{ConnectionError, PeerError};
+    assert!(matches!(
+        p.side.conn.error(),
+        Some(ConnectionError::Peer(PeerError::CreditOverrun {
+            granted: 4,
+            ..
+        }))
+    ));
+    assert!(!held.is_empty());
+}
+
+#[test]
+fn unacknowledged_error_replies_count_against_the_credit_limit() {
+    let mut p = grant_4_server();
     // Malformed calls (unknown rdma_proc): each is answered by ERR_CHUNK,
     // whose Send the engine never sees complete. A requester cannot have
     // received those answers, so its requests are all unacknowledged.
@@ -224,14 +244,51 @@ fn unacknowledged_error_replies_count_against_the_credit_limit() {
     p.raw.send(&words(&[0x50, 1, 4, 9, 0, 0, 0]));
     held.extend(p.run_holding_sends());
     assert_eq!(p.side.conn.metrics().err_chunk_sent, 8);
-    assert!(matches!(
-        p.side.conn.error(),
-        Some(ConnectionError::Peer(PeerError::CreditOverrun {
-            granted: 4,
-            ..
-        }))
-    ));
-    assert!(!held.is_empty());
+    assert_credit_overrun(&p, &held);
+}
+
+#[test]
+fn replies_not_yet_sent_count_against_the_credit_limit() {
+    let mut p = grant_4_server();
+    // A peer that sends valid calls but never reads the replies: each call
+    // is answered at once, and the engine never sees the reply's Send
+    // complete. Such a requester has received none of the answers, so all
+    // its requests are unacknowledged; without a bound the server would
+    // queue (and register a Send buffer for) every reply.
+    let mut held = Vec::new();
+    for k in 0..8u32 {
+        let xid = 0x60 + k;
+        let mut m = words(&[xid, 1, 4, 0, 0, 0, 0]);
+        m.extend(rpc_call(xid));
+        p.raw.send(&m);
+        held.extend(p.run_holding_sends());
+        let calls = take_calls(&mut p.side.events);
+        assert_eq!(calls.len(), 1, "call {xid:#x} delivered");
+        for c in calls {
+            let r = OutgoingReply {
+                message: smallvec::smallvec![Piece::Inline(reply_header(c.xid))],
+            };
+            p.side
+                .conn
+                .send_reply(p.now, &mut p.side.prov, c.handle, r)
+                .unwrap();
+        }
+        held.extend(p.run_holding_sends());
+        assert!(!p.side.conn.is_closed(), "after {} answered calls", k + 1);
+    }
+    assert_eq!(p.side.conn.metrics().replies_sent, 8);
+    assert_eq!(p.side.conn.pending_incoming(), 0, "every call answered");
+    //= rfc8166#section-3.3.1
+    //# A Requester MUST NOT send unacknowledged requests in excess of the
+    //# Responder's granted credit limit.
+    // Twice the grant (8) replies unsent: the ninth call ends the
+    // connection instead of being served.
+    let mut m = words(&[0x70, 1, 4, 0, 0, 0, 0]);
+    m.extend(rpc_call(0x70));
+    p.raw.send(&m);
+    held.extend(p.run_holding_sends());
+    assert!(take_calls(&mut p.side.events).is_empty());
+    assert_credit_overrun(&p, &held);
 }
 
 mod prop {

@@ -319,6 +319,9 @@ pub struct Connection {
     idle_deadline: Option<Instant>,
     /// Error replies whose Send has not completed.
     errors_unacked: usize,
+    /// Replies (not errors) whose Send has not completed: the requester
+    /// cannot have received them yet (see `overrun`).
+    replies_unacked: usize,
     next_job: u64,
     jobs: IdMap<u64, ReplyJob>,
     /// Send-queue WRs refused with QueueFull, posted in order as the queue
@@ -438,6 +441,7 @@ impl Connection {
             read_deadlines: VecDeque::new(),
             idle_deadline: None,
             errors_unacked: 0,
+            replies_unacked: 0,
             next_job: 1,
             jobs: IdMap::default(),
             backlog: VecDeque::new(),
@@ -681,7 +685,10 @@ impl Connection {
                 self.issue_reads(p);
             }
             Op::Reply(job) => self.job_step(p, job),
-            Op::ReplySend(mr) => self.release(p, mr),
+            Op::ReplySend(mr) => {
+                self.replies_unacked = self.replies_unacked.saturating_sub(1);
+                self.release(p, mr);
+            }
             Op::Bare(mr) => {
                 self.errors_unacked = self.errors_unacked.saturating_sub(1);
                 self.release(p, mr);
@@ -1133,6 +1140,7 @@ impl Connection {
                 self.error.clone().unwrap_or(ConnectionError::LocalClose),
             ));
         }
+        self.replies_unacked += 1;
         self.metrics.replies_sent += 1;
         if form == ReplyForm::ReplyChunk {
             self.metrics.long_replies_sent += 1;
@@ -2554,9 +2562,10 @@ impl Connection {
 
     /// A requester may still use the largest grant we ever advertised;
     /// more than twice that many requests unacknowledged (calls not
-    /// answered, error replies whose Send has not completed) is a protocol
-    /// violation, and ends the connection. This also bounds what a hostile
-    /// requester makes us hold: pending calls and queued error replies.
+    /// answered, replies and error replies whose Send has not completed)
+    /// is a protocol violation, and ends the connection. This also bounds
+    /// what a hostile requester makes us hold: pending calls and queued
+    /// replies (a peer that sends calls but never reads the answers).
     //= rfc8166#section-3.3.1
     //# A Requester MUST NOT send unacknowledged requests in excess of the
     //# Responder's granted credit limit.
@@ -2565,7 +2574,7 @@ impl Connection {
             Role::Server => self.responder_grant().max(self.max_grant),
             Role::Client => self.responder_grant(),
         } as usize;
-        let unacked = self.incoming.len() + self.errors_unacked;
+        let unacked = self.incoming.len() + self.errors_unacked + self.replies_unacked;
         if unacked < grant.saturating_mul(2) {
             return false;
         }
@@ -3078,6 +3087,7 @@ impl Connection {
         };
         if done {
             if let Some(j) = self.jobs.remove(&job) {
+                self.replies_unacked = self.replies_unacked.saturating_sub(1);
                 for mr in j.mrs {
                     self.release(p, mr);
                 }
