@@ -158,6 +158,9 @@ impl AcceptCtx {
         } else {
             None
         };
+        // Listed before its driver starts: a connection serves calls only
+        // once `RdmaServer::connections` (and the caps) can see it.
+        let mut c = lock(&self.conns);
         let (shared, task) = driver::spawn(driver::build(
             connected,
             conn,
@@ -169,7 +172,6 @@ impl AcceptCtx {
             None,
             wake,
         ));
-        let mut c = lock(&self.conns);
         // A stop that came meanwhile has closed the others already.
         if self.stop.load(Ordering::SeqCst) {
             let _ = shared.push(Cmd::Close);
