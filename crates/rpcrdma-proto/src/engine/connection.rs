@@ -2647,7 +2647,8 @@ impl Connection {
         // A call whose Read chunks can never fit the Read-sink budget (this
         // connection's or the shared one) is refused; one that fits waits
         // for its turn (below).
-        if sink_need > self.sink_budget().min(self.lease.limit()) {
+        let most = self.sink_budget().min(self.lease.limit());
+        if sink_need > most.min(u64::from(self.config.limits.max_message_len)) {
             self.send_error(p, xid, ErrorReply::Chunk);
             return;
         }
@@ -2755,10 +2756,12 @@ impl Connection {
         self.events.push_back(Event::CallReceived(ev));
     }
 
-    /// Octets of Read sinks this connection may have registered at once.
+    /// Octets of Read sinks this connection may have registered at once
+    /// ([`Limits::max_read_sink_bytes`](crate::Limits::max_read_sink_bytes),
+    /// several calls' worth: it was once also capped at one message's
+    /// length, which serialised the Read chunks of a connection's calls).
     fn sink_budget(&self) -> u64 {
-        let l = &self.config.limits;
-        l.max_read_sink_bytes.min(u64::from(l.max_message_len))
+        self.config.limits.max_read_sink_bytes
     }
 
     /// Registers the Read sinks of waiting calls, in arrival order, while
