@@ -92,3 +92,18 @@ fn fuzzer_inputs_pass_every_check() {
     );
     assert!(n > 0);
 }
+
+/// `mpa_stream` inputs that once made the queue pair and `FpduReceiver`
+/// disagree: a Marker pointing 4 octets past the start of an FPDU that
+/// does not begin with a Marker was accepted by the queue pair (which then
+/// failed the FPDU's CRC instead of its Marker).
+#[test]
+fn mpa_stream_inputs_give_one_verdict_on_every_path() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/mpa_stream");
+    let n = rpcrdma_proto::fuzzing::replay_dir(
+        &dir,
+        "mpa_stream",
+        rpcrdma_iwarp::fuzzing::fuzz_mpa_stream,
+    );
+    assert!(n > 0);
+}
