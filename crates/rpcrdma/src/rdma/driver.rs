@@ -803,6 +803,8 @@ impl Driver {
         st.status.engine = *self.conn.metrics();
         st.status.last_error = self.conn.error().map(|e| e.to_string());
         st.status.fallback_rescues = self.fallback_rescues;
+        st.status.resources = self.conn.resources();
+        st.status.registered_regions = self.prov.registered_regions();
     }
 
     fn command(&mut self, cmd: Cmd) {
