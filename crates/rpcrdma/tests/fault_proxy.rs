@@ -201,3 +201,55 @@ fn a_cut_is_a_fin_or_a_rst_at_both_ends() {
         assert_eq!((server_end, client_end), (want, want), "{mode:?}");
     }
 }
+
+/// The runtime's `retransmits` counter counts calls sent again, as the
+/// engine's does: a call that waited for a credit when the connection was
+/// cut goes out for the first time on the next one, which is not a
+/// retransmission. (It counted every interrupted call, sent or not.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_queued_at_a_cut_is_not_counted_as_a_retransmission() {
+    tokio::time::timeout(LIMIT, async {
+        let server = Server::default();
+        testprog::register(&server);
+        let rdma = RdmaServer::serve(&server, "127.0.0.1:0", RdmaServerConfig::default())
+            .await
+            .unwrap();
+        // The first connection is cut right after its first call; a new
+        // connection grants one credit until its first reply, so the
+        // calls started with it wait.
+        let planner = Box::new(|n| match n {
+            0 => plan(CutKind::AfterCall, CutMode::Rst),
+            _ => never(),
+        });
+        let stats = Arc::new(ProxyStats::default());
+        let proxy = Proxy::start(rdma.local_addr(), 0, planner, stats.clone()).unwrap();
+        let metrics = Arc::new(rpcrdma::Metrics::default());
+        let cfg = RdmaClientConfig {
+            metrics: Some(metrics.clone()),
+            ..RdmaClientConfig::default()
+        };
+        let (c, t) = connect_client(proxy.addr(), ClientConfig::default(), cfg)
+            .await
+            .unwrap();
+        let calls = tokio::join!(testprog::null(&c), testprog::null(&c), testprog::null(&c));
+        for r in [calls.0, calls.1, calls.2] {
+            r.unwrap();
+        }
+        assert_eq!(stats.cuts().len(), 1);
+        let st = t.status();
+        assert_eq!(st.connects, 2);
+        assert_eq!(
+            st.engine.retransmits, 1,
+            "only the first call was sent twice"
+        );
+        assert_eq!(
+            metrics.snapshot().retransmits,
+            st.engine.retransmits,
+            "the runtime's count"
+        );
+        t.shutdown().await;
+        rdma.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
