@@ -53,6 +53,15 @@ async fn every_shape(c: &Client) {
     assert_eq!(testprog::echo(c, &data).await.unwrap()[..], data[..]);
 }
 
+/// An RDMA server of the test program on 127.0.0.1.
+async fn testprog_server() -> RdmaServer {
+    let server = Server::default();
+    testprog::register(&server);
+    RdmaServer::serve(&server, "127.0.0.1:0", RdmaServerConfig::default())
+        .await
+        .unwrap()
+}
+
 /// What the cut of `kind` must look like.
 fn check(kind: CutKind, c: &CutRecord) {
     let seg = match c.unit {
@@ -87,11 +96,7 @@ fn check(kind: CutKind, c: &CutRecord) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_cut_kind_falls_where_planned_and_the_client_recovers() {
     tokio::time::timeout(LIMIT, async {
-        let server = Server::default();
-        testprog::register(&server);
-        let rdma = RdmaServer::serve(&server, "127.0.0.1:0", RdmaServerConfig::default())
-            .await
-            .unwrap();
+        let rdma = testprog_server().await;
         for (i, kind) in CutKind::ALL.into_iter().enumerate() {
             let mode = if i % 2 == 0 {
                 CutMode::Fin
@@ -209,11 +214,7 @@ fn a_cut_is_a_fin_or_a_rst_at_both_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_queued_at_a_cut_is_not_counted_as_a_retransmission() {
     tokio::time::timeout(LIMIT, async {
-        let server = Server::default();
-        testprog::register(&server);
-        let rdma = RdmaServer::serve(&server, "127.0.0.1:0", RdmaServerConfig::default())
-            .await
-            .unwrap();
+        let rdma = testprog_server().await;
         // The first connection is cut right after its first call; a new
         // connection grants one credit until its first reply, so the
         // calls started with it wait.
