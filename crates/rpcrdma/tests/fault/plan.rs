@@ -100,11 +100,13 @@ impl Plan {
     /// The plan of connection `conn` of client `client` under `seed`.
     /// Setup cuts never fall on a client's first connection (the test
     /// needs it to start) nor, unless `setup_in_a_row`, right after a
-    /// setup cut: a setup cut lets no call through but charges the calls
-    /// re-sent on it a transmission, so after a cut two of them in a row
-    /// use up the interrupted calls' three transmissions
+    /// setup cut: an RTR cut lets no call through but charges the calls
+    /// re-sent on it a transmission (the client sends them right after
+    /// the RTR), so after a cut two RTR cuts in a row use up the
+    /// interrupted calls' three transmissions
     /// (`EngineConfig::max_transmissions`) although the server saw only
-    /// the first (reported in `tests/fault_campaign.rs`).
+    /// the first (reported in `tests/fault_campaign.rs`). (An MPA cut
+    /// charges nothing: no call is sent before the connection is up.)
     pub fn draw(seed: u64, client: usize, conn: u32, setup_in_a_row: bool) -> Plan {
         let setup = conn > 0
             && (setup_in_a_row || !Self::drawn(seed, client, conn - 1, true).kind.in_setup());
