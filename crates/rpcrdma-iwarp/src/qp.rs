@@ -603,6 +603,11 @@ impl QueuePair {
         ))
     }
 
+    /// Live registrations (regions registered and not deregistered).
+    pub fn registered_regions(&self) -> u32 {
+        self.mem.registered()
+    }
+
     /// Registers `buf` (see [`rpcrdma_proto::provider::Provider::register`]).
     /// The STag is a 24-bit index plus an 8-bit key that changes on every
     /// registration of the index.

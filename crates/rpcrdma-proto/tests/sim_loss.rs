@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rpcrdma_proto::engine::{
     CallError, CallFailure, CallId, Config, ConnectionError, Event, IncomingCall, OutgoingCall,
-    OutgoingReply, Piece,
+    OutgoingReply, Piece, Resources,
 };
 use rpcrdma_proto::provider::fault::FaultConfig;
 use rpcrdma_proto::provider::mem::MemConfig;
@@ -540,4 +540,19 @@ fn no_registration_leaks_and_send_buffers_are_reused() {
     // and receive buffers are reused.
     assert_eq!(registered(p.c.prov.inner()), c0);
     assert_eq!(registered(p.s.prov.inner()), s0);
+    // At rest the engine's own account says the same: only receives and
+    // pooled buffers, and exactly the provider's registrations.
+    for side in [&p.c, &p.s] {
+        let r = side.conn.resources();
+        assert!(r.at_rest(), "{r:?}");
+        assert_eq!(registered(side.prov.inner()), r.regions_at_rest(), "{r:?}");
+    }
+    // Closed, and every completion in: nothing held at all.
+    p.c.conn.close(&mut p.c.prov);
+    p.s.conn.close(&mut p.s.prov);
+    p.run();
+    for side in [&p.c, &p.s] {
+        assert_eq!(side.conn.resources(), Resources::default());
+        assert_eq!(registered(side.prov.inner()), 0);
+    }
 }

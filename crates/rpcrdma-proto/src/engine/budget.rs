@@ -238,6 +238,11 @@ impl Lease {
         self.budget.as_ref().map_or(u64::MAX, |b| b.limit)
     }
 
+    /// Octets taken and not given back.
+    pub(crate) fn held(&self) -> u64 {
+        self.held
+    }
+
     /// Takes `need` octets for this connection's oldest waiting call, or
     /// queues for them (see [`ReadSinkBudget`]).
     pub(crate) fn take(&mut self, need: u64) -> bool {

@@ -12,7 +12,7 @@ use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
 use super::{
     CallError, CallFailure, CallHandle, CallId, Config, ConnectionError, Event, IncomingCall,
-    Metrics, OutgoingCall, OutgoingReply, PeerError, Piece, Reply, ReplyForm, Role,
+    Metrics, OutgoingCall, OutgoingReply, PeerError, Piece, Reply, ReplyForm, Resources, Role,
 };
 use crate::provider::{
     Access, Buffer, Bytes, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode,
@@ -546,6 +546,20 @@ impl Connection {
     /// Work requests posted and not completed yet.
     pub fn inflight_work_requests(&self) -> usize {
         self.ops.len()
+    }
+    /// What the connection holds now (see [`Resources`]).
+    pub fn resources(&self) -> Resources {
+        Resources {
+            work_requests: self.ops.len(),
+            receives_posted: self.recv_posted,
+            pooled_regions: self.recv_free.len() + self.send_pool.len(),
+            calls_received: self.incoming.len(),
+            reply_jobs: self.jobs.len(),
+            calls_sent: self.calls.len() + self.queue.len(),
+            read_sink_bytes: self.sink_bytes,
+            read_budget_held: self.lease.held(),
+            zombies: self.zombies.len(),
+        }
     }
 
     /// Changes the grant we send as forward responder (server; Linux keeps

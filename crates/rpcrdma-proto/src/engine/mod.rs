@@ -605,6 +605,58 @@ pub struct Metrics {
     pub send_queue_waits: u64,
 }
 
+/// What one [`Connection`] holds at one moment
+/// ([`Connection::resources`]), for leak checks and status: at rest (no
+/// call in progress either way) everything is zero but the receives
+/// posted and the pooled regions, and the provider's registrations are
+/// exactly `receives_posted + pooled_regions`
+/// ([`Resources::regions_at_rest`]). After a close and every completion,
+/// everything is zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Resources {
+    /// Work requests posted and not completed (receives included).
+    pub work_requests: usize,
+    /// Receives posted.
+    pub receives_posted: usize,
+    /// Registered buffers kept for reuse: receive buffers not posted and
+    /// Send buffers.
+    pub pooled_regions: usize,
+    /// Received calls not finished (reading their chunks, executing, or
+    /// replying).
+    pub calls_received: usize,
+    /// Replies whose work requests have not all completed.
+    pub reply_jobs: usize,
+    /// Our calls sent or queued and not finished.
+    pub calls_sent: usize,
+    /// Octets of RDMA Read sinks registered.
+    pub read_sink_bytes: u64,
+    /// Octets of the shared Read-sink budget ([`Config::read_budget`])
+    /// this connection holds.
+    pub read_budget_held: u64,
+    /// Regions waiting to be deregistered (still held by a work request
+    /// after a failure).
+    pub zombies: usize,
+}
+
+impl Resources {
+    /// The provider registrations a connection at rest holds: its
+    /// receive buffers (posted or pooled) and its pooled Send buffers.
+    pub fn regions_at_rest(&self) -> usize {
+        self.receives_posted + self.pooled_regions
+    }
+
+    /// True when nothing but receives and pooled buffers is held.
+    pub fn at_rest(&self) -> bool {
+        self.work_requests == self.receives_posted
+            && self.calls_received == 0
+            && self.reply_jobs == 0
+            && self.calls_sent == 0
+            && self.read_sink_bytes == 0
+            && self.read_budget_held == 0
+            && self.zombies == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,12 +76,15 @@ pub struct FaultStats {
     pub stalled_reads: u64,
 }
 
-/// SplitMix64 (Steele, Lea, Flood 2014): tiny, seedable, good enough here.
+/// SplitMix64 (Steele, Lea, Flood 2014): tiny, seedable, good enough for
+/// fault schedules (here and in the socket fault campaign,
+/// `crates/rpcrdma/tests/fault_campaign.rs`).
 #[derive(Clone, Copy, Debug)]
-struct SplitMix64(u64);
+pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -90,12 +93,18 @@ impl SplitMix64 {
     }
 
     /// True with probability `p` (draws nothing when `p <= 0`).
-    fn chance(&mut self, p: f64) -> bool {
+    pub fn chance(&mut self, p: f64) -> bool {
         if p.is_nan() || p <= 0.0 {
             return false;
         }
-        let unit = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         unit < p
+    }
+
+    /// A number in `0..n` (0 when `n` is 0), by Lemire's multiply-shift
+    /// (bias below 2^-32 for the small `n` of a schedule).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 }
 
@@ -360,8 +369,18 @@ mod tests {
     fn splitmix64_matches_the_reference_outputs() {
         // Reference values of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
         let mut r = SplitMix64(0);
-        assert_eq!(r.next(), 0xe220_a839_7b1d_cdaf);
-        assert_eq!(r.next(), 0x6e78_9e6a_a1b9_65f4);
+        assert_eq!(r.next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(r.next_u64(), 0x6e78_9e6a_a1b9_65f4);
+    }
+
+    #[test]
+    fn below_stays_below() {
+        let mut r = SplitMix64(9);
+        assert_eq!(r.below(0), 0);
+        assert!((0..1000).all(|_| r.below(7) < 7));
+        let mut seen = [false; 7];
+        (0..1000).for_each(|_| seen[r.below(7) as usize] = true);
+        assert!(seen.iter().all(|&s| s), "every value drawn: {seen:?}");
     }
 
     #[test]

@@ -342,6 +342,11 @@ impl MemProvider {
         l.inbound[0].len() + l.inbound[1].len() + self.sq.len()
     }
 
+    /// Live registrations (regions registered and not deregistered).
+    pub fn registered_regions(&self) -> u32 {
+        self.mem.registered()
+    }
+
     fn establish(&mut self, peer_private_data: Vec<u8>, ird: u8, ord: u8) {
         let info = ConnectionInfo {
             peer_private_data,

@@ -440,6 +440,8 @@ pub(crate) struct Driver {
     /// The outcome of the driving thread's own call ([`ReplySink::Driver`])
     /// with its XID, until [`Driver::take_reply`].
     reply: Option<(u32, Result<Message, TransportError>)>,
+    /// The engine's `retransmits` already added to the runtime's.
+    retransmits_seen: u64,
 }
 
 fn register_fd(p: &mut BoxProvider) -> Option<AsyncFd<Fd>> {
@@ -536,6 +538,7 @@ impl Driver {
             on_demand: false,
             conn_handle,
             reply: None,
+            retransmits_seen: 0,
         }
     }
 
@@ -759,10 +762,25 @@ impl Driver {
             busy = true;
             self.event(e);
         }
+        self.count_retransmits();
         if busy {
             self.publish();
         }
         busy
+    }
+
+    /// Adds the calls the engine sent again since the last look to the
+    /// runtime's `retransmits` (the engine's count carries across
+    /// reconnects).
+    fn count_retransmits(&mut self) {
+        let sent_again = self.conn.metrics().retransmits;
+        if sent_again > self.retransmits_seen {
+            Metrics::add(
+                &self.shared.metrics.retransmits,
+                sent_again - self.retransmits_seen,
+            );
+            self.retransmits_seen = sent_again;
+        }
     }
 
     /// Publishes the connection's state for [`RdmaStatus`] readers. A
@@ -803,6 +821,8 @@ impl Driver {
         st.status.engine = *self.conn.metrics();
         st.status.last_error = self.conn.error().map(|e| e.to_string());
         st.status.fallback_rescues = self.fallback_rescues;
+        st.status.resources = self.conn.resources();
+        st.status.registered_regions = self.prov.registered_regions();
     }
 
     fn command(&mut self, cmd: Cmd) {
@@ -957,7 +977,9 @@ impl Driver {
                 retransmit,
             } => {
                 if retransmit && self.reconnect.is_some() && !self.closing {
-                    Metrics::inc(&self.shared.metrics.retransmits);
+                    // Counted when it is sent again (`step`), not here: it
+                    // may not have been sent at all yet (waiting for a
+                    // credit), and may be interrupted again before.
                     if let Some(p) = self.pending.get(id) {
                         let _e = p.span.enter();
                         tracing::debug!(wire_xid = xid, error = %error, "call interrupted; will be re-sent on the next connection");

@@ -120,7 +120,7 @@ use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_iwarp::tcp::IwarpProvider;
 use rpcrdma_proto::engine::Config as EngineConfig;
 pub use rpcrdma_proto::engine::Metrics as EngineMetrics;
-pub use rpcrdma_proto::engine::ReadSinkBudget;
+pub use rpcrdma_proto::engine::{ReadSinkBudget, Resources};
 use rpcrdma_proto::provider::mem::MemProvider;
 use rpcrdma_proto::provider::Provider;
 use rpcrdma_proto::wire::private_data::Negotiated;
@@ -181,6 +181,11 @@ pub trait RdmaProvider: Provider + Send + 'static {
     fn settled(&self) -> bool {
         false
     }
+    /// Live memory registrations, if the provider counts them (for
+    /// [`RdmaStatus::registered_regions`]).
+    fn registered_regions(&self) -> Option<u32> {
+        None
+    }
     /// The concrete provider, for [`RdmaClientTransport::with_provider`]
     /// (e.g. to take an iWARP capture).
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -208,12 +213,18 @@ impl RdmaProvider for IwarpProvider {
     fn settled(&self) -> bool {
         IwarpProvider::settled(self)
     }
+    fn registered_regions(&self) -> Option<u32> {
+        Some(self.qp().registered_regions())
+    }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
 }
 
 impl RdmaProvider for MemProvider {
+    fn registered_regions(&self) -> Option<u32> {
+        Some(MemProvider::registered_regions(self))
+    }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
@@ -471,6 +482,12 @@ pub struct RdmaStatus {
     /// each one is a lost wake-up that stalled the connection for up to the
     /// tick (20 ms). Zero in a healthy driver.
     pub fallback_rescues: u64,
+    /// What the engine holds now (work requests, receives, pooled
+    /// buffers, calls in progress, Read sinks and budget).
+    pub resources: Resources,
+    /// The provider's live memory registrations, if it counts them: at
+    /// rest exactly [`Resources::regions_at_rest`].
+    pub registered_regions: Option<u32>,
 }
 
 impl RdmaStatus {
