@@ -37,10 +37,11 @@
 //! As Linux xprtrdma: a call without a reply within the major timeout
 //! (`call --timeout`, default 10 s; probe: 10 s) ends the connection; the
 //! client reconnects and sends the call again with the same XID (the
-//! server's duplicate-reply cache answers a call it already executed), at
-//! most `--retrans` times (default 2, Linux's NFS default). Then the call
+//! server's duplicate-reply cache answers a call it already executed).
+//! After `--retrans` + 1 timed-out transmissions (default 2, Linux's NFS
+//! default; a connection lost for another reason does not count) the call
 //! fails with "the peer never answered: no reply after N transmission(s),
-//! one per connection".
+//! one per connection, M of them timed out".
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

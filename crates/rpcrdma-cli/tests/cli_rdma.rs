@@ -669,16 +669,16 @@ fn call_to_a_silent_server_gives_up_after_the_retransmissions() {
     use rpcrdma_iwarp::tcp::Listener;
     let l = Listener::bind("127.0.0.1:0", IwarpConfig::default()).unwrap();
     let addr = l.local_addr().unwrap().to_string();
-    // Accepts for a bounded time; keeps every connection open, reads
-    // nothing.
+    // Accepts for a bounded time (until the call is over); keeps every
+    // connection open, reads nothing. (A connection it closed would be a
+    // transport loss, which does not use up a transmission.)
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let over = done.clone();
     let silent = std::thread::spawn(move || {
         let mut kept = Vec::new();
         let end = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < end {
-            let Ok(pc) = l.accept(Duration::from_millis(200)) else {
-                if kept.len() >= 2 {
-                    break;
-                }
+        while Instant::now() < end && !over.load(std::sync::atomic::Ordering::SeqCst) {
+            let Ok(pc) = l.accept(Duration::from_millis(50)) else {
                 continue;
             };
             kept.push(
@@ -701,6 +701,7 @@ fn call_to_a_silent_server_gives_up_after_the_retransmissions() {
         "--json",
     ]);
     let took = t0.elapsed();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(!o.status.success());
     let v = json_lines(&o);
     let err = v[0]["error"].as_str().unwrap_or_default().to_string();

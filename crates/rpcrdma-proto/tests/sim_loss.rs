@@ -273,6 +273,7 @@ fn a_silent_peer_fails_the_call_after_max_transmissions() {
                 [(
                     CallFailure::NoReply {
                         transmissions: 3,
+                        timeouts: 3,
                         last: ConnectionError::Timeout
                     },
                     false
@@ -290,6 +291,60 @@ fn a_silent_peer_fails_the_call_after_max_transmissions() {
     p.reconnect(FaultConfig::default(), FaultConfig::default());
     assert!(p.server_calls().is_empty());
     assert_eq!(p.c.conn.metrics().retransmits, 2);
+}
+
+/// Connections lost for another reason than the call's own timeout (a
+/// reset, a Terminate) do not use up `max_transmissions`: a call sent on
+/// six connections that were each cut before the reply is still sent on
+/// the seventh and answered there (Linux `xprt_adjust_timeout` counts
+/// timeouts, not resets). Before, the third cut failed it as "never
+/// answered" within milliseconds (found by the fault campaign).
+#[test]
+fn connection_losses_without_a_timeout_do_not_fail_the_call() {
+    let mut cfg = Config::client();
+    cfg.call_timeout = Some(Duration::from_secs(5));
+    cfg.max_transmissions = Some(3);
+    let mut p = Pair::new(cfg, Config::server());
+    let id = p.call(OutgoingCall::inline(
+        stream(&opaque_call(1, &[0; 4], false), 0),
+        256,
+    ));
+    let mut xids = Vec::new();
+    for n in 1..=6u32 {
+        let calls = p.server_calls();
+        assert_eq!(calls.len(), 1, "transmission {n}");
+        xids.push(calls[0].xid);
+        // The link goes away before the reply.
+        p.c.prov.inner_mut().disconnect();
+        p.run();
+        let failed: Vec<_> = p
+            .client_events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::CallFailed {
+                    id: i,
+                    error,
+                    retransmit,
+                    ..
+                } if i == id => Some((error, retransmit)),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            matches!(failed[..], [(CallFailure::ConnectionLost(_), true)]),
+            "transmission {n}: {failed:?}"
+        );
+        p.reconnect(FaultConfig::default(), FaultConfig::default());
+    }
+    let calls = p.server_calls();
+    assert_eq!(calls.len(), 1, "the seventh transmission");
+    assert!(xids.iter().all(|x| *x == calls[0].xid), "same XID");
+    p.reply(calls[0].handle, echo(&calls[0]));
+    let replied = p
+        .client_events()
+        .into_iter()
+        .any(|e| matches!(e, Event::ReplyReceived(r) if r.id == id));
+    assert!(replied, "answered on the seventh connection");
 }
 
 /// The next timeout is the earliest deadline of the calls still waiting,

@@ -121,8 +121,11 @@ struct OutCall {
     pending_inv: usize,
     reply: Option<Result<ReplyData, CallFailure>>,
     deadline: Option<Instant>,
-    /// Connections it was sent on (see [`Config::max_transmissions`]).
+    /// Connections it was sent on.
     transmissions: u32,
+    /// Of those, the ones that ended in this call's own timeout (see
+    /// [`Config::max_transmissions`]).
+    timeouts: u32,
 }
 
 impl OutCall {
@@ -143,6 +146,7 @@ impl OutCall {
             reply: None,
             deadline: None,
             transmissions: 0,
+            timeouts: 0,
         }
     }
 
@@ -480,6 +484,7 @@ impl Connection {
         for c in self.retransmits.drain(..) {
             let mut oc = OutCall::new(c.id, c.xid, c.call, c.retransmit);
             oc.transmissions = c.transmissions;
+            oc.timeouts = c.timeouts;
             next.queue.push_back(oc);
         }
         next
@@ -737,6 +742,13 @@ impl Connection {
         }
         let expired = self.call_deadline().is_some_and(|d| d <= now);
         if expired {
+            // The calls whose own deadline passed count a timed-out
+            // transmission (the others were cut short by it).
+            for c in self.calls.values_mut() {
+                if c.reply.is_none() && c.deadline.is_some_and(|d| d <= now) {
+                    c.timeouts += 1;
+                }
+            }
             self.fatal(p, ConnectionError::Timeout);
         }
     }
@@ -3162,7 +3174,7 @@ impl Connection {
             if self
                 .config
                 .max_transmissions
-                .is_some_and(|m| call.transmissions >= m)
+                .is_some_and(|m| call.timeouts >= m)
             {
                 // Sent on as many connections as allowed: the peer never
                 // answered (Linux: the major timeout, rpc_check_timeout).
@@ -3171,6 +3183,7 @@ impl Connection {
                     xid: call.xid,
                     error: CallFailure::NoReply {
                         transmissions: call.transmissions,
+                        timeouts: call.timeouts,
                         last: err.clone(),
                     },
                     retransmit: false,

@@ -90,11 +90,16 @@ pub struct Config {
     /// (Linux: a timeout forces a disconnect; the call is retransmitted on
     /// the next connection). Default 60 s. `None`: no timer.
     pub call_timeout: Option<Duration>,
-    /// Transmissions of one call (the first and the retransmissions, each
-    /// on a new connection) before it fails with [`CallFailure::NoReply`]
-    /// instead of waiting for another connection: Linux NFS `retrans` + 1.
-    /// Default 3 (Linux's `retrans=2` for NFS over RDMA). `None`:
-    /// unbounded.
+    /// Transmissions of one call that end in its own timeout
+    /// ([`Config::call_timeout`]; each transmission is on a new
+    /// connection) before it fails with [`CallFailure::NoReply`] instead of
+    /// waiting for another connection: Linux NFS `retrans` + 1. A
+    /// transmission cut short by a connection loss for another reason (a
+    /// reset, a Terminate, a failed reconnect) does not count: like Linux
+    /// (`xprt_adjust_timeout` counts timeouts, not resets), a flapping
+    /// connection never fails a call within milliseconds as "never
+    /// answered"; the RPC client's own timeout bounds that case. Default 3
+    /// (Linux's `retrans=2` for NFS over RDMA). `None`: unbounded.
     pub max_transmissions: Option<u32>,
     /// Calls waiting for a credit before [`CallError::QueueFull`]. Default
     /// 1024.
@@ -340,11 +345,13 @@ pub enum CallFailure {
     /// The connection ended before the reply arrived.
     ConnectionLost(ConnectionError),
     /// The peer never answered: the call went out on `transmissions`
-    /// connections ([`Config::max_transmissions`]), and the last one ended
-    /// with `last` (a timeout when the peer was silent).
+    /// connections, `timeouts` of which ended in the call's own timeout
+    /// ([`Config::max_transmissions`]), and the last one ended with `last`.
     NoReply {
         /// Transmissions made, one per connection.
         transmissions: u32,
+        /// Transmissions that ended in the call's timeout.
+        timeouts: u32,
         /// How the last connection ended.
         last: ConnectionError,
     },
@@ -359,11 +366,12 @@ impl fmt::Display for CallFailure {
             CallFailure::ConnectionLost(e) => write!(f, "connection lost: {e}"),
             CallFailure::NoReply {
                 transmissions,
+                timeouts,
                 last,
             } => write!(
                 f,
                 "the peer never answered: no reply after {transmissions} transmission(s), \
-                 one per connection (last connection: {last})"
+                 one per connection, {timeouts} of them timed out (last connection: {last})"
             ),
         }
     }
