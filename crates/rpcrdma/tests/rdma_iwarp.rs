@@ -162,6 +162,36 @@ async fn read_1mib_through_a_write_chunk() {
     .await
 }
 
+// Both ends on one thread, as above, with the client's provider reading at
+// most 16 KiB per progress pass: a pass that stops at that budget leaves
+// input in the socket that no new readiness edge announces (the driver
+// consumed the edge before the pass). The provider must wake the driver at
+// once; otherwise every READ's last octets wait for the fallback tick,
+// which counts each such stall as a lost wake-up.
+#[tokio::test(flavor = "current_thread")]
+async fn reads_stopped_by_the_read_budget_lose_no_wake_up() {
+    bounded(async {
+        let (_s, rdma) = start().await;
+        let (c, t) = client_to(rdma.local_addr()).await;
+        t.with_provider(|p| {
+            p.downcast_mut::<rpcrdma_iwarp::tcp::IwarpProvider>()
+                .expect("an iWARP provider")
+                .set_read_budget(16 * 1024);
+        })
+        .await
+        .unwrap();
+        let n = 1 << 20;
+        for i in 0..8 {
+            let d = testprog::read(&c, n, i).await.unwrap();
+            assert!(d[..] == testprog::pattern(i, n as usize)[..], "pattern");
+        }
+        assert_eq!(t.status().fallback_rescues, 0, "client driver");
+        t.shutdown().await;
+        rdma.shutdown().await;
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_1mib_through_a_read_chunk() {
     bounded(async {
