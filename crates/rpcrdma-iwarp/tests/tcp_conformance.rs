@@ -106,20 +106,23 @@ fn reject_is_reported_with_private_data() {
     assert_eq!(a.connection_state(), ConnectionState::Disconnected(want));
 }
 
+/// A waker that counts its wake-ups.
+struct Count(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Count {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[test]
 fn arm_wakes_on_post_and_on_pending_work() {
     use rpcrdma_proto::provider::{Access, Notify, RecvWr, SendOp, SendWr};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use std::task::{Wake, Waker};
+    use std::task::Waker;
     use std::time::Duration;
 
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
     let cfg = IwarpConfig::default();
     let (mut a, mut b) = connected_pair(&cfg, &cfg);
     let count = Arc::new(Count(AtomicUsize::new(0)));
@@ -180,15 +183,9 @@ fn arm_wakes_while_a_pass_left_input_at_its_read_budget() {
     use rpcrdma_proto::provider::{Access, Notify, SendOp, SendWr, Status};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use std::task::{Wake, Waker};
+    use std::task::Waker;
     use std::time::Duration;
 
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
     const LEN: usize = 64 * 1024;
     const BUDGET: usize = 4096;
     let cfg = IwarpConfig::default();
