@@ -19,8 +19,9 @@
 //! completions or events are pending, or if transmitted WRs await
 //! confirmation, or if output is pending and the socket was not full, or
 //! if the last pass stopped reading at its budget with the read gate open
-//! (input left that no new readiness edge will announce); otherwise it stores the waker, which the next post wakes. A driver
-//! (e.g. tokio's `AsyncFd`) also waits for the fd to become readable, and
+//! (input left that no new readiness edge will announce); otherwise it
+//! stores the waker, which the next post wakes. A driver (e.g. tokio's
+//! `AsyncFd`) also waits for the fd to become readable, and
 //! writable when [`IwarpProvider::write_blocked`] says so. Blocking callers
 //! use [`IwarpProvider::wait`] (`poll(2)` through `rustix`).
 //!
