@@ -17,9 +17,11 @@
 //!
 //! [`Provider::raw_fd`] is the socket. [`Provider::arm`] wakes at once if
 //! completions or events are pending, or if transmitted WRs await
-//! confirmation, or if output is pending and the socket was not full;
-//! otherwise it stores the waker, which the next post wakes. A driver
-//! (e.g. tokio's `AsyncFd`) also waits for the fd to become readable, and
+//! confirmation, or if output is pending and the socket was not full, or
+//! if the last pass stopped reading at its budget with the read gate open
+//! (input left that no new readiness edge will announce); otherwise it
+//! stores the waker, which the next post wakes. A driver (e.g. tokio's
+//! `AsyncFd`) also waits for the fd to become readable, and
 //! writable when [`IwarpProvider::write_blocked`] says so. Blocking callers
 //! use [`IwarpProvider::wait`] (`poll(2)` through `rustix`).
 //!
@@ -59,8 +61,8 @@ use crate::TerminateCode;
 
 /// Octets of read-ahead buffer.
 const RBUF: usize = 64 * 1024;
-/// Most octets read in one progress pass (so one busy peer cannot starve
-/// the caller).
+/// Most octets read in one progress pass by default (so one busy peer
+/// cannot starve the caller); see [`IwarpProvider::set_read_budget`].
 const READ_BUDGET: usize = 8 << 20;
 
 /// Direction of a captured chunk of TCP payload.
@@ -118,6 +120,8 @@ pub struct IwarpProvider {
     /// Blocking reads: a read (or a timed-out sleep) happened since the
     /// last confirmation of transmitted Sends.
     confirm_due: bool,
+    /// Most octets one progress pass reads.
+    read_budget: usize,
 }
 
 impl std::fmt::Debug for IwarpProvider {
@@ -217,6 +221,7 @@ impl IwarpProvider {
             rcv_timeout: None,
             progressed: false,
             confirm_due: false,
+            read_budget: READ_BUDGET,
         })
     }
 
@@ -359,13 +364,45 @@ impl IwarpProvider {
         }
     }
 
+    /// The most octets one progress pass reads (default 8 MiB; at least
+    /// 1). A pass that stops at this budget leaves the read gate open:
+    /// more input may wait in the socket, announced by no new readiness
+    /// edge, so [`Provider::arm`] then wakes at once.
+    pub fn set_read_budget(&mut self, octets: usize) {
+        self.read_budget = octets.max(1);
+    }
+
+    /// With the read gate: the last pass stopped reading because of its
+    /// budget, not because the socket was drained (short read or
+    /// `WouldBlock`); the next pass reads on. No edge-triggered readiness
+    /// announces that input: the owner's readiness for it was consumed
+    /// before the pass read.
+    fn input_left(&self) -> bool {
+        self.read_gate == Some(true)
+            && !self.eof
+            && self.hs.is_none()
+            && self.state != ConnectionState::Idle
+    }
+
+    /// For an owner's watchdog (rare: one `ioctl(FIONREAD)`): true when
+    /// the waker given to [`Provider::arm`] is still stored, i.e. this
+    /// provider has not woken it, although a pass would find something:
+    /// work already pending (see `arm`) or octets waiting in the socket.
+    /// The owner decides whether a readiness edge announced those octets.
+    pub fn unannounced_work(&self) -> bool {
+        self.waker.is_some()
+            && (self.work_pending()
+                || (!self.eof && rustix::io::ioctl_fionread(&self.sock).is_ok_and(|n| n > 0)))
+    }
+
     /// The local socket address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()
     }
 
     fn work_pending(&self) -> bool {
-        self.qp.completions_pending() > 0
+        self.input_left()
+            || self.qp.completions_pending() > 0
             || self.qp.events_pending()
             || !self.events.is_empty()
             || self.qp.has_unconfirmed()
@@ -605,7 +642,7 @@ impl IwarpProvider {
 
     fn progress_stream(&mut self) {
         // 1. Read, placing payloads directly where possible.
-        let mut budget = READ_BUDGET;
+        let mut budget = self.read_budget;
         while !self.eof && budget > 0 && self.read_gate != Some(false) {
             if !self.read_step(budget, false, &mut budget) {
                 break;
@@ -795,10 +832,10 @@ impl IwarpProvider {
             )?;
             self.rcv_timeout = Some(t);
         }
-        let mut left = READ_BUDGET;
+        let mut left = self.read_budget;
         // A full buffer may have left more: read_step then leaves the gate
         // open and the next pass reads on.
-        Ok(self.read_step(READ_BUDGET, true, &mut left))
+        Ok(self.read_step(self.read_budget, true, &mut left))
     }
 
     fn wake_self(&mut self) {
@@ -933,7 +970,8 @@ impl Provider for IwarpProvider {
             || match notify {
                 Notify::Any => self.work_pending(),
                 Notify::Solicited => {
-                    self.qp.solicited_pending()
+                    self.input_left()
+                        || self.qp.solicited_pending()
                         || !self.events.is_empty()
                         || self.qp.events_pending()
                         || self.qp.has_unconfirmed()

@@ -106,20 +106,23 @@ fn reject_is_reported_with_private_data() {
     assert_eq!(a.connection_state(), ConnectionState::Disconnected(want));
 }
 
+/// A waker that counts its wake-ups.
+struct Count(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Count {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[test]
 fn arm_wakes_on_post_and_on_pending_work() {
     use rpcrdma_proto::provider::{Access, Notify, RecvWr, SendOp, SendWr};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use std::task::{Wake, Waker};
+    use std::task::Waker;
     use std::time::Duration;
 
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
     let cfg = IwarpConfig::default();
     let (mut a, mut b) = connected_pair(&cfg, &cfg);
     let count = Arc::new(Count(AtomicUsize::new(0)));
@@ -168,4 +171,81 @@ fn arm_wakes_on_post_and_on_pending_work() {
     }
     assert_eq!(cb.len(), 1);
     assert!(b.raw_fd().is_some_and(|fd| fd >= 0));
+}
+
+/// A gated owner (a driver on edge-triggered readiness) whose pass stopped
+/// at the read budget, not at a drained socket: the input left is announced
+/// by no new readiness edge (the owner consumed the one it had before the
+/// pass), so `arm` must wake at once, pass after pass, until the socket is
+/// drained; then it must not.
+#[test]
+fn arm_wakes_while_a_pass_left_input_at_its_read_budget() {
+    use rpcrdma_proto::provider::{Access, Notify, SendOp, SendWr, Status};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Waker;
+    use std::time::Duration;
+
+    const LEN: usize = 64 * 1024;
+    const BUDGET: usize = 4096;
+    let cfg = IwarpConfig::default();
+    let (mut a, mut b) = connected_pair(&cfg, &cfg);
+    let count = Arc::new(Count(AtomicUsize::new(0)));
+    let waker = Waker::from(Arc::clone(&count));
+    let (mut ca, mut cb) = (Vec::new(), Vec::new());
+    std::thread::sleep(Duration::from_millis(10));
+    a.poll_completions(&mut ca);
+    a.set_read_gate(true);
+    a.set_read_budget(BUDGET);
+    let sink = a
+        .register(
+            vec![0; LEN].into_boxed_slice(),
+            Access::LOCAL_WRITE.union(Access::REMOTE_WRITE),
+        )
+        .unwrap();
+    let data: Vec<u8> = (0..LEN).map(|i| (i * 13 % 251) as u8).collect();
+    let src = b
+        .register(data.clone().into_boxed_slice(), Access::NONE)
+        .unwrap();
+    // b writes 64 KiB into a's region (no completion at a: only input).
+    b.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Write {
+            remote: sink.remote(0),
+        },
+        sges: vec![src.sge(0, LEN as u32)].into(),
+    })
+    .unwrap();
+    for _ in 0..1000 {
+        b.poll_completions(&mut cb);
+        if !cb.is_empty() {
+            break;
+        }
+        let _ = b.wait(Some(Duration::from_millis(5)));
+    }
+    assert_eq!(cb.len(), 1);
+    assert_eq!(cb[0].status, Status::Success);
+    // Loopback delivery: the octets are in a's socket.
+    std::thread::sleep(Duration::from_millis(20));
+    // One readiness edge, then passes as a driver makes them.
+    a.note_readable();
+    let mut passes = 0;
+    loop {
+        a.poll_completions(&mut ca);
+        passes += 1;
+        let before = count.0.load(Ordering::SeqCst);
+        a.arm(&waker, Notify::Any);
+        if count.0.load(Ordering::SeqCst) == before {
+            break;
+        }
+        assert!(passes < 10 * LEN / BUDGET, "arm keeps waking");
+    }
+    assert!(ca.is_empty(), "{ca:?}");
+    // Each pass read at most the budget; all of it arrived, without a
+    // second readiness edge.
+    assert!(passes > LEN / BUDGET, "{passes} passes");
+    assert!(a.region(&sink).unwrap() == &data[..], "data not placed");
+    // Drained: armed, not woken.
+    std::thread::sleep(Duration::from_millis(10));
+    assert_eq!(count.0.load(Ordering::SeqCst), passes - 1);
 }

@@ -162,6 +162,72 @@ async fn read_1mib_through_a_write_chunk() {
     .await
 }
 
+// Both ends on one thread; the server's handler holds that thread (as a
+// descheduled thread on a loaded machine would not run) for 9 to 25 ms
+// before it replies, so the reply's readiness edge is dispatched in the
+// same runtime turn as the client driver's fallback tick, whose instant
+// fell during the hold, for one hold length or another. The tick finds a
+// delivered wake-up, not a lost one: no rescue counted, however late the
+// tick runs.
+#[tokio::test(flavor = "current_thread")]
+async fn a_tick_in_the_same_turn_as_a_delivered_wake_up_is_no_rescue() {
+    const HOLD_PROG: u32 = 0x2000_5302;
+    bounded(async {
+        let server = Server::default();
+        server.register(HOLD_PROG, 1, |ctx: CallContext| async move {
+            let us = ctx.args.reader().u32("us")?;
+            std::thread::sleep(Duration::from_micros(u64::from(us)));
+            let mut b = Message::builder();
+            b.put_u32(us);
+            Ok::<_, HandlerError>(b.finish())
+        });
+        let rdma = RdmaServer::serve(&server, "127.0.0.1:0", RdmaServerConfig::default())
+            .await
+            .expect("bind");
+        let (c, t) = client_to(rdma.local_addr()).await;
+        for us in (9_000..25_000).step_by(400) {
+            let mut b = Message::builder();
+            b.put_u32(us);
+            let r = c.call(HOLD_PROG, 1, 1, b.finish(), &[]).await.unwrap();
+            assert_eq!(r.reader().u32("us").unwrap(), us);
+        }
+        assert_eq!(t.status().fallback_rescues, 0, "client driver");
+        t.shutdown().await;
+        rdma.shutdown().await;
+    })
+    .await
+}
+
+// Both ends on one thread, as above, with the client's provider reading at
+// most 16 KiB per progress pass: a pass that stops at that budget leaves
+// input in the socket that no new readiness edge announces (the driver
+// consumed the edge before the pass). The provider must wake the driver at
+// once; otherwise every READ's last octets wait for the fallback tick,
+// which counts each such stall as a lost wake-up.
+#[tokio::test(flavor = "current_thread")]
+async fn reads_stopped_by_the_read_budget_lose_no_wake_up() {
+    bounded(async {
+        let (_s, rdma) = start().await;
+        let (c, t) = client_to(rdma.local_addr()).await;
+        t.with_provider(|p| {
+            p.downcast_mut::<rpcrdma_iwarp::tcp::IwarpProvider>()
+                .expect("an iWARP provider")
+                .set_read_budget(16 * 1024);
+        })
+        .await
+        .unwrap();
+        let n = 1 << 20;
+        for i in 0..8 {
+            let d = testprog::read(&c, n, i).await.unwrap();
+            assert!(d[..] == testprog::pattern(i, n as usize)[..], "pattern");
+        }
+        assert_eq!(t.status().fallback_rescues, 0, "client driver");
+        t.shutdown().await;
+        rdma.shutdown().await;
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_1mib_through_a_read_chunk() {
     bounded(async {

@@ -291,6 +291,19 @@ struct Clock {
     armed: Option<tokio::time::Instant>,
     /// The next fallback tick.
     fallback_at: tokio::time::Instant,
+    /// The last fallback tick found work that no wake-up had announced; the
+    /// next one (see [`FALLBACK_CONFIRM`]) decides whether it was lost.
+    suspect: bool,
+}
+
+/// What a fallback tick found (see [`Driver::fallback_tick`]).
+enum Tick {
+    /// Nothing waits, or a wake-up announced what does.
+    Quiet,
+    /// Work waits that nothing announced yet: look again shortly.
+    Suspect,
+    /// Work still waits, announced by nothing: a lost wake-up.
+    Lost,
 }
 
 /// The provider's socket, registered with tokio (never closed by us).
@@ -379,13 +392,16 @@ pub(crate) struct Reconnect {
     pub(crate) policy: ReconnectPolicy,
 }
 
-/// A safety net: with work in flight the driver looks at the provider at
-/// least this often even without a readiness notification.
+/// A safety net: with work in flight and nothing moving, the driver asks
+/// the provider this often whether work waits that no wake-up announced
+/// (see [`Driver::fallback_tick`]). A correct driver and provider never
+/// leave any: the tick then costs one wake-up and finds nothing.
 const FALLBACK_TICK: Duration = Duration::from_millis(20);
 
-/// A fallback tick handled later than this after its instant says the
-/// driver's thread was starved, not that a wake-up was lost.
-const FALLBACK_LATE: Duration = Duration::from_millis(4);
+/// How soon a tick that found unannounced work looks again. The runtime
+/// fires timers only after a turn of its I/O driver, so by then every
+/// readiness event already queued for that work has been dispatched.
+const FALLBACK_CONFIRM: Duration = Duration::from_millis(1);
 
 /// Fallback rescues of every driver of this process (see
 /// [`super::fallback_rescues_total`]).
@@ -552,9 +568,14 @@ impl Driver {
         let mut clock = Clock {
             armed: None,
             fallback_at: tokio::time::Instant::now() + FALLBACK_TICK,
+            suspect: false,
         };
         loop {
             std::future::poll_fn(|cx| self.poll_work(cx, timer.as_mut(), &mut clock)).await;
+            // The timer's instant belongs to the old connection: a new one
+            // does not start with a tick that elapsed during the reconnect.
+            clock.armed = None;
+            clock.suspect = false;
             // The engine closed.
             if !self.closing && self.reconnect.is_some() && self.reconnect_loop().await {
                 continue;
@@ -578,25 +599,58 @@ impl Driver {
         let mut spins = 0u32;
         // Anything moved during this poll (pushes the fallback tick back).
         let mut moved = false;
-        // Woken by the fallback tick (nothing moved for a while): if the
-        // first pass then finds the socket readable or work to do, a
-        // wake-up was lost on the way (counted, see `fallback_rescues`).
-        let mut by_fallback = clock.armed == Some(clock.fallback_at) && timer.is_elapsed();
         // The task's waker, for the shared Read-sink budget (a pointer
         // comparison when unchanged).
         self.conn.set_waker(cx.waker());
+        // Woken by the fallback tick (nothing moved for a while): before
+        // anything consumes a wake source, see whether work waits that none
+        // announced (a suspicion lasts only until the next poll).
+        let suspect = std::mem::take(&mut clock.suspect);
+        if clock.armed == Some(clock.fallback_at) && timer.is_elapsed() {
+            clock.armed = None;
+            match self.fallback_tick(cx, suspect) {
+                Tick::Quiet => {}
+                Tick::Suspect => {
+                    // Every source is still registered from the last
+                    // sleep; the next tick looks again.
+                    clock.suspect = true;
+                    clock.fallback_at = tokio::time::Instant::now() + FALLBACK_CONFIRM;
+                    timer.as_mut().reset(clock.fallback_at);
+                    clock.armed = Some(clock.fallback_at);
+                    if timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    // Due at once (this thread stalled since the reset): a
+                    // turn of the I/O driver after the look is not certain,
+                    // so the next tick starts over.
+                    clock.suspect = false;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Tick::Lost => {
+                    self.fallback_rescues += 1;
+                    FALLBACK_RESCUES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(
+                        peer = %self.shared.peer,
+                        rescues = self.fallback_rescues,
+                        "rpc/rdma driver: work waited without a wake-up (a lost wake-up)"
+                    );
+                    self.publish();
+                    // The pass below reads the socket even without an edge.
+                    self.prov.note_readable();
+                }
+            }
+        }
         loop {
             // One clock read per pass, for every engine input of the pass.
             self.now = Instant::now();
             let mut busy = false;
-            let mut readable = false;
             // A readiness edge of the socket: cleared *before* the provider
             // reads, so an arrival after its drain is a new edge.
             if let Some(a) = self.afd.as_ref() {
                 if let Poll::Ready(Ok(mut g)) = a.poll_read_ready(cx) {
                     g.clear_ready();
                     self.prov.note_readable();
-                    readable = true;
                 }
                 if self.prov.write_blocked() {
                     if let Poll::Ready(Ok(mut g)) = a.poll_write_ready(cx) {
@@ -627,22 +681,6 @@ impl Driver {
             busy |= self.step();
             if self.conn.is_closed() {
                 return Poll::Ready(());
-            }
-            // A tick that fires well after its instant means this thread
-            // did not run for a while (an overloaded machine): the
-            // readiness it finds arrived meanwhile and was not lost.
-            let late = self
-                .now
-                .saturating_duration_since(clock.fallback_at.into_std())
-                > FALLBACK_LATE;
-            if std::mem::take(&mut by_fallback) && (readable || busy) && !late {
-                self.fallback_rescues += 1;
-                FALLBACK_RESCUES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::debug!(
-                    rescues = self.fallback_rescues,
-                    "fallback tick found work (a lost wake-up)"
-                );
-                self.publish();
             }
             moved |= busy;
             if busy {
@@ -709,20 +747,53 @@ impl Driver {
             if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            // It fired: step again (the engine handles its timeouts); count
-            // it as a busy pass so a deadline that does not move cannot
-            // keep this loop from yielding. The fallback tick also looks at
-            // the socket (the next pass counts what it finds).
-            by_fallback = clock.armed == Some(clock.fallback_at);
-            clock.armed = None;
-            if by_fallback {
-                self.prov.note_readable();
+            // The fallback tick fired: the next poll looks at it first
+            // (see `fallback_tick`).
+            if clock.armed == Some(clock.fallback_at) {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
+            // The engine's deadline: step again (the engine handles its
+            // timeouts); count it as a busy pass so a deadline that does
+            // not move cannot keep this loop from yielding.
+            clock.armed = None;
             spins += 1;
             if spins >= BUSY_SPINS {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
+        }
+    }
+
+    /// The fallback tick fired (nothing moved for a while with work in
+    /// flight), before anything consumed a wake source. A lost wake-up is
+    /// work that waits although no source announced it: not a command, a
+    /// readiness edge, an engine deadline, a returned Read-sink budget, nor
+    /// the provider's waker (see [`RdmaProvider::unannounced_work`]). A
+    /// tick that finds a source announced (its wake-up merely arrived in
+    /// the same turn, e.g. after the runtime's thread was descheduled
+    /// across the tick) finds nothing lost, however late it runs. Socket
+    /// input the provider sees but no readiness announced may still have
+    /// its event queued in the runtime's I/O driver: only the next tick
+    /// (`suspect`), after a turn of that driver, calls it lost.
+    ///
+    /// [`RdmaProvider::unannounced_work`]: super::RdmaProvider::unannounced_work
+    fn fallback_tick(&mut self, cx: &mut Context<'_>, suspect: bool) -> Tick {
+        let announced = !self.deferred.is_empty()
+            || !self.rx.is_empty()
+            || self.afd.as_ref().is_some_and(|a| {
+                a.poll_read_ready(cx).is_ready()
+                    || (self.prov.write_blocked() && a.poll_write_ready(cx).is_ready())
+            })
+            || self
+                .conn
+                .poll_timeout()
+                .is_some_and(|t| t <= Instant::now())
+            || self.conn.waits_for_read_budget();
+        match (announced || !self.prov.unannounced_work(), suspect) {
+            (true, _) => Tick::Quiet,
+            (false, false) => Tick::Suspect,
+            (false, true) => Tick::Lost,
         }
     }
 

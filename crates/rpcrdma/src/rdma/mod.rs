@@ -22,9 +22,11 @@
 //! before it sleeps it registers for the next readiness edge, the provider
 //! waker and one timer (the engine's next deadline, or a fallback tick
 //! while work is in flight). The fallback tick fires only after no
-//! progress; if it then finds work, a wake-up was lost somewhere, which
-//! [`RdmaStatus::fallback_rescues`] counts (zero in a healthy process; the
-//! bench reports it). A server handler is polled once inline on the
+//! progress; if it then finds work waiting that no wake source announced
+//! (twice, a turn of the runtime's I/O driver apart), a wake-up was lost
+//! somewhere: the tick makes up for it, and
+//! [`RdmaStatus::fallback_rescues`] counts it (zero in a healthy process;
+//! the bench reports it). A server handler is polled once inline on the
 //! driver's task and only spawned if it has to wait, so a reply that is
 //! ready at once goes out in the same pass.
 //!
@@ -181,11 +183,23 @@ pub trait RdmaProvider: Provider + Send + 'static {
     fn settled(&self) -> bool {
         false
     }
+
     /// Live memory registrations, if the provider counts them (for
     /// [`RdmaStatus::registered_regions`]).
     fn registered_regions(&self) -> Option<u32> {
         None
     }
+
+    /// For the driver's fallback tick (rare; may cost a system call): true
+    /// when the waker last given to [`Provider::arm`] has not been woken
+    /// although a pass would find work: work the provider already holds,
+    /// or input waiting in its socket (the driver checks whether a
+    /// readiness edge announced that input). False (the default): the
+    /// provider cannot tell, and the tick never finds a lost wake-up.
+    fn unannounced_work(&self) -> bool {
+        false
+    }
+
     /// The concrete provider, for [`RdmaClientTransport::with_provider`]
     /// (e.g. to take an iWARP capture).
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -215,6 +229,10 @@ impl RdmaProvider for IwarpProvider {
     }
     fn registered_regions(&self) -> Option<u32> {
         Some(self.qp().registered_regions())
+    }
+
+    fn unannounced_work(&self) -> bool {
+        IwarpProvider::unannounced_work(self)
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
@@ -477,10 +495,13 @@ pub struct RdmaStatus {
     pub engine: EngineMetrics,
     /// The engine's last connection error, as text.
     pub last_error: Option<String>,
-    /// Times the driver's fallback tick (a safety net while work is in
-    /// flight) found work that no readiness notification had announced:
-    /// each one is a lost wake-up that stalled the connection for up to the
-    /// tick (20 ms). Zero in a healthy driver.
+    /// Lost wake-ups: times the driver's fallback tick (a safety net while
+    /// work is in flight) found work waiting that no wake source (command,
+    /// readiness edge, engine deadline, provider waker) had announced, and
+    /// still found it unannounced a turn of the runtime's I/O driver later;
+    /// each one stalled the connection for up to the tick (20 ms). A tick
+    /// that merely runs in the same turn as a wake-up that was delivered
+    /// (a starved runtime thread) does not count. Zero in a healthy driver.
     pub fallback_rescues: u64,
     /// What the engine holds now (work requests, receives, pooled
     /// buffers, calls in progress, Read sinks and budget).
