@@ -99,18 +99,11 @@ impl Plan {
 
     /// The plan of connection `conn` of client `client` under `seed`.
     /// Setup cuts never fall on a client's first connection (the test
-    /// needs it to start) nor, unless `setup_in_a_row`, right after a
-    /// setup cut: an RTR cut lets no call through but charges the calls
-    /// re-sent on it a transmission (the client sends them right after
-    /// the RTR), so after a cut two RTR cuts in a row use up the
-    /// interrupted calls' three transmissions
-    /// (`EngineConfig::max_transmissions`) although the server saw only
-    /// the first (reported in `tests/fault_campaign.rs`). (An MPA cut
-    /// charges nothing: no call is sent before the connection is up.)
-    pub fn draw(seed: u64, client: usize, conn: u32, setup_in_a_row: bool) -> Plan {
-        let setup = conn > 0
-            && (setup_in_a_row || !Self::drawn(seed, client, conn - 1, true).kind.in_setup());
-        Self::drawn(seed, client, conn, setup)
+    /// needs it to start); they may follow each other (a connection lost
+    /// without the call's timeout does not use up a transmission:
+    /// `EngineConfig::max_transmissions`).
+    pub fn draw(seed: u64, client: usize, conn: u32) -> Plan {
+        Self::drawn(seed, client, conn, conn > 0)
     }
 
     /// The plan of connection `conn`, setup cuts allowed or not.
