@@ -7,9 +7,7 @@
 use smallvec::smallvec;
 
 use rpcrdma_proto::provider::memory::Hold as Held;
-use rpcrdma_proto::provider::{
-    Access, Completion, DisconnectReason, Opcode as CqOpcode, Stag, Status,
-};
+use rpcrdma_proto::provider::{Access, Completion, Opcode as CqOpcode, Stag, Status};
 
 use crate::crc::{self, Crc32c};
 use crate::ddp::{self, DdpHeader, TaggedCheck, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
@@ -17,7 +15,8 @@ use crate::mpa::fpdu::{pad_len, MARKER_INTERVAL, MARKER_LEN};
 use crate::rdmap::{Opcode, Segment, TerminateMessage, QN_READ_REQUEST, QN_SEND, QN_TERMINATE};
 use crate::TerminateCode;
 
-use super::{QpState, QueuePair, RespJob, RxFault, WrState};
+use super::terminate::RxFault;
+use super::{QpState, QueuePair, RespJob, WrState};
 
 /// Largest FPDU header kept while receiving: ULPDU_Length + the longest
 /// prefix [`Segment::parse_prefix`] needs.
@@ -687,35 +686,7 @@ impl QueuePair {
         // The header prefix (octets 2..have of hbuf).
         let pl = have.saturating_sub(2);
         if let Some(f) = self.rx.fault.take() {
-            let mut prefix = [0u8; Segment::MAX_PREFIX];
-            prefix[..pl].copy_from_slice(&self.rx.hbuf[2..have.max(2)]);
-            if f.read {
-                self.fail_oldest_read(f.reason.status);
-            }
-            if let Some((d, st)) = f.recv {
-                if let Some(r) = self.rq.get(d as usize) {
-                    let (wr_id, idx) = (r.wr_id, r.idx);
-                    self.rq.remove(d as usize);
-                    self.complete(
-                        Completion {
-                            wr_id,
-                            opcode: CqOpcode::Recv,
-                            byte_len: 0,
-                            status: st,
-                        },
-                        smallvec![Held { idx, write: true }],
-                    );
-                }
-            }
-            self.terminate(
-                f.code,
-                Some(&prefix[..pl]),
-                ul,
-                DisconnectReason::Error {
-                    status: f.reason.status,
-                    blame: f.reason.blame,
-                },
-            );
+            self.fault_terminate(f, have, ul);
             return;
         }
         let ctrl = if pl > 1 { self.rx.hbuf[3] } else { 0 };
