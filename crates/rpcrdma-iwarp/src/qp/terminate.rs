@@ -22,7 +22,7 @@ use super::{QpState, QueuePair, WrState};
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RxFault {
     code: TerminateCode,
-    reason: DisconnectReason2,
+    reason: CloseError,
     /// Receive (relative index) that completes with a local status.
     recv: Option<(u32, Status)>,
     /// The oldest outstanding RDMA Read completes with `reason.status`
@@ -30,12 +30,39 @@ pub(super) struct RxFault {
     read: bool,
 }
 
-/// A `Copy` form of the few [`DisconnectReason::Error`] values the
-/// receiver produces.
+/// The [`DisconnectReason::Error`] a receive fault closes the stream with
+/// (a `Copy` form of it): how it shows on the WRs it fails, and whose fault
+/// it is.
 #[derive(Clone, Copy, Debug)]
-struct DisconnectReason2 {
+struct CloseError {
     status: Status,
     blame: Blame,
+}
+
+impl CloseError {
+    /// `status` with its blame: the local statuses (`ReceiverNotReady`: no
+    /// receive posted for a Send; `LocalLength`: a receive too small;
+    /// `LocalProtection`) are this end's, every other one the peer's.
+    fn for_status(status: Status) -> Self {
+        CloseError {
+            status,
+            blame: match status {
+                Status::ReceiverNotReady | Status::LocalLength | Status::LocalProtection => {
+                    Blame::Local
+                }
+                _ => Blame::Remote,
+            },
+        }
+    }
+}
+
+impl From<CloseError> for DisconnectReason {
+    fn from(e: CloseError) -> Self {
+        DisconnectReason::Error {
+            status: e.status,
+            blame: e.blame,
+        }
+    }
 }
 
 /// How a Terminate the peer sent shows on the WR it names.
@@ -111,15 +138,7 @@ impl QueuePair {
         if self.rx.fault.is_none() {
             self.rx.fault = Some(RxFault {
                 code,
-                reason: DisconnectReason2 {
-                    status,
-                    blame: match status {
-                        Status::ReceiverNotReady
-                        | Status::LocalLength
-                        | Status::LocalProtection => Blame::Local,
-                        _ => Blame::Remote,
-                    },
-                },
+                reason: CloseError::for_status(status),
                 recv,
                 read: false,
             });
@@ -180,15 +199,7 @@ impl QueuePair {
                 );
             }
         }
-        self.terminate(
-            f.code,
-            Some(&prefix[..pl]),
-            ul,
-            DisconnectReason::Error {
-                status: f.reason.status,
-                blame: f.reason.blame,
-            },
-        );
+        self.terminate(f.code, Some(&prefix[..pl]), ul, f.reason.into());
     }
 
     /// The peer sent a Terminate: find the WR it names, fail it, flush the
