@@ -70,10 +70,12 @@ use crate::ddp::{self, RegionInfo};
 use crate::mpa::fpdu::{FpduSender, FramingConfig};
 use crate::rdmap::TerminateMessage;
 
+mod read;
 mod recv;
 mod send;
 mod terminate;
 
+use read::{OutRead, RespJob};
 use recv::{Rx, RxState};
 use send::{Chunk, TxMsg, TxSrc};
 
@@ -164,46 +166,6 @@ impl PostedRecv {
             Some(_) => None,
         }
     }
-}
-
-struct OutRead {
-    seq: u64,
-    sink_stag: u32,
-    sink_to: u64,
-    len: u32,
-    received: u64,
-}
-
-impl OutRead {
-    /// Whether a Read Response segment of `payload_len` octets is the next
-    /// piece of this Read: the sink STag, the TO where the octets received
-    /// so far end (segments arrive in order over TCP), no octet past the
-    /// requested length, and L only on a segment that reaches it. A short
-    /// response (L too early), a long one, a reordered, gapped or
-    /// overlapping one is refused before anything of it is placed.
-    //= rfc5040#section-5.2.2
-    //# The Data Sink MAY validate that the STag, Tagged Offset, and
-    //# length of the RDMA Read Response Message are the same as the STag,
-    //# Tagged Offset, and length included in the corresponding RDMA Read
-    //# Request Message.
-    #[inline]
-    fn accepts(&self, stag: u32, to: u64, last: bool, payload_len: u64) -> bool {
-        let end = self.received + payload_len;
-        let len = u64::from(self.len);
-        stag == self.sink_stag
-            && self.sink_to.checked_add(self.received) == Some(to)
-            && end <= len
-            && (!last || end == len)
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct RespJob {
-    idx: u32,
-    off: u64,
-    len: u32,
-    sink_stag: u32,
-    sink_to: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -724,16 +686,6 @@ impl QueuePair {
     /// True once closed.
     pub fn is_closed(&self) -> bool {
         matches!(self.state, QpState::Closed(_))
-    }
-
-    /// The oldest outstanding RDMA Read completes with `status` (the rest
-    /// of the Send queue is flushed by the close that follows).
-    fn fail_oldest_read(&mut self, status: Status) {
-        if let Some(seq) = self.ord_q.front().map(|r| r.seq) {
-            if let Some(w) = self.sq_get_mut(seq) {
-                w.state = WrState::Done(status, 0);
-            }
-        }
     }
 }
 

@@ -10,13 +10,15 @@ use rpcrdma_proto::provider::memory::Hold as Held;
 use rpcrdma_proto::provider::{Access, Completion, Opcode as CqOpcode, Stag, Status};
 
 use crate::crc::{self, Crc32c};
-use crate::ddp::{self, DdpHeader, TaggedCheck, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use crate::ddp::{
+    self, DdpHeader, TaggedCheck, UntaggedHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
+};
 use crate::mpa::fpdu::{pad_len, MARKER_INTERVAL, MARKER_LEN};
 use crate::rdmap::{Opcode, Segment, TerminateMessage, QN_READ_REQUEST, QN_SEND, QN_TERMINATE};
 use crate::TerminateCode;
 
 use super::terminate::RxFault;
-use super::{QpState, QueuePair, RespJob, WrState};
+use super::{QpState, QueuePair, RespJob};
 
 /// Largest FPDU header kept while receiving: ULPDU_Length + the longest
 /// prefix [`Segment::parse_prefix`] needs.
@@ -72,7 +74,7 @@ pub(super) struct Rx {
     trailer: [u8; 7],
     trailer_have: usize,
     trailer_need: usize,
-    action: RxAction,
+    pub(super) action: RxAction,
     pub(super) fault: Option<RxFault>,
     /// Wire position (for Markers).
     pos: u64,
@@ -475,39 +477,7 @@ impl QueuePair {
         match seg.ddp {
             DdpHeader::Tagged(t) => {
                 if seg.control.opcode == Opcode::READ_RESPONSE {
-                    let Some(front) = self.ord_q.front() else {
-                        // A Read Response with no outstanding Read Request is
-                        // an unexpected opcode.
-                        self.rx_fault(
-                            TerminateCode::RDMAP_UNEXPECTED_OPCODE,
-                            Status::RemoteInvalidRequest,
-                            None,
-                        );
-                        return;
-                    };
-                    if front.len == 0 && payload_len == 0 {
-                        self.rx.action = RxAction::ReadResponse { last: t.last };
-                        return;
-                    }
-                    if !front.accepts(t.stag, t.to, t.last, payload_len) {
-                        // RFC 5041 §7.2 has no code for a Read Response
-                        // that is not the requested one; the part of the
-                        // sink buffer still expected is the bound it
-                        // breaks: Base or bounds violation, as Linux siw
-                        // (`siw_rresp_check_ntoh`).
-                        self.read_response_fault(
-                            TerminateCode::DDP_TAGGED_BASE_BOUNDS,
-                            Status::RemoteOperation,
-                        );
-                        return;
-                    }
-                    match self.tagged_target(t.stag, t.to, payload_len) {
-                        Ok(dst) => {
-                            self.rx.dst = dst;
-                            self.rx.action = RxAction::ReadResponse { last: t.last };
-                        }
-                        Err(code) => self.read_response_fault(code, Status::RemoteAccess),
-                    }
+                    self.check_read_response(&t, payload_len);
                 } else if payload_len > 0 {
                     match self.tagged_target(t.stag, t.to, payload_len) {
                         Ok(dst) => self.rx.dst = dst,
@@ -521,132 +491,80 @@ impl QueuePair {
                 // siw sends it with STag 1, and any peer may send one.)
             }
             DdpHeader::Untagged(u) => match u.qn {
-                QN_SEND => {
-                    let rq = &self.rq;
-                    let r = ddp::check_untagged(
-                        &u,
-                        payload_len as u32,
-                        |q| q <= QN_TERMINATE,
-                        self.rq_msn,
-                        |d| rq.get(d as usize).map(|r| u64::from(r.sge.length)),
-                    );
-                    match r {
-                        Ok(pl) => {
-                            let Some(r) = self.rq.get(pl.buffer_index as usize) else {
-                                return;
-                            };
-                            if let Err(code) = ddp::check_continues(u.mo, r.next_mo()) {
-                                self.rx_fault(code, Status::RemoteInvalidRequest, None);
-                                return;
-                            }
-                            let off = r.sge.offset + u64::from(pl.offset);
-                            self.rx.dst = Dst::Mem {
-                                idx: r.idx,
-                                off: off as usize,
-                            };
-                            self.rx.action = RxAction::Send {
-                                d: pl.buffer_index,
-                                end: u64::from(pl.offset) + payload_len,
-                                last: u.last,
-                                opcode: seg.control.opcode,
-                                inval: u.rsvd_ulp_word,
-                            };
-                            if u.last && seg.control.opcode.carries_invalidate_stag() {
-                                let ok = self.mem.lookup(u.rsvd_ulp_word).is_some_and(|(_, r)| {
-                                    r.access().contains(Access::REMOTE_WRITE)
-                                        || r.access().contains(Access::REMOTE_READ)
-                                });
-                                if !ok {
-                                    // A Send with Invalidate naming an STag
-                                    // that cannot be invalidated is a remote
-                                    // operation error; nothing is placed.
-                                    self.rx_fault(
-                                        TerminateCode::RDMAP_OPERATION_CANNOT_INVALIDATE,
-                                        Status::RemoteInvalidRequest,
-                                        Some((pl.buffer_index, Status::LocalProtection)),
-                                    );
-                                }
-                            }
-                        }
-                        Err(code) => {
-                            let (status, recv) = match code {
-                                TerminateCode::DDP_UNTAGGED_NO_BUFFER => {
-                                    (Status::ReceiverNotReady, None)
-                                }
-                                TerminateCode::DDP_UNTAGGED_TOO_LONG
-                                | TerminateCode::DDP_UNTAGGED_INVALID_MO => {
-                                    let d = u.msn.wrapping_sub(self.rq_msn);
-                                    (Status::LocalLength, Some((d, Status::LocalLength)))
-                                }
-                                _ => (Status::RemoteInvalidRequest, None),
-                            };
-                            self.rx_fault(code, status, recv);
-                        }
-                    }
-                }
-                QN_READ_REQUEST => {
-                    let Some(rr) = seg.read_request else {
-                        self.rx_fault(
-                            TerminateCode::RDMAP_OPERATION_UNSPECIFIED,
-                            Status::RemoteInvalidRequest,
-                            None,
-                        );
-                        return;
-                    };
-                    let room = self.inbound_reads < u32::from(self.params.ird);
-                    let r = ddp::check_untagged(
-                        &u,
-                        0,
-                        |q| q <= QN_TERMINATE,
-                        self.rd_msn,
-                        |d| (d == 0 && room).then_some(0),
-                    );
-                    if let Err(code) = r {
-                        //= rfc5040#section-6.1
-                        //# For inbound RDMA Read Requests, the RDMAP layer MUST NOT exceed
-                        //# the maximum number of outstanding, inbound RDMA Read Requests that
-                        //# were negotiated between the ULP and the Local Peer's RDMAP layer.
-                        // A Read Request beyond the IRD finds no Read Request
-                        // buffer for its MSN: DDP untagged "no buffer".
-                        self.rx_fault(code, Status::RemoteInvalidRequest, None);
-                        return;
-                    }
-                    let mut job = RespJob {
-                        idx: 0,
-                        off: 0,
-                        len: rr.size,
-                        sink_stag: rr.sink_stag,
-                        sink_to: rr.sink_to,
-                    };
-                    if rr.size > 0 {
-                        let info = self.region_info(rr.src_stag);
-                        let checked = ddp::check_tagged(
-                            rr.src_to,
-                            u64::from(rr.size),
-                            info.as_ref().map(|(_, i)| i),
-                            ddp::Access::REMOTE_READ,
-                            TaggedCheck::RdmapReadSource,
-                        );
-                        match (checked, info) {
-                            (Ok(off), Some((idx, _))) => {
-                                job.idx = idx;
-                                job.off = off;
-                            }
-                            (Err(code), _) => {
-                                self.rx_fault(code, Status::RemoteAccess, None);
-                                return;
-                            }
-                            (Ok(_), None) => return,
-                        }
-                    }
-                    self.rx.action = RxAction::ReadRequest(job);
-                }
+                QN_SEND => self.check_send(&u, seg.control.opcode, payload_len),
+                QN_READ_REQUEST => self.check_read_request(&u, seg.read_request),
                 _ => self.rx.action = RxAction::Terminate,
             },
         }
     }
 
-    fn tagged_target(&self, stag: u32, to: u64, len: u64) -> Result<Dst, TerminateCode> {
+    /// Checks a Send segment (QN 0) against the receive queue: MSN, MO
+    /// and length against the posted receive it names, the continuity of
+    /// its message, and the STag a Send with Invalidate names. Chooses the
+    /// receive buffer as the target.
+    fn check_send(&mut self, u: &UntaggedHeader, opcode: Opcode, payload_len: u64) {
+        let rq = &self.rq;
+        let r = ddp::check_untagged(
+            u,
+            payload_len as u32,
+            |q| q <= QN_TERMINATE,
+            self.rq_msn,
+            |d| rq.get(d as usize).map(|r| u64::from(r.sge.length)),
+        );
+        match r {
+            Ok(pl) => {
+                let Some(r) = self.rq.get(pl.buffer_index as usize) else {
+                    return;
+                };
+                if let Err(code) = ddp::check_continues(u.mo, r.next_mo()) {
+                    self.rx_fault(code, Status::RemoteInvalidRequest, None);
+                    return;
+                }
+                let off = r.sge.offset + u64::from(pl.offset);
+                self.rx.dst = Dst::Mem {
+                    idx: r.idx,
+                    off: off as usize,
+                };
+                self.rx.action = RxAction::Send {
+                    d: pl.buffer_index,
+                    end: u64::from(pl.offset) + payload_len,
+                    last: u.last,
+                    opcode,
+                    inval: u.rsvd_ulp_word,
+                };
+                if u.last && opcode.carries_invalidate_stag() {
+                    let ok = self.mem.lookup(u.rsvd_ulp_word).is_some_and(|(_, r)| {
+                        r.access().contains(Access::REMOTE_WRITE)
+                            || r.access().contains(Access::REMOTE_READ)
+                    });
+                    if !ok {
+                        // A Send with Invalidate naming an STag
+                        // that cannot be invalidated is a remote
+                        // operation error; nothing is placed.
+                        self.rx_fault(
+                            TerminateCode::RDMAP_OPERATION_CANNOT_INVALIDATE,
+                            Status::RemoteInvalidRequest,
+                            Some((pl.buffer_index, Status::LocalProtection)),
+                        );
+                    }
+                }
+            }
+            Err(code) => {
+                let (status, recv) = match code {
+                    TerminateCode::DDP_UNTAGGED_NO_BUFFER => (Status::ReceiverNotReady, None),
+                    TerminateCode::DDP_UNTAGGED_TOO_LONG
+                    | TerminateCode::DDP_UNTAGGED_INVALID_MO => {
+                        let d = u.msn.wrapping_sub(self.rq_msn);
+                        (Status::LocalLength, Some((d, Status::LocalLength)))
+                    }
+                    _ => (Status::RemoteInvalidRequest, None),
+                };
+                self.rx_fault(code, status, recv);
+            }
+        }
+    }
+
+    pub(super) fn tagged_target(&self, stag: u32, to: u64, len: u64) -> Result<Dst, TerminateCode> {
         let info = self.region_info(stag);
         let off = ddp::check_tagged(
             to,
@@ -702,69 +620,12 @@ impl QueuePair {
                 last,
                 opcode,
                 inval,
-            } => {
-                if let Some(r) = self.rq.get_mut(d as usize) {
-                    r.placed_end = end;
-                    if last {
-                        let cq_op = if opcode.carries_invalidate_stag() {
-                            CqOpcode::RecvWithInvalidate { stag: Stag(inval) }
-                        } else {
-                            CqOpcode::Recv
-                        };
-                        r.done = Some((cq_op, end as u32, opcode.solicited()));
-                    }
-                }
-                if last && opcode.carries_invalidate_stag() {
-                    self.mem.invalidate(Stag(inval));
-                }
-                // Complete finished receives in MSN order.
-                while let Some(r) = self.rq.front() {
-                    let Some((op, len, se)) = r.done else { break };
-                    let Some(r) = self.rq.pop_front() else { break };
-                    self.rq_msn = self.rq_msn.wrapping_add(1);
-                    if se {
-                        self.solicited = true;
-                    }
-                    self.complete(
-                        Completion {
-                            wr_id: r.wr_id,
-                            opcode: op,
-                            byte_len: len,
-                            status: Status::Success,
-                        },
-                        smallvec![Held {
-                            idx: r.idx,
-                            write: true,
-                        }],
-                    );
-                }
-            }
+            } => self.send_placed(d, end, last, opcode, inval),
             RxAction::ReadResponse { last } => {
                 let plen = (ul - self.rx.hdr_len.min(ul)) as u64;
-                if let Some(f) = self.ord_q.front_mut() {
-                    f.received += plen;
-                }
-                if last {
-                    if let Some(f) = self.ord_q.pop_front() {
-                        let seq = f.seq;
-                        if let Some(w) = self.sq_get_mut(seq) {
-                            w.state = WrState::Done(Status::Success, f.len);
-                        }
-                        self.retire();
-                    }
-                }
+                self.read_response_placed(plen, last);
             }
-            RxAction::ReadRequest(job) => {
-                self.rd_msn = self.rd_msn.wrapping_add(1);
-                self.inbound_reads += 1;
-                if job.len > 0 {
-                    self.mem.hold(&[Held {
-                        idx: job.idx,
-                        write: false,
-                    }]);
-                }
-                self.resp_q.push_back(job);
-            }
+            RxAction::ReadRequest(job) => self.accept_read_request(job),
             RxAction::Terminate => {
                 let t = TerminateMessage::decode(
                     self.rx
@@ -776,6 +637,47 @@ impl QueuePair {
                     self.on_terminate(t);
                 }
             }
+        }
+    }
+
+    /// A verified Send segment was placed in receive `d` (relative to the
+    /// head of the receive queue), up to MO `end`; `last` ends its message.
+    /// Receives whose message is complete then complete in MSN order.
+    fn send_placed(&mut self, d: u32, end: u64, last: bool, opcode: Opcode, inval: u32) {
+        if let Some(r) = self.rq.get_mut(d as usize) {
+            r.placed_end = end;
+            if last {
+                let cq_op = if opcode.carries_invalidate_stag() {
+                    CqOpcode::RecvWithInvalidate { stag: Stag(inval) }
+                } else {
+                    CqOpcode::Recv
+                };
+                r.done = Some((cq_op, end as u32, opcode.solicited()));
+            }
+        }
+        if last && opcode.carries_invalidate_stag() {
+            self.mem.invalidate(Stag(inval));
+        }
+        // Complete finished receives in MSN order.
+        while let Some(r) = self.rq.front() {
+            let Some((op, len, se)) = r.done else { break };
+            let Some(r) = self.rq.pop_front() else { break };
+            self.rq_msn = self.rq_msn.wrapping_add(1);
+            if se {
+                self.solicited = true;
+            }
+            self.complete(
+                Completion {
+                    wr_id: r.wr_id,
+                    opcode: op,
+                    byte_len: len,
+                    status: Status::Success,
+                },
+                smallvec![Held {
+                    idx: r.idx,
+                    write: true,
+                }],
+            );
         }
     }
 }

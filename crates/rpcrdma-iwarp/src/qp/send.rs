@@ -13,9 +13,9 @@ use rpcrdma_proto::provider::{Blame, DisconnectReason, SendOp, Stag, Status};
 
 use crate::ddp::{self, DdpHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use crate::mpa::fpdu::{fpdu_len_without_markers, pad_len};
-use crate::rdmap::{self, Opcode, ReadRequest, QN_SEND};
+use crate::rdmap::{self, Opcode, QN_SEND};
 
-use super::{OutRead, QpState, QueuePair, RespJob, WrState};
+use super::{QpState, QueuePair, RespJob, WrState};
 
 /// Output bytes queued before the queue pair stops framing more.
 const OUT_BUDGET: usize = 1 << 20;
@@ -261,48 +261,8 @@ impl QueuePair {
                 true
             }
             SendOp::Read { remote } => {
-                //= rfc5040#section-6.1
-                //# For outbound RDMA Read Requests, the RDMAP layer MUST NOT exceed
-                //# the maximum number of outstanding, outbound RDMA Read Requests
-                //# that were negotiated between the ULP and the Local Peer's RDMAP
-                //# layer.
-                if self.ord_q.len() >= usize::from(self.params.ord) {
-                    return false;
-                }
-                let Some(sge) = w.sges.first().copied() else {
-                    return false;
-                };
-                let sink = Stag(sge.lkey);
-                let rr = ReadRequest {
-                    sink_stag: sink.0,
-                    sink_to: sge.offset,
-                    size: sge.length,
-                    src_stag: remote.stag.0,
-                    src_to: remote.offset,
-                };
-                let msn = self.read_msn;
-                self.read_msn = self.read_msn.wrapping_add(1);
-                let ulpdu = rdmap::encode_read_request(msn, &rr);
-                let mut v = vec![0u8; self.framer.fpdu_wire_len(ulpdu.len())];
-                if let Ok(n) = self.framer.write_fpdu(&[&ulpdu], &mut v) {
-                    v.truncate(n);
-                    self.out_bytes += n;
-                    self.push_chunk(Chunk::Owned(v));
-                    self.stats.tx_fpdus[1] += 1;
-                }
-                self.ord_q.push_back(OutRead {
-                    seq,
-                    sink_stag: sink.0,
-                    sink_to: sge.offset,
-                    len: sge.length,
-                    received: 0,
-                });
-                if let Some(w) = self.sq_get_mut(seq) {
-                    w.state = WrState::AwaitRead;
-                    w.msn = msn;
-                }
-                self.sq_next_tx += 1;
-                true
+                let sge = w.sges.first().copied();
+                self.start_read(seq, remote, sge)
             }
             _ => {
                 let total = w.len;
