@@ -55,6 +55,17 @@
 //! (and Read Request) header, flushes every outstanding WR and closes the
 //! stream; memory is never touched by a segment that failed a check
 //! (RFC 5042). A received Terminate ends the stream with blame `Remote`.
+//!
+//! # Modules
+//!
+//! This module holds the state, the memory table, the Send and Receive
+//! queues, completions and closing. `send` is the transmit side (framing,
+//! the staging buffer, the output queue and its completion marks,
+//! [`QueuePair::transmit`]); `recv` the receive side (the FPDU state
+//! machine, the whole-FPDU fast path, placement checks, completion of
+//! receives); `read` RDMA Read bookkeeping in both directions (ORD and IRD,
+//! Read Response validation, Read Response jobs); `terminate` receive
+//! faults and the Terminates sent and received.
 
 use std::collections::VecDeque;
 
@@ -77,7 +88,7 @@ mod terminate;
 
 use read::{OutRead, RespJob};
 use recv::{Rx, RxState};
-use send::{Chunk, TxMsg, TxSrc};
+use send::{Chunk, TxMsg};
 
 /// What the MPA exchange agreed, for the FPDU phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -589,23 +600,7 @@ impl QueuePair {
         if matches!(self.state, QpState::Closed(_)) {
             return;
         }
-        self.materialize_output();
-        if let Some(TxMsg {
-            src: TxSrc::Resp(j),
-            ..
-        }) = self.cur.take()
-        {
-            self.mem.release(&[Held {
-                idx: j.idx,
-                write: false,
-            }]);
-        }
-        for j in std::mem::take(&mut self.resp_q) {
-            self.mem.release(&[Held {
-                idx: j.idx,
-                write: false,
-            }]);
-        }
+        self.release_output_holds();
         self.ord_q.clear();
         for w in self.sq.iter_mut() {
             if !matches!(w.state, WrState::Done(..)) {
@@ -644,12 +639,7 @@ impl QueuePair {
     /// failed or was rejected): every posted WR is flushed.
     pub fn abort(&mut self, reason: DisconnectReason) {
         self.tx_closed = true;
-        self.materialize_output();
-        self.out.clear();
-        self.stage.clear();
-        self.staged = 0;
-        self.tail_marks = Some(0);
-        self.out_bytes = 0;
+        self.discard_output();
         self.go_down(reason);
     }
 
@@ -668,12 +658,7 @@ impl QueuePair {
     /// TCP failed (reset, error).
     pub fn transport_lost(&mut self) {
         self.tx_closed = true;
-        self.materialize_output();
-        self.out.clear();
-        self.stage.clear();
-        self.staged = 0;
-        self.tail_marks = Some(0);
-        self.out_bytes = 0;
+        self.discard_output();
         self.go_down(DisconnectReason::TransportLost);
     }
 

@@ -37,7 +37,7 @@ pub(super) enum TxSrc {
 }
 
 pub(super) struct TxMsg {
-    pub(super) src: TxSrc,
+    src: TxSrc,
     total: u32,
     done: u32,
     sge_i: usize,
@@ -92,7 +92,7 @@ fn inline(data: &[u8]) -> Chunk {
 impl QueuePair {
     /// Copies the payload of queued output out of registered memory, so
     /// that holds can be released while the bytes still go out.
-    pub(super) fn materialize_output(&mut self) {
+    fn materialize_output(&mut self) {
         for c in self.out.iter_mut() {
             if let Chunk::Mem { idx, off, len } = *c {
                 *c = Chunk::Owned(self.mem.slice(idx, off, len).to_vec());
@@ -111,6 +111,40 @@ impl QueuePair {
         for idx in releases {
             self.mem.release(&[Held { idx, write: false }]);
         }
+    }
+
+    /// Releases the holds of output not yet sent (the stream is going
+    /// down): queued payload is copied out of registered memory, and the
+    /// Read Response in progress and those queued are dropped.
+    pub(super) fn release_output_holds(&mut self) {
+        self.materialize_output();
+        if let Some(TxMsg {
+            src: TxSrc::Resp(j),
+            ..
+        }) = self.cur.take()
+        {
+            self.mem.release(&[Held {
+                idx: j.idx,
+                write: false,
+            }]);
+        }
+        for j in std::mem::take(&mut self.resp_q) {
+            self.mem.release(&[Held {
+                idx: j.idx,
+                write: false,
+            }]);
+        }
+    }
+
+    /// Drops all queued output (nothing more goes out), releasing the
+    /// holds it had.
+    pub(super) fn discard_output(&mut self) {
+        self.materialize_output();
+        self.out.clear();
+        self.stage.clear();
+        self.staged = 0;
+        self.tail_marks = Some(0);
+        self.out_bytes = 0;
     }
 
     /// True if there are octets to send (or WRs that could be framed).
