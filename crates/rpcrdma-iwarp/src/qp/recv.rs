@@ -113,27 +113,6 @@ impl Rx {
 }
 
 impl QueuePair {
-    /// Copies payload octets to the current memory destination (a Receive
-    /// buffer or a tagged buffer, bounds-checked) and advances it; a
-    /// discarded payload (no destination) is skipped.
-    fn place_payload(&mut self, src: &[u8]) {
-        if let Dst::Mem { idx, off } = self.rx.dst {
-            let take = src.len();
-            if let Some(dst) = self
-                .mem
-                .region_at_mut(idx)
-                .and_then(|r| r.buf_mut()?.get_mut(off..off + take))
-            {
-                dst.copy_from_slice(src);
-            }
-            self.rx.dst = Dst::Mem {
-                idx,
-                off: off + take,
-            };
-            self.stats.rx_copied_bytes += take as u64;
-        }
-    }
-
     /// True while part of an FPDU has been received (the stream ends
     /// uncleanly if the peer closes now).
     pub fn rx_mid_fpdu(&self) -> bool {
@@ -322,6 +301,27 @@ impl QueuePair {
             }
         }
         used
+    }
+
+    /// Copies payload octets to the current memory destination (a Receive
+    /// buffer or a tagged buffer, bounds-checked) and advances it; a
+    /// discarded payload (no destination) is skipped.
+    fn place_payload(&mut self, src: &[u8]) {
+        if let Dst::Mem { idx, off } = self.rx.dst {
+            let take = src.len();
+            if let Some(dst) = self
+                .mem
+                .region_at_mut(idx)
+                .and_then(|r| r.buf_mut()?.get_mut(off..off + take))
+            {
+                dst.copy_from_slice(src);
+            }
+            self.rx.dst = Dst::Mem {
+                idx,
+                off: off + take,
+            };
+            self.stats.rx_copied_bytes += take as u64;
+        }
     }
 
     /// Fast path of [`QueuePair::consume`] for an FPDU that starts at
