@@ -1,0 +1,683 @@
+//! The receive side of the queue pair: the FPDU state machine over the
+//! TCP octets (header prefix, payload, trailer; Markers), the whole-FPDU
+//! fast path, the placement checks that choose a payload's target, direct
+//! placement from the socket, and what a verified FPDU completes. See the
+//! [module docs](super) for the data path.
+
+use smallvec::smallvec;
+
+use rpcrdma_proto::provider::memory::Hold as Held;
+use rpcrdma_proto::provider::{Access, Completion, Opcode as CqOpcode, Stag, Status};
+
+use crate::crc::{self, Crc32c};
+use crate::ddp::{
+    self, DdpHeader, TaggedCheck, UntaggedHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
+};
+use crate::mpa::fpdu::{pad_len, MARKER_INTERVAL, MARKER_LEN};
+use crate::rdmap::{Opcode, Segment, TerminateMessage, QN_READ_REQUEST, QN_SEND, QN_TERMINATE};
+use crate::TerminateCode;
+
+use super::terminate::RxFault;
+use super::{QpState, QueuePair, RespJob};
+
+/// Largest FPDU header kept while receiving: ULPDU_Length + the longest
+/// prefix [`Segment::parse_prefix`] needs.
+const HBUF_LEN: usize = 2 + Segment::MAX_PREFIX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RxState {
+    /// Collecting ULPDU_Length and the header prefix into `hbuf`.
+    Header,
+    /// Payload octets of the current FPDU.
+    Payload,
+    /// PAD and CRC.
+    Trailer,
+    /// The stream is dead; input is ignored.
+    Dead,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Dst {
+    Mem { idx: u32, off: usize },
+    Discard,
+}
+
+/// What to do once the current FPDU's CRC has been checked.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum RxAction {
+    None,
+    /// A Send segment placed in receive `d` (relative to the head).
+    Send {
+        d: u32,
+        end: u64,
+        last: bool,
+        opcode: Opcode,
+        inval: u32,
+    },
+    ReadResponse {
+        last: bool,
+    },
+    ReadRequest(RespJob),
+    Terminate,
+}
+
+pub(super) struct Rx {
+    pub(super) state: RxState,
+    pub(super) hbuf: [u8; HBUF_LEN],
+    pub(super) have: usize,
+    need: usize,
+    pub(super) ulpdu_len: usize,
+    hdr_len: usize,
+    remaining: usize,
+    pub(super) dst: Dst,
+    crc: Crc32c,
+    trailer: [u8; 7],
+    trailer_have: usize,
+    trailer_need: usize,
+    pub(super) action: RxAction,
+    pub(super) fault: Option<RxFault>,
+    /// Wire position (for Markers).
+    pos: u64,
+    fpdu_start: u64,
+    pub(super) in_fpdu: bool,
+    marker: [u8; 4],
+    marker_have: usize,
+    last_was_large: bool,
+}
+
+impl Rx {
+    pub(super) fn new() -> Self {
+        Rx {
+            state: RxState::Header,
+            hbuf: [0; HBUF_LEN],
+            have: 0,
+            need: 2,
+            ulpdu_len: 0,
+            hdr_len: 0,
+            remaining: 0,
+            dst: Dst::Discard,
+            crc: Crc32c::new(),
+            trailer: [0; 7],
+            trailer_have: 0,
+            trailer_need: 0,
+            action: RxAction::None,
+            fault: None,
+            pos: 0,
+            fpdu_start: 0,
+            in_fpdu: false,
+            marker: [0; 4],
+            marker_have: 0,
+            last_was_large: true,
+        }
+    }
+}
+
+impl QueuePair {
+    /// True while part of an FPDU has been received (the stream ends
+    /// uncleanly if the peer closes now).
+    pub fn rx_mid_fpdu(&self) -> bool {
+        self.rx.state != RxState::Dead
+            && (self.rx.state != RxState::Header || self.rx.have > 0 || self.rx.in_fpdu)
+    }
+
+    /// How many octets the owner should read from TCP into its read-ahead
+    /// buffer next: small right after a large FPDU payload went straight to
+    /// memory (so the next large payload can too), large otherwise.
+    pub fn suggested_read_len(&self) -> usize {
+        if self.rx.last_was_large && self.rx.state != RxState::Payload {
+            128
+        } else {
+            64 * 1024
+        }
+    }
+
+    /// Where the next octets of the TCP stream may be read to directly: the
+    /// rest of the current payload in its target region (`None` when the
+    /// next octets are not payload, with Markers, or after an error).
+    pub fn direct_target(&mut self) -> Option<&mut [u8]> {
+        if self.rx.state != RxState::Payload || self.params.recv_markers || self.rx.remaining == 0 {
+            return None;
+        }
+        let Dst::Mem { idx, off } = self.rx.dst else {
+            return None;
+        };
+        let rem = self.rx.remaining;
+        self.mem
+            .region_at_mut(idx)?
+            .buf_mut()?
+            .get_mut(off..off.checked_add(rem)?)
+    }
+
+    /// Reports that `n` octets were read into [`QueuePair::direct_target`].
+    pub fn direct_filled(&mut self, n: usize) {
+        if self.rx.state != RxState::Payload {
+            return;
+        }
+        let Dst::Mem { idx, off } = self.rx.dst else {
+            return;
+        };
+        let n = n.min(self.rx.remaining);
+        if self.params.crc {
+            let s = self.mem.slice(idx, off, n);
+            self.rx.crc = self.rx.crc.update(s);
+        }
+        self.rx.pos += n as u64;
+        self.rx.remaining -= n;
+        self.rx.dst = Dst::Mem { idx, off: off + n };
+        self.stats.rx_direct_bytes += n as u64;
+        if self.rx.remaining == 0 {
+            self.enter_trailer();
+        }
+    }
+
+    /// Feeds octets read from TCP; everything is consumed (after a fatal
+    /// error the rest is ignored). Returns the octets consumed.
+    pub fn handle_input(&mut self, mut data: &[u8]) -> usize {
+        let total = data.len();
+        if !matches!(self.state, QpState::Established) {
+            return if self.is_closed() { total } else { 0 };
+        }
+        while !data.is_empty() && self.rx.state != RxState::Dead {
+            if self.params.recv_markers && self.rx.pos.is_multiple_of(MARKER_INTERVAL) {
+                // Collect the Marker.
+                let take = (MARKER_LEN - self.rx.marker_have).min(data.len());
+                let h = self.rx.marker_have;
+                self.rx.marker[h..h + take].copy_from_slice(&data[..take]);
+                self.rx.marker_have += take;
+                data = &data[take..];
+                if self.rx.marker_have < MARKER_LEN {
+                    break;
+                }
+                self.rx.marker_have = 0;
+                let mpos = self.rx.pos;
+                if !self.rx.in_fpdu && self.rx.have == 0 && self.rx.state == RxState::Header {
+                    self.start_fpdu();
+                }
+                if self.params.crc {
+                    self.rx.crc = self.rx.crc.update(&self.rx.marker);
+                }
+                self.rx.pos += MARKER_LEN as u64;
+                let ptr = u16::from_be_bytes([self.rx.marker[2], self.rx.marker[3]]);
+                let target = mpos.checked_sub(u64::from(ptr));
+                let start = self.rx.fpdu_start;
+                // After a leading Marker (an FPDU that starts at a Marker
+                // position), the ULPDU_Length field is 4 octets later: the
+                // other reading of RFC 5044 section 4.2, as FpduReceiver.
+                let leading = start.is_multiple_of(MARKER_INTERVAL);
+                let after_lead = leading && target == Some(start + MARKER_LEN as u64);
+                if target != Some(start) && !after_lead {
+                    //= rfc5044#section-4.3
+                    //# If an FPDU is large enough to contain multiple Markers, they MUST all
+                    //# point to the same point in the TCP stream: the first octet of the
+                    //# ULPDU Length field for the FPDU.
+                    self.rx_framing_fault(TerminateCode::MPA_MARKER);
+                    break;
+                }
+                continue;
+            }
+            // Logical octets up to the next Marker.
+            let limit = if self.params.recv_markers {
+                (MARKER_INTERVAL - self.rx.pos % MARKER_INTERVAL) as usize
+            } else {
+                usize::MAX
+            };
+            let n = data.len().min(limit);
+            let used = self.consume(&data[..n]);
+            data = &data[used..];
+        }
+        total - data.len().min(total)
+    }
+
+    fn start_fpdu(&mut self) {
+        self.rx.in_fpdu = true;
+        self.rx.fpdu_start = self.rx.pos;
+        self.rx.crc = Crc32c::new();
+    }
+
+    /// Processes logical (Marker-free) octets; returns how many were used.
+    fn consume(&mut self, data: &[u8]) -> usize {
+        let mut used = 0;
+        while used < data.len() && self.rx.state != RxState::Dead {
+            let d = &data[used..];
+            match self.rx.state {
+                RxState::Header => {
+                    if self.rx.have == 0 && !self.params.recv_markers {
+                        if let Some(n) = self.whole_fpdu(d) {
+                            used += n;
+                            continue;
+                        }
+                    }
+                    if !self.rx.in_fpdu {
+                        self.start_fpdu();
+                    }
+                    let take = (self.rx.need - self.rx.have).min(d.len());
+                    let h = self.rx.have;
+                    self.rx.hbuf[h..h + take].copy_from_slice(&d[..take]);
+                    // (Without CRCs nothing is computed: the CRC field is
+                    // not checked then.)
+                    if self.params.crc {
+                        self.rx.crc = self.rx.crc.update(&d[..take]);
+                    }
+                    self.rx.have += take;
+                    self.rx.pos += take as u64;
+                    used += take;
+                    if self.rx.have == self.rx.need {
+                        self.header_progress();
+                    }
+                }
+                RxState::Payload => {
+                    let take = self.rx.remaining.min(d.len());
+                    let src = &d[..take];
+                    if self.params.crc {
+                        self.rx.crc = self.rx.crc.update(src);
+                    }
+                    self.place_payload(src);
+                    self.rx.remaining -= take;
+                    self.rx.pos += take as u64;
+                    used += take;
+                    if self.rx.remaining == 0 {
+                        self.enter_trailer();
+                    }
+                }
+                RxState::Trailer => {
+                    let take = (self.rx.trailer_need - self.rx.trailer_have).min(d.len());
+                    let h = self.rx.trailer_have;
+                    self.rx.trailer[h..h + take].copy_from_slice(&d[..take]);
+                    // PAD octets are covered by the CRC (a Marker may follow
+                    // them, before the CRC field).
+                    let pad = self.rx.trailer_need - 4;
+                    if self.params.crc && h < pad {
+                        let e = (h + take).min(pad);
+                        self.rx.crc = self.rx.crc.update(&self.rx.trailer[h..e]);
+                    }
+                    self.rx.trailer_have += take;
+                    self.rx.pos += take as u64;
+                    used += take;
+                    if self.rx.trailer_have == self.rx.trailer_need {
+                        self.finish_fpdu();
+                    }
+                }
+                RxState::Dead => break,
+            }
+        }
+        used
+    }
+
+    /// Copies payload octets to the current memory destination (a Receive
+    /// buffer or a tagged buffer, bounds-checked) and advances it; a
+    /// discarded payload (no destination) is skipped.
+    fn place_payload(&mut self, src: &[u8]) {
+        if let Dst::Mem { idx, off } = self.rx.dst {
+            let take = src.len();
+            if let Some(dst) = self
+                .mem
+                .region_at_mut(idx)
+                .and_then(|r| r.buf_mut()?.get_mut(off..off + take))
+            {
+                dst.copy_from_slice(src);
+            }
+            self.rx.dst = Dst::Mem {
+                idx,
+                off: off + take,
+            };
+            self.stats.rx_copied_bytes += take as u64;
+        }
+    }
+
+    /// Fast path of [`QueuePair::consume`] for an FPDU that starts at
+    /// `d[0]` and lies entirely within `d` (no Markers): the same steps as
+    /// the octet-wise state machine (header prefix into `hbuf`, the same
+    /// checks in [`QueuePair::on_header`], payload to its target, trailer,
+    /// [`QueuePair::finish_fpdu`]), in one pass, with one CRC computation.
+    /// Returns the octets used, or `None` (nothing done) if the FPDU is
+    /// incomplete or its ULPDU_Length is refused (the general path then
+    /// handles it).
+    fn whole_fpdu(&mut self, d: &[u8]) -> Option<usize> {
+        let (&[l0, l1], rest) = d.split_first_chunk::<2>()?;
+        let len = u16::from_be_bytes([l0, l1]);
+        if len > self.params.max_rx_ulpdu {
+            return None;
+        }
+        let ul = usize::from(len);
+        let pad = pad_len(ul);
+        let fpdu_len = 2 + ul + pad + 4;
+        if d.len() < fpdu_len {
+            return None;
+        }
+        // The header prefix header_progress would collect.
+        let want = match rest.first() {
+            None => 0,
+            Some(_) if ul == 0 => 0,
+            Some(&c) if c & 0x80 != 0 => TAGGED_HEADER_LEN.min(ul),
+            Some(_) => {
+                let qn = rest
+                    .get(6..10)
+                    .map(|q| u32::from_be_bytes([q[0], q[1], q[2], q[3]]));
+                if ul > UNTAGGED_HEADER_LEN && qn != Some(QN_SEND) {
+                    ul.min(Segment::MAX_PREFIX)
+                } else {
+                    UNTAGGED_HEADER_LEN.min(ul)
+                }
+            }
+        };
+        let have = 2 + want;
+        self.rx
+            .hbuf
+            .get_mut(..have)?
+            .copy_from_slice(d.get(..have)?);
+        self.start_fpdu();
+        self.rx.have = have;
+        self.rx.need = have;
+        self.rx.ulpdu_len = ul;
+        self.rx.last_was_large = ul >= 4096;
+        self.on_header();
+        if self.rx.state == RxState::Payload {
+            let take = self.rx.remaining;
+            let src = d.get(have..have + take)?;
+            self.place_payload(src);
+            self.rx.remaining = 0;
+            self.enter_trailer();
+        }
+        if self.rx.state != RxState::Trailer {
+            // (Not reached: the checks never end the stream before the
+            // trailer.) The general path takes the rest.
+            return Some(2 + ul);
+        }
+        let t = self.rx.trailer_need;
+        self.rx.trailer[..t].copy_from_slice(d.get(2 + ul..fpdu_len)?);
+        self.rx.trailer_have = t;
+        if self.params.crc {
+            self.rx.crc = Crc32c::new().update(&d[..2 + ul + pad]);
+        }
+        self.rx.pos += fpdu_len as u64;
+        self.finish_fpdu();
+        Some(fpdu_len)
+    }
+
+    fn enter_trailer(&mut self) {
+        self.rx.state = RxState::Trailer;
+        self.rx.trailer_have = 0;
+        self.rx.trailer_need = pad_len(self.rx.ulpdu_len) + 4;
+    }
+
+    /// More header octets arrived: decide how many more are needed, or
+    /// run the checks.
+    fn header_progress(&mut self) {
+        let rx = &mut self.rx;
+        if rx.have == 2 {
+            let len = u16::from_be_bytes([rx.hbuf[0], rx.hbuf[1]]);
+            if len > self.params.max_rx_ulpdu {
+                // An FPDU longer than this receiver takes is a framing
+                // error (LLP / MPA / Marker-Length mismatch).
+                self.rx_framing_fault(TerminateCode::MPA_MARKER);
+                return;
+            }
+            rx.ulpdu_len = usize::from(len);
+            rx.last_was_large = rx.ulpdu_len >= 4096;
+            if rx.ulpdu_len == 0 {
+                self.on_header();
+                return;
+            }
+            rx.need = 3;
+            return;
+        }
+        let ul = rx.ulpdu_len;
+        if rx.have == 3 {
+            let tagged = rx.hbuf[2] & 0x80 != 0;
+            let hl = if tagged {
+                TAGGED_HEADER_LEN
+            } else {
+                UNTAGGED_HEADER_LEN
+            };
+            let want = 2 + hl.min(ul);
+            if want > rx.have {
+                rx.need = want;
+                return;
+            }
+        }
+        let tagged = rx.hbuf[2] & 0x80 != 0;
+        if !tagged && rx.have == 2 + UNTAGGED_HEADER_LEN && ul > UNTAGGED_HEADER_LEN {
+            let qn = u32::from_be_bytes([rx.hbuf[8], rx.hbuf[9], rx.hbuf[10], rx.hbuf[11]]);
+            if qn != QN_SEND {
+                let want = 2 + ul.min(Segment::MAX_PREFIX);
+                if want > rx.have {
+                    rx.need = want;
+                    return;
+                }
+            }
+        }
+        self.on_header();
+    }
+
+    /// The header prefix is complete: classify, check, choose the target.
+    fn on_header(&mut self) {
+        let have = self.rx.have;
+        let ul = self.rx.ulpdu_len;
+        let prefix_len = have - 2;
+        self.rx.hdr_len = prefix_len;
+        self.rx.remaining = ul - prefix_len;
+        self.rx.dst = Dst::Discard;
+        self.rx.action = RxAction::None;
+        self.rx.state = RxState::Payload;
+        let parsed = Segment::parse_prefix(self.rx.hbuf.get(2..have).unwrap_or_default(), ul);
+        match parsed {
+            Err(code) => self.rx_fault(code, Status::RemoteInvalidRequest, None),
+            Ok(seg) => self.check_segment(&seg, ul),
+        }
+        if self.rx.remaining == 0 && self.rx.state == RxState::Payload {
+            self.enter_trailer();
+        }
+    }
+
+    //= rfc5041#section-7.1
+    //# For non-zero-length Untagged DDP Segments, the DDP Segment MUST be
+    //# validated before Placement by verifying:
+    fn check_segment(&mut self, seg: &Segment, ul: usize) {
+        let payload_len = (ul - seg.payload.start.min(ul)) as u64;
+        match seg.ddp {
+            DdpHeader::Tagged(t) => {
+                if seg.control.opcode == Opcode::READ_RESPONSE {
+                    self.check_read_response(&t, payload_len);
+                } else if payload_len > 0 {
+                    match self.tagged_target(t.stag, t.to, payload_len) {
+                        Ok(dst) => self.rx.dst = dst,
+                        Err(code) => self.rx_fault(code, Status::RemoteAccess, None),
+                    }
+                }
+                //= rfc5041#section-5.2
+                //# The STag and TO fields MUST NOT be
+                //# checked for a zero-length Tagged DDP Message.
+                // (A zero-length RDMA Write is the RFC 6581 Write RTR; Linux
+                // siw sends it with STag 1, and any peer may send one.)
+            }
+            DdpHeader::Untagged(u) => match u.qn {
+                QN_SEND => self.check_send(&u, seg.control.opcode, payload_len),
+                QN_READ_REQUEST => self.check_read_request(&u, seg.read_request),
+                _ => self.rx.action = RxAction::Terminate,
+            },
+        }
+    }
+
+    /// Checks a Send segment (QN 0) against the receive queue: MSN, MO
+    /// and length against the posted receive it names, the continuity of
+    /// its message, and the STag a Send with Invalidate names. Chooses the
+    /// receive buffer as the target.
+    fn check_send(&mut self, u: &UntaggedHeader, opcode: Opcode, payload_len: u64) {
+        let rq = &self.rq;
+        let r = ddp::check_untagged(
+            u,
+            payload_len as u32,
+            |q| q <= QN_TERMINATE,
+            self.rq_msn,
+            |d| rq.get(d as usize).map(|r| u64::from(r.sge.length)),
+        );
+        match r {
+            Ok(pl) => {
+                let Some(r) = self.rq.get(pl.buffer_index as usize) else {
+                    return;
+                };
+                if let Err(code) = ddp::check_continues(u.mo, r.next_mo()) {
+                    self.rx_fault(code, Status::RemoteInvalidRequest, None);
+                    return;
+                }
+                let off = r.sge.offset + u64::from(pl.offset);
+                self.rx.dst = Dst::Mem {
+                    idx: r.idx,
+                    off: off as usize,
+                };
+                self.rx.action = RxAction::Send {
+                    d: pl.buffer_index,
+                    end: u64::from(pl.offset) + payload_len,
+                    last: u.last,
+                    opcode,
+                    inval: u.rsvd_ulp_word,
+                };
+                if u.last && opcode.carries_invalidate_stag() {
+                    let ok = self.mem.lookup(u.rsvd_ulp_word).is_some_and(|(_, r)| {
+                        r.access().contains(Access::REMOTE_WRITE)
+                            || r.access().contains(Access::REMOTE_READ)
+                    });
+                    if !ok {
+                        // A Send with Invalidate naming an STag
+                        // that cannot be invalidated is a remote
+                        // operation error; nothing is placed.
+                        self.rx_fault(
+                            TerminateCode::RDMAP_OPERATION_CANNOT_INVALIDATE,
+                            Status::RemoteInvalidRequest,
+                            Some((pl.buffer_index, Status::LocalProtection)),
+                        );
+                    }
+                }
+            }
+            Err(code) => {
+                let (status, recv) = match code {
+                    TerminateCode::DDP_UNTAGGED_NO_BUFFER => (Status::ReceiverNotReady, None),
+                    TerminateCode::DDP_UNTAGGED_TOO_LONG
+                    | TerminateCode::DDP_UNTAGGED_INVALID_MO => {
+                        let d = u.msn.wrapping_sub(self.rq_msn);
+                        (Status::LocalLength, Some((d, Status::LocalLength)))
+                    }
+                    _ => (Status::RemoteInvalidRequest, None),
+                };
+                self.rx_fault(code, status, recv);
+            }
+        }
+    }
+
+    pub(super) fn tagged_target(&self, stag: u32, to: u64, len: u64) -> Result<Dst, TerminateCode> {
+        let info = self.region_info(stag);
+        let off = ddp::check_tagged(
+            to,
+            len,
+            info.as_ref().map(|(_, i)| i),
+            ddp::Access::REMOTE_WRITE,
+            TaggedCheck::DdpPlacement,
+        )?;
+        let idx = info.map(|(i, _)| i).unwrap_or(0);
+        Ok(Dst::Mem {
+            idx,
+            off: off as usize,
+        })
+    }
+
+    /// The trailer is complete: check the CRC, then act.
+    fn finish_fpdu(&mut self) {
+        let pad = self.rx.trailer_need - 4;
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&self.rx.trailer[pad..pad + 4]);
+        let received = crc::from_wire(w);
+        let computed = self.rx.crc.value();
+        if self.params.crc && received != computed {
+            //= rfc5044#section-4.4
+            //# If not, the
+            //# receiver MUST treat the FPDU as an invalid FPDU.
+            self.rx_framing_fault(TerminateCode::MPA_CRC);
+            return;
+        }
+        let have = self.rx.have;
+        let ul = self.rx.ulpdu_len;
+        // Reset for the next FPDU.
+        self.rx.state = RxState::Header;
+        self.rx.have = 0;
+        self.rx.need = 2;
+        self.rx.in_fpdu = false;
+        // The header prefix (octets 2..have of hbuf).
+        let pl = have.saturating_sub(2);
+        if let Some(f) = self.rx.fault.take() {
+            self.fault_terminate(f, have, ul);
+            return;
+        }
+        let ctrl = if pl > 1 { self.rx.hbuf[3] } else { 0 };
+        let op = usize::from(ctrl & 0x0f);
+        if let Some(c) = self.stats.rx_fpdus.get_mut(op) {
+            *c += 1;
+        }
+        match self.rx.action {
+            RxAction::None => {}
+            RxAction::Send {
+                d,
+                end,
+                last,
+                opcode,
+                inval,
+            } => self.send_placed(d, end, last, opcode, inval),
+            RxAction::ReadResponse { last } => {
+                let plen = (ul - self.rx.hdr_len.min(ul)) as u64;
+                self.read_response_placed(plen, last);
+            }
+            RxAction::ReadRequest(job) => self.accept_read_request(job),
+            RxAction::Terminate => {
+                let t = TerminateMessage::decode(
+                    self.rx
+                        .hbuf
+                        .get(2 + UNTAGGED_HEADER_LEN..have)
+                        .unwrap_or_default(),
+                );
+                if let Ok(t) = t {
+                    self.on_terminate(t);
+                }
+            }
+        }
+    }
+
+    /// A verified Send segment was placed in receive `d` (relative to the
+    /// head of the receive queue), up to MO `end`; `last` ends its message.
+    /// Receives whose message is complete then complete in MSN order.
+    fn send_placed(&mut self, d: u32, end: u64, last: bool, opcode: Opcode, inval: u32) {
+        if let Some(r) = self.rq.get_mut(d as usize) {
+            r.placed_end = end;
+            if last {
+                let cq_op = if opcode.carries_invalidate_stag() {
+                    CqOpcode::RecvWithInvalidate { stag: Stag(inval) }
+                } else {
+                    CqOpcode::Recv
+                };
+                r.done = Some((cq_op, end as u32, opcode.solicited()));
+            }
+        }
+        if last && opcode.carries_invalidate_stag() {
+            self.mem.invalidate(Stag(inval));
+        }
+        // Complete finished receives in MSN order.
+        while let Some(r) = self.rq.front() {
+            let Some((op, len, se)) = r.done else { break };
+            let Some(r) = self.rq.pop_front() else { break };
+            self.rq_msn = self.rq_msn.wrapping_add(1);
+            if se {
+                self.solicited = true;
+            }
+            self.complete(
+                Completion {
+                    wr_id: r.wr_id,
+                    opcode: op,
+                    byte_len: len,
+                    status: Status::Success,
+                },
+                smallvec![Held {
+                    idx: r.idx,
+                    write: true,
+                }],
+            );
+        }
+    }
+}
