@@ -2,6 +2,7 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`common`] | the prefix every version shares, hex rendering (imported by `v1`, `v2`, `header`) |
 //! | [`chunk`] | segments, Read list, Write list, Reply chunk (shared by v1 and v2) |
 //! | [`v1`] | RPC-over-RDMA version 1 transport header (RFC 8166 §4–5) |
 //! | [`v2`] | version 2 transport header (draft-cel-nfsv4-rpcrdma-version-two-09 §3–6) |
@@ -59,6 +60,7 @@ macro_rules! open_enum {
 }
 
 pub mod chunk;
+pub mod common;
 pub mod direction;
 pub mod header;
 pub mod private_data;

@@ -32,7 +32,7 @@
 use core::fmt;
 
 use crate::wire::chunk::{ChunkLists, ShortLists};
-use crate::wire::header::Prefix;
+use crate::wire::common::{hex_string, Prefix};
 use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
 
@@ -389,16 +389,6 @@ impl XdrEncode for Header {
             Body::Unknown { raw, .. } => w.raw(raw),
         }
     }
-}
-
-/// Lower-case hex of `b` (for the pretty printers).
-pub(crate) fn hex_string(b: &[u8]) -> String {
-    use core::fmt::Write;
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        let _ = write!(s, "{x:02x}");
-    }
-    s
 }
 
 impl fmt::Display for RdmaError {

@@ -38,8 +38,7 @@
 use core::fmt;
 
 use crate::wire::chunk::ChunkLists;
-use crate::wire::header::Prefix;
-use crate::wire::v1::hex_string;
+use crate::wire::common::{hex_string, Prefix};
 use crate::xdr::{var_opaque_len, DecodeErrorKind, EncodeError, Reader, Writer};
 use crate::{DecodeError, Limits, XdrEncode};
 
