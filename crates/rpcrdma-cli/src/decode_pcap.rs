@@ -1021,10 +1021,7 @@ fn send_segment(
             }
             Err(f) => {
                 m.insert("header".into(), Value::Null);
-                m.insert(
-                    "header_error".into(),
-                    json!({"error": f.kind, "offset": f.offset, "detail": f.detail}),
-                );
+                m.insert("header_error".into(), f.to_json());
             }
         }
     } else {

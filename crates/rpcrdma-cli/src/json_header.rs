@@ -15,7 +15,7 @@ use rpcrdma_proto::xdr::Reader;
 use rpcrdma_proto::Limits;
 use serde_json::{json, Map, Value};
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// What the start of an RPC payload says (RFC 5531 `rpc_msg`).
 #[derive(Debug, PartialEq, Eq)]

@@ -5,31 +5,10 @@
 //! (`tests/corpus_replay.rs`) reach the same code as the binary.
 //! Argument parsing and the other subcommands stay in the binary.
 
-use rpcrdma_proto::DecodeError;
-
 pub mod decode_pcap;
+pub mod failure;
 pub mod fuzzing;
 pub mod json_header;
 pub mod json_misc;
 pub mod pcap;
 pub mod tcp_reassembly;
-
-/// A decode that went wrong, with the `"error"` kind printed under `--json`.
-pub struct Failure {
-    /// Stable machine name of the error.
-    pub kind: String,
-    /// Octet offset of the fault.
-    pub offset: usize,
-    /// Human readable explanation.
-    pub detail: String,
-}
-
-impl From<DecodeError> for Failure {
-    fn from(e: DecodeError) -> Self {
-        Failure {
-            kind: e.kind.name().to_string(),
-            offset: e.offset,
-            detail: e.to_string(),
-        }
-    }
-}
