@@ -15,6 +15,9 @@
 //!   MPA exchange from one thread with [`acceptor::Acceptor`] (`poll(2)`),
 //!   under the sans-IO admission policy of [`admission`] (deadline, caps
 //!   per source address and in all, oldest-first eviction).
+//! * [`dissect`] is the observer's view: the two byte streams of a
+//!   connection in, MPA frames, Sends (reassembled), RDMA Writes, Reads and
+//!   Terminates out, sans-IO and bounded.
 //!
 //! ## Layering
 //!
@@ -139,6 +142,7 @@ pub mod admission;
 pub mod cm;
 pub mod crc;
 pub mod ddp;
+pub mod dissect;
 pub mod fuzzing;
 pub mod mpa;
 pub mod qp;

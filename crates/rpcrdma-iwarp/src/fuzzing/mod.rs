@@ -12,13 +12,19 @@
 //! * [`fuzz_qp_segments`] ([`qp_segments`]): structure-aware DDP/RDMAP
 //!   segments at a queue pair with registered memory: memory protection,
 //!   Read Request sources, Terminate codes, receive and Read completions.
+//! * [`fuzz_dissect`] ([`dissect`]): the connection dissector of
+//!   [`crate::dissect`] on two arbitrary streams (MPA frames, FPDUs, raw
+//!   octets) fed in pieces: no panic, bounded holding, the same items
+//!   however the streams are split.
 
+pub mod dissect;
 pub mod env;
 pub mod feed;
 pub mod gen;
 pub mod mpa_stream;
 pub mod qp_segments;
 
+pub use dissect::fuzz_dissect;
 pub use mpa_stream::fuzz_mpa_stream;
 pub use qp_segments::fuzz_qp_segments;
 
@@ -31,4 +37,5 @@ pub type FuzzFn = fn(&[u8]);
 pub const TARGETS: &[(&str, FuzzFn)] = &[
     ("mpa_stream", fuzz_mpa_stream),
     ("qp_segments", fuzz_qp_segments),
+    ("dissect", fuzz_dissect),
 ];
