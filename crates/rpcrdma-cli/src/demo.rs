@@ -18,7 +18,6 @@
 //! call offering a Reply chunk, answered RDMA_NOMSG); backchannel call
 //! (the server calls CB_ECHO on the client, RFC 8167).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -36,11 +35,11 @@ use rpcrdma::{
     CallDispatcher, CallOptions, Client, ClientConfig, IncomingCall, Message, RpcError, Server,
     ServerConnection,
 };
+use rpcrdma_iwarp::capture;
 use rpcrdma_iwarp::cm::IwarpConfig;
-use rpcrdma_iwarp::ddp::DdpHeader;
-use rpcrdma_iwarp::mpa::fpdu::{FpduReceiver, FramingConfig, Received};
-use rpcrdma_iwarp::mpa::{KEY_REP, KEY_REQ};
-use rpcrdma_iwarp::rdmap::{Opcode, Segment};
+use rpcrdma_iwarp::dissect::{self, Dissector, ErrorKind, Side};
+use rpcrdma_iwarp::mpa::KEY_REP;
+use rpcrdma_iwarp::rdmap::Opcode;
 use rpcrdma_iwarp::tcp::{Direction, IwarpProvider};
 use rpcrdma_proto::engine::Config as EngineConfig;
 use rpcrdma_proto::provider::{ConnectionState, Provider};
@@ -75,9 +74,9 @@ impl CallDispatcher for Tap {
     }
 }
 
-// ------------------------------------------------------------ wire decoder
+// ------------------------------------------------------------ wire listing
 
-/// One decoded item.
+/// One line of the listing.
 enum Item {
     Send {
         from_client: bool,
@@ -99,138 +98,114 @@ enum Item {
     },
 }
 
-#[derive(Default)]
-struct DirDecoder {
-    started: bool,
-    skip_frame: bool,
-    pre: Vec<u8>,
-    rx: Option<FpduReceiver>,
-    buf: Vec<u8>,
-    sends: BTreeMap<u32, Vec<u8>>,
-    dead: bool,
-}
-
-impl DirDecoder {
-    fn feed(&mut self, data: &[u8], from_client: bool, cfg: FramingConfig, out: &mut Vec<Item>) {
-        if self.dead {
-            return;
-        }
-        if self.rx.is_none() {
-            self.pre.extend_from_slice(data);
-            if self.skip_frame || self.pre.starts_with(&KEY_REP) || self.pre.starts_with(&KEY_REQ) {
-                self.skip_frame = true;
-                // key (16), flags, revision, PD_Length (2), private data.
-                let Some(pd) = self.pre.get(18..20) else {
-                    return;
-                };
-                let total = 20 + usize::from(u16::from_be_bytes([pd[0], pd[1]]));
-                if self.pre.len() < total {
-                    return;
-                }
-                self.buf = self.pre.split_off(total);
-            } else {
-                self.buf = std::mem::take(&mut self.pre);
-            }
-            self.rx = Some(FpduReceiver::new(cfg));
-            self.started = true;
-        } else {
-            self.buf.extend_from_slice(data);
-        }
-        let Some(rx) = self.rx.as_mut() else { return };
-        let mut start = 0usize;
-        loop {
-            let avail = self.buf.get(start..).unwrap_or(&[]);
-            if avail.is_empty() {
-                break;
-            }
-            match rx.poll(avail) {
-                Ok(Received::Fpdu(f)) => {
-                    let mut u = Vec::with_capacity(usize::from(f.ulpdu_len));
-                    f.extend_ulpdu(avail, &mut u);
-                    start += f.consumed;
-                    ulpdu(&u, from_client, &mut self.sends, out);
-                }
-                Ok(Received::NeedMore(_)) => break,
-                Err(e) => {
-                    out.push(Item::Other {
-                        from_client,
-                        what: format!("framing error: {e}"),
-                    });
-                    self.dead = true;
-                    break;
-                }
-            }
-        }
-        self.buf.drain(..start.min(self.buf.len()));
-    }
-}
-
-fn ulpdu(u: &[u8], from_client: bool, sends: &mut BTreeMap<u32, Vec<u8>>, out: &mut Vec<Item>) {
-    let Ok(seg) = Segment::parse(u) else {
-        out.push(Item::Other {
+/// The listing's line for what the dissector found (None for the MPA
+/// frames, which the connection line shows).
+fn line(side: Side, it: dissect::Item) -> Option<Item> {
+    let from_client = side == Side::A;
+    Some(match it {
+        dissect::Item::Mpa(_) => return None,
+        dissect::Item::Send(s) => Item::Send {
             from_client,
-            what: "undecodable DDP segment".into(),
-        });
-        return;
-    };
-    let payload = u.get(seg.payload.clone()).unwrap_or(&[]);
-    match (seg.ddp, seg.control.opcode) {
-        (DdpHeader::Tagged(_), op @ (Opcode::WRITE | Opcode::READ_RESPONSE)) => {
-            out.push(Item::Tagged {
-                from_client,
-                write: op == Opcode::WRITE,
-                len: payload.len(),
-            })
-        }
-        (DdpHeader::Untagged(_), Opcode::READ_REQUEST) => {
-            if let Some(rr) = seg.read_request {
-                out.push(Item::ReadRequest {
-                    from_client,
-                    size: rr.size,
-                });
-            }
-        }
-        (DdpHeader::Untagged(h), op) if op.is_send() => {
-            let m = sends.entry(h.msn).or_default();
-            m.extend_from_slice(payload);
-            if h.last {
-                let data = sends.remove(&h.msn).unwrap_or_default();
-                out.push(Item::Send {
-                    from_client,
-                    len: data.len(),
-                    header: crate::json_header::header_json(&data).map_err(|f| f.detail),
-                });
-            }
-        }
-        (_, op) => out.push(Item::Other {
+            len: s.payload.len(),
+            header: crate::json_header::header_json(&s.payload).map_err(|f| f.detail),
+        },
+        dissect::Item::Tagged { opcode, len, .. } => Item::Tagged {
             from_client,
-            what: format!("RDMAP {op}"),
-        }),
-    }
+            write: opcode == Opcode::WRITE,
+            len,
+        },
+        dissect::Item::ReadRequest { request, .. } => Item::ReadRequest {
+            from_client,
+            size: request.size,
+        },
+        dissect::Item::Terminate { .. } => Item::Other {
+            from_client,
+            what: format!("RDMAP {}", Opcode::TERMINATE),
+        },
+        dissect::Item::Error(e) => Item::Other {
+            from_client,
+            what: match e.kind {
+                ErrorKind::MpaCrc | ErrorKind::MpaMarker | ErrorKind::MpaLength => {
+                    format!("framing error: {}", e.detail)
+                }
+                ErrorKind::DdpRdmap => "undecodable DDP segment".into(),
+                k => format!("{k}: {}", e.detail),
+            },
+        },
+    })
 }
 
+/// The client's two TCP streams as captured, and their dissection: the
+/// client's (`Side::A`) starts with its MPA Request (sent before the
+/// capture started), the server's (`Side::B`) with the MPA Reply (captured,
+/// or else put first).
 struct Wire {
-    dirs: [DirDecoder; 2],
-    cfg: [FramingConfig; 2],
+    dissector: Dissector,
+    request: Vec<u8>,
+    reply: Vec<u8>,
+    received: bool,
     all: Vec<(Direction, Vec<u8>)>,
 }
 
 impl Wire {
+    fn new(request: Vec<u8>, reply: Vec<u8>) -> Self {
+        let mut dissector = Dissector::new();
+        // The MPA frames only set the dissector up: nothing to list.
+        dissector.feed(Side::A, &request, &mut Vec::new());
+        Wire {
+            dissector,
+            request,
+            reply,
+            received: false,
+            all: Vec::new(),
+        }
+    }
+
+    /// True when the server's stream as captured starts with the MPA
+    /// Reply (it may have arrived before the capture started).
+    fn reply_captured(&self) -> bool {
+        self.all
+            .iter()
+            .find(|(d, _)| *d == Direction::Received)
+            .is_some_and(|(_, b)| b.starts_with(&KEY_REP))
+    }
+
+    /// Both streams from their start, as the capture file shows them:
+    /// what was fed, then `rest`.
+    fn streams(&self, rest: Vec<(Direction, Vec<u8>)>) -> Vec<(Direction, Vec<u8>)> {
+        let mut segs = Vec::with_capacity(self.all.len() + rest.len() + 2);
+        segs.push((Direction::Sent, self.request.clone()));
+        if !self.reply_captured() {
+            segs.push((Direction::Received, self.reply.clone()));
+        }
+        segs.extend(self.all.iter().cloned());
+        segs.extend(rest);
+        segs
+    }
+
     /// Decodes newly captured segments; merges consecutive tagged
     /// segments of one direction into one line.
     fn feed(&mut self, segs: Vec<(Direction, Vec<u8>)>) -> Vec<Item> {
-        let mut out = Vec::new();
+        let mut found = Vec::new();
         for (d, data) in segs {
-            let i = usize::from(d == Direction::Received);
-            let cfg = FramingConfig {
-                crc: self.cfg[i].crc,
-                markers: self.cfg[i].markers,
+            let side = if d == Direction::Sent {
+                Side::A
+            } else {
+                Side::B
             };
-            self.dirs[i].feed(&data, d == Direction::Sent, cfg, &mut out);
             self.all.push((d, data));
+            if side == Side::B
+                && !std::mem::replace(&mut self.received, true)
+                && !self.reply_captured()
+            {
+                self.dissector.feed(Side::B, &self.reply, &mut found);
+            }
+            if let Some((_, data)) = self.all.last() {
+                self.dissector.feed(side, data, &mut found);
+            }
         }
         let mut merged: Vec<Item> = Vec::new();
-        for it in out {
+        for it in found.into_iter().filter_map(|(side, it)| line(side, it)) {
             if let (
                 Item::Tagged {
                     from_client,
@@ -347,145 +322,6 @@ fn describe(it: &Item) -> String {
     }
 }
 
-// ------------------------------------------------------------------- pcap
-
-fn csum(data: &[u8], init: u32) -> u16 {
-    let mut s = init;
-    for c in data.chunks(2) {
-        let w = if c.len() == 2 {
-            u16::from_be_bytes([c[0], c[1]])
-        } else {
-            u16::from_be_bytes([c[0], 0])
-        };
-        s += u32::from(w);
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
-struct PcapOut {
-    buf: Vec<u8>,
-    t: u64,
-}
-
-impl PcapOut {
-    fn new() -> Self {
-        let mut buf = Vec::new();
-        buf.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-        buf.extend_from_slice(&2u16.to_le_bytes());
-        buf.extend_from_slice(&4u16.to_le_bytes());
-        buf.extend_from_slice(&0i32.to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
-        buf.extend_from_slice(&262_144u32.to_le_bytes());
-        buf.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        PcapOut { buf, t }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn tcp(
-        &mut self,
-        src: SocketAddr,
-        dst: SocketAddr,
-        seq: u32,
-        ack: u32,
-        flags: u8,
-        payload: &[u8],
-    ) {
-        let (SocketAddr::V4(s4), SocketAddr::V4(d4)) = (src, dst) else {
-            return;
-        };
-        let tcp_len = 20 + payload.len();
-        let mut tcp = Vec::with_capacity(tcp_len);
-        tcp.extend_from_slice(&s4.port().to_be_bytes());
-        tcp.extend_from_slice(&d4.port().to_be_bytes());
-        tcp.extend_from_slice(&seq.to_be_bytes());
-        tcp.extend_from_slice(&ack.to_be_bytes());
-        tcp.push(5 << 4);
-        tcp.push(flags);
-        tcp.extend_from_slice(&65535u16.to_be_bytes());
-        tcp.extend_from_slice(&[0, 0, 0, 0]);
-        tcp.extend_from_slice(payload);
-        let mut pseudo = Vec::with_capacity(12);
-        pseudo.extend_from_slice(&s4.ip().octets());
-        pseudo.extend_from_slice(&d4.ip().octets());
-        pseudo.extend_from_slice(&[0, 6]);
-        pseudo.extend_from_slice(&(tcp_len as u16).to_be_bytes());
-        let mut sum = 0u32;
-        for c in pseudo.chunks(2) {
-            sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-        }
-        let c = csum(&tcp, sum);
-        tcp[16..18].copy_from_slice(&c.to_be_bytes());
-        let mut ip = Vec::with_capacity(20);
-        ip.extend_from_slice(&[0x45, 0]);
-        ip.extend_from_slice(&((20 + tcp_len) as u16).to_be_bytes());
-        ip.extend_from_slice(&[0, 0, 0x40, 0, 64, 6, 0, 0]);
-        ip.extend_from_slice(&s4.ip().octets());
-        ip.extend_from_slice(&d4.ip().octets());
-        let c = csum(&ip, 0);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        let mut frame = Vec::with_capacity(14 + ip.len() + tcp.len());
-        frame.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0x08, 0x00]);
-        frame.extend_from_slice(&ip);
-        frame.extend_from_slice(&tcp);
-        self.t += 10;
-        self.buf
-            .extend_from_slice(&((self.t / 1_000_000) as u32).to_le_bytes());
-        self.buf
-            .extend_from_slice(&((self.t % 1_000_000) as u32).to_le_bytes());
-        self.buf
-            .extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        self.buf
-            .extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        self.buf.extend_from_slice(&frame);
-    }
-}
-
-const SYN: u8 = 0x02;
-const ACK: u8 = 0x10;
-const PSH: u8 = 0x08;
-const FIN: u8 = 0x01;
-
-/// A capture of one TCP connection: handshake, the segments in capture
-/// order (split to at most 32 KiB), FIN both ways.
-fn write_pcap(client: SocketAddr, server: SocketAddr, segs: &[(Direction, Vec<u8>)]) -> Vec<u8> {
-    let mut p = PcapOut::new();
-    let (mut cs, mut ss) = (0x1000_0000u32, 0x2000_0000u32);
-    p.tcp(client, server, cs, 0, SYN, &[]);
-    p.tcp(server, client, ss, cs.wrapping_add(1), SYN | ACK, &[]);
-    cs = cs.wrapping_add(1);
-    ss = ss.wrapping_add(1);
-    p.tcp(client, server, cs, ss, ACK, &[]);
-    for (d, data) in segs {
-        for piece in data.chunks(32 * 1024) {
-            if *d == Direction::Sent {
-                p.tcp(client, server, cs, ss, PSH | ACK, piece);
-                cs = cs.wrapping_add(piece.len() as u32);
-            } else {
-                p.tcp(server, client, ss, cs, PSH | ACK, piece);
-                ss = ss.wrapping_add(piece.len() as u32);
-            }
-        }
-    }
-    p.tcp(client, server, cs, ss, FIN | ACK, &[]);
-    p.tcp(server, client, ss, cs.wrapping_add(1), FIN | ACK, &[]);
-    p.tcp(
-        client,
-        server,
-        cs.wrapping_add(1),
-        ss.wrapping_add(1),
-        ACK,
-        &[],
-    );
-    p.buf
-}
-
 // ------------------------------------------------------------------- demo
 
 /// What the connector recorded about the connection.
@@ -494,7 +330,6 @@ struct ConnMeta {
     local: Option<SocketAddr>,
     request: Vec<u8>,
     reply: Vec<u8>,
-    framing: [(bool, bool); 2],
 }
 
 fn connector(
@@ -534,12 +369,6 @@ fn connector(
             .peer_frame()
             .and_then(|f| f.to_vec().ok())
             .unwrap_or_default();
-        if let Some(e) = p.established() {
-            m.framing = [
-                (e.params.crc, e.params.send_markers),
-                (e.params.crc, e.params.recv_markers),
-            ];
-        }
         let info = LinkInfo::of_iwarp(&p, addr.to_string());
         Ok(Connected {
             provider: Box::new(p),
@@ -617,25 +446,7 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
         hex::encode(&st.link.local_private_data),
         hex::encode(&st.link.peer_private_data),
     );
-    let mut wire = Wire {
-        dirs: [DirDecoder::default(), DirDecoder::default()],
-        cfg: [
-            FramingConfig {
-                crc: m.framing[0].0,
-                markers: m.framing[0].1,
-            },
-            FramingConfig {
-                crc: m.framing[1].0,
-                markers: m.framing[1].1,
-            },
-        ],
-        all: Vec::new(),
-    };
-    // The Sent stream starts after our MPA Request.
-    wire.dirs[0].rx = Some(FpduReceiver::new(FramingConfig {
-        crc: m.framing[0].0,
-        markers: m.framing[0].1,
-    }));
+    let mut wire = Wire::new(m.request.clone(), m.reply.clone());
     let mut ok_all = true;
     let small = 1024u32;
     let k64 = 64 * 1024u32;
@@ -803,24 +614,15 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
     t.shutdown().await;
     rdma.shutdown().await;
     if let Some(path) = &args.pcap {
-        let mut segs = Vec::with_capacity(wire.all.len() + 2);
-        segs.push((Direction::Sent, m.request.clone()));
-        // The MPA Reply is in the capture unless it arrived before the
-        // capture started.
-        let reply_seen = wire
-            .all
-            .iter()
-            .find(|(d, _)| *d == Direction::Received)
-            .is_some_and(|(_, b)| b.starts_with(&KEY_REP));
-        if !reply_seen {
-            segs.push((Direction::Received, m.reply.clone()));
-        }
-        segs.extend(wire.all.iter().cloned());
-        segs.extend(take_capture(&t).await);
+        let segs = wire.streams(take_capture(&t).await);
         let local = m
             .local
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 40000)));
-        let bytes = write_pcap(local, addr, &segs);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let bytes = capture::write::tcp_session(local, addr, &segs, now);
         let r = std::fs::File::create(path).and_then(|mut f| f.write_all(&bytes));
         match r {
             Ok(()) => println!("capture written to {path} ({} octets)", bytes.len()),

@@ -17,7 +17,10 @@
 //!   per source address and in all, oldest-first eviction).
 //! * [`dissect`] is the observer's view: the two byte streams of a
 //!   connection in, MPA frames, Sends (reassembled), RDMA Writes, Reads and
-//!   Terminates out, sans-IO and bounded.
+//!   Terminates out, sans-IO and bounded. With the `capture` feature,
+//!   `capture` reads pcap / pcapng files, reassembles their TCP
+//!   connections and dissects them, and writes a capture of one
+//!   connection (`rpcrdma decode --pcap`, `rpcrdma demo --pcap`).
 //!
 //! ## Layering
 //!
@@ -139,6 +142,8 @@ use core::fmt;
 
 pub mod acceptor;
 pub mod admission;
+#[cfg(feature = "capture")]
+pub mod capture;
 pub mod cm;
 pub mod crc;
 pub mod ddp;

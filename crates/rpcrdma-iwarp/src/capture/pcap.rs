@@ -34,7 +34,7 @@ pub const GLOBAL_HEADER_LEN: usize = 24;
 /// Octets of a record header.
 pub const RECORD_HEADER_LEN: usize = 16;
 
-const MAGIC_USEC: u32 = 0xa1b2_c3d4;
+pub(crate) const MAGIC_USEC: u32 = 0xa1b2_c3d4;
 const MAGIC_NSEC: u32 = 0xa1b2_3c4d;
 const MAGIC_PCAPNG: u32 = 0x0a0d_0d0a;
 
@@ -575,8 +575,12 @@ impl<R: Read> PcapReader<R> {
 
 /// TCP flag bits.
 pub mod tcp_flags {
+    /// FIN.
+    pub const FIN: u8 = 0x01;
     /// SYN.
     pub const SYN: u8 = 0x02;
+    /// PSH.
+    pub const PSH: u8 = 0x08;
     /// ACK.
     pub const ACK: u8 = 0x10;
 }
@@ -599,7 +603,7 @@ pub struct TcpSegment<'a> {
     pub missing: usize,
 }
 
-/// What a packet holds, as far as this tool cares.
+/// What a packet holds, as far as this dissector cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Packet<'a> {
     /// A TCP segment.
