@@ -1,11 +1,11 @@
 //! The connection dissector (`rpcrdma_iwarp::dissect`) fed streams
 //! directly, without a capture: the items of each side do not depend on
-//! how its stream is cut.
+//! how its stream is cut, and what it holds is bounded by the named limits.
 
 mod capture_gen;
 
 use capture_gen::{fpdu, mpa, rdma_msg, tagged, untagged, with_markers, PD};
-use rpcrdma_iwarp::dissect::{Dissector, ErrorKind, Item, Items, Side};
+use rpcrdma_iwarp::dissect::{Dissector, ErrorKind, Item, Items, Side, MAX_PENDING};
 
 /// The streams of a connection with Markers from the initiator (the
 /// Reply's M) and no CRC (`with_markers` writes Markers outside any CRC;
@@ -97,4 +97,41 @@ fn items_do_not_depend_on_how_the_streams_are_cut() {
             assert_eq!(of(&cut), of(&whole), "{side:?} in pieces of {n}");
         }
     }
+}
+
+/// FPDU data behind the MPA Request while the Reply has not come is held
+/// up to `MAX_PENDING` octets, however it arrives: in one piece with the
+/// frame too.
+#[test]
+fn octets_before_the_peer_frame_are_bounded_even_with_the_frame() {
+    let mut a = mpa(true, 0, 1, &PD);
+    a.resize(a.len() + MAX_PENDING + 1, 0);
+    for pieces in [1, 2] {
+        let mut d = Dissector::new();
+        let mut out = Items::new();
+        let (frame, rest) = a.split_at(a.len() - (MAX_PENDING + 1) * (pieces - 1));
+        d.feed(Side::A, frame, &mut out);
+        d.feed(Side::A, rest, &mut out);
+        assert!(d.buffered() <= MAX_PENDING, "{pieces}: {}", d.buffered());
+        let errors: Vec<ErrorKind> = out
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Item::Error(e) => Some(e.kind),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(errors, [ErrorKind::BufferLimit], "in {pieces} piece(s)");
+        assert!(d.is_closed(Side::A));
+    }
+    // Within the limit, the octets wait for the peer's frame and are then
+    // decoded.
+    let mut d = Dissector::new();
+    let mut out = Items::new();
+    let mut a = mpa(true, 0, 1, &PD);
+    a.extend(fpdu(&untagged(3, 0, 1, 0, true, 0, &rdma_msg(7, 0)), false));
+    d.feed(Side::A, &a, &mut out);
+    assert_eq!(d.buffered(), a.len() - 28);
+    d.feed(Side::B, &mpa(false, 0, 1, &PD), &mut out);
+    assert_eq!(names(&out, Side::A), ["mpa-request", "send"]);
+    assert_eq!(d.buffered(), 0);
 }

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{error, Dissector, ErrorKind, FpduState, Item, Items, Side, St};
+use super::{
+    error, pending_overflow, Dissector, ErrorKind, FpduState, Item, Items, Side, St, MAX_PENDING,
+};
 use crate::mpa::fpdu::{FpduReceiver, FramingConfig};
 use crate::mpa::{FrameDecode, FrameKind, MpaFrame, KEY_REP, KEY_REQ, MAX_PRIVATE_DATA};
 
@@ -76,6 +78,13 @@ impl Dissector {
         self.dirs[side.index()].frame = Some(frame);
         self.dirs[side.index()].state = St::Waiting(rest);
         self.try_start(out);
+        // Still waiting for the peer's frame: what came with this one is
+        // held, within the limit like what comes later.
+        let d = &mut self.dirs[side.index()];
+        if matches!(&d.state, St::Waiting(p) if p.len() > MAX_PENDING) {
+            d.state = St::Closed;
+            pending_overflow(out, side);
+        }
     }
 
     /// Starts the FPDU phase once both frames are known.

@@ -356,10 +356,7 @@ impl Dissector {
             }
             St::Waiting(mut p) => {
                 if p.len().saturating_add(bytes.len()) > MAX_PENDING {
-                    let detail = format!(
-                        "more than {MAX_PENDING} octets sent before the peer's MPA frame was seen"
-                    );
-                    error(out, side, ErrorKind::BufferLimit, detail);
+                    pending_overflow(out, side);
                     return;
                 }
                 p.extend_from_slice(bytes);
@@ -430,6 +427,13 @@ impl Dissector {
             _ => {}
         }
     }
+}
+
+/// Reports more than [`MAX_PENDING`] octets waiting for the peer's frame.
+fn pending_overflow(out: &mut Items, side: Side) {
+    let detail =
+        format!("more than {MAX_PENDING} octets sent before the peer's MPA frame was seen");
+    error(out, side, ErrorKind::BufferLimit, detail);
 }
 
 /// Reports an error of the stream of `side`.
