@@ -2,9 +2,11 @@
 //! software iWARP (an ephemeral port on 127.0.0.1), one exchange of each
 //! RPC-over-RDMA message class, each printed as it went on the wire.
 //!
-//! The client's iWARP provider captures its TCP stream (both directions);
-//! after every exchange the new octets are decoded here (MPA FPDUs, DDP,
-//! RDMAP, RPC-over-RDMA headers) and listed: each Send with its message
+//! The client's iWARP provider records its TCP stream (both directions);
+//! after every exchange the new octets are dissected by
+//! `rpcrdma_iwarp::capture::Recorded` (the dissector of `rpcrdma decode
+//! --pcap`), each Send's payload decoded as an RPC-over-RDMA header as
+//! `rpcrdma decode --json` does, and listed: each Send with its message
 //! type, XID, credit field and chunk lists, and the RDMA Writes, Read
 //! Requests and Read Responses with their octet counts. `--pcap FILE`
 //! writes the whole capture (MPA Request and Reply included, TCP/IPv4 over
@@ -35,10 +37,9 @@ use rpcrdma::{
     CallDispatcher, CallOptions, Client, ClientConfig, IncomingCall, Message, RpcError, Server,
     ServerConnection,
 };
-use rpcrdma_iwarp::capture;
+use rpcrdma_iwarp::capture::{self, Recorded};
 use rpcrdma_iwarp::cm::IwarpConfig;
-use rpcrdma_iwarp::dissect::{self, Dissector, ErrorKind, Side};
-use rpcrdma_iwarp::mpa::KEY_REP;
+use rpcrdma_iwarp::dissect::{self, ErrorKind, Side};
 use rpcrdma_iwarp::rdmap::Opcode;
 use rpcrdma_iwarp::tcp::{Direction, IwarpProvider};
 use rpcrdma_proto::engine::Config as EngineConfig;
@@ -135,99 +136,35 @@ fn line(side: Side, it: dissect::Item) -> Option<Item> {
     })
 }
 
-/// The client's two TCP streams as captured, and their dissection: the
-/// client's (`Side::A`) starts with its MPA Request (sent before the
-/// capture started), the server's (`Side::B`) with the MPA Reply (captured,
-/// or else put first).
-struct Wire {
-    dissector: Dissector,
-    request: Vec<u8>,
-    reply: Vec<u8>,
-    received: bool,
-    all: Vec<(Direction, Vec<u8>)>,
-}
-
-impl Wire {
-    fn new(request: Vec<u8>, reply: Vec<u8>) -> Self {
-        let mut dissector = Dissector::new();
-        // The MPA frames only set the dissector up: nothing to list.
-        dissector.feed(Side::A, &request, &mut Vec::new());
-        Wire {
-            dissector,
-            request,
-            reply,
-            received: false,
-            all: Vec::new(),
-        }
-    }
-
-    /// True when the server's stream as captured starts with the MPA
-    /// Reply (it may have arrived before the capture started).
-    fn reply_captured(&self) -> bool {
-        self.all
-            .iter()
-            .find(|(d, _)| *d == Direction::Received)
-            .is_some_and(|(_, b)| b.starts_with(&KEY_REP))
-    }
-
-    /// Both streams from their start, as the capture file shows them:
-    /// what was fed, then `rest`.
-    fn streams(&self, rest: Vec<(Direction, Vec<u8>)>) -> Vec<(Direction, Vec<u8>)> {
-        let mut segs = Vec::with_capacity(self.all.len() + rest.len() + 2);
-        segs.push((Direction::Sent, self.request.clone()));
-        if !self.reply_captured() {
-            segs.push((Direction::Received, self.reply.clone()));
-        }
-        segs.extend(self.all.iter().cloned());
-        segs.extend(rest);
-        segs
-    }
-
-    /// Decodes newly captured segments; merges consecutive tagged
-    /// segments of one direction into one line.
-    fn feed(&mut self, segs: Vec<(Direction, Vec<u8>)>) -> Vec<Item> {
-        let mut found = Vec::new();
-        for (d, data) in segs {
-            let side = if d == Direction::Sent {
-                Side::A
-            } else {
-                Side::B
-            };
-            self.all.push((d, data));
-            if side == Side::B
-                && !std::mem::replace(&mut self.received, true)
-                && !self.reply_captured()
-            {
-                self.dissector.feed(Side::B, &self.reply, &mut found);
-            }
-            if let Some((_, data)) = self.all.last() {
-                self.dissector.feed(side, data, &mut found);
+/// The listing of newly recorded segments: what the dissector finds, the
+/// MPA frames left out (the connection line shows them), consecutive
+/// tagged segments of one direction merged into one line.
+fn listing(rec: &mut Recorded, segs: Vec<(Direction, Vec<u8>)>) -> Vec<Item> {
+    let mut found = Vec::new();
+    rec.feed(segs, &mut found);
+    let mut merged: Vec<Item> = Vec::new();
+    for it in found.into_iter().filter_map(|(side, it)| line(side, it)) {
+        if let (
+            Item::Tagged {
+                from_client,
+                write,
+                len,
+            },
+            Some(Item::Tagged {
+                from_client: f2,
+                write: w2,
+                len: l2,
+            }),
+        ) = (&it, merged.last_mut())
+        {
+            if from_client == f2 && write == w2 {
+                *l2 += len;
+                continue;
             }
         }
-        let mut merged: Vec<Item> = Vec::new();
-        for it in found.into_iter().filter_map(|(side, it)| line(side, it)) {
-            if let (
-                Item::Tagged {
-                    from_client,
-                    write,
-                    len,
-                },
-                Some(Item::Tagged {
-                    from_client: f2,
-                    write: w2,
-                    len: l2,
-                }),
-            ) = (&it, merged.last_mut())
-            {
-                if from_client == f2 && write == w2 {
-                    *l2 += len;
-                    continue;
-                }
-            }
-            merged.push(it);
-        }
-        merged
+        merged.push(it);
     }
+    merged
 }
 
 fn who(from_client: bool) -> &'static str {
@@ -446,7 +383,7 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
         hex::encode(&st.link.local_private_data),
         hex::encode(&st.link.peer_private_data),
     );
-    let mut wire = Wire::new(m.request.clone(), m.reply.clone());
+    let mut rec = Recorded::new(m.request.clone(), m.reply.clone());
     let mut ok_all = true;
     let small = 1024u32;
     let k64 = 64 * 1024u32;
@@ -593,7 +530,7 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
         };
         // Let the last completions (and their Sends) reach the capture.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let items = wire.feed(take_capture(&t).await);
+        let items = listing(&mut rec, take_capture(&t).await);
         println!("\n[{step}] {title}");
         for it in &items {
             println!("    {}", describe(it));
@@ -614,7 +551,7 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
     t.shutdown().await;
     rdma.shutdown().await;
     if let Some(path) = &args.pcap {
-        let segs = wire.streams(take_capture(&t).await);
+        let segs = rec.streams(take_capture(&t).await);
         let local = m
             .local
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 40000)));

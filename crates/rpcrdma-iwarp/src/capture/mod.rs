@@ -1,9 +1,11 @@
 //! Captures: reading classic pcap and pcapng files ([`pcap`]), the TCP
 //! connections they hold, reassembled per direction ([`tcp_reassembly`])
-//! and dissected as iWARP ([`Connections`], over [`crate::dissect`]), and
-//! writing a capture of one connection ([`write`](mod@write)). Behind the `capture`
-//! feature (std only, no dependency): the runtime does not need it,
-//! `rpcrdma decode --pcap` and `rpcrdma demo --pcap` do.
+//! and dissected as iWARP ([`Connections`], over [`crate::dissect`]), the
+//! streams one end of a live connection recorded ([`Recorded`]: dissected
+//! as they come, completed with the MPA frames recording missed), and
+//! writing a capture of one connection ([`write`](mod@write)). Behind the
+//! `capture` feature (std only, no dependency): the runtime does not need
+//! it, `rpcrdma decode --pcap` and `rpcrdma demo` do.
 //!
 //! ```
 //! use rpcrdma_iwarp::capture::{pcap::PcapReader, Connections};
@@ -36,7 +38,9 @@
 
 pub mod connections;
 pub mod pcap;
+pub mod recorded;
 pub mod tcp_reassembly;
 pub mod write;
 
 pub use connections::{Connection, Connections, Event, PacketRef, Stats};
+pub use recorded::Recorded;
