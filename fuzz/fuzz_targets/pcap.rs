@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| rpcrdma_cli::fuzzing::fuzz_pcap(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| rpcrdma_iwarp::fuzzing::fuzz_pcap(data));

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 use crate::input::{read_input, InputError};
+use rpcrdma_cli::failure::Failure;
 
 /// What to decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -42,8 +43,6 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["file", "raw", "what"])]
     pub pcap: Option<String>,
 }
-
-pub use rpcrdma_cli::Failure;
 
 /// Runs the subcommand.
 pub fn run(args: DecodeArgs) -> ExitCode {
@@ -83,10 +82,7 @@ pub fn run(args: DecodeArgs) -> ExitCode {
 
 fn fail(args: &DecodeArgs, f: Failure) -> ExitCode {
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"error": f.kind, "offset": f.offset, "detail": f.detail})
-        );
+        println!("{}", f.to_json());
     } else {
         eprintln!("rpcrdma decode: malformed input: {}", f.detail);
     }

@@ -2,9 +2,11 @@
 //! software iWARP (an ephemeral port on 127.0.0.1), one exchange of each
 //! RPC-over-RDMA message class, each printed as it went on the wire.
 //!
-//! The client's iWARP provider captures its TCP stream (both directions);
-//! after every exchange the new octets are decoded here (MPA FPDUs, DDP,
-//! RDMAP, RPC-over-RDMA headers) and listed: each Send with its message
+//! The client's iWARP provider records its TCP stream (both directions);
+//! after every exchange the new octets are dissected by
+//! `rpcrdma_iwarp::capture::Recorded` (the dissector of `rpcrdma decode
+//! --pcap`), each Send's payload decoded as an RPC-over-RDMA header as
+//! `rpcrdma decode --json` does, and listed: each Send with its message
 //! type, XID, credit field and chunk lists, and the RDMA Writes, Read
 //! Requests and Read Responses with their octet counts. `--pcap FILE`
 //! writes the whole capture (MPA Request and Reply included, TCP/IPv4 over
@@ -18,7 +20,6 @@
 //! call offering a Reply chunk, answered RDMA_NOMSG); backchannel call
 //! (the server calls CB_ECHO on the client, RFC 8167).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -36,11 +37,10 @@ use rpcrdma::{
     CallDispatcher, CallOptions, Client, ClientConfig, IncomingCall, Message, RpcError, Server,
     ServerConnection,
 };
+use rpcrdma_iwarp::capture::{self, Recorded};
 use rpcrdma_iwarp::cm::IwarpConfig;
-use rpcrdma_iwarp::ddp::DdpHeader;
-use rpcrdma_iwarp::mpa::fpdu::{FpduReceiver, FramingConfig, Received};
-use rpcrdma_iwarp::mpa::{KEY_REP, KEY_REQ};
-use rpcrdma_iwarp::rdmap::{Opcode, Segment};
+use rpcrdma_iwarp::dissect::{self, ErrorKind, Side};
+use rpcrdma_iwarp::rdmap::Opcode;
 use rpcrdma_iwarp::tcp::{Direction, IwarpProvider};
 use rpcrdma_proto::engine::Config as EngineConfig;
 use rpcrdma_proto::provider::{ConnectionState, Provider};
@@ -75,9 +75,9 @@ impl CallDispatcher for Tap {
     }
 }
 
-// ------------------------------------------------------------ wire decoder
+// ------------------------------------------------------------ wire listing
 
-/// One decoded item.
+/// One line of the listing.
 enum Item {
     Send {
         from_client: bool,
@@ -99,160 +99,72 @@ enum Item {
     },
 }
 
-#[derive(Default)]
-struct DirDecoder {
-    started: bool,
-    skip_frame: bool,
-    pre: Vec<u8>,
-    rx: Option<FpduReceiver>,
-    buf: Vec<u8>,
-    sends: BTreeMap<u32, Vec<u8>>,
-    dead: bool,
-}
-
-impl DirDecoder {
-    fn feed(&mut self, data: &[u8], from_client: bool, cfg: FramingConfig, out: &mut Vec<Item>) {
-        if self.dead {
-            return;
-        }
-        if self.rx.is_none() {
-            self.pre.extend_from_slice(data);
-            if self.skip_frame || self.pre.starts_with(&KEY_REP) || self.pre.starts_with(&KEY_REQ) {
-                self.skip_frame = true;
-                // key (16), flags, revision, PD_Length (2), private data.
-                let Some(pd) = self.pre.get(18..20) else {
-                    return;
-                };
-                let total = 20 + usize::from(u16::from_be_bytes([pd[0], pd[1]]));
-                if self.pre.len() < total {
-                    return;
-                }
-                self.buf = self.pre.split_off(total);
-            } else {
-                self.buf = std::mem::take(&mut self.pre);
-            }
-            self.rx = Some(FpduReceiver::new(cfg));
-            self.started = true;
-        } else {
-            self.buf.extend_from_slice(data);
-        }
-        let Some(rx) = self.rx.as_mut() else { return };
-        let mut start = 0usize;
-        loop {
-            let avail = self.buf.get(start..).unwrap_or(&[]);
-            if avail.is_empty() {
-                break;
-            }
-            match rx.poll(avail) {
-                Ok(Received::Fpdu(f)) => {
-                    let mut u = Vec::with_capacity(usize::from(f.ulpdu_len));
-                    f.extend_ulpdu(avail, &mut u);
-                    start += f.consumed;
-                    ulpdu(&u, from_client, &mut self.sends, out);
-                }
-                Ok(Received::NeedMore(_)) => break,
-                Err(e) => {
-                    out.push(Item::Other {
-                        from_client,
-                        what: format!("framing error: {e}"),
-                    });
-                    self.dead = true;
-                    break;
-                }
-            }
-        }
-        self.buf.drain(..start.min(self.buf.len()));
-    }
-}
-
-fn ulpdu(u: &[u8], from_client: bool, sends: &mut BTreeMap<u32, Vec<u8>>, out: &mut Vec<Item>) {
-    let Ok(seg) = Segment::parse(u) else {
-        out.push(Item::Other {
+/// The listing's line for what the dissector found (None for the MPA
+/// frames, which the connection line shows).
+fn line(side: Side, it: dissect::Item) -> Option<Item> {
+    let from_client = side == Side::A;
+    Some(match it {
+        dissect::Item::Mpa(_) => return None,
+        dissect::Item::Send(s) => Item::Send {
             from_client,
-            what: "undecodable DDP segment".into(),
-        });
-        return;
-    };
-    let payload = u.get(seg.payload.clone()).unwrap_or(&[]);
-    match (seg.ddp, seg.control.opcode) {
-        (DdpHeader::Tagged(_), op @ (Opcode::WRITE | Opcode::READ_RESPONSE)) => {
-            out.push(Item::Tagged {
+            len: s.payload.len(),
+            header: crate::json_header::header_json(&s.payload).map_err(|f| f.detail),
+        },
+        dissect::Item::Tagged { opcode, len, .. } => Item::Tagged {
+            from_client,
+            write: opcode == Opcode::WRITE,
+            len,
+        },
+        dissect::Item::ReadRequest { request, .. } => Item::ReadRequest {
+            from_client,
+            size: request.size,
+        },
+        dissect::Item::Terminate { .. } => Item::Other {
+            from_client,
+            what: format!("RDMAP {}", Opcode::TERMINATE),
+        },
+        dissect::Item::Error(e) => Item::Other {
+            from_client,
+            what: match e.kind {
+                ErrorKind::MpaCrc | ErrorKind::MpaMarker | ErrorKind::MpaLength => {
+                    format!("framing error: {}", e.detail)
+                }
+                ErrorKind::DdpRdmap => "undecodable DDP segment".into(),
+                k => format!("{k}: {}", e.detail),
+            },
+        },
+    })
+}
+
+/// The listing of newly recorded segments: what the dissector finds, the
+/// MPA frames left out (the connection line shows them), consecutive
+/// tagged segments of one direction merged into one line.
+fn listing(rec: &mut Recorded, segs: Vec<(Direction, Vec<u8>)>) -> Vec<Item> {
+    let mut found = Vec::new();
+    rec.feed(segs, &mut found);
+    let mut merged: Vec<Item> = Vec::new();
+    for it in found.into_iter().filter_map(|(side, it)| line(side, it)) {
+        if let (
+            Item::Tagged {
                 from_client,
-                write: op == Opcode::WRITE,
-                len: payload.len(),
-            })
-        }
-        (DdpHeader::Untagged(_), Opcode::READ_REQUEST) => {
-            if let Some(rr) = seg.read_request {
-                out.push(Item::ReadRequest {
-                    from_client,
-                    size: rr.size,
-                });
+                write,
+                len,
+            },
+            Some(Item::Tagged {
+                from_client: f2,
+                write: w2,
+                len: l2,
+            }),
+        ) = (&it, merged.last_mut())
+        {
+            if from_client == f2 && write == w2 {
+                *l2 += len;
+                continue;
             }
         }
-        (DdpHeader::Untagged(h), op) if op.is_send() => {
-            let m = sends.entry(h.msn).or_default();
-            m.extend_from_slice(payload);
-            if h.last {
-                let data = sends.remove(&h.msn).unwrap_or_default();
-                out.push(Item::Send {
-                    from_client,
-                    len: data.len(),
-                    header: crate::json_header::header_json(&data).map_err(|f| f.detail),
-                });
-            }
-        }
-        (_, op) => out.push(Item::Other {
-            from_client,
-            what: format!("RDMAP {op}"),
-        }),
+        merged.push(it);
     }
-}
-
-struct Wire {
-    dirs: [DirDecoder; 2],
-    cfg: [FramingConfig; 2],
-    all: Vec<(Direction, Vec<u8>)>,
-}
-
-impl Wire {
-    /// Decodes newly captured segments; merges consecutive tagged
-    /// segments of one direction into one line.
-    fn feed(&mut self, segs: Vec<(Direction, Vec<u8>)>) -> Vec<Item> {
-        let mut out = Vec::new();
-        for (d, data) in segs {
-            let i = usize::from(d == Direction::Received);
-            let cfg = FramingConfig {
-                crc: self.cfg[i].crc,
-                markers: self.cfg[i].markers,
-            };
-            self.dirs[i].feed(&data, d == Direction::Sent, cfg, &mut out);
-            self.all.push((d, data));
-        }
-        let mut merged: Vec<Item> = Vec::new();
-        for it in out {
-            if let (
-                Item::Tagged {
-                    from_client,
-                    write,
-                    len,
-                },
-                Some(Item::Tagged {
-                    from_client: f2,
-                    write: w2,
-                    len: l2,
-                }),
-            ) = (&it, merged.last_mut())
-            {
-                if from_client == f2 && write == w2 {
-                    *l2 += len;
-                    continue;
-                }
-            }
-            merged.push(it);
-        }
-        merged
-    }
+    merged
 }
 
 fn who(from_client: bool) -> &'static str {
@@ -347,145 +259,6 @@ fn describe(it: &Item) -> String {
     }
 }
 
-// ------------------------------------------------------------------- pcap
-
-fn csum(data: &[u8], init: u32) -> u16 {
-    let mut s = init;
-    for c in data.chunks(2) {
-        let w = if c.len() == 2 {
-            u16::from_be_bytes([c[0], c[1]])
-        } else {
-            u16::from_be_bytes([c[0], 0])
-        };
-        s += u32::from(w);
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
-struct PcapOut {
-    buf: Vec<u8>,
-    t: u64,
-}
-
-impl PcapOut {
-    fn new() -> Self {
-        let mut buf = Vec::new();
-        buf.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-        buf.extend_from_slice(&2u16.to_le_bytes());
-        buf.extend_from_slice(&4u16.to_le_bytes());
-        buf.extend_from_slice(&0i32.to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
-        buf.extend_from_slice(&262_144u32.to_le_bytes());
-        buf.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        PcapOut { buf, t }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn tcp(
-        &mut self,
-        src: SocketAddr,
-        dst: SocketAddr,
-        seq: u32,
-        ack: u32,
-        flags: u8,
-        payload: &[u8],
-    ) {
-        let (SocketAddr::V4(s4), SocketAddr::V4(d4)) = (src, dst) else {
-            return;
-        };
-        let tcp_len = 20 + payload.len();
-        let mut tcp = Vec::with_capacity(tcp_len);
-        tcp.extend_from_slice(&s4.port().to_be_bytes());
-        tcp.extend_from_slice(&d4.port().to_be_bytes());
-        tcp.extend_from_slice(&seq.to_be_bytes());
-        tcp.extend_from_slice(&ack.to_be_bytes());
-        tcp.push(5 << 4);
-        tcp.push(flags);
-        tcp.extend_from_slice(&65535u16.to_be_bytes());
-        tcp.extend_from_slice(&[0, 0, 0, 0]);
-        tcp.extend_from_slice(payload);
-        let mut pseudo = Vec::with_capacity(12);
-        pseudo.extend_from_slice(&s4.ip().octets());
-        pseudo.extend_from_slice(&d4.ip().octets());
-        pseudo.extend_from_slice(&[0, 6]);
-        pseudo.extend_from_slice(&(tcp_len as u16).to_be_bytes());
-        let mut sum = 0u32;
-        for c in pseudo.chunks(2) {
-            sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-        }
-        let c = csum(&tcp, sum);
-        tcp[16..18].copy_from_slice(&c.to_be_bytes());
-        let mut ip = Vec::with_capacity(20);
-        ip.extend_from_slice(&[0x45, 0]);
-        ip.extend_from_slice(&((20 + tcp_len) as u16).to_be_bytes());
-        ip.extend_from_slice(&[0, 0, 0x40, 0, 64, 6, 0, 0]);
-        ip.extend_from_slice(&s4.ip().octets());
-        ip.extend_from_slice(&d4.ip().octets());
-        let c = csum(&ip, 0);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        let mut frame = Vec::with_capacity(14 + ip.len() + tcp.len());
-        frame.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0x08, 0x00]);
-        frame.extend_from_slice(&ip);
-        frame.extend_from_slice(&tcp);
-        self.t += 10;
-        self.buf
-            .extend_from_slice(&((self.t / 1_000_000) as u32).to_le_bytes());
-        self.buf
-            .extend_from_slice(&((self.t % 1_000_000) as u32).to_le_bytes());
-        self.buf
-            .extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        self.buf
-            .extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        self.buf.extend_from_slice(&frame);
-    }
-}
-
-const SYN: u8 = 0x02;
-const ACK: u8 = 0x10;
-const PSH: u8 = 0x08;
-const FIN: u8 = 0x01;
-
-/// A capture of one TCP connection: handshake, the segments in capture
-/// order (split to at most 32 KiB), FIN both ways.
-fn write_pcap(client: SocketAddr, server: SocketAddr, segs: &[(Direction, Vec<u8>)]) -> Vec<u8> {
-    let mut p = PcapOut::new();
-    let (mut cs, mut ss) = (0x1000_0000u32, 0x2000_0000u32);
-    p.tcp(client, server, cs, 0, SYN, &[]);
-    p.tcp(server, client, ss, cs.wrapping_add(1), SYN | ACK, &[]);
-    cs = cs.wrapping_add(1);
-    ss = ss.wrapping_add(1);
-    p.tcp(client, server, cs, ss, ACK, &[]);
-    for (d, data) in segs {
-        for piece in data.chunks(32 * 1024) {
-            if *d == Direction::Sent {
-                p.tcp(client, server, cs, ss, PSH | ACK, piece);
-                cs = cs.wrapping_add(piece.len() as u32);
-            } else {
-                p.tcp(server, client, ss, cs, PSH | ACK, piece);
-                ss = ss.wrapping_add(piece.len() as u32);
-            }
-        }
-    }
-    p.tcp(client, server, cs, ss, FIN | ACK, &[]);
-    p.tcp(server, client, ss, cs.wrapping_add(1), FIN | ACK, &[]);
-    p.tcp(
-        client,
-        server,
-        cs.wrapping_add(1),
-        ss.wrapping_add(1),
-        ACK,
-        &[],
-    );
-    p.buf
-}
-
 // ------------------------------------------------------------------- demo
 
 /// What the connector recorded about the connection.
@@ -494,7 +267,6 @@ struct ConnMeta {
     local: Option<SocketAddr>,
     request: Vec<u8>,
     reply: Vec<u8>,
-    framing: [(bool, bool); 2],
 }
 
 fn connector(
@@ -534,12 +306,6 @@ fn connector(
             .peer_frame()
             .and_then(|f| f.to_vec().ok())
             .unwrap_or_default();
-        if let Some(e) = p.established() {
-            m.framing = [
-                (e.params.crc, e.params.send_markers),
-                (e.params.crc, e.params.recv_markers),
-            ];
-        }
         let info = LinkInfo::of_iwarp(&p, addr.to_string());
         Ok(Connected {
             provider: Box::new(p),
@@ -617,25 +383,7 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
         hex::encode(&st.link.local_private_data),
         hex::encode(&st.link.peer_private_data),
     );
-    let mut wire = Wire {
-        dirs: [DirDecoder::default(), DirDecoder::default()],
-        cfg: [
-            FramingConfig {
-                crc: m.framing[0].0,
-                markers: m.framing[0].1,
-            },
-            FramingConfig {
-                crc: m.framing[1].0,
-                markers: m.framing[1].1,
-            },
-        ],
-        all: Vec::new(),
-    };
-    // The Sent stream starts after our MPA Request.
-    wire.dirs[0].rx = Some(FpduReceiver::new(FramingConfig {
-        crc: m.framing[0].0,
-        markers: m.framing[0].1,
-    }));
+    let mut rec = Recorded::new(m.request.clone(), m.reply.clone());
     let mut ok_all = true;
     let small = 1024u32;
     let k64 = 64 * 1024u32;
@@ -782,7 +530,7 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
         };
         // Let the last completions (and their Sends) reach the capture.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let items = wire.feed(take_capture(&t).await);
+        let items = listing(&mut rec, take_capture(&t).await);
         println!("\n[{step}] {title}");
         for it in &items {
             println!("    {}", describe(it));
@@ -803,24 +551,15 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
     t.shutdown().await;
     rdma.shutdown().await;
     if let Some(path) = &args.pcap {
-        let mut segs = Vec::with_capacity(wire.all.len() + 2);
-        segs.push((Direction::Sent, m.request.clone()));
-        // The MPA Reply is in the capture unless it arrived before the
-        // capture started.
-        let reply_seen = wire
-            .all
-            .iter()
-            .find(|(d, _)| *d == Direction::Received)
-            .is_some_and(|(_, b)| b.starts_with(&KEY_REP));
-        if !reply_seen {
-            segs.push((Direction::Received, m.reply.clone()));
-        }
-        segs.extend(wire.all.iter().cloned());
-        segs.extend(take_capture(&t).await);
+        let segs = rec.streams(take_capture(&t).await);
         let local = m
             .local
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 40000)));
-        let bytes = write_pcap(local, addr, &segs);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let bytes = capture::write::tcp_session(local, addr, &segs, now);
         let r = std::fs::File::create(path).and_then(|mut f| f.write_all(&bytes));
         match r {
             Ok(()) => println!("capture written to {path} ({} octets)", bytes.len()),

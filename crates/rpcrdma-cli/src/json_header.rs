@@ -10,43 +10,12 @@
 
 use rpcrdma_proto::wire::chunk::{ChunkLists, Segment};
 use rpcrdma_proto::wire::header::{self, TransportHeader};
+use rpcrdma_proto::wire::rpc::RpcPeek;
 use rpcrdma_proto::wire::{v1, v2};
-use rpcrdma_proto::xdr::Reader;
 use rpcrdma_proto::Limits;
 use serde_json::{json, Map, Value};
 
-use crate::Failure;
-
-/// What the start of an RPC payload says (RFC 5531 `rpc_msg`).
-#[derive(Debug, PartialEq, Eq)]
-struct RpcPeek {
-    xid: u32,
-    call: Option<(u32, u32, u32)>,
-}
-
-/// Peeks at the RPC message after an RDMA_MSG / RDMA_MSGP / RDMA2_MSG
-/// header: xid and msg_type, and for a CALL rpcvers (must be 2), prog, vers,
-/// proc. `None` if the payload is not a plausible RPC header.
-fn peek_rpc(payload: &[u8]) -> Option<RpcPeek> {
-    let mut r = Reader::new(payload);
-    let xid = r.u32("xid").ok()?;
-    match r.u32("msg_type").ok()? {
-        0 => {
-            if r.u32("rpcvers").ok()? != 2 {
-                return None;
-            }
-            let prog = r.u32("prog").ok()?;
-            let vers = r.u32("vers").ok()?;
-            let proc = r.u32("proc").ok()?;
-            Some(RpcPeek {
-                xid,
-                call: Some((prog, vers, proc)),
-            })
-        }
-        1 => Some(RpcPeek { xid, call: None }),
-        _ => None,
-    }
-}
+use crate::failure::Failure;
 
 /// Decodes a transport header; returns the text to print.
 pub fn decode_header(bytes: &[u8], json: bool) -> Result<String, Failure> {
@@ -73,7 +42,7 @@ fn decode_parts(bytes: &[u8]) -> Result<Decoded<'_>, Failure> {
     })?;
     let payload = bytes.get(header_len..).unwrap_or(&[]);
     let rpc = if hdr.has_payload() {
-        peek_rpc(payload)
+        RpcPeek::of(payload)
     } else {
         None
     };
@@ -311,33 +280,4 @@ fn to_json(
     o.insert("header_len".into(), header_len.into());
     o.insert("payload_len".into(), payload_len.into());
     Value::Object(o)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rpc_peek() {
-        let call = hex::decode("0000000100000000000000020001869f0000000300000006").unwrap();
-        assert_eq!(
-            peek_rpc(&call),
-            Some(RpcPeek {
-                xid: 1,
-                call: Some((0x1869f, 3, 6))
-            })
-        );
-        assert_eq!(
-            peek_rpc(&hex::decode("0000000700000001").unwrap()),
-            Some(RpcPeek { xid: 7, call: None })
-        );
-        // msg_type 2, rpcvers 3, truncated CALL: not plausible.
-        assert_eq!(peek_rpc(&hex::decode("0000000700000002").unwrap()), None);
-        assert_eq!(
-            peek_rpc(&hex::decode("00000001000000000000000300000001").unwrap()),
-            None
-        );
-        assert_eq!(peek_rpc(&call[..20]), None);
-        assert_eq!(peek_rpc(&[]), None);
-    }
 }

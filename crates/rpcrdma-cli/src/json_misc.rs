@@ -21,7 +21,7 @@ use rpcrdma_proto::wire::rpc::{
 use rpcrdma_proto::Limits;
 use serde_json::{json, Map, Value};
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// Decodes RFC 8797 private data; returns the text to print.
 pub fn decode_private_data(bytes: &[u8], json: bool) -> Result<String, Failure> {

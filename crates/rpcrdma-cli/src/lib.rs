@@ -1,35 +1,12 @@
-//! The library half of the `rpcrdma` tool: the decoders behind `rpcrdma
-//! decode` (transport headers, private data, RPC messages, and the pcap /
-//! pcapng dissector of `--pcap`), so that the fuzz targets
-//! (`fuzz/fuzz_targets/pcap.rs`) and the corpus replay
-//! (`tests/corpus_replay.rs`) reach the same code as the binary.
+//! The library half of the `rpcrdma` tool: the presenters behind `rpcrdma
+//! decode` (transport headers, private data and RPC messages as text or
+//! JSON, and the listing of `--pcap`), so that the tests reach the same
+//! code as the binary in-process. The decoding itself is in the libraries:
+//! `rpcrdma_proto` (transport headers, private data, RPC) and
+//! `rpcrdma_iwarp::{dissect, capture}` (captures, MPA / DDP / RDMAP).
 //! Argument parsing and the other subcommands stay in the binary.
 
-use rpcrdma_proto::DecodeError;
-
 pub mod decode_pcap;
-pub mod fuzzing;
+pub mod failure;
 pub mod json_header;
 pub mod json_misc;
-pub mod pcap;
-pub mod tcp_reassembly;
-
-/// A decode that went wrong, with the `"error"` kind printed under `--json`.
-pub struct Failure {
-    /// Stable machine name of the error.
-    pub kind: String,
-    /// Octet offset of the fault.
-    pub offset: usize,
-    /// Human readable explanation.
-    pub detail: String,
-}
-
-impl From<DecodeError> for Failure {
-    fn from(e: DecodeError) -> Self {
-        Failure {
-            kind: e.kind.name().to_string(),
-            offset: e.offset,
-            detail: e.to_string(),
-        }
-    }
-}

@@ -12,8 +12,8 @@ mod demo;
 mod input;
 mod rdma_cmd;
 
-// The decoders live in the library (`src/lib.rs`), which the fuzz targets
-// and their corpus replay call too.
+// The presenters live in the library (`src/lib.rs`), which the tests call
+// in-process too.
 use rpcrdma_cli::{decode_pcap, json_header, json_misc};
 
 use std::process::ExitCode;

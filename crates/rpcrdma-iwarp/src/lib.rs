@@ -15,6 +15,12 @@
 //!   MPA exchange from one thread with [`acceptor::Acceptor`] (`poll(2)`),
 //!   under the sans-IO admission policy of [`admission`] (deadline, caps
 //!   per source address and in all, oldest-first eviction).
+//! * [`dissect`] is the observer's view: the two byte streams of a
+//!   connection in, MPA frames, Sends (reassembled), RDMA Writes, Reads and
+//!   Terminates out, sans-IO and bounded. With the `capture` feature,
+//!   `capture` reads pcap / pcapng files, reassembles their TCP
+//!   connections and dissects them, and writes a capture of one
+//!   connection (`rpcrdma decode --pcap`, `rpcrdma demo --pcap`).
 //!
 //! ## Layering
 //!
@@ -136,9 +142,12 @@ use core::fmt;
 
 pub mod acceptor;
 pub mod admission;
+#[cfg(feature = "capture")]
+pub mod capture;
 pub mod cm;
 pub mod crc;
 pub mod ddp;
+pub mod dissect;
 pub mod fuzzing;
 pub mod mpa;
 pub mod qp;

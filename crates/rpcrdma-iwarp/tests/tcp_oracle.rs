@@ -12,7 +12,7 @@
 mod common;
 mod tcp_common;
 
-use common::{tshark, tshark_available, PcapWriter, TcpConn};
+use common::{tshark, tshark_available, PcapWriter, TcpConn, START_MICROS};
 use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_iwarp::mpa::fpdu::{FpduReceiver, FramingConfig, Received};
 use rpcrdma_iwarp::rdmap;
@@ -157,7 +157,7 @@ fn traffic() -> (Vec<u8>, usize, [usize; 8]) {
     }
     assert!(a.qp().terminate_received().is_some(), "no Terminate from b");
     // Build the pcap: MPA Request / Reply, then each direction's FPDUs.
-    let mut p = PcapWriter::new();
+    let mut p = PcapWriter::new(START_MICROS);
     let mut c = TcpConn::new(&mut p, 41_000, 20_049);
     c.c2s(&mut p, &a.local_frame().unwrap().to_vec().unwrap());
     c.s2c(&mut p, &a.peer_frame().unwrap().to_vec().unwrap());
@@ -190,7 +190,7 @@ fn traffic() -> (Vec<u8>, usize, [usize; 8]) {
         }
     }
     assert!(fa.buf.is_empty() && fb.buf.is_empty(), "partial FPDU left");
-    (p.bytes, count, seen)
+    (p.into_bytes(), count, seen)
 }
 
 #[test]

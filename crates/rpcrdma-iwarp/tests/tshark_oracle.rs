@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{read_pcap, streams, tshark, tshark_available, PcapWriter, TcpConn};
+use common::{read_pcap, streams, tshark, tshark_available, PcapWriter, TcpConn, START_MICROS};
 use rpcrdma_iwarp::ddp::{segments, DdpHeader};
 use rpcrdma_iwarp::mpa::fpdu::{FpduReceiver, FpduSender, FramingConfig, Received};
 use rpcrdma_iwarp::mpa::{FrameKind, IrdOrd, MpaFlags, MpaFrame};
@@ -31,7 +31,7 @@ fn ulpdu(hdr: DdpHeader, data: &[u8]) -> Vec<u8> {
 
 /// Builds the capture; returns it and the number of FPDUs in it.
 fn build(markers: bool) -> (Vec<u8>, usize) {
-    let mut p = PcapWriter::new();
+    let mut p = PcapWriter::new(START_MICROS);
     let cport = if markers { 40011 } else { 40010 };
     let mut c = TcpConn::new(&mut p, cport, SERVER);
     let pd = hex::decode("f6ab0e1801010303").unwrap();
@@ -113,7 +113,7 @@ fn build(markers: bool) -> (Vec<u8>, usize) {
     }
     send_c(&mut p, &mut c, &term);
     n += 1;
-    (p.bytes, n)
+    (p.into_bytes(), n)
 }
 
 /// Our own decode of the capture: every FPDU frames, passes the CRC and

@@ -12,14 +12,28 @@
 //! * [`fuzz_qp_segments`] ([`qp_segments`]): structure-aware DDP/RDMAP
 //!   segments at a queue pair with registered memory: memory protection,
 //!   Read Request sources, Terminate codes, receive and Read completions.
+//! * [`fuzz_dissect`] ([`dissect`]): the connection dissector of
+//!   [`crate::dissect`] on two arbitrary streams (MPA frames, FPDUs, raw
+//!   octets) fed in pieces: no panic, bounded holding, the same items
+//!   however the streams are split.
+//! * `fuzz_pcap` (`pcap`, with the `capture` feature): the capture
+//!   dissector of `rpcrdma decode --pcap` on arbitrary files: no panic,
+//!   held octets never above the TCP payload read, events in capture
+//!   order.
 
+pub mod dissect;
 pub mod env;
 pub mod feed;
 pub mod gen;
 pub mod mpa_stream;
+#[cfg(feature = "capture")]
+pub mod pcap;
 pub mod qp_segments;
 
+pub use dissect::fuzz_dissect;
 pub use mpa_stream::fuzz_mpa_stream;
+#[cfg(feature = "capture")]
+pub use pcap::{fuzz_pcap, replay_captures};
 pub use qp_segments::fuzz_qp_segments;
 
 pub use rpcrdma_proto::fuzzing::{skipped, KNOWN_DEFECTS};
@@ -31,4 +45,7 @@ pub type FuzzFn = fn(&[u8]);
 pub const TARGETS: &[(&str, FuzzFn)] = &[
     ("mpa_stream", fuzz_mpa_stream),
     ("qp_segments", fuzz_qp_segments),
+    ("dissect", fuzz_dissect),
+    #[cfg(feature = "capture")]
+    ("pcap", fuzz_pcap),
 ];

@@ -128,7 +128,11 @@ fn frames(
 }
 
 /// Builds the stream from generated pieces.
-fn build(u: &mut Unstructured<'_>, params: StreamParams, cfg: FramingConfig) -> Result<Vec<u8>> {
+pub(super) fn build(
+    u: &mut Unstructured<'_>,
+    params: StreamParams,
+    cfg: FramingConfig,
+) -> Result<Vec<u8>> {
     let env = Env::new(params);
     let mut g = GenState::new(&env);
     let mut tx = FpduSender::new(cfg);

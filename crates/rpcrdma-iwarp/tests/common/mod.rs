@@ -1,112 +1,22 @@
-//! Test helpers: a classic-libpcap writer (Ethernet / IPv4 / TCP with
-//! correct lengths, sequence numbers and checksums) and a reader that
+//! Test helpers: TCP connections written with the classic-libpcap writer
+//! of `rpcrdma_iwarp::capture::write` (Ethernet / IPv4 / TCP with correct
+//! lengths, sequence numbers and checksums), and a reader of its own that
 //! reassembles the TCP byte streams of such captures.
 
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
-/// Classic pcap file being built in memory.
-pub struct PcapWriter {
-    pub bytes: Vec<u8>,
-    usec: u64,
-}
+use rpcrdma_iwarp::capture::pcap::tcp_flags::{ACK, PSH, SYN};
+pub use rpcrdma_iwarp::capture::write::PcapWriter;
 
-impl Default for PcapWriter {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// Time stamp of the first packet written (µs since the epoch).
+pub const START_MICROS: u64 = 1_700_000_000_000_000;
 
-impl PcapWriter {
-    pub fn new() -> Self {
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes()); // magic, µs
-        bytes.extend_from_slice(&2u16.to_le_bytes()); // version 2.4
-        bytes.extend_from_slice(&4u16.to_le_bytes());
-        bytes.extend_from_slice(&0i32.to_le_bytes()); // thiszone
-        bytes.extend_from_slice(&0u32.to_le_bytes()); // sigfigs
-        bytes.extend_from_slice(&262_144u32.to_le_bytes()); // snaplen
-        bytes.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
-        PcapWriter {
-            bytes,
-            usec: 1_700_000_000_000_000,
-        }
-    }
-
-    pub fn packet(&mut self, frame: &[u8]) {
-        self.usec += 100;
-        let sec = (self.usec / 1_000_000) as u32;
-        let us = (self.usec % 1_000_000) as u32;
-        let len = frame.len() as u32;
-        for v in [sec, us, len, len] {
-            self.bytes.extend_from_slice(&v.to_le_bytes());
-        }
-        self.bytes.extend_from_slice(frame);
-    }
-}
-
-fn csum(data: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for c in data.chunks(2) {
-        let w = if c.len() == 2 {
-            u16::from_be_bytes([c[0], c[1]])
-        } else {
-            u16::from_be_bytes([c[0], 0])
-        };
-        s += u32::from(w);
-    }
-    while s >> 16 != 0 {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
-pub const SYN: u8 = 0x02;
-pub const ACK: u8 = 0x10;
-pub const PSH: u8 = 0x08;
-
-/// Ethernet + IPv4 + TCP frame, 127.0.0.1 both ways.
-pub fn eth_ip_tcp(
-    sport: u16,
-    dport: u16,
-    seq: u32,
-    ack: u32,
-    flags: u8,
-    payload: &[u8],
-) -> Vec<u8> {
-    let ip_src = [127, 0, 0, 1];
-    let ip_dst = [127, 0, 0, 1];
-    let mut tcp = Vec::with_capacity(20 + payload.len());
-    tcp.extend_from_slice(&sport.to_be_bytes());
-    tcp.extend_from_slice(&dport.to_be_bytes());
-    tcp.extend_from_slice(&seq.to_be_bytes());
-    tcp.extend_from_slice(&ack.to_be_bytes());
-    tcp.push(5 << 4);
-    tcp.push(flags);
-    tcp.extend_from_slice(&65535u16.to_be_bytes());
-    tcp.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent
-    tcp.extend_from_slice(payload);
-    let mut pseudo = Vec::new();
-    pseudo.extend_from_slice(&ip_src);
-    pseudo.extend_from_slice(&ip_dst);
-    pseudo.extend_from_slice(&[0, 6]);
-    pseudo.extend_from_slice(&(tcp.len() as u16).to_be_bytes());
-    pseudo.extend_from_slice(&tcp);
-    let c = csum(&pseudo);
-    tcp[16..18].copy_from_slice(&c.to_be_bytes());
-    let mut ip = vec![0x45, 0];
-    ip.extend_from_slice(&((20 + tcp.len()) as u16).to_be_bytes());
-    ip.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0]);
-    ip.extend_from_slice(&ip_src);
-    ip.extend_from_slice(&ip_dst);
-    let c = csum(&ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let mut eth = vec![0u8; 12];
-    eth.extend_from_slice(&[0x08, 0x00]);
-    eth.extend_from_slice(&ip);
-    eth.extend_from_slice(&tcp);
-    eth
+/// 127.0.0.1:`port`.
+fn lo(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// One TCP connection inside a capture.
@@ -125,35 +35,35 @@ impl TcpConn {
             cseq: 1000 + u32::from(cport) * 7,
             sseq: 500_000 + u32::from(cport) * 13,
         };
-        p.packet(&eth_ip_tcp(cport, sport, c.cseq, 0, SYN, &[]));
+        p.tcp(lo(cport), lo(sport), c.cseq, 0, SYN, &[]);
         c.cseq += 1;
-        p.packet(&eth_ip_tcp(sport, cport, c.sseq, c.cseq, SYN | ACK, &[]));
+        p.tcp(lo(sport), lo(cport), c.sseq, c.cseq, SYN | ACK, &[]);
         c.sseq += 1;
-        p.packet(&eth_ip_tcp(cport, sport, c.cseq, c.sseq, ACK, &[]));
+        p.tcp(lo(cport), lo(sport), c.cseq, c.sseq, ACK, &[]);
         c
     }
 
     pub fn c2s(&mut self, p: &mut PcapWriter, data: &[u8]) {
-        p.packet(&eth_ip_tcp(
-            self.cport,
-            self.sport,
+        p.tcp(
+            lo(self.cport),
+            lo(self.sport),
             self.cseq,
             self.sseq,
             PSH | ACK,
             data,
-        ));
+        );
         self.cseq = self.cseq.wrapping_add(data.len() as u32);
     }
 
     pub fn s2c(&mut self, p: &mut PcapWriter, data: &[u8]) {
-        p.packet(&eth_ip_tcp(
-            self.sport,
-            self.cport,
+        p.tcp(
+            lo(self.sport),
+            lo(self.cport),
             self.sseq,
             self.cseq,
             PSH | ACK,
             data,
-        ));
+        );
         self.sseq = self.sseq.wrapping_add(data.len() as u32);
     }
 }

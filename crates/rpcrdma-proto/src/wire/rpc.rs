@@ -46,12 +46,17 @@
 //!
 //! AUTH_SYS credentials are parsed ([`AuthSysParms`]); a malformed AUTH_SYS
 //! credential body is a decode error. Every other flavor, and every
-//! verifier, is carried opaque.
+//! verifier, is carried opaque. [`RpcPeek`] reads only the first words
+//! (xid, msg_type and a CALL's program, version and procedure), for a
+//! dissector's view of a message that may not decode.
 
 use core::fmt;
 
 use crate::xdr::{var_opaque_len, DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
+
+mod peek;
+pub use peek::RpcPeek;
 
 /// The only RPC protocol version (RFC 5531 §9: `rpcvers` "must be equal to
 /// two (2)"). Decoding does not enforce it; the server answers

@@ -191,7 +191,8 @@ impl ThreadWake {
 }
 
 /// A blocking RPC-over-RDMA client: one connection, one call at a time,
-/// driven by the calling thread (see the [module docs](self)).
+/// driven by the calling thread (see "Blocking mode" in the
+/// [`rdma`](super) module docs).
 ///
 /// ```
 /// use rpcrdma::rdma::{RdmaBlockingClient, RdmaClientConfig, RdmaServer, RdmaServerConfig};
