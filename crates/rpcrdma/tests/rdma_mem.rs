@@ -6,7 +6,10 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rpcrdma::rdma::{serve_provider, Connected, LinkInfo, RdmaClientTransport, RdmaProvider};
+use rpcrdma::rdma::{
+    serve_provider, BoxProvider, Connected, LinkInfo, RdmaClientTransport, RdmaProvider,
+    RdmaServerConnection,
+};
 use rpcrdma::testprog;
 use rpcrdma::{Client, ClientConfig, ClientIdentity, Metrics, Server};
 use rpcrdma_proto::engine::{Config, Connection};
@@ -23,43 +26,52 @@ fn link(peer: &str) -> LinkInfo {
     }
 }
 
+/// A test-program server on one end of an in-memory pair (receives posted
+/// before accepting, as a server must) and a client transport on the other
+/// end, its provider made by `client`.
+fn serve_and_connect(
+    client: impl FnOnce(mem::MemProvider) -> BoxProvider,
+) -> (RdmaServerConnection, Arc<RdmaClientTransport>) {
+    let ccfg = Config::client();
+    let scfg = Config::server();
+    let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
+    a.connect(ccfg.connect_params()).unwrap();
+    assert!(matches!(
+        b.poll_event(),
+        Some(ConnectionEvent::ConnectRequest { .. })
+    ));
+    let mut sconn = Connection::new(scfg.clone());
+    sconn.prepare_receives(&mut b);
+    b.accept(scfg.connect_params()).unwrap();
+    let server = Server::default();
+    testprog::register(&server);
+    let srv = serve_provider(
+        Connected {
+            provider: Box::new(b),
+            info: link("mem-client"),
+        },
+        sconn,
+        scfg,
+        server.dispatcher(),
+        ClientIdentity(Bytes::from_static(b"mem-client")),
+        Arc::new(Metrics::default()),
+    );
+    let t = RdmaClientTransport::from_connected(
+        Connected {
+            provider: client(a),
+            info: link("mem-server"),
+        },
+        ccfg,
+        None,
+        None,
+    );
+    (srv, t)
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn test_program_over_the_in_memory_provider() {
     tokio::time::timeout(Duration::from_secs(60), async {
-        let ccfg = Config::client();
-        let scfg = Config::server();
-        let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
-        a.connect(ccfg.connect_params()).unwrap();
-        assert!(matches!(
-            b.poll_event(),
-            Some(ConnectionEvent::ConnectRequest { .. })
-        ));
-        let mut sconn = Connection::new(scfg.clone());
-        sconn.prepare_receives(&mut b);
-        b.accept(scfg.connect_params()).unwrap();
-
-        let server = Server::default();
-        testprog::register(&server);
-        let srv = serve_provider(
-            Connected {
-                provider: Box::new(b),
-                info: link("mem-client"),
-            },
-            sconn,
-            scfg,
-            server.dispatcher(),
-            ClientIdentity(Bytes::from_static(b"mem-client")),
-            Arc::new(Metrics::default()),
-        );
-        let t = RdmaClientTransport::from_connected(
-            Connected {
-                provider: Box::new(a),
-                info: link("mem-server"),
-            },
-            ccfg,
-            None,
-            None,
-        );
+        let (srv, t) = serve_and_connect(|a| Box::new(a));
         let c = Client::new(t.clone(), ClientConfig::default());
         let cb = Server::default();
         testprog::register_cb(&cb);
@@ -189,43 +201,8 @@ impl RdmaProvider for LateProvider {
 #[tokio::test(flavor = "current_thread")]
 async fn the_driver_wakes_for_the_provider_deadline() {
     tokio::time::timeout(Duration::from_secs(20), async {
-        let ccfg = Config::client();
-        let scfg = Config::server();
-        let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
-        a.connect(ccfg.connect_params()).unwrap();
-        assert!(matches!(
-            b.poll_event(),
-            Some(ConnectionEvent::ConnectRequest { .. })
-        ));
-        let mut sconn = Connection::new(scfg.clone());
-        sconn.prepare_receives(&mut b);
-        b.accept(scfg.connect_params()).unwrap();
-        let server = Server::default();
-        testprog::register(&server);
-        let srv = serve_provider(
-            Connected {
-                provider: Box::new(b),
-                info: link("mem-client"),
-            },
-            sconn,
-            scfg,
-            server.dispatcher(),
-            ClientIdentity(Bytes::from_static(b"mem-client")),
-            Arc::new(Metrics::default()),
-        );
-        let late = LateProvider {
-            inner: a,
-            until: Instant::now() + Duration::from_millis(30),
-        };
-        let t = RdmaClientTransport::from_connected(
-            Connected {
-                provider: Box::new(late),
-                info: link("mem-server"),
-            },
-            ccfg,
-            None,
-            None,
-        );
+        let until = Instant::now() + Duration::from_millis(30);
+        let (srv, t) = serve_and_connect(|inner| Box::new(LateProvider { inner, until }));
         let c = Client::new(t.clone(), ClientConfig::default());
         testprog::null(&c).await.unwrap();
         assert_eq!(t.status().engine.calls_sent, 1);

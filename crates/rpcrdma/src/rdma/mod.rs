@@ -144,7 +144,7 @@ mod transport;
 mod wake;
 
 pub use blocking::RdmaBlockingClient;
-pub use server::{serve_provider, RdmaServer};
+pub use server::{serve_provider, RdmaServer, RdmaServerConnection};
 pub use transport::{connect_client, RdmaClientTransport};
 
 /// A provider the driver can own: any [`Provider`] that can move to the
