@@ -36,7 +36,8 @@ pub type Connector = Arc<
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReconnectPolicy {
     /// Wait before the second connection attempt of an outage (the first is
-    /// immediate). Default 50 ms.
+    /// immediate over TCP; the RDMA driver waits this long before it too,
+    /// see `with_backoff`). Default 50 ms.
     pub initial_backoff: Duration,
     /// The wait doubles up to this. Default 2 s.
     pub max_backoff: Duration,
@@ -85,7 +86,7 @@ impl Shared {
         }
         let had_one = cur.take().is_some();
         let stop = || self.is_closed();
-        match with_backoff(&self.policy, stop, || (self.connector)()).await {
+        match with_backoff(&self.policy, false, stop, || (self.connector)()).await {
             Ok(t) => {
                 if had_one {
                     tracing::info!("reconnected");
@@ -128,16 +129,21 @@ pub(crate) enum Outage {
     },
 }
 
-/// The one reconnection schedule of the runtime, for every transport: the
-/// first attempt of an outage at once, each later one after a wait that
-/// starts at `initial_backoff` and doubles up to `max_backoff`,
-/// `max_attempts` in all. `stop` is asked before each attempt (true: give
-/// up, [`Outage::Stopped`]). Used by [`ReconnectingTransport`] (a new
-/// transport per connection, calls re-sent by this module) and by the RDMA
-/// task shell (one engine across connections, calls re-sent by the engine
-/// with their wire XIDs).
+/// The one reconnection schedule of the runtime, for every transport:
+/// `max_attempts` attempts, each after a wait that starts at
+/// `initial_backoff` and doubles up to `max_backoff`; the first attempt
+/// waits too when `wait_first` (the RDMA driver right after it lost its
+/// connection: the peer that just dropped it gets `initial_backoff` to
+/// recover, and a client that is closing meanwhile makes no connection),
+/// else it goes at once ([`ReconnectingTransport`], which connects lazily
+/// for the call that needs a connection). `stop` is asked before each
+/// attempt (true: give up, [`Outage::Stopped`]). Used by
+/// [`ReconnectingTransport`] (a new transport per connection, calls re-sent
+/// by this module) and by the RDMA task shell (one engine across
+/// connections, calls re-sent by the engine with their wire XIDs).
 pub(crate) async fn with_backoff<T, F, Fut>(
     policy: &ReconnectPolicy,
+    wait_first: bool,
     mut stop: impl FnMut() -> bool,
     mut connect: F,
 ) -> Result<T, Outage>
@@ -149,7 +155,7 @@ where
     let mut backoff = policy.initial_backoff;
     let mut last = String::new();
     for attempt in 0..attempts {
-        if attempt > 0 {
+        if attempt > 0 || wait_first {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(policy.max_backoff);
         }

@@ -264,7 +264,7 @@ impl TaskShell {
                     .map_err(io::Error::other)?
             }
         };
-        match reconnect::with_backoff(&policy, stop, connect).await {
+        match reconnect::with_backoff(&policy, true, stop, connect).await {
             Ok(connected) => {
                 tracing::info!(peer = %self.core.shared().peer, "rpc/rdma reconnected");
                 Metrics::inc(&self.core.shared().metrics.connections);
