@@ -874,12 +874,6 @@ pub async fn run_load(
         - before_rx;
     let mut params = params.clone();
     params.insert("wire_bytes_sent".into(), json!(sent));
-    // Lost wake-ups the RDMA drivers' fallback tick had to make up for (in
-    // this process, so the server's too when it runs in process).
-    params.insert(
-        "fallback_rescues".into(),
-        json!(rpcrdma::rdma::fallback_rescues_total()),
-    );
     params.insert("wire_bytes_received".into(), json!(rx));
     Report {
         proc: spec.proc.name().into(),

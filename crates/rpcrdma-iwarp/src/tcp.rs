@@ -384,15 +384,12 @@ impl IwarpProvider {
             && self.state != ConnectionState::Idle
     }
 
-    /// For an owner's watchdog (rare: one `ioctl(FIONREAD)`): true when
-    /// the waker given to [`Provider::arm`] is still stored, i.e. this
-    /// provider has not woken it, although a pass would find something:
-    /// work already pending (see `arm`) or octets waiting in the socket.
-    /// The owner decides whether a readiness edge announced those octets.
-    pub fn unannounced_work(&self) -> bool {
-        self.waker.is_some()
-            && (self.work_pending()
-                || (!self.eof && rustix::io::ioctl_fionread(&self.sock).is_ok_and(|n| n > 0)))
+    /// The next instant a progress pass has work to do without any input
+    /// or new work request: a Read RTR's next nudge (or its give-up). An
+    /// event-loop owner sleeps no longer than this ([`Provider::arm`] wakes
+    /// at once only when it is already due).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.rtr.as_ref().map(|(w, _)| w.next_wakeup())
     }
 
     /// The local socket address.

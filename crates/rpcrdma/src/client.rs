@@ -437,28 +437,38 @@ impl Client {
                 .transport
                 .send_call(call.next())
                 .map_err(refused_or_transport)?;
-            match tokio::time::timeout(call.timeout(), rx).await {
-                Ok(Ok(Ok(m))) => break m,
-                Ok(Ok(Err(e))) => return Err(RpcError::Transport(e)),
-                Ok(Err(_)) => {
-                    return Err(RpcError::Transport(
-                        self.transport
-                            .closed_reason()
-                            .unwrap_or_else(|| TransportError::Lost("call dropped".into())),
-                    ))
-                }
+            let t = match tokio::time::timeout(call.timeout(), rx).await {
+                Ok(Ok(Ok(m))) => Transmission::Reply(m),
+                Ok(Ok(Err(e))) => Transmission::Failed(e),
+                Ok(Err(_)) => Transmission::Dropped(self.transport.closed_reason()),
                 Err(_) => {
                     self.transport.cancel(xid);
-                    call.timed_out()?;
+                    Transmission::TimedOut
                 }
+            };
+            if let Some(m) = call.settle(t)? {
+                break m;
             }
         };
         call.finish(reply)
     }
 }
 
+/// How one transmission of a call ended, as the client that waited for it
+/// saw it (see [`Attempts::settle`]).
+pub(crate) enum Transmission {
+    /// The reply.
+    Reply(Message),
+    /// The transport failed the call.
+    Failed(TransportError),
+    /// The transport dropped the call without an outcome; why, if it says.
+    Dropped(Option<TransportError>),
+    /// No reply within the timeout (the caller has cancelled the call).
+    TimedOut,
+}
+
 /// A transport's refusal of a call: the caller's fault or the transport's.
-pub(crate) fn refused_or_transport(e: TransportError) -> RpcError {
+fn refused_or_transport(e: TransportError) -> RpcError {
     if e.is_callers() {
         RpcError::Caller(CallerError::Refused(e))
     } else {
@@ -466,9 +476,12 @@ pub(crate) fn refused_or_transport(e: TransportError) -> RpcError {
     }
 }
 
-/// One call's transmissions, as every client makes them: the call message
-/// (RPC header and arguments), the [`OutgoingCall`] of each attempt (same
-/// XID), the timeout and retransmission accounting, and the reply decode.
+/// One call's transmissions, as every client makes them (the one call path
+/// of [`Client`] and of the blocking RDMA client, which only transmit and
+/// wait): the call message (RPC header and arguments), the
+/// [`OutgoingCall`] of each attempt (same XID), the timeout and
+/// retransmission accounting, what each transmission's outcome means
+/// ([`Attempts::settle`]), and the reply decode.
 pub(crate) struct Attempts<'a> {
     xid: u32,
     /// The encoded RPC header, with room for the arguments' inline octets
@@ -574,7 +587,7 @@ impl<'a> Attempts<'a> {
 
     /// The last transmission timed out: `Err(Timeout)` once the
     /// retransmissions allowed are used up.
-    pub(crate) fn timed_out(&self) -> Result<(), RpcError> {
+    fn timed_out(&self) -> Result<(), RpcError> {
         if self.attempts > self.config.retries {
             Metrics::inc(&self.metrics.timeouts);
             tracing::debug!(attempts = self.attempts, "timed out");
@@ -584,6 +597,24 @@ impl<'a> Attempts<'a> {
             });
         }
         Ok(())
+    }
+
+    /// What a transmission's outcome means for the call: its reply
+    /// (`Some`), another transmission (`None`: it timed out and a
+    /// retransmission is allowed), or the call's error. A failure the
+    /// transport blames on the caller (too large) is the caller's.
+    #[inline]
+    pub(crate) fn settle(&self, t: Transmission) -> Result<Option<Message>, RpcError> {
+        match t {
+            Transmission::Reply(m) => Ok(Some(m)),
+            Transmission::Failed(e) => Err(refused_or_transport(e)),
+            Transmission::Dropped(why) => {
+                Err(RpcError::Transport(why.unwrap_or_else(|| {
+                    TransportError::Lost("call dropped".into())
+                })))
+            }
+            Transmission::TimedOut => self.timed_out().map(|()| None),
+        }
     }
 
     /// Decodes the reply.

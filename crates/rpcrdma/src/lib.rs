@@ -11,9 +11,12 @@
 //!   [`CallDispatcher`] traits (driver tasks + channels);
 //! * [`record`]: RFC 5531 record marking codec (sans-IO);
 //! * [`tcp`]: the TCP transport;
-//! * [`rdma`]: RPC-over-RDMA v1 over the engine and software iWARP (driver
-//!   task per connection, [`rdma::RdmaClientTransport`], [`rdma::RdmaServer`]);
-//! * [`reconnect`]: reconnection with same-XID re-sends over any transport;
+//! * [`rdma`]: RPC-over-RDMA v1 over the engine and software iWARP (one
+//!   driver per connection: a synchronous core in a task or a thread shell;
+//!   [`rdma::RdmaClientTransport`], [`rdma::RdmaBlockingClient`],
+//!   [`rdma::RdmaServer`]);
+//! * [`reconnect`]: the one reconnection schedule; reconnection with
+//!   same-XID re-sends over any transport;
 //! * [`client`]: [`Client::call`], credentials, timeouts, errors by blame;
 //! * [`server`]: [`Server`], handler registry, RPC error replies;
 //! * [`drc`]: the duplicate-reply cache;

@@ -36,7 +36,8 @@ pub type Connector = Arc<
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReconnectPolicy {
     /// Wait before the second connection attempt of an outage (the first is
-    /// immediate). Default 50 ms.
+    /// immediate over TCP; the RDMA driver waits this long before it too,
+    /// see `with_backoff`). Default 50 ms.
     pub initial_backoff: Duration,
     /// The wait doubles up to this. Default 2 s.
     pub max_backoff: Duration,
@@ -84,46 +85,92 @@ impl Shared {
             }
         }
         let had_one = cur.take().is_some();
-        let mut backoff = self.policy.initial_backoff;
-        let mut last = String::new();
-        for attempt in 0..self.policy.max_attempts.max(1) {
-            if attempt > 0 {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(self.policy.max_backoff);
-            }
-            if self.is_closed() {
-                return Err(TransportError::Closed);
-            }
-            match (self.connector)().await {
-                Ok(t) => {
-                    if had_one {
-                        tracing::info!(attempt, "reconnected");
-                    }
-                    let bc = self
-                        .backchannel
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .clone();
-                    if let Some(d) = bc {
-                        if let Err(e) = t.set_backchannel(d) {
-                            tracing::debug!(error = %e, "backchannel not available");
-                        }
-                    }
-                    *cur = Some(t.clone());
-                    return Ok(t);
+        let stop = || self.is_closed();
+        match with_backoff(&self.policy, false, stop, || (self.connector)()).await {
+            Ok(t) => {
+                if had_one {
+                    tracing::info!("reconnected");
                 }
-                Err(e) => {
-                    tracing::debug!(attempt, error = %e, "connect failed");
-                    last = e.to_string();
+                let bc = self
+                    .backchannel
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                if let Some(d) = bc {
+                    if let Err(e) = t.set_backchannel(d) {
+                        tracing::debug!(error = %e, "backchannel not available");
+                    }
                 }
+                *cur = Some(t.clone());
+                Ok(t)
+            }
+            Err(Outage::Stopped) => Err(TransportError::Closed),
+            Err(Outage::Failed { attempts, last }) => {
+                Metrics::inc(&self.metrics.transport_errors);
+                Err(TransportError::Lost(format!(
+                    "reconnect failed after {attempts} attempts: {last}"
+                )))
             }
         }
-        Metrics::inc(&self.metrics.transport_errors);
-        Err(TransportError::Lost(format!(
-            "reconnect failed after {} attempts: {last}",
-            self.policy.max_attempts.max(1)
-        )))
     }
+}
+
+/// How an outage ended without a new connection.
+#[derive(Debug)]
+pub(crate) enum Outage {
+    /// The owner stopped trying (a local close).
+    Stopped,
+    /// Every attempt the policy allows failed.
+    Failed {
+        /// Attempts made.
+        attempts: u32,
+        /// The last attempt's error.
+        last: String,
+    },
+}
+
+/// The one reconnection schedule of the runtime, for every transport:
+/// `max_attempts` attempts, each after a wait that starts at
+/// `initial_backoff` and doubles up to `max_backoff`; the first attempt
+/// waits too when `wait_first` (the RDMA driver right after it lost its
+/// connection: the peer that just dropped it gets `initial_backoff` to
+/// recover, and a client that is closing meanwhile makes no connection),
+/// else it goes at once ([`ReconnectingTransport`], which connects lazily
+/// for the call that needs a connection). `stop` is asked before each
+/// attempt (true: give up, [`Outage::Stopped`]). Used by
+/// [`ReconnectingTransport`] (a new transport per connection, calls re-sent
+/// by this module) and by the RDMA task shell (one engine across
+/// connections, calls re-sent by the engine with their wire XIDs).
+pub(crate) async fn with_backoff<T, F, Fut>(
+    policy: &ReconnectPolicy,
+    wait_first: bool,
+    mut stop: impl FnMut() -> bool,
+    mut connect: F,
+) -> Result<T, Outage>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = io::Result<T>>,
+{
+    let attempts = policy.max_attempts.max(1);
+    let mut backoff = policy.initial_backoff;
+    let mut last = String::new();
+    for attempt in 0..attempts {
+        if attempt > 0 || wait_first {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(policy.max_backoff);
+        }
+        if stop() {
+            return Err(Outage::Stopped);
+        }
+        match connect().await {
+            Ok(t) => return Ok(t),
+            Err(e) => {
+                tracing::debug!(attempt, error = %e, "connect failed");
+                last = e.to_string();
+            }
+        }
+    }
+    Err(Outage::Failed { attempts, last })
 }
 
 fn retryable(e: &TransportError) -> bool {

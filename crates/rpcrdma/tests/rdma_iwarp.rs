@@ -144,18 +144,17 @@ async fn read_1mib_through_a_write_chunk() {
         // An odd length (the XDR pad never travels in the chunk).
         let d = testprog::read(&c, 5001, 3).await.unwrap();
         assert_eq!(&d[..], &testprog::pattern(3, 5001)[..]);
-        // Bulk transfers both ways never needed the drivers' fallback tick:
-        // every socket readiness edge and provider wake-up was seen (a lost
-        // one stalls a transfer until the tick).
+        // Bulk transfers both ways: every socket readiness edge and provider
+        // wake-up must be seen (the drivers have no fallback tick: a lost
+        // one stalls a transfer for good, and `bounded` fails the test).
         for i in 0..8 {
             let d = testprog::read(&c, n, i).await.unwrap();
             assert_eq!(d.len(), n as usize);
             let w = testprog::pattern(i, n as usize);
             assert_eq!(testprog::write(&c, &w).await.unwrap().0, n);
         }
-        assert_eq!(t.status().fallback_rescues, 0, "client driver");
         let srv = &server_status(&rdma, |s| s.engine.replies_sent >= 18).await;
-        assert_eq!(srv.fallback_rescues, 0, "server driver");
+        assert!(srv.engine.replies_sent >= 18, "server driver");
         t.shutdown().await;
         rdma.shutdown().await;
     })
@@ -164,13 +163,12 @@ async fn read_1mib_through_a_write_chunk() {
 
 // Both ends on one thread; the server's handler holds that thread (as a
 // descheduled thread on a loaded machine would not run) for 9 to 25 ms
-// before it replies, so the reply's readiness edge is dispatched in the
-// same runtime turn as the client driver's fallback tick, whose instant
-// fell during the hold, for one hold length or another. The tick finds a
-// delivered wake-up, not a lost one: no rescue counted, however late the
-// tick runs.
+// before it replies, so the reply's readiness edge is dispatched late, in
+// the same runtime turn as whatever else became due meanwhile. (This once
+// checked that the drivers' fallback tick, gone since, did not count such a
+// late but delivered wake-up as lost.) Every reply still reaches its call.
 #[tokio::test(flavor = "current_thread")]
-async fn a_tick_in_the_same_turn_as_a_delivered_wake_up_is_no_rescue() {
+async fn replies_delivered_late_by_a_held_runtime_thread_reach_their_calls() {
     const HOLD_PROG: u32 = 0x2000_5302;
     bounded(async {
         let server = Server::default();
@@ -191,7 +189,6 @@ async fn a_tick_in_the_same_turn_as_a_delivered_wake_up_is_no_rescue() {
             let r = c.call(HOLD_PROG, 1, 1, b.finish(), &[]).await.unwrap();
             assert_eq!(r.reader().u32("us").unwrap(), us);
         }
-        assert_eq!(t.status().fallback_rescues, 0, "client driver");
         t.shutdown().await;
         rdma.shutdown().await;
     })
@@ -202,8 +199,8 @@ async fn a_tick_in_the_same_turn_as_a_delivered_wake_up_is_no_rescue() {
 // most 16 KiB per progress pass: a pass that stops at that budget leaves
 // input in the socket that no new readiness edge announces (the driver
 // consumed the edge before the pass). The provider must wake the driver at
-// once; otherwise every READ's last octets wait for the fallback tick,
-// which counts each such stall as a lost wake-up.
+// once; otherwise every READ's last octets wait for good (the drivers have
+// no fallback tick), and `bounded` fails the test.
 #[tokio::test(flavor = "current_thread")]
 async fn reads_stopped_by_the_read_budget_lose_no_wake_up() {
     bounded(async {
@@ -221,7 +218,6 @@ async fn reads_stopped_by_the_read_budget_lose_no_wake_up() {
             let d = testprog::read(&c, n, i).await.unwrap();
             assert!(d[..] == testprog::pattern(i, n as usize)[..], "pattern");
         }
-        assert_eq!(t.status().fallback_rescues, 0, "client driver");
         t.shutdown().await;
         rdma.shutdown().await;
     })

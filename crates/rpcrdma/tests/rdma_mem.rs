@@ -2,15 +2,22 @@
 //! the driver runs on the provider's `arm` waker alone).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::Waker;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rpcrdma::rdma::{serve_provider, Connected, LinkInfo, RdmaClientTransport};
+use rpcrdma::rdma::{
+    serve_provider, BoxProvider, Connected, LinkInfo, RdmaClientTransport, RdmaProvider,
+    RdmaServerConnection,
+};
 use rpcrdma::testprog;
 use rpcrdma::{Client, ClientConfig, ClientIdentity, Metrics, Server};
 use rpcrdma_proto::engine::{Config, Connection};
 use rpcrdma_proto::provider::mem::{self, MemConfig};
-use rpcrdma_proto::provider::{ConnectionEvent, Provider};
+use rpcrdma_proto::provider::{
+    Access, Buffer, Caps, Completion, ConnectionEvent, ConnectionInfo, ConnectionState,
+    MemoryRegion, Notify, Provider, ProviderError, RecvWr, RegisterError, SendWr,
+};
 
 fn link(peer: &str) -> LinkInfo {
     LinkInfo {
@@ -19,43 +26,52 @@ fn link(peer: &str) -> LinkInfo {
     }
 }
 
+/// A test-program server on one end of an in-memory pair (receives posted
+/// before accepting, as a server must) and a client transport on the other
+/// end, its provider made by `client`.
+fn serve_and_connect(
+    client: impl FnOnce(mem::MemProvider) -> BoxProvider,
+) -> (RdmaServerConnection, Arc<RdmaClientTransport>) {
+    let ccfg = Config::client();
+    let scfg = Config::server();
+    let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
+    a.connect(ccfg.connect_params()).unwrap();
+    assert!(matches!(
+        b.poll_event(),
+        Some(ConnectionEvent::ConnectRequest { .. })
+    ));
+    let mut sconn = Connection::new(scfg.clone());
+    sconn.prepare_receives(&mut b);
+    b.accept(scfg.connect_params()).unwrap();
+    let server = Server::default();
+    testprog::register(&server);
+    let srv = serve_provider(
+        Connected {
+            provider: Box::new(b),
+            info: link("mem-client"),
+        },
+        sconn,
+        scfg,
+        server.dispatcher(),
+        ClientIdentity(Bytes::from_static(b"mem-client")),
+        Arc::new(Metrics::default()),
+    );
+    let t = RdmaClientTransport::from_connected(
+        Connected {
+            provider: client(a),
+            info: link("mem-server"),
+        },
+        ccfg,
+        None,
+        None,
+    );
+    (srv, t)
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn test_program_over_the_in_memory_provider() {
     tokio::time::timeout(Duration::from_secs(60), async {
-        let ccfg = Config::client();
-        let scfg = Config::server();
-        let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
-        a.connect(ccfg.connect_params()).unwrap();
-        assert!(matches!(
-            b.poll_event(),
-            Some(ConnectionEvent::ConnectRequest { .. })
-        ));
-        let mut sconn = Connection::new(scfg.clone());
-        sconn.prepare_receives(&mut b);
-        b.accept(scfg.connect_params()).unwrap();
-
-        let server = Server::default();
-        testprog::register(&server);
-        let srv = serve_provider(
-            Connected {
-                provider: Box::new(b),
-                info: link("mem-client"),
-            },
-            sconn,
-            scfg,
-            server.dispatcher(),
-            ClientIdentity(Bytes::from_static(b"mem-client")),
-            Arc::new(Metrics::default()),
-        );
-        let t = RdmaClientTransport::from_connected(
-            Connected {
-                provider: Box::new(a),
-                info: link("mem-server"),
-            },
-            ccfg,
-            None,
-            None,
-        );
+        let (srv, t) = serve_and_connect(|a| Box::new(a));
         let c = Client::new(t.clone(), ClientConfig::default());
         let cb = Server::default();
         testprog::register_cb(&cb);
@@ -92,4 +108,107 @@ async fn test_program_over_the_in_memory_provider() {
     })
     .await
     .expect("bounded");
+}
+
+/// A provider with a timer of its own (as the iWARP provider's Read RTR
+/// nudges): it holds back its events and completions, and wakes nobody,
+/// until `until`; it says so through `RdmaProvider::next_deadline`.
+struct LateProvider {
+    inner: mem::MemProvider,
+    until: Instant,
+}
+
+impl LateProvider {
+    fn holding(&self) -> bool {
+        Instant::now() < self.until
+    }
+}
+
+impl Provider for LateProvider {
+    fn caps(&self) -> Caps {
+        self.inner.caps()
+    }
+    fn connection_state(&self) -> ConnectionState {
+        self.inner.connection_state()
+    }
+    fn connection_info(&self) -> Option<ConnectionInfo> {
+        self.inner.connection_info()
+    }
+    fn poll_event(&mut self) -> Option<ConnectionEvent> {
+        if self.holding() {
+            return None;
+        }
+        self.inner.poll_event()
+    }
+    fn disconnect(&mut self) {
+        self.inner.disconnect()
+    }
+    fn register(&mut self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, RegisterError> {
+        self.inner.register(buf, access)
+    }
+    fn register_shared(
+        &mut self,
+        buf: Bytes,
+        access: Access,
+    ) -> Result<MemoryRegion, ProviderError> {
+        self.inner.register_shared(buf, access)
+    }
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
+        self.inner.deregister(mr)
+    }
+    fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
+        self.inner.region(mr)
+    }
+    fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
+        self.inner.region_mut(mr)
+    }
+    fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError> {
+        self.inner.post_recv(wr)
+    }
+    fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError> {
+        self.inner.post_send(wr)
+    }
+    fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
+        if self.holding() {
+            return 0;
+        }
+        self.inner.poll_completions(out)
+    }
+    fn arm(&mut self, waker: &Waker, notify: Notify) {
+        // Until the deadline only the timer can bring work: nothing is
+        // woken (the inner provider would wake at once for the event it
+        // holds).
+        if !self.holding() {
+            self.inner.arm(waker, notify);
+        }
+    }
+}
+
+impl RdmaProvider for LateProvider {
+    fn next_deadline(&self) -> Option<Instant> {
+        self.holding().then_some(self.until)
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+// The client's provider holds its Established event for 30 ms and wakes
+// nobody meanwhile: only its deadline can get the call out. (Before the
+// driver waited for provider deadlines, its 20 ms fallback tick found this
+// work as a "lost wake-up"; without the tick and without the deadline the
+// call waits for good.)
+#[tokio::test(flavor = "current_thread")]
+async fn the_driver_wakes_for_the_provider_deadline() {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        let until = Instant::now() + Duration::from_millis(30);
+        let (srv, t) = serve_and_connect(|inner| Box::new(LateProvider { inner, until }));
+        let c = Client::new(t.clone(), ClientConfig::default());
+        testprog::null(&c).await.unwrap();
+        assert_eq!(t.status().engine.calls_sent, 1);
+        t.shutdown().await;
+        srv.shutdown().await;
+    })
+    .await
+    .expect("the call waited past the provider's deadline");
 }

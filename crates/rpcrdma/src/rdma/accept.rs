@@ -18,8 +18,8 @@ use rpcrdma_iwarp::tcp::PendingConnection;
 use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
 use tokio::task::JoinHandle;
 
-use super::blocking::ThreadWake;
 use super::driver::{self, Cmd, Shared};
+use super::wake::ThreadWake;
 use super::{Connected, IdentifyFn, LinkInfo};
 use crate::metrics::Metrics;
 use crate::transport::CallDispatcher;

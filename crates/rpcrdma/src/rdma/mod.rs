@@ -3,38 +3,38 @@
 //!
 //! # Shape
 //!
-//! One tokio **driver task per connection** owns one engine
-//! [`Connection`](rpcrdma_proto::engine::Connection) and one provider
-//! ([`BoxProvider`]) and steps them: commands from the runtime (calls,
-//! replies, backchannel, close) → engine; provider events and completions →
-//! engine; engine events → reply receivers and the [`CallDispatcher`](crate::CallDispatcher);
-//! engine timers with tokio time; readiness through an `AsyncFd` on the
-//! provider's [`raw_fd`](rpcrdma_proto::provider::Provider::raw_fd) when it
-//! has one, and always through the provider's `arm` waker. Nothing in the
-//! driver blocks: blocking connection setup (TCP connect, MPA handshake)
-//! runs in `spawn_blocking` (client); a server's one acceptor thread
-//! drives every pending MPA exchange at once
-//! ([`rpcrdma_iwarp::acceptor::Acceptor`], `poll(2)`).
+//! Each connection has one **driver**: a synchronous core (`core.rs`) that
+//! owns one engine [`Connection`](rpcrdma_proto::engine::Connection) and one
+//! provider ([`BoxProvider`]) and makes rounds: commands from the runtime
+//! (calls, replies, backchannel, close) → engine; provider events and
+//! completions → engine; engine events → reply receivers and the
+//! [`CallDispatcher`](crate::CallDispatcher). When a round moves nothing
+//! the core arms the provider's waker and says what to wait for: the
+//! socket's readiness and one deadline (the engine's, or the provider's
+//! own). Two thin shells do the waiting:
 //!
-//! The driver is one hand-written `poll`: each pass reads the clock once,
-//! takes the socket's readiness edge, drains commands, steps provider and
-//! engine, and loops while anything moved (yielding every 16 busy passes);
-//! before it sleeps it registers for the next readiness edge, the provider
-//! waker and one timer (the engine's next deadline, or a fallback tick
-//! while work is in flight). The fallback tick fires only after no
-//! progress; if it then finds work waiting that no wake source announced
-//! (twice, a turn of the runtime's I/O driver apart), a wake-up was lost
-//! somewhere: the tick makes up for it, and
-//! [`RdmaStatus::fallback_rescues`] counts it (zero in a healthy process;
-//! the bench reports it). A server handler is polled once inline on the
-//! driver's task and only spawned if it has to wait, so a reply that is
-//! ready at once goes out in the same pass.
+//! * the **task shell** (`task.rs`, the default): a tokio task; readiness
+//!   through an `AsyncFd` on the provider's
+//!   [`raw_fd`](rpcrdma_proto::provider::Provider::raw_fd), one tokio
+//!   timer, the command channel; blocking connection setup (TCP connect,
+//!   MPA handshake) in `spawn_blocking`; it reconnects after a loss;
+//! * the **thread shell** (`thread.rs`, blocking mode): a thread that
+//!   sleeps in the socket's `recv(2)` or in `poll(2)` on the socket and a
+//!   wake-up socket pair (`wake.rs`).
+//!
+//! Nothing else wakes a driver: there is no fallback tick (the core's
+//! docs go through every wake source). A server's one acceptor thread
+//! drives every pending MPA exchange at once
+//! ([`rpcrdma_iwarp::acceptor::Acceptor`], `poll(2)`). A server handler is
+//! polled once inline by the driver and only spawned if it has to wait,
+//! so a reply that is ready at once goes out in the same round. The
+//! layering and a call's path are drawn in `docs/design/rpcrdma.md`.
 //!
 //! * Client: [`RdmaClientTransport`] implements [`ClientTransport`](crate::ClientTransport). DDP
 //!   pieces of a call map to engine DDP pieces (Read chunks when the call
 //!   does not fit inline), the call's `ddp_results` to Write chunks. After a
-//!   connection loss the driver reconnects with exponential backoff
-//!   ([`ReconnectPolicy`]) and the engine
+//!   connection loss the task shell reconnects with the runtime's one
+//!   reconnection schedule ([`ReconnectPolicy`]) and the engine
 //!   ([`Connection::reconnect`](rpcrdma_proto::engine::Connection::reconnect))
 //!   re-sends the interrupted calls **with their original XIDs, on the new
 //!   connection only**.
@@ -45,7 +45,7 @@
 //!   peer's IP address: never the source port, so the duplicate-reply cache
 //!   recognises a retransmission after a reconnect).
 //! * Blocking mode ([`RdmaBlockingClient`], [`RdmaServerConfig::blocking`]):
-//!   the same driver steps without the task hand-offs. A blocking client's
+//!   the same core in the thread shell, without the task hand-offs. A blocking client's
 //!   calling thread drives its connection and sleeps in the socket's
 //!   `recv(2)`; a blocking server drives each connection on a thread of its
 //!   own (recv(2) while no handler runs elsewhere, else `poll(2)` on the
@@ -134,12 +134,17 @@ use crate::transport::ClientIdentity;
 mod accept;
 mod blocking;
 mod convert;
+mod core;
 mod driver;
+mod handle;
 mod server;
+mod task;
+mod thread;
 mod transport;
+mod wake;
 
 pub use blocking::RdmaBlockingClient;
-pub use server::{serve_provider, RdmaServer};
+pub use server::{serve_provider, RdmaServer, RdmaServerConnection};
 pub use transport::{connect_client, RdmaClientTransport};
 
 /// A provider the driver can own: any [`Provider`] that can move to the
@@ -190,14 +195,11 @@ pub trait RdmaProvider: Provider + Send + 'static {
         None
     }
 
-    /// For the driver's fallback tick (rare; may cost a system call): true
-    /// when the waker last given to [`Provider::arm`] has not been woken
-    /// although a pass would find work: work the provider already holds,
-    /// or input waiting in its socket (the driver checks whether a
-    /// readiness edge announced that input). False (the default): the
-    /// provider cannot tell, and the tick never finds a lost wake-up.
-    fn unannounced_work(&self) -> bool {
-        false
+    /// The provider's own next deadline, if it has one: work it does on a
+    /// timer, without input (the driver sleeps no longer than this and
+    /// then makes a pass). `None` (the default): no timer.
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        None
     }
 
     /// The concrete provider, for [`RdmaClientTransport::with_provider`]
@@ -230,9 +232,8 @@ impl RdmaProvider for IwarpProvider {
     fn registered_regions(&self) -> Option<u32> {
         Some(self.qp().registered_regions())
     }
-
-    fn unannounced_work(&self) -> bool {
-        IwarpProvider::unannounced_work(self)
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        IwarpProvider::next_deadline(self)
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
@@ -246,12 +247,6 @@ impl RdmaProvider for MemProvider {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
-}
-
-/// [`RdmaStatus::fallback_rescues`] summed over every connection this
-/// process has driven (for tools; zero in a healthy process).
-pub fn fallback_rescues_total() -> u64 {
-    driver::FALLBACK_RESCUES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The provider of one connection, owned by its driver task.
@@ -495,14 +490,6 @@ pub struct RdmaStatus {
     pub engine: EngineMetrics,
     /// The engine's last connection error, as text.
     pub last_error: Option<String>,
-    /// Lost wake-ups: times the driver's fallback tick (a safety net while
-    /// work is in flight) found work waiting that no wake source (command,
-    /// readiness edge, engine deadline, provider waker) had announced, and
-    /// still found it unannounced a turn of the runtime's I/O driver later;
-    /// each one stalled the connection for up to the tick (20 ms). A tick
-    /// that merely runs in the same turn as a wake-up that was delivered
-    /// (a starved runtime thread) does not count. Zero in a healthy driver.
-    pub fallback_rescues: u64,
     /// What the engine holds now (work requests, receives, pooled
     /// buffers, calls in progress, Read sinks and budget).
     pub resources: Resources,

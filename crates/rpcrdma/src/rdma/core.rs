@@ -1,0 +1,788 @@
+//! The driver's synchronous core: one engine, one provider, and the calls
+//! and replies of the runtime in between. No runtime, no waiting: a shell
+//! ([`super::task`] or [`super::thread`]) hands it commands and readiness,
+//! asks it to make a round ([`Core::round`]), and, when a round moved
+//! nothing, asks what to wait for ([`Core::before_sleep`]): a wake-up of
+//! the waker it arms, the socket's readiness, and at most one deadline.
+//!
+//! Every wake source of a connection, and how the core makes sure none is
+//! lost when its shell sleeps (the argument the old fallback tick stood in
+//! for):
+//!
+//! * commands: the shell registers with its channel before it sleeps
+//!   (`poll_recv` / the thread's wake-up flag, set after each send);
+//!   deferred commands are run at the start of every round;
+//! * the provider: [`Core::before_sleep`] arms its waker and then makes one
+//!   more step, so work that appeared between the last step and the arm
+//!   is either found by that step or wakes the waker (`arm` wakes at once
+//!   when a pass would find work, including input left in the socket by a
+//!   pass that stopped at its read budget);
+//! * the socket: readiness is edge-triggered and cleared *before* the
+//!   provider reads ([`Core::note_readable`]), so input arriving after the
+//!   provider's drain is a new edge the shell sees before it sleeps;
+//!   writability likewise while the provider [wants to write](Core::wants_write);
+//! * timers: the engine's next deadline and the provider's own (a Read
+//!   RTR's next nudge) are both in [`Wait::deadline`];
+//! * the shared Read-sink budget: the engine holds the shell's waker
+//!   ([`Core::set_waker`]) and wakes it when another connection returns
+//!   budget.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Instant;
+
+use rpcrdma_proto::engine::ids::IdMap;
+use rpcrdma_proto::engine::{
+    CallError, CallFailure, CallHandle, CallId, Config as EngineConfig, Connection, Event,
+    OutgoingCall as ECall, OutgoingReply,
+};
+use rpcrdma_proto::provider::{Completion, ConnectionEvent, ConnectionState, Notify, Provider};
+
+use super::convert;
+use super::handle::{call_span, engine_call, Cmd, ConnHandle, ReplySink, Shared};
+use super::{BoxProvider, Connected};
+use crate::client::AttemptRef;
+use crate::message::Message;
+use crate::metrics::Metrics;
+use crate::transport::{
+    CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ServerConnection, TransportError,
+};
+
+/// What a shell waits for when a round moved nothing (besides the waker it
+/// armed and the command channel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Wait {
+    /// The earliest deadline of the engine and the provider.
+    pub(crate) deadline: Option<Instant>,
+    /// Wait for the socket to become writable too.
+    pub(crate) writable: bool,
+}
+
+/// What [`Core::before_sleep`] found.
+pub(crate) enum Next {
+    /// Work appeared: make another round.
+    Round,
+    /// The engine closed: the connection is over.
+    Closed,
+    /// Nothing to do until a wake-up, readiness or the deadline.
+    Sleep(Wait),
+}
+
+/// When the core publishes its state for [`super::RdmaStatus`] readers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Publish {
+    /// After every round that moved (the task shell: readers on other
+    /// tasks).
+    Always,
+    /// Marked stale; the shell publishes before it sleeps (the thread
+    /// shell: one lock and copy per call instead of one per pass).
+    BeforeSleep,
+    /// Only when asked (a blocking client, the only reader of its state).
+    OnDemand,
+}
+
+struct Pending {
+    xid: u32,
+    tx: ReplySink,
+    span: tracing::Span,
+}
+
+/// The calls waiting for their replies, by engine id (the engine's events
+/// name them so). The first one sits in a slot of its own: with one call
+/// at a time (a blocking client, a synchronous caller) no hash map is
+/// touched. The runtime's XID of a call (assigned by the caller; the engine
+/// assigns the wire XIDs) is only carried along: a cancel, after a
+/// timeout, looks it up by a scan.
+#[derive(Default)]
+struct Outstanding {
+    one: Option<(CallId, Pending)>,
+    /// Every other call.
+    by_id: IdMap<CallId, Pending>,
+}
+
+impl Outstanding {
+    fn insert(&mut self, id: CallId, p: Pending) {
+        if self.one.is_none() {
+            self.one = Some((id, p));
+        } else {
+            self.by_id.insert(id, p);
+        }
+    }
+
+    fn get(&self, id: CallId) -> Option<&Pending> {
+        match &self.one {
+            Some((i, p)) if *i == id => Some(p),
+            _ => self.by_id.get(&id),
+        }
+    }
+
+    fn remove(&mut self, id: CallId) -> Option<Pending> {
+        if matches!(&self.one, Some((i, _)) if *i == id) {
+            return self.one.take().map(|(_, p)| p);
+        }
+        self.by_id.remove(&id)
+    }
+
+    /// Forgets the calls of the runtime's XID `xid` (their replies, if any
+    /// come, are dropped).
+    fn forget_xid(&mut self, xid: u32) {
+        if matches!(&self.one, Some((_, p)) if p.xid == xid) {
+            self.one = None;
+        }
+        self.by_id.retain(|_, p| p.xid != xid);
+    }
+
+    /// Every call, in no particular order.
+    fn into_all(self) -> impl Iterator<Item = Pending> {
+        self.one
+            .into_iter()
+            .map(|(_, p)| p)
+            .chain(self.by_id.into_values())
+    }
+}
+
+fn call_error(e: CallError) -> TransportError {
+    match e {
+        CallError::TooLarge { len, max } => TransportError::TooLarge { len, max },
+        CallError::Closed(e) => TransportError::Lost(e.to_string()),
+        other => TransportError::Lost(other.to_string()),
+    }
+}
+
+/// See the module docs.
+pub(crate) struct Core {
+    prov: BoxProvider,
+    conn: Connection,
+    config: EngineConfig,
+    shared: Arc<Shared>,
+    pending: Outstanding,
+    /// Keyed by the peer's XIDs: SipHash (a peer chooses the keys). Calls
+    /// answered while they are dispatched never enter it (see
+    /// [`Core::dispatch`]).
+    incoming: HashMap<u32, CallHandle>,
+    /// The buffer of replies kept during a dispatch, kept between calls.
+    inline_replies: Vec<(u32, Message)>,
+    dispatcher: Option<Arc<dyn CallDispatcher>>,
+    identity: ClientIdentity,
+    /// Calls interrupted by a connection loss wait for the next connection
+    /// (the task shell reconnects) instead of failing.
+    resend_after_loss: bool,
+    /// The time of the current round.
+    now: Instant,
+    closing: bool,
+    comps: Vec<Completion>,
+    deferred: Vec<Cmd>,
+    publish: Publish,
+    /// State changed since the last publication.
+    stale: bool,
+    /// The handle every received call carries (one allocation per
+    /// connection, not per call).
+    conn_handle: Arc<dyn ServerConnection>,
+    /// The outcome of the driving thread's own call ([`ReplySink::Driver`])
+    /// with its XID, until [`Core::take_reply`].
+    reply: Option<(u32, Result<Message, TransportError>)>,
+    /// The engine's `retransmits` already added to the runtime's.
+    retransmits_seen: u64,
+}
+
+impl Core {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        connected: Connected,
+        conn: Connection,
+        config: EngineConfig,
+        shared: Arc<Shared>,
+        dispatcher: Option<Arc<dyn CallDispatcher>>,
+        identity: ClientIdentity,
+        resend_after_loss: bool,
+        publish: Publish,
+    ) -> Core {
+        {
+            let mut st = shared.lock();
+            st.status.link = connected.info;
+            st.status.connects = 1;
+        }
+        let conn_handle: Arc<dyn ServerConnection> = Arc::new(ConnHandle(shared.clone()));
+        Core {
+            prov: connected.provider,
+            conn,
+            config,
+            shared,
+            pending: Outstanding::default(),
+            incoming: HashMap::new(),
+            inline_replies: Vec::new(),
+            dispatcher,
+            identity,
+            resend_after_loss,
+            now: Instant::now(),
+            closing: false,
+            comps: Vec::new(),
+            deferred: Vec::new(),
+            publish,
+            stale: false,
+            conn_handle,
+            reply: None,
+            retransmits_seen: 0,
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The time of the last round.
+    pub(crate) fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// True once the engine has closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.conn.is_closed()
+    }
+
+    /// A close came while the connection was down: nothing to close in
+    /// the engine, the calls fail as closed.
+    pub(crate) fn set_closing(&mut self) {
+        self.closing = true;
+    }
+
+    /// True once a close was asked for.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing
+    }
+
+    /// Received calls are waiting for replies from other threads.
+    pub(crate) fn awaits_replies(&self) -> bool {
+        !self.incoming.is_empty()
+    }
+
+    /// A call waits for the shared Read-sink budget (another connection
+    /// returns it, through the waker given to [`Core::set_waker`]).
+    pub(crate) fn waits_for_read_budget(&self) -> bool {
+        self.conn.waits_for_read_budget()
+    }
+
+    /// The engine wakes `waker` when shared Read-sink budget comes back.
+    pub(crate) fn set_waker(&mut self, waker: &Waker) {
+        self.conn.set_waker(waker);
+    }
+
+    pub(crate) fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// Runs `cmd` at the next round (a reconnecting shell's commands).
+    pub(crate) fn defer(&mut self, cmd: Cmd) {
+        self.deferred.push(cmd);
+    }
+
+    // ------------------------------------------------------------------
+    // The round
+
+    /// One round at `now`: the deferred commands, then every command
+    /// `next_cmd` gives, then the provider and the engine (events,
+    /// completions, deadlines due, returned budget). True if anything
+    /// moved.
+    pub(crate) fn round(
+        &mut self,
+        now: Instant,
+        next_cmd: &mut dyn FnMut() -> Option<Cmd>,
+    ) -> bool {
+        self.now = now;
+        let mut busy = false;
+        for cmd in std::mem::take(&mut self.deferred) {
+            busy = true;
+            self.command(cmd);
+        }
+        while let Some(c) = next_cmd() {
+            busy = true;
+            self.command(c);
+        }
+        if busy {
+            // Commands changed the engine (e.g. a reply went out).
+            self.publish();
+        }
+        busy | self.step()
+    }
+
+    /// A round moved nothing: arms the provider's waker with `waker` and
+    /// steps once more (work that came in between is found now or wakes
+    /// the waker), then says what to wait for.
+    pub(crate) fn before_sleep(&mut self, waker: &Waker) -> Next {
+        self.prov.arm(waker, Notify::Any);
+        if self.step() {
+            return Next::Round;
+        }
+        if self.conn.is_closed() {
+            return Next::Closed;
+        }
+        Next::Sleep(self.wait())
+    }
+
+    /// What to wait for besides the waker and the commands.
+    pub(crate) fn wait(&self) -> Wait {
+        let deadline = match (self.conn.poll_timeout(), self.provider_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Wait {
+            deadline,
+            writable: self.wants_write(),
+        }
+    }
+
+    /// One pass over the provider and the engine; true if anything moved.
+    fn step(&mut self) -> bool {
+        let now = self.now;
+        let mut busy = false;
+        while let Some(ev) = self.prov.poll_event() {
+            busy = true;
+            match ev {
+                ConnectionEvent::Established(info) => {
+                    self.conn.handle_established(now, &mut self.prov, &info);
+                    tracing::debug!(peer = %self.shared.peer, negotiated = ?self.conn.negotiated(), "rpc/rdma connection established");
+                }
+                ConnectionEvent::Disconnected(r) => {
+                    tracing::debug!(peer = %self.shared.peer, reason = ?r, "rpc/rdma disconnected");
+                    self.conn.handle_disconnected(&mut self.prov, r);
+                }
+                ConnectionEvent::ConnectRequest { .. } => {}
+            }
+        }
+        let mut comps = std::mem::take(&mut self.comps);
+        self.prov.poll_completions(&mut comps);
+        for c in comps.drain(..) {
+            busy = true;
+            self.conn.handle_completion(now, &mut self.prov, c);
+        }
+        self.comps = comps;
+        if self.conn.poll_timeout().is_some_and(|t| t <= now) {
+            self.conn.handle_timeout(now, &mut self.prov);
+        }
+        // Budget another connection gave back (its waker brought us here).
+        if self.conn.waits_for_read_budget() {
+            busy |= self.conn.handle_read_budget(now, &mut self.prov);
+        }
+        while let Some(e) = self.conn.poll_event() {
+            busy = true;
+            self.event(e);
+        }
+        self.count_retransmits();
+        if busy {
+            self.publish();
+        }
+        busy
+    }
+
+    /// Adds the calls the engine sent again since the last look to the
+    /// runtime's `retransmits` (the engine's count carries across
+    /// reconnects).
+    fn count_retransmits(&mut self) {
+        let sent_again = self.conn.metrics().retransmits;
+        if sent_again > self.retransmits_seen {
+            Metrics::add(
+                &self.shared.metrics.retransmits,
+                sent_again - self.retransmits_seen,
+            );
+            self.retransmits_seen = sent_again;
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Publication
+
+    /// Publishes the connection's state (see [`Publish`]).
+    fn publish(&mut self) {
+        match self.publish {
+            Publish::Always => self.publish_now(),
+            _ => self.stale = true,
+        }
+    }
+
+    /// Publishes now if the state is stale (the thread shell, before it
+    /// sleeps).
+    pub(crate) fn publish_stale(&mut self) {
+        if self.publish == Publish::BeforeSleep && std::mem::take(&mut self.stale) {
+            self.publish_now();
+        }
+    }
+
+    /// From now on the state is published only by [`Core::publish_now`].
+    pub(crate) fn publish_on_demand(&mut self) {
+        self.publish = Publish::OnDemand;
+    }
+
+    /// Publishes the state.
+    pub(crate) fn publish_now(&self) {
+        let mut st = self.shared.lock();
+        st.status.negotiated = self.conn.negotiated();
+        st.status.credits = self.conn.credits();
+        st.status.grant = self.conn.grant();
+        st.status.outstanding = self.conn.outstanding();
+        st.status.queued = self.conn.queued();
+        st.status.engine = *self.conn.metrics();
+        st.status.last_error = self.conn.error().map(|e| e.to_string());
+        st.status.resources = self.conn.resources();
+        st.status.registered_regions = self.prov.registered_regions();
+    }
+
+    // ------------------------------------------------------------------
+    // Commands and calls
+
+    /// Runs a command at the time of the last round.
+    pub(crate) fn command(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Call {
+                call,
+                xid,
+                tx,
+                span,
+            } => self.start_call(call, xid, tx, span),
+            Cmd::Cancel(xid) => self.pending.forget_xid(xid),
+            Cmd::Reply { xid, reply } => self.reply(xid, reply),
+            Cmd::SetBackchannel(d) => {
+                self.dispatcher = Some(d);
+                let slots = self.config.backchannel_slots;
+                self.conn.enable_backchannel(&mut self.prov, slots);
+            }
+            Cmd::Close => {
+                self.closing = true;
+                let p: &mut dyn Provider = &mut self.prov;
+                self.conn.close(p);
+            }
+            Cmd::WithProvider(f) => f(self.prov.as_any_mut()),
+        }
+    }
+
+    /// Runs a command now (a blocking client's own, on its thread).
+    pub(crate) fn command_now(&mut self, cmd: Cmd) {
+        self.now = Instant::now();
+        self.command(cmd);
+    }
+
+    /// Starts a call in the engine (at `self.now`).
+    fn start_call(&mut self, call: ECall, xid: u32, tx: ReplySink, span: tracing::Span) {
+        match self.conn.start_call(self.now, &mut self.prov, call) {
+            Ok(id) => self.pending.insert(id, Pending { xid, tx, span }),
+            Err(e) => self.deliver(tx, xid, Err(call_error(e))),
+        }
+    }
+
+    /// Starts `call` now, its reply going to `tx` (a blocking client's own
+    /// call, on its thread: no command); returns its length in XDR octets.
+    pub(crate) fn call_now(&mut self, call: AttemptRef<'_>, tx: ReplySink) -> usize {
+        let (call, xid, len) = engine_call(call);
+        self.now = Instant::now();
+        self.start_call(call, xid, tx, call_span(xid));
+        len
+    }
+
+    /// Hands a call's outcome to its caller.
+    fn deliver(&mut self, tx: ReplySink, xid: u32, r: Result<Message, TransportError>) {
+        match tx {
+            ReplySink::Channel(tx) => {
+                let _ = tx.send(r);
+            }
+            ReplySink::Driver => self.reply = Some((xid, r)),
+        }
+    }
+
+    /// The outcome of the call `xid` made with [`ReplySink::Driver`], once
+    /// it is there (an outcome for another XID is dropped).
+    pub(crate) fn take_reply(&mut self, xid: u32) -> Option<Result<Message, TransportError>> {
+        // Looked at before it is moved out: most looks find nothing.
+        match &self.reply {
+            None => None,
+            Some((x, _)) if *x == xid => self.reply.take().map(|(_, r)| r),
+            Some(_) => {
+                self.reply = None;
+                None
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Received calls and their replies
+
+    /// Sends the reply to the outstanding call `xid`.
+    fn reply(&mut self, xid: u32, reply: Message) {
+        let Some(handle) = self.incoming.remove(&xid) else {
+            tracing::debug!(xid, "reply to no outstanding call dropped");
+            return;
+        };
+        self.reply_to(handle, xid, reply);
+    }
+
+    /// Sends `reply` to the call of `handle`.
+    fn reply_to(&mut self, handle: CallHandle, xid: u32, reply: Message) {
+        let r = self.conn.send_reply(
+            self.now,
+            &mut self.prov,
+            handle,
+            OutgoingReply {
+                message: convert::into_engine(reply),
+            },
+        );
+        match r {
+            Ok(form) => tracing::debug!(xid, ?form, "reply sent"),
+            Err(e) => tracing::debug!(xid, error = %e, "reply not sent"),
+        }
+    }
+
+    /// Dispatches the received call `xid` (engine handle `handle`). A reply
+    /// sent before `dispatch` returns (the common case: the handler did not
+    /// wait) is kept by the connection's [`Shared`] and sent here at once,
+    /// without the command channel and without the `incoming` map;
+    /// otherwise the handle waits in `incoming` for the reply command. An
+    /// older handle of the same XID is replaced either way.
+    fn dispatch(
+        &mut self,
+        d: &dyn CallDispatcher,
+        xid: u32,
+        handle: CallHandle,
+        call: IncomingCall,
+    ) {
+        self.shared
+            .begin_dispatch(std::mem::take(&mut self.inline_replies));
+        d.dispatch(call);
+        let mut replies = self.shared.end_dispatch();
+        let mut handle = Some(handle);
+        for (rxid, reply) in replies.drain(..) {
+            match handle.take_if(|_| rxid == xid) {
+                Some(h) => {
+                    if !self.incoming.is_empty() {
+                        self.incoming.remove(&xid);
+                    }
+                    self.reply_to(h, xid, reply);
+                }
+                None => self.reply(rxid, reply),
+            }
+        }
+        self.inline_replies = replies;
+        if let Some(h) = handle {
+            self.incoming.insert(xid, h);
+        }
+    }
+
+    fn event(&mut self, e: Event) {
+        match e {
+            Event::CallReceived(ic) => {
+                // Taken for the dispatch (no reference count per call) and
+                // put back: nothing else uses it meanwhile.
+                let Some(d) = self.dispatcher.take() else {
+                    tracing::debug!(xid = ic.xid, "call without a dispatcher dropped");
+                    return;
+                };
+                Metrics::inc(&self.shared.metrics.calls_received);
+                Metrics::add(&self.shared.metrics.bytes_received, ic.message.len() as u64);
+                tracing::debug!(
+                    xid = ic.xid,
+                    backchannel = ic.backchannel,
+                    long = ic.long,
+                    ddp = ic.ddp.len(),
+                    write_chunks = ic.write_chunks.len(),
+                    reply_chunk = ?ic.reply_chunk,
+                    "rpc/rdma call received"
+                );
+                let message = convert::incoming(ic.message, &ic.ddp);
+                let call = IncomingCall {
+                    message,
+                    client: self.identity.clone(),
+                    conn: self.conn_handle.clone(),
+                    guard: CallGuard::none(),
+                };
+                self.dispatch(&*d, ic.xid, ic.handle, call);
+                self.dispatcher = Some(d);
+            }
+            Event::ReplyReceived(r) => {
+                let Some(p) = self.pending.remove(r.id) else {
+                    Metrics::inc(&self.shared.metrics.replies_unmatched);
+                    return;
+                };
+                let bytes = r.message.len() + r.results.iter().map(|b| b.len()).sum::<usize>();
+                Metrics::inc(&self.shared.metrics.replies_received);
+                Metrics::add(&self.shared.metrics.bytes_received, bytes as u64);
+                {
+                    let _e = p.span.enter();
+                    p.span.record("wire_xid", r.xid);
+                    tracing::debug!(long = r.long, results = r.results.len(), "rpc/rdma reply");
+                }
+                let m = convert::reply(r.message, r.results, p.xid);
+                // The caller may look at the status as soon as it has the
+                // reply: publish first.
+                self.publish();
+                self.deliver(p.tx, p.xid, Ok(m));
+            }
+            Event::CallFailed {
+                id,
+                xid,
+                error,
+                retransmit,
+            } => self.call_failed(id, xid, error, retransmit),
+            Event::CreditsChanged { credits } => {
+                tracing::trace!(credits, "credits changed");
+            }
+            Event::ConnectionLost(e) => {
+                if !self.closing {
+                    Metrics::inc(&self.shared.metrics.transport_errors);
+                }
+                tracing::debug!(peer = %self.shared.peer, error = %e, "rpc/rdma connection lost");
+            }
+        }
+    }
+
+    fn call_failed(&mut self, id: CallId, xid: u32, error: CallFailure, retransmit: bool) {
+        if retransmit && self.resend_after_loss && !self.closing {
+            // Counted when it is sent again (`step`), not here: it may not
+            // have been sent at all yet (waiting for a credit), and may be
+            // interrupted again before.
+            if let Some(p) = self.pending.get(id) {
+                let _e = p.span.enter();
+                tracing::debug!(wire_xid = xid, error = %error, "call interrupted; will be re-sent on the next connection");
+            }
+            return;
+        }
+        let Some(p) = self.pending.remove(id) else {
+            return;
+        };
+        let err = match error {
+            CallFailure::Local(e) => call_error(e),
+            CallFailure::ConnectionLost(_) if self.closing => TransportError::Closed,
+            other => TransportError::Lost(other.to_string()),
+        };
+        let _e = p.span.enter();
+        tracing::debug!(wire_xid = xid, error = %err, "rpc/rdma call failed");
+        self.publish();
+        self.deliver(p.tx, p.xid, Err(err));
+    }
+
+    // ------------------------------------------------------------------
+    // Reconnection and the end
+
+    /// The connection was lost: lets the provider go (the shell has
+    /// stopped watching its socket).
+    pub(crate) fn drop_link(&mut self) {
+        self.set_read_gate(false);
+        self.prov.disconnect();
+    }
+
+    /// A new connection is up (after [`Core::drop_link`]): the engine
+    /// carries its calls over (the interrupted ones are re-sent with their
+    /// XIDs) onto the new provider.
+    pub(crate) fn relink(&mut self, connected: Connected) {
+        let old = std::mem::replace(&mut self.conn, Connection::new(self.config.clone()));
+        self.conn = old.reconnect(self.config.clone());
+        self.prov = connected.provider;
+        self.incoming.clear();
+        if self.dispatcher.is_some() {
+            let slots = self.config.backchannel_slots;
+            self.conn.enable_backchannel(&mut self.prov, slots);
+        }
+        let mut st = self.shared.lock();
+        st.status.link = connected.info;
+        st.status.connects += 1;
+    }
+
+    /// The connection is over: fails every call still waiting (and every
+    /// call among the commands still `queued`; the shell has closed its
+    /// channel) and starts the provider's close.
+    pub(crate) fn finish_begin(&mut self, queued: impl Iterator<Item = Cmd>) {
+        let err = if self.closing {
+            TransportError::Closed
+        } else {
+            TransportError::Lost(
+                self.conn
+                    .error()
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "connection ended".into()),
+            )
+        };
+        self.shared.set_closed(err.clone());
+        for p in std::mem::take(&mut self.pending).into_all() {
+            self.deliver(p.tx, p.xid, Err(err.clone()));
+        }
+        let cmds: Vec<Cmd> = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .chain(queued)
+            .collect();
+        for cmd in cmds {
+            if let Cmd::Call { tx, xid, .. } = cmd {
+                self.deliver(tx, xid, Err(err.clone()));
+            }
+        }
+        // Let the provider flush the close (bounded), reading freely.
+        self.drop_link();
+    }
+
+    /// One step of flushing the close; true once the provider is
+    /// disconnected.
+    pub(crate) fn flush_close(&mut self) -> bool {
+        let mut c = Vec::new();
+        self.prov.poll_completions(&mut c);
+        matches!(
+            self.prov.connection_state(),
+            ConnectionState::Disconnected(_)
+        )
+    }
+
+    // ------------------------------------------------------------------
+    // The provider's readiness hooks: the one place that calls them (the
+    // shells ask the core), so that a provider contract with readiness of
+    // its own replaces only this section.
+
+    /// The socket to watch for readiness, if the provider has one.
+    pub(crate) fn raw_fd(&self) -> Option<i32> {
+        self.prov.raw_fd()
+    }
+
+    /// The socket a thread shell polls.
+    pub(crate) fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.prov.poll_fd()
+    }
+
+    /// The shell watches the socket's readiness edges (and calls
+    /// [`Core::note_readable`] after clearing each), or stops doing so.
+    pub(crate) fn set_read_gate(&mut self, on: bool) {
+        self.prov.set_read_gate(on);
+    }
+
+    /// A readiness edge was cleared: the socket may be readable.
+    pub(crate) fn note_readable(&mut self) {
+        self.prov.note_readable();
+    }
+
+    /// Output waits for room in the socket.
+    pub(crate) fn wants_write(&self) -> bool {
+        self.prov.write_blocked()
+    }
+
+    /// The provider's own next deadline (a Read RTR's next nudge).
+    fn provider_deadline(&self) -> Option<Instant> {
+        self.prov.next_deadline()
+    }
+
+    /// Nothing waits to be polled or transmitted in the provider.
+    pub(crate) fn provider_settled(&self) -> bool {
+        self.prov.settled()
+    }
+
+    /// Lets [`Core::read_blocking`] sleep in the socket's receive call.
+    pub(crate) fn set_blocking_reads(&mut self, on: bool) -> bool {
+        self.prov.set_blocking_reads(on)
+    }
+
+    /// Sleeps in the socket's receive call for at most `timeout`.
+    pub(crate) fn read_blocking(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Option<std::io::Result<bool>> {
+        self.prov.read_blocking(timeout)
+    }
+
+    /// Arms the provider's waker without a step (the thread shell, which
+    /// made its step already).
+    pub(crate) fn arm(&mut self, waker: &Waker) {
+        self.prov.arm(waker, Notify::Any);
+    }
+}
