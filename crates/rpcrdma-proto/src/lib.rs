@@ -5,7 +5,7 @@
 //! private data, and version 2 as in draft-cel-nfsv4-rpcrdma-version-two-09).
 //!
 //! This crate performs no I/O, reads no clock and contains no `unsafe`. It is
-//! layered like this:
+//! layered like this (each layer uses only the ones above it):
 //!
 //! * [`xdr`]: a bounded, panic-free XDR (RFC 4506) reader and writer;
 //! * [`limits`]: the named limits on everything a peer controls;
@@ -13,7 +13,28 @@
 //!   chunk lists, RFC 8797 private data, ONC RPC (RFC 5531) message headers,
 //!   and direction detection for bidirectional operation. Each codec has
 //!   decode, exact-length encode, and a `Display` pretty-printer that the
-//!   `rpcrdma decode` tool, the tests and the fuzz targets share.
+//!   `rpcrdma decode` tool, the tests and the fuzz targets share;
+//! * [`provider`]: the RDMA provider contract (one queue pair: memory
+//!   registration, Send / Receive / RDMA Read / RDMA Write work requests,
+//!   completions, connection events), shaped like verbs and object-safe;
+//!   with the in-memory provider [`provider::mem`], the fault injector
+//!   [`provider::fault`] and the [`provider::conformance`] checks every
+//!   backend (software iWARP, rdma-core verbs) must pass;
+//! * [`engine`]: the RPC-over-RDMA transport engine, one
+//!   [`engine::Connection`] per RDMA connection, requester and responder in
+//!   both directions (RFC 8167): inputs are `handle_*` calls (completions,
+//!   connection events, timeouts with `now` passed in) and commands, outputs
+//!   are work requests posted to a provider passed in, and `poll_*` events
+//!   and deadlines. It decides inline / chunked / Long forms, credits, the
+//!   Read-sink budget, retransmission and the wire errors (ERR_VERS,
+//!   ERR_CHUNK) it answers with;
+//! * [`fuzzing`]: the fuzz entry points (shared by `cargo fuzz` and the
+//!   corpus-replay tests).
+//!
+//! The runtime (`rpcrdma`) drives an engine over a provider; the software
+//! iWARP provider lives in `rpcrdma-iwarp`. `docs/design/rpcrdma-proto.md`
+//! and `docs/design/engine.md` describe the crate and the engine in more
+//! detail.
 //!
 //! Spec citations sit at the checks they justify, as
 //! `//= rfcNNNN#section-X` followed by `//#` quoted text.
