@@ -149,6 +149,7 @@ pub mod crc;
 pub mod ddp;
 pub mod dissect;
 pub mod fuzzing;
+pub mod manager;
 pub mod mpa;
 pub mod qp;
 pub mod rdmap;
