@@ -37,7 +37,8 @@
 //! with a deadline) → [`PendingConnection`] (the peer's private data and
 //! IRD/ORD; register memory and post receives on
 //! [`PendingConnection::provider_mut`]) → [`PendingConnection::accept`] or
-//! [`PendingConnection::reject`].
+//! [`PendingConnection::reject`]. [`crate::manager`] wraps both sides in
+//! the provider contract's connection manager.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};

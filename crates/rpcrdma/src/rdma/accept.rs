@@ -73,7 +73,6 @@ pub(crate) fn start<CM>(cm: &CM, addr: impl ToSocketAddrs, ctx: AcceptCtx) -> io
 where
     CM: ConnectionManager,
     CM::Listener: Send + 'static,
-    <CM::Listener as Listener>::Pending: Send,
     CM::Provider: Send + 'static,
 {
     let mut last = None;
