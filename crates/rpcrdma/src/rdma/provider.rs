@@ -7,7 +7,7 @@
 //! connection setup). [`ProviderConfig`] says which provider carries a
 //! client's or a server's connections:
 //!
-//! * [`ProviderConfig::Iwarp`] (cargo feature `iwarp`, on by default): the
+//! * `ProviderConfig::Iwarp` (cargo feature `iwarp`, on by default): the
 //!   software iWARP provider of `rpcrdma-iwarp` (MPA/DDP/RDMAP over TCP,
 //!   talks to Linux siw), with its MPA settings and the admission limits
 //!   of connections that owe their MPA Request;
