@@ -1,11 +1,13 @@
 //! `rpcrdma serve`'s limits on new and established connections (see
-//! `rpcrdma::rdma::RdmaServerConfig::{accept, max_connections,
+//! `rpcrdma::rdma::provider::IwarpCm::accept` and
+//! `rpcrdma::rdma::RdmaServerConfig::{max_connections,
 //! max_connections_per_source}`); the defaults shown are the library's.
 
 use std::time::Duration;
 
 use clap::Args;
-use rpcrdma::rdma::{AcceptLimits, RdmaServerConfig};
+use rpcrdma::rdma::provider::AcceptLimits;
+use rpcrdma::rdma::RdmaServerConfig;
 
 fn defaults() -> (AcceptLimits, RdmaServerConfig) {
     (AcceptLimits::default(), RdmaServerConfig::default())
@@ -45,16 +47,19 @@ pub struct AcceptArgs {
 }
 
 impl AcceptArgs {
-    /// `config` with these limits.
-    pub fn apply(&self, config: RdmaServerConfig) -> RdmaServerConfig {
-        RdmaServerConfig {
-            accept: AcceptLimits {
+    /// `config` with these limits (the MPA ones apply to an iWARP
+    /// provider).
+    pub fn apply(&self, mut config: RdmaServerConfig) -> RdmaServerConfig {
+        if let Some(cm) = config.provider.iwarp_mut() {
+            cm.accept = AcceptLimits {
                 // Checked by the parser.
                 request_timeout: Duration::try_from_secs_f64(self.mpa_timeout)
-                    .unwrap_or(config.accept.request_timeout),
+                    .unwrap_or(cm.accept.request_timeout),
                 max_pending: self.max_pending,
                 max_pending_per_source: self.max_pending_per_source,
-            },
+            };
+        }
+        RdmaServerConfig {
             max_connections: self.max_conns,
             max_connections_per_source: self.max_conns_per_source,
             ..config

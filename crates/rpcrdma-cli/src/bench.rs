@@ -29,8 +29,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use rpcrdma::rdma::{
-    connect_client, AcceptLimits, RdmaBlockingClient, RdmaClientConfig, RdmaServer,
-    RdmaServerConfig, RdmaStatus,
+    connect_client, RdmaBlockingClient, RdmaClientConfig, RdmaServer, RdmaServerConfig, RdmaStatus,
 };
 use rpcrdma::testprog::{
     self, PROC_ECHO, PROC_NULL, PROC_READ, TEST_MAX_DATA, TEST_PROG, TEST_VERS,
@@ -328,8 +327,8 @@ pub async fn connect(
         }
         Transport::Rdma => {
             let mut rdma = RdmaClientConfig::default();
-            if let Some(crc) = opts.mpa_crc {
-                rdma.iwarp.crc = crc;
+            if let (Some(crc), Some(cm)) = (opts.mpa_crc, rdma.provider.iwarp_mut()) {
+                cm.config.crc = crc;
             }
             if opts.blocking {
                 let mut c = tokio::task::spawn_blocking(move || {
@@ -509,13 +508,12 @@ pub async fn serve(
 /// `scripts/bench-conns`: 1,000 connections from 127.0.0.1, set up 32 at
 /// once).
 fn bench_rdma_config(blocking: bool) -> RdmaServerConfig {
-    let d = RdmaServerConfig::default();
+    let mut d = RdmaServerConfig::default();
+    if let Some(cm) = d.provider.iwarp_mut() {
+        cm.accept.max_pending_per_source = cm.accept.max_pending;
+    }
     RdmaServerConfig {
         blocking,
-        accept: AcceptLimits {
-            max_pending_per_source: d.accept.max_pending,
-            ..d.accept
-        },
         max_connections_per_source: d.max_connections,
         ..d
     }

@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Args;
+use rpcrdma::rdma::provider::IwarpCm;
 use rpcrdma::rdma::{
-    iwarp_config_for, Connected, LinkInfo, ProviderConnector, RdmaClientTransport, RdmaServer,
-    RdmaServerConfig,
+    Connected, ProviderConnector, RdmaClientTransport, RdmaServer, RdmaServerConfig,
 };
 use rpcrdma::testprog::{self, TEST_PROG, TEST_VERS};
 use rpcrdma::{
@@ -38,10 +38,9 @@ use rpcrdma::{
     ServerConnection,
 };
 use rpcrdma_iwarp::capture::{self, Recorded};
-use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_iwarp::dissect::{self, ErrorKind, Side};
 use rpcrdma_iwarp::rdmap::Opcode;
-use rpcrdma_iwarp::tcp::{Direction, IwarpProvider};
+use rpcrdma_iwarp::tcp::{Capture, Direction, IwarpProvider};
 use rpcrdma_proto::engine::Config as EngineConfig;
 use rpcrdma_proto::provider::{ConnectionState, Provider};
 use serde_json::Value;
@@ -267,6 +266,8 @@ struct ConnMeta {
     local: Option<SocketAddr>,
     request: Vec<u8>,
     reply: Vec<u8>,
+    /// The provider's recording, taken while the driver owns it.
+    capture: Capture,
 }
 
 fn connector(
@@ -275,11 +276,11 @@ fn connector(
     meta: Arc<Mutex<ConnMeta>>,
 ) -> ProviderConnector {
     Arc::new(move || {
-        let icfg = iwarp_config_for(&IwarpConfig::default(), &engine);
+        let icfg = IwarpCm::default().config_for(&engine.connect_params());
         let mut p = IwarpProvider::connect(addr, icfg)?;
         // On from here: the MPA Request went out in `connect` and is
         // added to the capture from the frame we kept.
-        p.set_capture(true);
+        let capture = p.capture();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             p.progress();
@@ -297,6 +298,7 @@ fn connector(
             p.wait(Some(deadline - now))?;
         }
         let mut m = meta.lock().unwrap_or_else(|e| e.into_inner());
+        m.capture = capture;
         m.local = p.local_addr().ok();
         m.request = p
             .local_frame()
@@ -306,7 +308,8 @@ fn connector(
             .peer_frame()
             .and_then(|f| f.to_vec().ok())
             .unwrap_or_default();
-        let info = LinkInfo::of_iwarp(&p, addr.to_string());
+        let mut info = p.link_info();
+        info.peer = addr.to_string();
         Ok(Connected {
             provider: Box::new(p),
             info,
@@ -314,14 +317,11 @@ fn connector(
     })
 }
 
-async fn take_capture(t: &RdmaClientTransport) -> Vec<(Direction, Vec<u8>)> {
-    t.with_provider(|p| {
-        p.downcast_mut::<IwarpProvider>()
-            .map(IwarpProvider::take_capture)
-            .unwrap_or_default()
-    })
-    .await
-    .unwrap_or_default()
+fn take_capture(meta: &Mutex<ConnMeta>) -> Vec<(Direction, Vec<u8>)> {
+    meta.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .capture
+        .take()
 }
 
 /// Runs `rpcrdma demo`.
@@ -530,7 +530,7 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
         };
         // Let the last completions (and their Sends) reach the capture.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let items = listing(&mut rec, take_capture(&t).await);
+        let items = listing(&mut rec, take_capture(&meta));
         println!("\n[{step}] {title}");
         for it in &items {
             println!("    {}", describe(it));
@@ -551,7 +551,7 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
     t.shutdown().await;
     rdma.shutdown().await;
     if let Some(path) = &args.pcap {
-        let segs = rec.streams(take_capture(&t).await);
+        let segs = rec.streams(take_capture(&meta));
         let local = m
             .local
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 40000)));

@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
+use rpcrdma::rdma::provider::{IwarpCm, IwarpConfig, ProviderConfig};
 use rpcrdma::rdma::{
     connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig,
     RdmaStatus, DEFAULT_READ_SINK_BUDGET,
@@ -58,7 +59,6 @@ use rpcrdma::testprog::{self, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
 use rpcrdma::{
     CallOptions, Client, ClientConfig, Message, ReconnectPolicy, ReplyError, RpcError, Server,
 };
-use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_proto::engine::Config as EngineConfig;
 use serde_json::{json, Value};
 
@@ -112,19 +112,22 @@ impl LinkArgs {
         e
     }
 
-    fn iwarp(&self) -> IwarpConfig {
-        IwarpConfig {
-            rev: self.mpa_rev,
-            crc: self.crc,
-            ..IwarpConfig::default()
-        }
+    fn provider(&self) -> ProviderConfig {
+        ProviderConfig::Iwarp(IwarpCm {
+            config: IwarpConfig {
+                rev: self.mpa_rev,
+                crc: self.crc,
+                ..IwarpConfig::default()
+            },
+            ..IwarpCm::default()
+        })
     }
 
     /// Server settings from these options.
     pub fn server_config(&self) -> RdmaServerConfig {
         RdmaServerConfig {
             engine: self.engine(EngineConfig::server(), true),
-            iwarp: self.iwarp(),
+            provider: self.provider(),
             ..RdmaServerConfig::default()
         }
     }
@@ -138,7 +141,7 @@ impl LinkArgs {
         engine.max_transmissions = Some(retrans.saturating_add(1));
         RdmaClientConfig {
             engine,
-            iwarp: self.iwarp(),
+            provider: self.provider(),
             reconnect: Some(ReconnectPolicy {
                 max_attempts: 3,
                 ..ReconnectPolicy::default()

@@ -742,10 +742,8 @@ fn serve_connection_limit_flags_apply() {
     use rpcrdma_proto::provider::Provider;
     let s = serve(&["--max-conns-per-source", "1", "--mpa-timeout", "0.3"]);
     let addr: std::net::SocketAddr = s.addr.parse().unwrap();
-    let cfg = rpcrdma::rdma::iwarp_config_for(
-        &rpcrdma_iwarp::cm::IwarpConfig::default(),
-        &rpcrdma_proto::engine::Config::client(),
-    );
+    let cfg = rpcrdma_iwarp::manager::IwarpCm::default()
+        .config_for(&rpcrdma_proto::engine::Config::client().connect_params());
     let mut held =
         rpcrdma_iwarp::tcp::IwarpProvider::connect_blocking(addr, cfg, Duration::from_secs(30))
             .expect("the first connection");

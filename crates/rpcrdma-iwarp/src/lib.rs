@@ -15,6 +15,10 @@
 //!   MPA exchange from one thread with [`acceptor::Acceptor`] (`poll(2)`),
 //!   under the sans-IO admission policy of [`admission`] (deadline, caps
 //!   per source address and in all, oldest-first eviction).
+//! * [`manager`] implements the connection-manager contract of
+//!   `rpcrdma_proto::provider::cm` ([`manager::IwarpCm`]: connect, listen,
+//!   accept or reject with private data), which is how the `rpcrdma`
+//!   runtime uses this provider.
 //! * [`dissect`] is the observer's view: the two byte streams of a
 //!   connection in, MPA frames, Sends (reassembled), RDMA Writes, Reads and
 //!   Terminates out, sans-IO and bounded. With the `capture` feature,
@@ -149,6 +153,7 @@ pub mod crc;
 pub mod ddp;
 pub mod dissect;
 pub mod fuzzing;
+pub mod manager;
 pub mod mpa;
 pub mod qp;
 pub mod rdmap;

@@ -15,7 +15,7 @@
 //!
 //! # Readiness
 //!
-//! [`Provider::raw_fd`] is the socket. [`Provider::arm`] wakes at once if
+//! [`Provider::wait_fd`] is the socket. [`Provider::arm`] wakes at once if
 //! completions or events are pending, or if transmitted WRs await
 //! confirmation, or if output is pending and the socket was not full, or
 //! if the last pass stopped reading at its budget with the read gate open
@@ -37,19 +37,21 @@
 //! with a deadline) → [`PendingConnection`] (the peer's private data and
 //! IRD/ORD; register memory and post receives on
 //! [`PendingConnection::provider_mut`]) → [`PendingConnection::accept`] or
-//! [`PendingConnection::reject`].
+//! [`PendingConnection::reject`]. [`crate::manager`] wraps both sides in
+//! the provider contract's connection manager.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use rpcrdma_proto::provider::{
-    Blame, Buffer, Bytes, Caps, Completion, ConnectionEvent, ConnectionInfo, ConnectionState,
-    DisconnectReason, MemoryRegion, Notify, Provider, ProviderError, RecvWr, RegisterError, SendWr,
-    Status,
+    Blame, Buffer, Bytes, Caps, CmError, Completion, ConnectionEvent, ConnectionInfo,
+    ConnectionState, DisconnectReason, LinkInfo, MemoryRegion, Notify, Provider, ProviderError,
+    RecvWr, RegisterError, SendWr, Status,
 };
 use rustix::event::{PollFd, PollFlags, Timespec};
 
@@ -74,6 +76,25 @@ pub enum Direction {
     Received,
 }
 
+/// Recorded TCP payload chunks of one provider, in order; clones share
+/// the recording ([`IwarpProvider::capture`]).
+#[derive(Clone, Debug, Default)]
+pub struct Capture(Arc<Mutex<Vec<Chunk>>>);
+
+/// One captured chunk of TCP payload.
+pub type Chunk = (Direction, Vec<u8>);
+
+impl Capture {
+    fn push(&self, chunk: Chunk) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(chunk);
+    }
+
+    /// The chunks recorded since the last call.
+    pub fn take(&self) -> Vec<Chunk> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
 /// One end of a software iWARP connection over TCP. See the
 /// [module docs](self).
 pub struct IwarpProvider {
@@ -90,7 +111,7 @@ pub struct IwarpProvider {
     shut_wr: bool,
     eof: bool,
     write_blocked: bool,
-    capture: Option<Vec<(Direction, Vec<u8>)>>,
+    capture: Option<Capture>,
     /// Initiator: how long a Read RTR may wait for its response.
     rtr_timeout: Duration,
     /// Initiator: the Read RTR in flight, with the outcome it announces
@@ -256,45 +277,73 @@ impl IwarpProvider {
         timeout: Duration,
     ) -> io::Result<Self> {
         let deadline = Instant::now() + timeout;
-        let mut p = Self::connect(addr, cfg)?;
+        Self::connect(addr, cfg)?
+            .establish(deadline)
+            .map_err(|e| match e {
+                CmError::Rejected { private_data } => io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!(
+                        "iWARP connection failed: {:?}",
+                        DisconnectReason::Rejected { private_data }
+                    ),
+                ),
+                CmError::Io(e) => e,
+                e => e.into(),
+            })
+    }
+
+    /// Drives the MPA exchange of a connecting provider until it is
+    /// established (its `Established` event still queued), refused
+    /// ([`CmError::Rejected`] with the Reject's ULP private data) or
+    /// `deadline` passes.
+    pub(crate) fn establish(mut self, deadline: Instant) -> Result<Self, CmError> {
         loop {
-            p.progress();
-            match &p.state {
-                ConnectionState::Established => return Ok(p),
-                ConnectionState::Disconnected(_) if p.rtr_timed_out => {
-                    return Err(io::Error::new(
+            self.progress();
+            match &self.state {
+                ConnectionState::Established => return Ok(self),
+                ConnectionState::Disconnected(_) if self.rtr_timed_out => {
+                    return Err(CmError::Io(io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!(
                             "iWARP connection failed: the peer never answered the RDMA Read \
                              sent as RTR (RFC 6581) within {:?}",
-                            p.rtr_timeout
+                            self.rtr_timeout
                         ),
-                    ))
+                    )))
+                }
+                ConnectionState::Disconnected(DisconnectReason::Rejected { private_data }) => {
+                    return Err(CmError::Rejected {
+                        private_data: private_data.clone(),
+                    })
                 }
                 ConnectionState::Disconnected(r) => {
-                    return Err(io::Error::new(
+                    return Err(CmError::Io(io::Error::new(
                         io::ErrorKind::ConnectionRefused,
                         format!("iWARP connection failed: {r:?}"),
-                    ))
+                    )))
                 }
                 _ => {}
             }
-            p.wait(Some(remaining(deadline)?))?;
+            self.wait(Some(remaining(deadline)?))?;
         }
     }
 
     /// Records every octet sent and received from now on (for captures and
     /// wire oracles); see [`IwarpProvider::take_capture`].
     pub fn set_capture(&mut self, on: bool) {
-        self.capture = on.then(Vec::new);
+        self.capture = on.then(Capture::default);
     }
 
     /// The recorded TCP payload chunks, in order, since the last call.
     pub fn take_capture(&mut self) -> Vec<(Direction, Vec<u8>)> {
-        self.capture
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
+        self.capture.as_ref().map(Capture::take).unwrap_or_default()
+    }
+
+    /// A handle on the recording (started now if it was off), for an
+    /// owner that hands the provider on (e.g. to a runtime's driver) and
+    /// takes the capture later.
+    pub fn capture(&mut self) -> Capture {
+        self.capture.get_or_insert_with(Capture::default).clone()
     }
 
     /// The MPA outcome: the peer's raw frame, ULP private data, IRD/ORD
@@ -983,8 +1032,66 @@ impl Provider for IwarpProvider {
         }
     }
 
-    fn raw_fd(&self) -> Option<i32> {
-        Some(self.sock.as_raw_fd())
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(self.sock.as_fd())
+    }
+
+    fn write_blocked(&self) -> bool {
+        IwarpProvider::write_blocked(self)
+    }
+
+    fn set_read_gate(&mut self, on: bool) {
+        IwarpProvider::set_read_gate(self, on)
+    }
+
+    fn note_readable(&mut self) {
+        IwarpProvider::note_readable(self)
+    }
+
+    fn set_blocking_reads(&mut self, on: bool) -> bool {
+        IwarpProvider::set_blocking_reads(self, on).is_ok()
+    }
+
+    fn read_blocking(&mut self, timeout: Duration) -> Option<io::Result<bool>> {
+        Some(IwarpProvider::read_blocking(self, timeout))
+    }
+
+    fn settled(&self) -> bool {
+        IwarpProvider::settled(self)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        IwarpProvider::next_deadline(self)
+    }
+
+    fn registered_regions(&self) -> Option<u32> {
+        Some(self.qp.registered_regions())
+    }
+
+    /// The negotiated MPA parameters, the whole private data fields
+    /// (IRD/ORD header included) and the peer's socket address.
+    fn link_info(&self) -> LinkInfo {
+        let peer = self
+            .sock
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let mut info = LinkInfo {
+            peer,
+            ..LinkInfo::default()
+        };
+        if let Some(est) = &self.est {
+            info.mpa_rev = Some(est.revision);
+            info.crc = Some(est.params.crc);
+            info.markers = Some(est.params.send_markers || est.params.recv_markers);
+            info.ird = est.params.ird;
+            info.ord = est.params.ord;
+            info.peer_private_data = est.peer_frame.private_data.clone();
+        }
+        if let Some(f) = &self.local_frame {
+            info.local_private_data = f.private_data.clone();
+        }
+        info
     }
 }
 

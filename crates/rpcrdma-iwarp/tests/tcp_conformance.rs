@@ -25,6 +25,28 @@ fn run(rev: u8, crc: bool, markers: bool) {
     }
 }
 
+/// The connection-manager checks (connect, accept and reject with private
+/// data) over TCP and MPA, revision 2 and 1.
+#[test]
+fn cm_conformance() {
+    use rpcrdma_iwarp::manager::IwarpCm;
+    use std::time::Duration;
+    for rev in [2, 1] {
+        let cm = IwarpCm {
+            config: IwarpConfig {
+                rev,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let at = "127.0.0.1:0".parse().unwrap();
+        match conformance::cm::run_all(&cm, at, Duration::from_secs(30)) {
+            Ok(n) => assert_eq!(n, conformance::cm::CHECK_COUNT),
+            Err(f) => panic!("rev {rev}: {f}"),
+        }
+    }
+}
+
 #[test]
 fn conformance_rev2_crc_off() {
     run(2, false, false);
@@ -170,7 +192,9 @@ fn arm_wakes_on_post_and_on_pending_work() {
         let _ = b.wait(Some(Duration::from_millis(5)));
     }
     assert_eq!(cb.len(), 1);
-    assert!(b.raw_fd().is_some_and(|fd| fd >= 0));
+    assert!(b
+        .wait_fd()
+        .is_some_and(|fd| std::os::fd::AsRawFd::as_raw_fd(&fd) >= 0));
 }
 
 /// A gated owner (a driver on edge-triggered readiness) whose pass stopped

@@ -11,8 +11,11 @@
 //!   [`CallDispatcher`] traits (driver tasks + channels);
 //! * [`record`]: RFC 5531 record marking codec (sans-IO);
 //! * [`tcp`]: the TCP transport;
-//! * [`rdma`]: RPC-over-RDMA v1 over the engine and software iWARP (one
-//!   driver per connection: a synchronous core in a task or a thread shell;
+//! * [`rdma`]: RPC-over-RDMA v1 over the engine and any provider of the
+//!   `rpcrdma-proto` contract, chosen by configuration
+//!   ([`rdma::ProviderConfig`]: software iWARP, cargo feature `iwarp`, on
+//!   by default; the in-memory provider) (one driver per connection: a
+//!   synchronous core in a task or a thread shell;
 //!   [`rdma::RdmaClientTransport`], [`rdma::RdmaBlockingClient`],
 //!   [`rdma::RdmaServer`]);
 //! * [`reconnect`]: the one reconnection schedule; reconnection with

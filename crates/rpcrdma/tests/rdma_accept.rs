@@ -11,12 +11,10 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
 
 use rpcrdma::metrics::MetricsSnapshot;
-use rpcrdma::rdma::{
-    connect_client, iwarp_config_for, AcceptLimits, RdmaClientConfig, RdmaServer, RdmaServerConfig,
-};
+use rpcrdma::rdma::provider::{AcceptLimits, IwarpCm};
+use rpcrdma::rdma::{connect_client, RdmaClientConfig, RdmaServer, RdmaServerConfig};
 use rpcrdma::testprog;
 use rpcrdma::{ClientConfig, Server};
-use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_iwarp::tcp::IwarpProvider;
 use rpcrdma_proto::engine::Config as EngineConfig;
 use rpcrdma_proto::provider::{ConnectionEvent, DisconnectReason, Provider};
@@ -37,10 +35,9 @@ async fn start(config: RdmaServerConfig) -> (Server, RdmaServer) {
 }
 
 fn config(limits: AcceptLimits) -> RdmaServerConfig {
-    RdmaServerConfig {
-        accept: limits,
-        ..RdmaServerConfig::default()
-    }
+    let mut c = RdmaServerConfig::default();
+    c.provider.iwarp_mut().expect("iWARP").accept = limits;
+    c
 }
 
 /// A TCP connection from 127.0.0.`host` that sends nothing.
@@ -110,7 +107,7 @@ async fn good_client(addr: SocketAddr) -> Duration {
 /// An MPA exchange from 127.0.0.`host` with RFC 8797 private data; the
 /// provider once established, or why not.
 fn mpa_from(host: u8, to: SocketAddr) -> Result<IwarpProvider, DisconnectReason> {
-    let cfg = iwarp_config_for(&IwarpConfig::default(), &EngineConfig::client());
+    let cfg = IwarpCm::default().config_for(&EngineConfig::client().connect_params());
     let mut p = IwarpProvider::connect_stream(silent_from(host, to), cfg).unwrap();
     let until = Instant::now() + LIMIT;
     loop {

@@ -293,7 +293,7 @@ async fn enhanced_request_without_ird_ord_is_rejected() {
 async fn server_ord_never_above_initiator_ird() {
     for rev in [2, 1] {
         let mut cfg = RdmaServerConfig::default();
-        cfg.iwarp.rev = rev;
+        cfg.provider.iwarp_mut().expect("iWARP").config.rev = rev;
         let rdma = start_testprog(cfg).await;
         let addr = rdma.local_addr();
         peer_script(move || {

@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rpcrdma::rdma::provider::IwarpCm;
 use rpcrdma::rdma::{
-    connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig,
+    connect_client, Connected, ProviderConnector, RdmaClientConfig, RdmaClientTransport,
+    RdmaServer, RdmaServerConfig,
 };
 use rpcrdma::testprog::{self, TEST_PROG, TEST_VERS};
 use rpcrdma::ClientTransport;
@@ -16,6 +18,7 @@ use rpcrdma::{
     CallContext, Client, ClientConfig, HandlerError, Message, ReconnectPolicy, ReplyError,
     RpcError, Server,
 };
+use rpcrdma_proto::provider::{ConnectionManager, Provider};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -205,14 +208,29 @@ async fn replies_delivered_late_by_a_held_runtime_thread_reach_their_calls() {
 async fn reads_stopped_by_the_read_budget_lose_no_wake_up() {
     bounded(async {
         let (_s, rdma) = start().await;
-        let (c, t) = client_to(rdma.local_addr()).await;
-        t.with_provider(|p| {
-            p.downcast_mut::<rpcrdma_iwarp::tcp::IwarpProvider>()
-                .expect("an iWARP provider")
-                .set_read_budget(16 * 1024);
-        })
+        let addr = rdma.local_addr();
+        let defaults = RdmaClientConfig::default();
+        let engine = defaults.engine.clone();
+        let params = engine.connect_params();
+        let connector: ProviderConnector = Arc::new(move || {
+            let mut p = IwarpCm::default().connect(addr, &params, Duration::from_secs(10))?;
+            p.set_read_budget(16 * 1024);
+            let mut info = p.link_info();
+            info.peer = addr.to_string();
+            Ok(Connected {
+                provider: Box::new(p),
+                info,
+            })
+        });
+        let t = RdmaClientTransport::with_connector(
+            connector,
+            engine,
+            defaults.reconnect,
+            defaults.metrics,
+        )
         .await
-        .unwrap();
+        .expect("connect");
+        let c = Client::new(t.clone(), ClientConfig::default());
         let n = 1 << 20;
         for i in 0..8 {
             let d = testprog::read(&c, n, i).await.unwrap();
@@ -592,12 +610,12 @@ async fn remote_invalidation_when_both_sides_set_r_and_mpa_crc() {
         testprog::register(&server);
         let mut scfg = RdmaServerConfig::default();
         scfg.engine.remote_invalidation = true;
-        scfg.iwarp.crc = true;
+        scfg.provider.iwarp_mut().expect("iWARP").config.crc = true;
         let rdma = RdmaServer::serve(&server, "127.0.0.1:0", scfg)
             .await
             .unwrap();
         let mut ccfg = RdmaClientConfig::default();
-        ccfg.iwarp.crc = true;
+        ccfg.provider.iwarp_mut().expect("iWARP").config.crc = true;
         let (c, t) = connect_client(rdma.local_addr(), ClientConfig::default(), ccfg)
             .await
             .unwrap();

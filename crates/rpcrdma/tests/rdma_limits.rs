@@ -9,11 +9,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rpcrdma::rdma::{
-    connect_client, connect_iwarp, Connected, RdmaClientConfig, RdmaServer, RdmaServerConfig,
+    connect_client, Connected, ProviderConfig, RdmaClientConfig, RdmaServer, RdmaServerConfig,
 };
 use rpcrdma::testprog;
 use rpcrdma::{ClientConfig, Server};
-use rpcrdma_iwarp::cm::IwarpConfig;
 use rpcrdma_proto::engine::Config as EngineConfig;
 use rpcrdma_proto::provider::{Access, RecvWr, SendOp, SendWr};
 
@@ -38,12 +37,7 @@ async fn start(config: RdmaServerConfig) -> (Server, RdmaServer) {
 /// sent unless we post it).
 async fn raw_connect(addr: SocketAddr) -> Connected {
     tokio::task::spawn_blocking(move || {
-        connect_iwarp(
-            addr,
-            &IwarpConfig::default(),
-            &EngineConfig::client(),
-            Duration::from_secs(10),
-        )
+        ProviderConfig::default().connect(addr, &EngineConfig::client(), Duration::from_secs(10))
     })
     .await
     .unwrap()

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rpcrdma::rdma::{
-    serve_provider, BoxProvider, Connected, LinkInfo, RdmaClientTransport, RdmaProvider,
-    RdmaServerConnection,
+    serve_provider, BoxProvider, Connected, LinkInfo, RdmaClientTransport, RdmaServerConnection,
 };
 use rpcrdma::testprog;
 use rpcrdma::{Client, ClientConfig, ClientIdentity, Metrics, Server};
@@ -182,14 +181,8 @@ impl Provider for LateProvider {
             self.inner.arm(waker, notify);
         }
     }
-}
-
-impl RdmaProvider for LateProvider {
     fn next_deadline(&self) -> Option<Instant> {
         self.holding().then_some(self.until)
-    }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
     }
 }
 
@@ -211,4 +204,60 @@ async fn the_driver_wakes_for_the_provider_deadline() {
     })
     .await
     .expect("the call waited past the provider's deadline");
+}
+
+/// The runtime's own server and client over the in-memory provider chosen
+/// by configuration: the acceptor thread runs the in-memory listener, the
+/// client connects through the connection-manager contract (RFC 8797
+/// private data both ways), and a server at its connection cap rejects
+/// with a reject the client sees as `ConnectionRefused`. Runs without the
+/// `iwarp` feature too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_and_client_over_the_in_memory_cm() {
+    use rpcrdma::rdma::{
+        connect_client, ProviderConfig, RdmaClientConfig, RdmaServer, RdmaServerConfig,
+    };
+    use rpcrdma_proto::provider::mem_cm::MemNetwork;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let net = MemNetwork::new();
+        let server = Server::default();
+        testprog::register(&server);
+        let scfg = RdmaServerConfig {
+            provider: ProviderConfig::Mem(net.clone()),
+            max_connections: 1,
+            ..RdmaServerConfig::default()
+        };
+        let rdma = RdmaServer::serve(&server, "127.0.0.1:0", scfg)
+            .await
+            .unwrap();
+        let ccfg = || RdmaClientConfig {
+            provider: ProviderConfig::Mem(net.clone()),
+            reconnect: None,
+            ..RdmaClientConfig::default()
+        };
+        let (c, t) = connect_client(rdma.local_addr(), ClientConfig::default(), ccfg())
+            .await
+            .unwrap();
+        testprog::null(&c).await.unwrap();
+        let d = testprog::read(&c, 100_000, 7).await.unwrap();
+        assert_eq!(&d[..], &testprog::pattern(7, 100_000)[..]);
+        let st = t.status();
+        assert_eq!(st.credits, 64, "the server's grant, from its private data");
+        assert_eq!(st.engine.write_chunks, 1);
+        assert_eq!(st.link.peer, rdma.local_addr().to_string());
+        assert!(
+            !st.link.peer_private_data.is_empty(),
+            "RFC 8797 private data"
+        );
+        // The cap is reached: the next connection is rejected.
+        match connect_client(rdma.local_addr(), ClientConfig::default(), ccfg()).await {
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}"),
+            Ok(_) => panic!("a second connection past max_connections = 1"),
+        }
+        assert_eq!(rdma.metrics().snapshot().connections_refused, 1);
+        t.shutdown().await;
+        rdma.shutdown().await;
+    })
+    .await
+    .expect("timed out");
 }

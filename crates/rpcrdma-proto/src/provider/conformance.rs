@@ -27,11 +27,16 @@
 //! backend tests check their exact behaviour.
 //!
 //! Nothing here panics: a failed check returns [`Failure`].
+//!
+//! [`cm`] holds the checks of the connection-manager contract
+//! ([`super::cm`]): connect, accept and reject, each with private data.
 
 use super::{
     Access, Bytes, Completion, ConnectionState, MemoryRegion, Opcode, Provider, ProviderError,
     RecvWr, SendOp, SendWr, Status,
 };
+
+pub mod cm;
 
 /// A failed check.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -356,8 +356,37 @@ impl<P: Provider> Provider for FaultInjector<P> {
         self.inner.arm(waker, notify)
     }
 
-    fn raw_fd(&self) -> Option<i32> {
-        self.inner.raw_fd()
+    #[cfg(unix)]
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.inner.wait_fd()
+    }
+    fn write_blocked(&self) -> bool {
+        self.inner.write_blocked()
+    }
+    fn set_read_gate(&mut self, on: bool) {
+        self.inner.set_read_gate(on)
+    }
+    fn note_readable(&mut self) {
+        self.inner.note_readable()
+    }
+    fn set_blocking_reads(&mut self, on: bool) -> bool {
+        self.inner.set_blocking_reads(on)
+    }
+    fn read_blocking(&mut self, timeout: std::time::Duration) -> Option<std::io::Result<bool>> {
+        self.inner.read_blocking(timeout)
+    }
+    fn settled(&self) -> bool {
+        // Swallowed WRs still owe their flush completions.
+        self.dropped.is_empty() && self.inner.settled()
+    }
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.inner.next_deadline()
+    }
+    fn registered_regions(&self) -> Option<u32> {
+        self.inner.registered_regions()
+    }
+    fn link_info(&self) -> super::LinkInfo {
+        self.inner.link_info()
     }
 }
 

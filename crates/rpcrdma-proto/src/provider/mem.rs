@@ -490,7 +490,7 @@ impl MemProvider {
 
     // ----- progress -----
 
-    fn progress(&mut self) {
+    pub(crate) fn progress(&mut self) {
         while let Some(msg) = self.pop() {
             self.handle(msg);
         }
@@ -900,6 +900,10 @@ impl Provider for MemProvider {
             n += 1;
         }
         n
+    }
+
+    fn registered_regions(&self) -> Option<u32> {
+        Some(self.mem.registered())
     }
 
     fn arm(&mut self, waker: &Waker, notify: Notify) {

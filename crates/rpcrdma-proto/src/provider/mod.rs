@@ -60,9 +60,32 @@
 //! [`Provider::poll_completions`]; hardware providers do it on their own and
 //! merely report. The canonical driver loop is: post; poll until nothing
 //! comes back; [`Provider::arm`] the waker; poll once more (to close the race);
-//! sleep until woken, or until the fd from [`Provider::raw_fd`] is readable.
-//! `arm` wakes at once if work is already pending, so the loop never sleeps
-//! on queued work. There is no clock and no thread anywhere in this contract.
+//! sleep until woken, or until the fd from [`Provider::wait_fd`] is readable
+//! (or writable while [`Provider::write_blocked`]). `arm` wakes at once if
+//! work is already pending, so the loop never sleeps on queued work. There
+//! is no clock and no thread anywhere in this contract.
+//!
+//! Readiness belongs to the provider, not to its owner's guesses: the fd
+//! to wait on ([`Provider::wait_fd`]: a socket, or a completion channel
+//! and a CM event channel behind one epoll fd), whether to wait for
+//! writability ([`Provider::write_blocked`]), an optional read gate for an
+//! edge-triggered owner ([`Provider::set_read_gate`],
+//! [`Provider::note_readable`]: a provider that reads a socket may stop
+//! reading between readiness edges once it has drained it, which is how
+//! the owner applies backpressure without extra system calls), and for a
+//! thread that drives one connection, a sleep inside the provider
+//! ([`Provider::read_blocking`], [`Provider::settled`]). Every hook has a
+//! default that fits a provider without an fd.
+//!
+//! # Connection management
+//!
+//! [`cm`] is the RDMA CM contract: a [`ConnectionManager`] connects (with
+//! private data, IRD and ORD) and listens; a [`Listener`] yields
+//! [`PendingConnection`]s (the peer's private data; receives may be posted
+//! before answering) that are accepted or rejected with private data, and
+//! a reject reaches the connector with its private data
+//! ([`CmError::Rejected`]). [`mem_cm`] implements it in process; see
+//! `docs/design/providers.md` for iWARP and verbs.
 //!
 //! # Errors and blame
 //!
@@ -79,16 +102,25 @@
 //! ends completes with [`Status::Flushed`].
 
 use std::fmt;
+use std::io;
 use std::ops::Deref;
 use std::task::Waker;
+use std::time::Duration;
 
 pub use bytes::Bytes;
 pub use smallvec::{smallvec, SmallVec};
 
+pub mod cm;
 pub mod conformance;
 pub mod fault;
 pub mod mem;
+pub mod mem_cm;
 pub mod memory;
+
+pub use cm::{
+    CmError, ConnectRequest, ConnectionManager, DropReason, LinkInfo, ListenEvent, Listener,
+    PendingConnection,
+};
 
 //= rfc5044#section-7.1.1
 //# Private Data: This field may contain any value defined by ULPs or may
@@ -768,8 +800,9 @@ pub fn check_shared_access(access: Access) -> Result<(), ProviderError> {
 /// docs for the ownership, progress and blame rules every implementation
 /// follows; [`conformance`] checks them.
 ///
-/// Connection *setup* (addresses, listening, accept/reject) is backend
-/// specific; the trait reports its outcome as [`ConnectionEvent`]s.
+/// Connection *setup* (addresses, listening, accept/reject with private
+/// data) is the [`ConnectionManager`] contract ([`cm`]); the trait
+/// reports its outcome as [`ConnectionEvent`]s.
 pub trait Provider {
     /// Device and queue limits.
     fn caps(&self) -> Caps;
@@ -855,10 +888,78 @@ pub trait Provider {
     /// [`Notify`]). Wakes immediately if work is already pending.
     fn arm(&mut self, waker: &Waker, notify: Notify);
 
-    /// A file descriptor that becomes readable when the provider needs
-    /// polling (fd-backed providers: socket or completion channel).
-    fn raw_fd(&self) -> Option<i32> {
+    // ----- Readiness (see the module docs): what an owner that sleeps
+    // waits on. Every default fits a provider without a file descriptor
+    // (the in-memory one), whose owner relies on `arm` alone. -----
+
+    /// The file descriptor that becomes readable (or writable, see
+    /// [`Provider::write_blocked`]) when the provider needs polling: the
+    /// socket of a software provider, or one fd a hardware provider makes
+    /// readable for its completion channel and CM event channel (an epoll
+    /// set holding both). The owner registers it with its event loop and
+    /// never reads or writes it. `None`: rely on [`Provider::arm`] alone.
+    #[cfg(unix)]
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
+    }
+
+    /// True while transmission waits for [`Provider::wait_fd`] to become
+    /// writable: the owner then waits for writability too.
+    fn write_blocked(&self) -> bool {
+        false
+    }
+
+    /// The owner watches [`Provider::wait_fd`] edge-triggered and will
+    /// call [`Provider::note_readable`] after clearing each readiness edge
+    /// (`on`), or stops doing so (`!on`). A provider may then skip reading
+    /// its fd between edges once it has drained it (the read gate).
+    fn set_read_gate(&mut self, _on: bool) {}
+
+    /// The fd may have become readable (see [`Provider::set_read_gate`]).
+    fn note_readable(&mut self) {}
+
+    /// Blocking owners (a thread that drives one connection): let
+    /// [`Provider::read_blocking`] sleep in the fd's receive call. False if
+    /// the provider cannot.
+    fn set_blocking_reads(&mut self, _on: bool) -> bool {
+        false
+    }
+
+    /// Blocking owners: sleep until input arrives (and take it in) or
+    /// `timeout` passes; `Some(Ok(true))` if something may be ready.
+    /// `None` if not supported: the owner then polls
+    /// [`Provider::wait_fd`].
+    fn read_blocking(&mut self, _timeout: Duration) -> Option<io::Result<bool>> {
+        None
+    }
+
+    /// True when a progress pass now could not move anything by itself
+    /// (nothing waits to be polled or transmitted): a blocking owner then
+    /// sleeps at once instead of making one more, empty pass. False (the
+    /// default) is always safe.
+    fn settled(&self) -> bool {
+        false
+    }
+
+    /// The provider's own next deadline, if it has one: work it does on a
+    /// timer, without input or a new work request (a software iWARP
+    /// initiator's RTR retry). An owner sleeps no longer than this and then
+    /// makes a pass; [`Provider::arm`] wakes at once only when it is
+    /// already due. `None` (the default): no timer. (The provider compares
+    /// it with the clock; the contract reads none.)
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// Live memory registrations, if the provider counts them.
+    fn registered_regions(&self) -> Option<u32> {
+        None
+    }
+
+    /// What the link negotiated, for tools and logs. The default reports
+    /// [`Provider::connection_info`] and no peer name.
+    fn link_info(&self) -> LinkInfo {
+        LinkInfo::from_connection(String::new(), self.connection_info().as_ref())
     }
 }
 
@@ -912,8 +1013,36 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     fn arm(&mut self, waker: &Waker, notify: Notify) {
         (**self).arm(waker, notify)
     }
-    fn raw_fd(&self) -> Option<i32> {
-        (**self).raw_fd()
+    #[cfg(unix)]
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (**self).wait_fd()
+    }
+    fn write_blocked(&self) -> bool {
+        (**self).write_blocked()
+    }
+    fn set_read_gate(&mut self, on: bool) {
+        (**self).set_read_gate(on)
+    }
+    fn note_readable(&mut self) {
+        (**self).note_readable()
+    }
+    fn set_blocking_reads(&mut self, on: bool) -> bool {
+        (**self).set_blocking_reads(on)
+    }
+    fn read_blocking(&mut self, timeout: Duration) -> Option<io::Result<bool>> {
+        (**self).read_blocking(timeout)
+    }
+    fn settled(&self) -> bool {
+        (**self).settled()
+    }
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        (**self).next_deadline()
+    }
+    fn registered_regions(&self) -> Option<u32> {
+        (**self).registered_regions()
+    }
+    fn link_info(&self) -> LinkInfo {
+        (**self).link_info()
     }
 }
 

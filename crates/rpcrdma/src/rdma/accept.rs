@@ -1,32 +1,32 @@
-//! The server's acceptor thread: one thread runs the iWARP
-//! [`Acceptor`] (every pending MPA exchange at once, under the deadline
-//! and caps of [`super::RdmaServerConfig::accept`]), answers each complete
-//! MPA Request (Reject when `max_connections` or
+//! The server's acceptor thread: one thread runs the provider's
+//! [`Listener`] (for iWARP: every pending MPA exchange at once, under the
+//! deadline and caps of its admission limits), answers each complete
+//! connection request (reject when `max_connections` or
 //! `max_connections_per_source` is reached; otherwise receives posted,
-//! then the MPA Reply) and starts the connection's driver.
+//! then the accept) and starts the connection's driver.
 
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
 use std::time::Duration;
 
-use rpcrdma_iwarp::acceptor::{AcceptEvent, Acceptor, CloseReason};
-use rpcrdma_iwarp::admission::{source_of, Eviction};
-use rpcrdma_iwarp::cm::IwarpConfig;
-use rpcrdma_iwarp::tcp::PendingConnection;
 use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
+use rpcrdma_proto::provider::{
+    ConnectionManager, DropReason, ListenEvent, Listener, PendingConnection, Provider,
+};
 use tokio::task::JoinHandle;
 
 use super::driver::{self, Cmd, Shared};
 use super::wake::ThreadWake;
-use super::{Connected, IdentifyFn, LinkInfo};
+use super::Connected;
+use super::IdentifyFn;
 use crate::metrics::Metrics;
 use crate::transport::CallDispatcher;
 
-/// Bound on writing our MPA Reply or Reject: one frame of at most 532
-/// octets into a new socket's empty send buffer, which never waits.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long the acceptor pauses after its listener failed.
+const LISTEN_PAUSE: Duration = Duration::from_millis(10);
 
 /// One live server connection.
 pub(crate) struct Live {
@@ -45,7 +45,6 @@ pub(crate) fn lock(conns: &Conns) -> MutexGuard<'_, Vec<Live>> {
 
 /// What the acceptor thread needs.
 pub(crate) struct AcceptCtx {
-    pub(crate) icfg: IwarpConfig,
     pub(crate) engine: EngineConfig,
     pub(crate) max_connections: usize,
     pub(crate) max_per_source: usize,
@@ -59,48 +58,82 @@ pub(crate) struct AcceptCtx {
     pub(crate) runtime: tokio::runtime::Handle,
 }
 
-/// Starts the acceptor thread; it ends (closing the listener and every
-/// pending connection) once `ctx.stop` is set and the acceptor's waker
-/// used.
-pub(crate) fn spawn(acc: Acceptor, ctx: AcceptCtx) -> io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("rpcrdma-accept".into())
-        .spawn(move || ctx.run(acc))
+/// A listening server: its address, the waker that stops its acceptor
+/// thread (with the stop flag), and the thread.
+pub(crate) struct Started {
+    pub(crate) local: SocketAddr,
+    pub(crate) waker: Waker,
+    pub(crate) thread: std::thread::JoinHandle<()>,
+}
+
+/// Listens on the first address of `addr` that binds and starts the
+/// acceptor thread; it ends (closing the listener and every pending
+/// connection) once `ctx.stop` is set and the waker used.
+pub(crate) fn start<CM>(cm: &CM, addr: impl ToSocketAddrs, ctx: AcceptCtx) -> io::Result<Started>
+where
+    CM: ConnectionManager,
+    CM::Listener: Send + 'static,
+    CM::Provider: Send + 'static,
+{
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        match cm.listen(a) {
+            Ok(l) => {
+                let local = l.local_addr();
+                let waker = l.waker();
+                let thread = std::thread::Builder::new()
+                    .name("rpcrdma-accept".into())
+                    .spawn(move || ctx.run(l))?;
+                return Ok(Started {
+                    local,
+                    waker,
+                    thread,
+                });
+            }
+            Err(e) => last = Some(io::Error::from(e)),
+        }
+    }
+    Err(last
+        .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on")))
 }
 
 impl AcceptCtx {
-    fn run(self, mut acc: Acceptor) {
+    fn run<L>(self, mut l: L)
+    where
+        L: Listener,
+        L::Provider: Send + 'static,
+    {
         let _rt = self.runtime.enter();
         let mut events = Vec::new();
         while !self.stop.load(Ordering::SeqCst) {
-            if let Err(e) = acc.poll(None, &mut events) {
-                tracing::warn!(error = %e, "iWARP acceptor failed");
-                std::thread::sleep(Duration::from_millis(10));
+            if let Err(e) = l.poll(None, &mut events) {
+                tracing::warn!(error = %e, "RDMA listener failed");
+                std::thread::sleep(LISTEN_PAUSE);
             }
             for ev in events.drain(..) {
                 match ev {
-                    AcceptEvent::Request(p) if !self.stop.load(Ordering::SeqCst) => self.answer(*p),
-                    AcceptEvent::Request(_) => {}
-                    AcceptEvent::Closed { peer, reason } => {
+                    ListenEvent::Request(p) if !self.stop.load(Ordering::SeqCst) => self.answer(p),
+                    ListenEvent::Request(_) => {}
+                    ListenEvent::Dropped { peer, reason } => {
                         Metrics::inc(self.closed_counter(&reason));
-                        tracing::debug!(%peer, ?reason, "closed before its MPA Request");
+                        tracing::debug!(%peer, ?reason, "closed before its connection request");
                     }
-                    AcceptEvent::ListenerError(e) => {
-                        tracing::warn!(error = %e, "iWARP listener cannot accept; pausing")
+                    ListenEvent::Error(e) => {
+                        tracing::warn!(error = %e, "RDMA listener cannot accept; pausing")
                     }
                 }
             }
         }
     }
 
-    fn closed_counter(&self, reason: &CloseReason) -> &AtomicU64 {
+    fn closed_counter(&self, reason: &DropReason) -> &AtomicU64 {
         let m = &self.metrics;
         match reason {
-            CloseReason::TimedOut => &m.handshakes_timed_out,
-            CloseReason::Evicted(Eviction::PerSource) => &m.handshakes_evicted_per_source,
-            CloseReason::Evicted(Eviction::Overall) => &m.handshakes_evicted_overall,
-            CloseReason::Invalid(_) => &m.handshakes_invalid,
-            CloseReason::PeerClosed | CloseReason::Failed(_) => &m.handshakes_abandoned,
+            DropReason::TimedOut => &m.handshakes_timed_out,
+            DropReason::EvictedPerSource => &m.handshakes_evicted_per_source,
+            DropReason::EvictedOverall => &m.handshakes_evicted_overall,
+            DropReason::Invalid(_) => &m.handshakes_invalid,
+            DropReason::PeerClosed | DropReason::Failed(_) => &m.handshakes_abandoned,
         }
     }
 
@@ -117,28 +150,34 @@ impl AcceptCtx {
         (from >= self.max_per_source).then_some(&self.metrics.connections_refused_per_source)
     }
 
-    fn answer(&self, mut pending: PendingConnection) {
-        let peer = pending.peer_addr();
-        let source = source_of(peer.ip());
+    fn answer<P>(&self, mut pending: P)
+    where
+        P: PendingConnection,
+        P::Provider: Send + 'static,
+    {
+        let peer = pending.request().peer;
+        // An IPv4-mapped IPv6 address counts as the IPv4 one.
+        let source = peer.ip().to_canonical();
         if let Some(counter) = self.refusal(source) {
             Metrics::inc(counter);
             tracing::warn!(%peer, max = self.max_connections, per_source = self.max_per_source,
                 "too many connections, rejecting");
-            let _ = pending.reject(&[], ANSWER_TIMEOUT);
+            let _ = pending.reject(&[]);
             return;
         }
         let mut conn = Connection::new(self.engine.clone());
-        // Receives before the MPA Reply (as Linux svcrdma).
+        // Receives before the accept (as Linux svcrdma).
         conn.prepare_receives(pending.provider_mut());
-        let p = match pending.accept(self.icfg.clone(), ANSWER_TIMEOUT) {
+        let p = match pending.accept(&self.engine.connect_params()) {
             Ok(p) => p,
             Err(e) => {
                 Metrics::inc(&self.metrics.handshakes_invalid);
-                tracing::debug!(%peer, error = %e, "MPA accept failed");
+                tracing::debug!(%peer, error = %e, "accept failed");
                 return;
             }
         };
-        let info = LinkInfo::of_iwarp(&p, peer.to_string());
+        let mut info = p.link_info();
+        info.peer = peer.to_string();
         let connected = Connected {
             provider: Box::new(p),
             info,

@@ -39,7 +39,7 @@ use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
 use super::driver::{self, Cmd, Driver, Shared};
 use super::thread::ThreadShell;
 use super::wake::ThreadWake;
-use super::{connect_iwarp, Connected, RdmaClientConfig, RdmaStatus};
+use super::{Connected, RdmaClientConfig, RdmaStatus};
 use crate::client::{
     clock_xid, AttemptRef, Attempts, CallOptions, ClientConfig, Reply, RpcError, Transmission,
 };
@@ -97,7 +97,7 @@ impl std::fmt::Debug for RdmaBlockingClient {
 const CLOSE_FLUSH: Duration = Duration::from_millis(50);
 
 impl RdmaBlockingClient {
-    /// Connects over iWARP to `addr` (blocking, bounded by
+    /// Connects to `addr` over `rdma.provider` (blocking, bounded by
     /// `rdma.connect_timeout`). `rdma.reconnect` is ignored (see the type's
     /// docs).
     pub fn connect(
@@ -105,7 +105,9 @@ impl RdmaBlockingClient {
         client: ClientConfig,
         rdma: RdmaClientConfig,
     ) -> io::Result<RdmaBlockingClient> {
-        let connected = connect_iwarp(addr, &rdma.iwarp, &rdma.engine, rdma.connect_timeout)?;
+        let connected = rdma
+            .provider
+            .connect(addr, &rdma.engine, rdma.connect_timeout)?;
         Self::from_connected(connected, rdma.engine, client, rdma.metrics)
     }
 

@@ -451,7 +451,6 @@ impl Core {
                 let p: &mut dyn Provider = &mut self.prov;
                 self.conn.close(p);
             }
-            Cmd::WithProvider(f) => f(self.prov.as_any_mut()),
         }
     }
 
@@ -727,18 +726,13 @@ impl Core {
     }
 
     // ------------------------------------------------------------------
-    // The provider's readiness hooks: the one place that calls them (the
-    // shells ask the core), so that a provider contract with readiness of
-    // its own replaces only this section.
+    // The provider's readiness hooks (the provider contract's readiness
+    // part): the one place that calls them (the shells ask the core).
 
-    /// The socket to watch for readiness, if the provider has one.
-    pub(crate) fn raw_fd(&self) -> Option<i32> {
-        self.prov.raw_fd()
-    }
-
-    /// The socket a thread shell polls.
-    pub(crate) fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.prov.poll_fd()
+    /// The fd to watch for readiness (a task shell registers it, a thread
+    /// shell polls it), if the provider has one.
+    pub(crate) fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.prov.wait_fd()
     }
 
     /// The shell watches the socket's readiness edges (and calls

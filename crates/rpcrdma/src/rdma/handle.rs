@@ -19,9 +19,6 @@ use crate::transport::{
     TransportError,
 };
 
-/// A closure run on the concrete provider inside the driver.
-pub(crate) type ProviderFn = Box<dyn FnOnce(&mut dyn std::any::Any) + Send>;
-
 /// Commands from the runtime to a driver.
 pub(crate) enum Cmd {
     Call {
@@ -37,7 +34,6 @@ pub(crate) enum Cmd {
     },
     SetBackchannel(Arc<dyn CallDispatcher>),
     Close,
-    WithProvider(ProviderFn),
 }
 
 /// Where the driver delivers a call's reply (or failure).

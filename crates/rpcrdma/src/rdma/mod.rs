@@ -15,20 +15,32 @@
 //!
 //! * the **task shell** (`task.rs`, the default): a tokio task; readiness
 //!   through an `AsyncFd` on the provider's
-//!   [`raw_fd`](rpcrdma_proto::provider::Provider::raw_fd), one tokio
-//!   timer, the command channel; blocking connection setup (TCP connect,
-//!   MPA handshake) in `spawn_blocking`; it reconnects after a loss;
+//!   [`wait_fd`](rpcrdma_proto::provider::Provider::wait_fd), one tokio
+//!   timer, the command channel; blocking connection setup (the provider's
+//!   connection manager: for iWARP, TCP connect and MPA handshake) in
+//!   `spawn_blocking`; it reconnects after a loss;
 //! * the **thread shell** (`thread.rs`, blocking mode): a thread that
 //!   sleeps in the socket's `recv(2)` or in `poll(2)` on the socket and a
 //!   wake-up socket pair (`wake.rs`).
 //!
 //! Nothing else wakes a driver: there is no fallback tick (the core's
 //! docs go through every wake source). A server's one acceptor thread
-//! drives every pending MPA exchange at once
-//! ([`rpcrdma_iwarp::acceptor::Acceptor`], `poll(2)`). A server handler is
+//! runs the provider's listener (for iWARP: every pending MPA exchange at
+//! once, `poll(2)`). A server handler is
 //! polled once inline by the driver and only spawned if it has to wait,
 //! so a reply that is ready at once goes out in the same round. The
 //! layering and a call's path are drawn in `docs/design/rpcrdma.md`.
+//!
+//! # Providers
+//!
+//! The runtime speaks only the provider contract of `rpcrdma-proto`
+//! ([`Provider`]: data path and readiness; its connection-manager part:
+//! connect, listen, accept or reject with private data). Which provider
+//! carries the connections is configuration: [`ProviderConfig`] (the
+//! [`provider`] module, the one place that names a provider; see
+//! `docs/design/providers.md`). Software iWARP is the default, behind the
+//! default-on cargo feature `iwarp`; the in-memory provider serves tests
+//! (and is the default without `iwarp`).
 //!
 //! * Client: [`RdmaClientTransport`] implements [`ClientTransport`](crate::ClientTransport). DDP
 //!   pieces of a call map to engine DDP pieces (Read chunks when the call
@@ -38,7 +50,7 @@
 //!   ([`Connection::reconnect`](rpcrdma_proto::engine::Connection::reconnect))
 //!   re-sends the interrupted calls **with their original XIDs, on the new
 //!   connection only**.
-//! * Server: [`RdmaServer`] accepts any number of iWARP connections (receives
+//! * Server: [`RdmaServer`] accepts any number of connections (receives
 //!   posted before accepting), applies RFC 8797 through the engine and hands
 //!   every call to a [`CallDispatcher`](crate::CallDispatcher) (a [`crate::Server`]) with a
 //!   [`ClientIdentity`] from [`RdmaServerConfig::identify`] (by default the
@@ -109,21 +121,16 @@
 //! step) are both available; [`RdmaStatus::mountstats`] renders a
 //! mountstats-like line.
 
-use std::any::Any;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-pub use rpcrdma_iwarp::admission::AcceptLimits;
-use rpcrdma_iwarp::cm::IwarpConfig;
-use rpcrdma_iwarp::tcp::IwarpProvider;
 use rpcrdma_proto::engine::Config as EngineConfig;
 pub use rpcrdma_proto::engine::Metrics as EngineMetrics;
 pub use rpcrdma_proto::engine::{ReadSinkBudget, Resources};
-use rpcrdma_proto::provider::mem::MemProvider;
+pub use rpcrdma_proto::provider::LinkInfo;
 use rpcrdma_proto::provider::Provider;
 use rpcrdma_proto::wire::private_data::Negotiated;
 
@@ -137,6 +144,7 @@ mod convert;
 mod core;
 mod driver;
 mod handle;
+pub mod provider;
 mod server;
 mod task;
 mod thread;
@@ -144,158 +152,13 @@ mod transport;
 mod wake;
 
 pub use blocking::RdmaBlockingClient;
+pub use provider::ProviderConfig;
 pub use server::{serve_provider, RdmaServer, RdmaServerConnection};
 pub use transport::{connect_client, RdmaClientTransport};
 
-/// A provider the driver can own: any [`Provider`] that can move to the
-/// driver task, plus two hooks the driver and tools use.
-pub trait RdmaProvider: Provider + Send + 'static {
-    /// True while transmission waits for the socket to become writable
-    /// (the driver then also waits for writability of
-    /// [`Provider::raw_fd`]).
-    fn write_blocked(&self) -> bool {
-        false
-    }
-    /// The driver watches [`Provider::raw_fd`] edge-triggered and will call
-    /// [`RdmaProvider::note_readable`] after clearing each readiness edge
-    /// (`on`), or stops doing so (`!on`). A provider may then skip reading
-    /// its socket between edges once it has drained it.
-    fn set_read_gate(&mut self, _on: bool) {}
-    /// The socket may have become readable (see
-    /// [`RdmaProvider::set_read_gate`]).
-    fn note_readable(&mut self) {}
-    /// The socket a blocking driver sleeps on in `poll(2)` (see
-    /// [`RdmaBlockingClient`]); `None`: the driver relies on the provider's
-    /// waker alone.
-    fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
-        None
-    }
-    /// Blocking mode: let [`RdmaProvider::read_blocking`] sleep in the
-    /// socket's receive call; false if the provider cannot.
-    fn set_blocking_reads(&mut self, _on: bool) -> bool {
-        false
-    }
-    /// Blocking mode: sleep until data arrives (and take it in) or
-    /// `timeout` passes; `None` if not supported (then the driver polls
-    /// [`RdmaProvider::poll_fd`]).
-    fn read_blocking(&mut self, _timeout: Duration) -> Option<io::Result<bool>> {
-        None
-    }
-    /// True when a pass now could not move anything by itself (nothing
-    /// waits to be polled or transmitted): a blocking driver then sleeps
-    /// at once instead of making one more, empty pass. False (the
-    /// default) is always safe.
-    fn settled(&self) -> bool {
-        false
-    }
-
-    /// Live memory registrations, if the provider counts them (for
-    /// [`RdmaStatus::registered_regions`]).
-    fn registered_regions(&self) -> Option<u32> {
-        None
-    }
-
-    /// The provider's own next deadline, if it has one: work it does on a
-    /// timer, without input (the driver sleeps no longer than this and
-    /// then makes a pass). `None` (the default): no timer.
-    fn next_deadline(&self) -> Option<std::time::Instant> {
-        None
-    }
-
-    /// The concrete provider, for [`RdmaClientTransport::with_provider`]
-    /// (e.g. to take an iWARP capture).
-    fn as_any_mut(&mut self) -> &mut dyn Any;
-}
-
-impl RdmaProvider for IwarpProvider {
-    fn write_blocked(&self) -> bool {
-        IwarpProvider::write_blocked(self)
-    }
-    fn set_read_gate(&mut self, on: bool) {
-        IwarpProvider::set_read_gate(self, on)
-    }
-    fn note_readable(&mut self) {
-        IwarpProvider::note_readable(self)
-    }
-    fn poll_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.as_fd())
-    }
-    fn set_blocking_reads(&mut self, on: bool) -> bool {
-        IwarpProvider::set_blocking_reads(self, on).is_ok()
-    }
-    fn read_blocking(&mut self, timeout: Duration) -> Option<io::Result<bool>> {
-        Some(IwarpProvider::read_blocking(self, timeout))
-    }
-    fn settled(&self) -> bool {
-        IwarpProvider::settled(self)
-    }
-    fn registered_regions(&self) -> Option<u32> {
-        Some(self.qp().registered_regions())
-    }
-    fn next_deadline(&self) -> Option<std::time::Instant> {
-        IwarpProvider::next_deadline(self)
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-}
-
-impl RdmaProvider for MemProvider {
-    fn registered_regions(&self) -> Option<u32> {
-        Some(MemProvider::registered_regions(self))
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-}
-
-/// The provider of one connection, owned by its driver task.
-pub type BoxProvider = Box<dyn RdmaProvider>;
-
-/// What the link layer negotiated (MPA for iWARP), for tools and logs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LinkInfo {
-    /// The peer's address (or a name for in-memory links).
-    pub peer: String,
-    /// MPA revision in use (iWARP only).
-    pub mpa_rev: Option<u8>,
-    /// MPA CRC in use (iWARP only).
-    pub crc: Option<bool>,
-    /// MPA Markers in use in either direction (iWARP only).
-    pub markers: Option<bool>,
-    /// Our inbound RDMA Read depth (IRD) after negotiation.
-    pub ird: u8,
-    /// Our outbound RDMA Read depth (ORD) after negotiation.
-    pub ord: u8,
-    /// The private data we sent (for MPA: the whole field, IRD/ORD header
-    /// included).
-    pub local_private_data: Vec<u8>,
-    /// The private data the peer sent (same form).
-    pub peer_private_data: Vec<u8>,
-}
-
-impl LinkInfo {
-    /// Reads the negotiated MPA parameters of an established iWARP
-    /// provider.
-    pub fn of_iwarp(p: &IwarpProvider, peer: String) -> LinkInfo {
-        let mut info = LinkInfo {
-            peer,
-            ..LinkInfo::default()
-        };
-        if let Some(est) = p.established() {
-            info.mpa_rev = Some(est.revision);
-            info.crc = Some(est.params.crc);
-            info.markers = Some(est.params.send_markers || est.params.recv_markers);
-            info.ird = est.params.ird;
-            info.ord = est.params.ord;
-            info.peer_private_data = est.peer_frame.private_data.clone();
-        }
-        if let Some(f) = p.local_frame() {
-            info.local_private_data = f.private_data.clone();
-        }
-        info
-    }
-}
+/// The provider of one connection, owned by its driver: any
+/// [`Provider`] that can move to the driver's task or thread.
+pub type BoxProvider = Box<dyn Provider + Send>;
 
 /// A new connection, established (or still connecting: the driver applies
 /// the provider's `Established` event whenever it comes).
@@ -320,28 +183,18 @@ pub type ProviderConnector = Arc<dyn Fn() -> io::Result<Connected> + Send + Sync
 /// Maps a peer address to the identity the duplicate-reply cache uses.
 pub type IdentifyFn = Arc<dyn Fn(SocketAddr) -> ClientIdentity + Send + Sync>;
 
-/// The iWARP settings of one side with the engine's RFC 8797 private data
-/// and IRD/ORD filled in.
-pub fn iwarp_config_for(iwarp: &IwarpConfig, engine: &EngineConfig) -> IwarpConfig {
-    let p = engine.connect_params();
-    IwarpConfig {
-        private_data: p.private_data,
-        ird: p.ird,
-        ord: p.ord,
-        ..iwarp.clone()
-    }
-}
-
 /// Client settings.
 #[derive(Clone)]
 pub struct RdmaClientConfig {
     /// Engine settings (credits, inline sizes, R flag, timeouts). Default
     /// [`EngineConfig::client`] (IRD 16 so that Linux servers accept us).
     pub engine: EngineConfig,
-    /// iWARP settings (MPA revision, CRC, Markers); private data and
-    /// IRD/ORD come from `engine`.
-    pub iwarp: IwarpConfig,
-    /// Connection setup timeout (TCP connect and MPA exchange).
+    /// The RDMA provider and its settings (for iWARP: MPA revision, CRC,
+    /// Markers); private data and IRD/ORD come from `engine`. Default
+    /// [`ProviderConfig::default`].
+    pub provider: ProviderConfig,
+    /// Connection setup timeout (for iWARP: TCP connect and MPA
+    /// exchange).
     pub connect_timeout: Duration,
     /// Reconnection after a loss; `None`: the connection loss fails the
     /// outstanding calls.
@@ -354,7 +207,7 @@ impl Default for RdmaClientConfig {
     fn default() -> Self {
         RdmaClientConfig {
             engine: EngineConfig::client(),
-            iwarp: IwarpConfig::default(),
+            provider: ProviderConfig::default(),
             connect_timeout: Duration::from_secs(10),
             reconnect: Some(ReconnectPolicy::default()),
             metrics: None,
@@ -366,6 +219,7 @@ impl std::fmt::Debug for RdmaClientConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RdmaClientConfig")
             .field("engine", &self.engine)
+            .field("provider", &self.provider)
             .field("connect_timeout", &self.connect_timeout)
             .field("reconnect", &self.reconnect)
             .finish()
@@ -380,16 +234,14 @@ pub struct RdmaServerConfig {
     /// `engine.read_timeout`, 30 s, and the idle timeout
     /// `engine.idle_timeout`, 15 s, apply to every connection).
     pub engine: EngineConfig,
-    /// iWARP settings; private data and IRD/ORD come from `engine`.
-    pub iwarp: IwarpConfig,
-    /// New TCP connections that owe their MPA Request (unauthenticated):
-    /// the deadline for the Request and the caps on how many are pending,
-    /// per source address and in all (one more evicts the oldest). One
-    /// thread drives all of them at once. Default
-    /// [`AcceptLimits::default`]: 2 s, 32 per source, 512 in all.
-    pub accept: AcceptLimits,
-    /// Most connections at once; more are rejected (MPA Reject). Default
-    /// 1024.
+    /// The RDMA provider and its settings; private data and IRD/ORD come
+    /// from `engine`. For iWARP this includes the admission of new TCP
+    /// connections that owe their MPA Request (deadline, caps per source
+    /// and in all: `provider::IwarpCm::accept`), all driven by one
+    /// thread.
+    pub provider: ProviderConfig,
+    /// Most connections at once; more are rejected (a CM reject: MPA
+    /// Reject on iWARP). Default 1024.
     pub max_connections: usize,
     /// Most connections at once from one source address (an IPv4-mapped
     /// IPv6 address counts as the IPv4 one); more are rejected (MPA
@@ -441,8 +293,7 @@ impl Default for RdmaServerConfig {
     fn default() -> Self {
         RdmaServerConfig {
             engine: EngineConfig::server(),
-            iwarp: IwarpConfig::default(),
-            accept: AcceptLimits::default(),
+            provider: ProviderConfig::default(),
             max_connections: 1024,
             max_connections_per_source: 64,
             identify: Arc::new(|a: SocketAddr| ClientIdentity(Bytes::from(a.ip().to_string()))),
@@ -457,7 +308,7 @@ impl std::fmt::Debug for RdmaServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RdmaServerConfig")
             .field("engine", &self.engine)
-            .field("accept", &self.accept)
+            .field("provider", &self.provider)
             .field("max_connections", &self.max_connections)
             .field(
                 "max_connections_per_source",
@@ -545,20 +396,4 @@ impl RdmaStatus {
             e.local_invalidations,
         )
     }
-}
-
-/// Connects an iWARP provider to `addr` with `cfg` (blocking).
-pub fn connect_iwarp(
-    addr: SocketAddr,
-    iwarp: &IwarpConfig,
-    engine: &EngineConfig,
-    timeout: Duration,
-) -> io::Result<Connected> {
-    let icfg = iwarp_config_for(iwarp, engine);
-    let p = IwarpProvider::connect_blocking(addr, icfg, timeout)?;
-    let info = LinkInfo::of_iwarp(&p, addr.to_string());
-    Ok(Connected {
-        provider: Box::new(p),
-        info,
-    })
 }

@@ -1,20 +1,19 @@
-//! The server side: [`RdmaServer`] (iWARP listener) and
-//! [`serve_provider`] (one connection over any provider).
+//! The server side: [`RdmaServer`] (a listener of the configured
+//! provider) and [`serve_provider`] (one connection over any provider).
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::time::Duration;
 
-use rpcrdma_iwarp::acceptor::{Acceptor, AcceptorWaker};
-use rpcrdma_iwarp::tcp::Listener;
 use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
 use tokio::task::JoinHandle;
 
 use super::accept::{self, AcceptCtx, Conns};
 use super::driver::{self, Cmd, Shared};
-use super::{iwarp_config_for, Connected, RdmaServerConfig, RdmaStatus};
+use super::{Connected, RdmaServerConfig, RdmaStatus};
 use crate::metrics::Metrics;
 use crate::server::Server;
 use crate::transport::{CallDispatcher, ClientIdentity};
@@ -80,16 +79,17 @@ pub fn serve_provider(
     }
 }
 
-/// An RPC-over-RDMA server over software iWARP: one acceptor thread (TCP
-/// accept and every pending MPA exchange at once, under
-/// [`RdmaServerConfig::accept`]'s deadline and caps; receives posted
-/// before the MPA Reply; [`RdmaServerConfig::max_connections`] and
-/// [`RdmaServerConfig::max_connections_per_source`] enforced with an MPA
-/// Reject) and one driver task per connection.
+/// An RPC-over-RDMA server over the provider of
+/// [`RdmaServerConfig::provider`]: one acceptor thread running the
+/// provider's listener (for iWARP: TCP accept and every pending MPA
+/// exchange at once, under its admission deadline and caps), receives
+/// posted before the accept, [`RdmaServerConfig::max_connections`] and
+/// [`RdmaServerConfig::max_connections_per_source`] enforced with a
+/// reject, and one driver task per connection.
 pub struct RdmaServer {
     local: SocketAddr,
     stop: Arc<AtomicBool>,
-    waker: AcceptorWaker,
+    waker: Waker,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     conns: Conns,
     metrics: Arc<Metrics>,
@@ -123,18 +123,17 @@ impl RdmaServer {
         let mut config = config;
         // One Read-sink budget for all the connections.
         config.engine = config.engine_with_budget();
-        let icfg = iwarp_config_for(&config.iwarp, &config.engine);
-        let acceptor = Acceptor::new(Listener::bind(addr, icfg.clone())?, config.accept)?;
-        let local = acceptor.local_addr()?;
-        let waker = acceptor.waker();
         let stop = Arc::new(AtomicBool::new(false));
         let metrics = config.metrics.clone().unwrap_or_default();
         let conns: Conns = Arc::default();
         let read_budget = config.engine.read_budget.clone();
-        let thread = accept::spawn(
-            acceptor,
+        let accept::Started {
+            local,
+            waker,
+            thread,
+        } = config.provider.listen(
+            addr,
             AcceptCtx {
-                icfg,
                 engine: config.engine,
                 max_connections: config.max_connections,
                 max_per_source: config.max_connections_per_source,
@@ -185,7 +184,7 @@ impl RdmaServer {
 
     fn signal_stop(&self) {
         if !self.stop.swap(true, Ordering::SeqCst) {
-            self.waker.wake();
+            self.waker.wake_by_ref();
         }
         for l in accept::lock(&self.conns).iter() {
             let _ = l.shared.push(Cmd::Close);
@@ -193,7 +192,7 @@ impl RdmaServer {
     }
 
     /// Stops accepting (closing the listener and every connection still
-    /// owing its MPA Request), closes every connection (their calls in
+    /// owing its connection request), closes every connection (their calls in
     /// progress are abandoned) and waits for the tasks.
     pub async fn shutdown(&self) {
         self.signal_stop();

@@ -62,7 +62,7 @@ pub(crate) struct TaskShell {
 /// Registers the core's socket with tokio; with it watched, the provider
 /// reads only after readiness edges.
 fn register_fd(core: &mut Core) -> Option<AsyncFd<Fd>> {
-    let a = core.raw_fd().and_then(|fd| {
+    let a = core.wait_fd().map(|fd| fd.as_raw_fd()).and_then(|fd| {
         // `with_interest` is the safe (deprecated) registration; the
         // I/O-safety invariant it cannot check holds here: the provider
         // keeps the socket open and unchanged for as long as the `AsyncFd`

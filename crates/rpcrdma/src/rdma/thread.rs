@@ -47,7 +47,7 @@ impl ThreadShell {
         core.set_waker(wake.waker());
         // The shell polls the fd itself and the provider reads only after
         // it was readable.
-        let gate = core.poll_fd().is_some();
+        let gate = core.wait_fd().is_some();
         core.set_read_gate(gate);
         let blocking_reads = core.set_blocking_reads(true);
         ThreadShell {
@@ -136,7 +136,7 @@ impl ThreadShell {
         // reply would come from another thread) and no backchannel call
         // was made. Other commands (a close) wait at most RECV_TICK. The
         // provider itself says whether it has work first (see
-        // `IwarpProvider::read_blocking`), so its waker is not armed.
+        // `Provider::read_blocking`), so its waker is not armed.
         // Nor while a call waits for the shared Read-sink budget: another
         // connection's thread wakes us when it frees up, through the
         // wake-up socket that only poll(2) watches.
@@ -179,7 +179,7 @@ impl ThreadShell {
         let write = self.core.wants_write();
         let (sock, woken) = self
             .wake
-            .poll_with(self.core.poll_fd().map(|fd| (fd, write)), timeout);
+            .poll_with(self.core.wait_fd().map(|fd| (fd, write)), timeout);
         if sock {
             self.core.note_readable();
         }

@@ -1,6 +1,5 @@
 //! The client side: [`RdmaClientTransport`].
 
-use std::any::Any;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,7 +8,7 @@ use bytes::Bytes;
 use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
 
 use super::driver::{self, Cmd, Reconnect, Shared};
-use super::{connect_iwarp, Connected, ProviderConnector, RdmaClientConfig, RdmaStatus};
+use super::{Connected, ProviderConnector, RdmaClientConfig, RdmaStatus};
 use crate::client::{Client, ClientConfig};
 use crate::metrics::Metrics;
 use crate::reconnect::ReconnectPolicy;
@@ -33,16 +32,17 @@ impl std::fmt::Debug for RdmaClientTransport {
 }
 
 impl RdmaClientTransport {
-    /// Connects over iWARP (MPA/DDP/RDMAP over TCP) to `addr`, with the
-    /// engine's RFC 8797 private data and IRD/ORD; reconnects to the same
-    /// address after a loss when `config.reconnect` is set.
+    /// Connects to `addr` over the provider of `config.provider` (by
+    /// default iWARP: MPA/DDP/RDMAP over TCP), with the engine's RFC 8797
+    /// private data and IRD/ORD; reconnects to the same address after a
+    /// loss when `config.reconnect` is set.
     pub async fn connect(addr: SocketAddr, config: RdmaClientConfig) -> io::Result<Arc<Self>> {
-        let (iw, eng, to) = (
-            config.iwarp.clone(),
+        let (prov, eng, to) = (
+            config.provider.clone(),
             config.engine.clone(),
             config.connect_timeout,
         );
-        let connector: ProviderConnector = Arc::new(move || connect_iwarp(addr, &iw, &eng, to));
+        let connector: ProviderConnector = Arc::new(move || prov.connect(addr, &eng, to));
         Self::with_connector(connector, config.engine, config.reconnect, config.metrics).await
     }
 
@@ -113,20 +113,6 @@ impl RdmaClientTransport {
         &self.shared.peer
     }
 
-    /// Runs `f` on the concrete provider inside the driver task (e.g.
-    /// `downcast_mut::<IwarpProvider>()` to take a capture) and returns
-    /// its result.
-    pub async fn with_provider<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut dyn Any) -> R + Send + 'static,
-    ) -> Result<R, TransportError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.shared.send(Cmd::WithProvider(Box::new(move |p| {
-            let _ = tx.send(f(p));
-        })))?;
-        rx.await.map_err(|_| TransportError::Closed)
-    }
-
     /// Closes and waits for the driver task to finish.
     pub async fn shutdown(&self) {
         self.close();
@@ -185,7 +171,7 @@ pub(crate) fn clock_xid() -> u32 {
         .wrapping_mul(0x9e37_79b1)
 }
 
-/// Connects an RPC [`Client`] over iWARP to `addr`; also returns the
+/// Connects an RPC [`Client`] over RDMA to `addr`; also returns the
 /// transport (for [`RdmaClientTransport::status`]).
 pub async fn connect_client(
     addr: SocketAddr,
