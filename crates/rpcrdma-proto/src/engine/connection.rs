@@ -22,6 +22,7 @@ use crate::wire::chunk::{
     ChunkLists, ReadList, ReadSegment, Segment, SegmentList, WriteChunk, WriteList,
 };
 use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
+use crate::wire::rpc::MsgType;
 use smallvec::{smallvec, SmallVec};
 
 /// What a work request id stands for.
@@ -348,18 +349,14 @@ pub struct Connection {
 
 const UNKNOWN_XID: &str = "unknown XID";
 
-/// RFC 5531 `msg_type` values.
-const MSG_CALL: u32 = 0;
-const MSG_REPLY: u32 = 1;
-
 /// The XID and `msg_type` words that start an RPC message.
-fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
+fn rpc_prefix(msg: &[u8]) -> Option<(u32, MsgType)> {
     let w = |i: usize| {
         msg.get(i..i + 4)
             .and_then(|b| <[u8; 4]>::try_from(b).ok())
             .map(u32::from_be_bytes)
     };
-    Some((w(0)?, w(4)?))
+    Some((w(0)?, MsgType(w(4)?)))
 }
 
 /// The handle of every segment of a call's chunks, if they are all the
@@ -1540,7 +1537,7 @@ impl Connection {
                         // RDMA_NOMSG with a Read list (a reply never has
                         // one).
                         let reverse_call = match shape {
-                            Shape::Msg => msg_type == Some(MSG_CALL),
+                            Shape::Msg => msg_type == Some(MsgType::CALL),
                             Shape::Nomsg => !chunks.reads.is_empty(),
                         };
                         if !reverse_call {
@@ -1565,7 +1562,7 @@ impl Connection {
                             self.on_call(now, p, xid, shape, chunks, payload, true);
                         }
                     }
-                    Role::Server if msg_type == Some(MSG_REPLY) => {
+                    Role::Server if msg_type == Some(MsgType::REPLY) => {
                         self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
                     }
                     Role::Server => self.on_call(now, p, xid, shape, chunks, payload, false),
@@ -1624,7 +1621,7 @@ impl Connection {
                     .and_then(rpc_prefix),
                 _ => rpc_prefix(&d.inline),
             };
-            if head != Some((xid, MSG_REPLY)) {
+            if head != Some((xid, MsgType::REPLY)) {
                 self.metrics.rpc_header_mismatches += 1;
                 self.metrics.dropped += 1;
                 return;
@@ -2743,7 +2740,7 @@ impl Connection {
         //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
         //# contain the value CALL.
         // As in `reads_done`: a mismatch is answered with ERR_CHUNK.
-        if rpc_prefix(&payload) != Some((xid, MSG_CALL)) {
+        if rpc_prefix(&payload) != Some((xid, MsgType::CALL)) {
             self.metrics.rpc_header_mismatches += 1;
             self.send_error(p, xid, ErrorReply::Chunk);
             return;
@@ -2992,7 +2989,7 @@ impl Connection {
         // whose RPC header disagrees with its transport header (forward or
         // reverse, inline or in a Position-Zero Read chunk) is malformed and
         // answered with ERR_CHUNK, never delivered.
-        let header_ok = rpc_prefix(&message) == Some((call.xid, MSG_CALL));
+        let header_ok = rpc_prefix(&message) == Some((call.xid, MsgType::CALL));
         let xid = call.xid;
         call.delivered = header_ok;
         let ev = IncomingCall {
