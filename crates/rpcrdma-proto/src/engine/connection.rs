@@ -7,7 +7,10 @@ use std::task::Waker;
 use std::time::Instant;
 
 use super::budget::Lease;
-use super::framing::{DataHeader, ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
+use super::framing::{
+    invalidation_handle, rpc_prefix, DataHeader, ErrorReply, Framing, Incoming, RdmaErrorReport,
+    Shape,
+};
 use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
 use super::{
@@ -348,37 +351,6 @@ pub struct Connection {
 }
 
 const UNKNOWN_XID: &str = "unknown XID";
-
-/// The XID and `msg_type` words that start an RPC message.
-fn rpc_prefix(msg: &[u8]) -> Option<(u32, MsgType)> {
-    let w = |i: usize| {
-        msg.get(i..i + 4)
-            .and_then(|b| <[u8; 4]>::try_from(b).ok())
-            .map(u32::from_be_bytes)
-    };
-    Some((w(0)?, MsgType(w(4)?)))
-}
-
-/// The handle of every segment of a call's chunks, if they are all the
-/// same one: the only case where Send With Invalidate is used (Linux
-/// svc_rdma_get_inv_rkey). (No set is built: the first handle, then any
-/// other ends it.)
-fn single_handle(chunks: &ChunkLists) -> Option<u32> {
-    if chunks.is_empty() {
-        return None; // (what the iterator below finds, without building it)
-    }
-    let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
-        chunks
-            .writes
-            .iter()
-            .chain(chunks.reply.iter())
-            .flat_map(|w| w.segments.iter().map(|s| s.handle)),
-    );
-    match all.next() {
-        Some(h) if all.all(|x| x == h) => Some(h),
-        _ => None,
-    }
-}
 
 /// A copy of `wr` (kept in case the provider refuses it with QueueFull):
 /// the SGE list copied as a slice, not element by element.
@@ -1112,33 +1084,11 @@ impl Connection {
             }
         };
 
-        //= rfc8797#section-4.1
-        //# When both connection peers have set this bit
-        //# flag in their CM Private Data, the responder MAY use RDMA Send
-        //# with Invalidate operations when transmitting RPC Replies.
-        //= rfc8797#section-4.1
-        //# When either peer on a connection clears this flag, the responder MUST
-        //# use only RDMA Send when transmitting RPC Replies.
-        //= rfc8797#section-4.1
-        //# Each RDMA Send with Invalidate MUST invalidate an STag associated
-        //# only with the Transaction ID (XID) in the rdma_xid field of the RPC-
-        //# over-RDMA Transport Header it carries.
-        // Only when the call carried exactly one distinct handle (Linux
-        // svc_rdma_get_inv_rkey), never on an error reply.
-        // Plain Send / Send With Invalidate, never the Solicited Event
-        // variants: that is what Linux xprtrdma and svcrdma post, and what
-        // Wireshark's RPC-over-RDMA dissector recognises.
         let remote_inv = self.negotiated.is_some_and(|n| n.remote_invalidation);
-        let op = match (remote_inv, call.inv) {
-            (true, Some(h)) => {
-                self.metrics.send_with_invalidate += 1;
-                SendOp::SendWithInvalidate {
-                    invalidate: Stag(h),
-                    solicited: false,
-                }
-            }
-            _ => SendOp::Send { solicited: false },
-        };
+        let op = self.framing.reply_send_op(remote_inv, call.inv);
+        if let SendOp::SendWithInvalidate { .. } = op {
+            self.metrics.send_with_invalidate += 1;
+        }
         // The DDP pieces are the Write sources as they are: registered
         // read-only, shared with whoever else holds them, never copied.
         let mut sources: Vec<Bytes> = Vec::new();
@@ -2640,7 +2590,7 @@ impl Connection {
                 return;
             }
         };
-        let inv = single_handle(&chunks);
+        let inv = invalidation_handle(&chunks);
         let handle = self.next_handle;
         self.next_handle += 1;
         let mut reads = Vec::new();
@@ -2731,7 +2681,7 @@ impl Connection {
             self.send_error(p, xid, ErrorReply::Chunk);
             return;
         }
-        let inv = single_handle(&chunks);
+        let inv = invalidation_handle(&chunks);
         let handle = self.next_handle;
         self.next_handle += 1;
         //= rfc8167#section-5.1
