@@ -8,11 +8,11 @@ use std::time::Instant;
 
 use super::budget::Lease;
 use super::framing::{
-    invalidation_handle, rpc_prefix, DataHeader, ErrorReply, Framing, Incoming, RdmaErrorReport,
-    Shape,
+    invalidation_handle, rpc_prefix, DataHeader, ErrorReply, Incoming, RdmaErrorReport, Shape,
 };
 use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
+use super::setup::{Params, Setup};
 use super::{
     CallError, CallFailure, CallHandle, CallId, Config, ConnectionError, Event, IncomingCall,
     Metrics, OutgoingCall, OutgoingReply, PeerError, Piece, Reply, ReplyForm, Resources, Role,
@@ -24,7 +24,7 @@ use crate::provider::{
 use crate::wire::chunk::{
     ChunkLists, ReadList, ReadSegment, Segment, SegmentList, WriteChunk, WriteList,
 };
-use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
+use crate::wire::private_data::Negotiated;
 use crate::wire::rpc::MsgType;
 use smallvec::{smallvec, SmallVec};
 
@@ -274,10 +274,7 @@ impl Drop for PooledSink {
 #[derive(Debug)]
 pub struct Connection {
     config: Config,
-    framing: Framing,
-    negotiated: Option<Negotiated>,
-    info: Option<ConnectionInfo>,
-    established: bool,
+    setup: Setup,
     error: Option<ConnectionError>,
     ops: WrSlab,
     // receives
@@ -385,11 +382,8 @@ impl Connection {
         let lease = Lease::new(config.read_budget.clone());
         Connection {
             next_xid: config.first_xid,
+            setup: Setup::new(&config),
             config,
-            framing: Framing::V1,
-            negotiated: None,
-            info: None,
-            established: false,
             error: None,
             ops: WrSlab::default(),
             recv_posted: 0,
@@ -481,7 +475,7 @@ impl Connection {
     }
     /// Inline thresholds and remote invalidation, once established.
     pub fn negotiated(&self) -> Option<Negotiated> {
-        self.negotiated
+        self.setup.negotiated()
     }
     /// Calls we may have outstanding (the peer's grant, clamped).
     pub fn credits(&self) -> u32 {
@@ -574,13 +568,10 @@ impl Connection {
         p: &mut dyn Provider,
         info: &ConnectionInfo,
     ) {
-        if self.error.is_some() || self.established {
+        if self.error.is_some() || self.setup.is_ready() {
             return;
         }
-        let peer = PeerPrivateData::find(&info.peer_private_data);
-        self.negotiated = Some(negotiate(&self.config.private_data_struct(), peer.data()));
-        self.info = Some(info.clone());
-        self.established = true;
+        self.setup.establish(&self.config, info);
         self.idle_deadline = self.config.idle_timeout.map(|d| now + d);
         self.clamp_grant(p);
         self.refill(p);
@@ -619,7 +610,7 @@ impl Connection {
                 // only the RPC message that follows it is copied out (it
                 // becomes the message handed to the upper layer).
                 let data = p.region(&mr).ok().and_then(|b| b.get(..len)).map(|b| {
-                    let incoming = self.framing.decode(b, &self.config.limits);
+                    let incoming = self.params().framing.decode(b, &self.config.limits);
                     let payload = match &incoming {
                         Incoming::Data { payload_offset, .. } => {
                             b.get(*payload_offset..).unwrap_or_default().to_vec()
@@ -816,8 +807,8 @@ impl Connection {
             // only (no chunks: RFC 8167 section 5.3 leaves chunk use to the
             // ULB, and the NFSv4.1 backchannel needs none), so a reverse call
             // larger than the inline threshold cannot be sent at all.
-            let thr = self.send_threshold();
-            let need = self.framing.min_msg_header_len() + len;
+            let thr = self.params().send_threshold;
+            let need = self.params().framing.min_msg_header_len() + len;
             if need > thr {
                 return Err(CallError::TooLarge {
                     len: need,
@@ -872,7 +863,7 @@ impl Connection {
                 ))
             }
         }
-        let thr = self.send_threshold();
+        let thr = self.params().send_threshold;
         // The DDP data is never copied: the pieces that go into Write
         // chunks are registered as they are (see `post_reply`).
         let mut message = reply.message;
@@ -883,7 +874,7 @@ impl Connection {
             }
         }
         if backchannel {
-            let need = self.framing.min_msg_header_len() + stream_len;
+            let need = self.params().framing.min_msg_header_len() + stream_len;
             if need > thr {
                 return Err(CallError::TooLarge {
                     len: need,
@@ -1006,70 +997,72 @@ impl Connection {
             writes: echo,
             reply: unused_reply,
         };
-        let (form, header) = if self.framing.header_len(Shape::Msg, &msg_chunks) + inline_len <= thr
-        {
-            let h = self
-                .framing
-                .data_header(xid, grant, Shape::Msg, msg_chunks, None);
-            (ReplyForm::Inline, h)
-        } else {
-            // Long Reply: the rest goes into the Reply chunk.
-            //= rfc8166#section-3.5.3
-            //# If a Reply chunk was provided and the reduced
-            //# Payload stream is larger than the reply inline threshold, the
-            //# Responder MUST use the Requester-provided Reply chunk for the reply.
-            let parts = call.reply.as_ref().and_then(|rc| {
-                let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
-                marshal::spread(inline_len, &lens).map(|parts| (rc, parts))
-            });
-            let Some((rc, parts)) = parts else {
-                // A reply that fits neither inline nor the Reply chunk
-                // is answered with ERR_CHUNK (Linux svcrdma; libevpl
-                // found silent truncation here), never truncated.
-                self.send_error(p, xid, ErrorReply::Chunk);
-                return Ok(ReplyForm::ErrChunk);
-            };
-            // The echoed Write list, back from the RDMA_MSG attempt.
-            let echo = msg_chunks.writes;
-            let mut rc_echo = WriteChunk::from_segments(
-                rc.segments
-                    .iter()
-                    .map(|s| Segment::new(s.handle, 0, s.offset))
-                    .collect::<SegmentList>(),
-            );
-            // The inline part is the source after the DDP pieces.
-            let src = written.len();
-            for (si, off, n) in parts {
-                let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
-                else {
-                    continue;
+        let (form, header) =
+            if self.params().framing.header_len(Shape::Msg, &msg_chunks) + inline_len <= thr {
+                let h = self
+                    .params()
+                    .framing
+                    .data_header(xid, grant, Shape::Msg, msg_chunks, None);
+                (ReplyForm::Inline, h)
+            } else {
+                // Long Reply: the rest goes into the Reply chunk.
+                //= rfc8166#section-3.5.3
+                //# If a Reply chunk was provided and the reduced
+                //# Payload stream is larger than the reply inline threshold, the
+                //# Responder MUST use the Requester-provided Reply chunk for the reply.
+                let parts = call.reply.as_ref().and_then(|rc| {
+                    let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
+                    marshal::spread(inline_len, &lens).map(|parts| (rc, parts))
+                });
+                let Some((rc, parts)) = parts else {
+                    // A reply that fits neither inline nor the Reply chunk
+                    // is answered with ERR_CHUNK (Linux svcrdma; libevpl
+                    // found silent truncation here), never truncated.
+                    self.send_error(p, xid, ErrorReply::Chunk);
+                    return Ok(ReplyForm::ErrChunk);
                 };
-                e.length = n as u32;
-                plan.push((
-                    RemoteAddr {
-                        stag: Stag(seg.handle),
-                        offset: seg.offset,
-                    },
-                    src,
-                    off,
-                    n,
-                ));
-            }
-            long_src = Some(Bytes::from(marshal::inline_except(&message, &written)));
-            let chunks = ChunkLists {
-                reads: ReadList::new(),
-                writes: echo,
-                reply: Some(rc_echo),
+                // The echoed Write list, back from the RDMA_MSG attempt.
+                let echo = msg_chunks.writes;
+                let mut rc_echo = WriteChunk::from_segments(
+                    rc.segments
+                        .iter()
+                        .map(|s| Segment::new(s.handle, 0, s.offset))
+                        .collect::<SegmentList>(),
+                );
+                // The inline part is the source after the DDP pieces.
+                let src = written.len();
+                for (si, off, n) in parts {
+                    let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
+                    else {
+                        continue;
+                    };
+                    e.length = n as u32;
+                    plan.push((
+                        RemoteAddr {
+                            stag: Stag(seg.handle),
+                            offset: seg.offset,
+                        },
+                        src,
+                        off,
+                        n,
+                    ));
+                }
+                long_src = Some(Bytes::from(marshal::inline_except(&message, &written)));
+                let chunks = ChunkLists {
+                    reads: ReadList::new(),
+                    writes: echo,
+                    reply: Some(rc_echo),
+                };
+                if self.params().framing.header_len(Shape::Nomsg, &chunks) > thr {
+                    self.send_error(p, xid, ErrorReply::Chunk);
+                    return Ok(ReplyForm::ErrChunk);
+                }
+                let h = self
+                    .params()
+                    .framing
+                    .data_header(xid, grant, Shape::Nomsg, chunks, None);
+                (ReplyForm::ReplyChunk, h)
             };
-            if self.framing.header_len(Shape::Nomsg, &chunks) > thr {
-                self.send_error(p, xid, ErrorReply::Chunk);
-                return Ok(ReplyForm::ErrChunk);
-            }
-            let h = self
-                .framing
-                .data_header(xid, grant, Shape::Nomsg, chunks, None);
-            (ReplyForm::ReplyChunk, h)
-        };
         // Header and (Short reply) inline part, straight into the Send
         // buffer; the XID is already in the message's first piece.
         let body = (form == ReplyForm::Inline).then_some((&message[..], &written[..]));
@@ -1084,8 +1077,8 @@ impl Connection {
             }
         };
 
-        let remote_inv = self.negotiated.is_some_and(|n| n.remote_invalidation);
-        let op = self.framing.reply_send_op(remote_inv, call.inv);
+        let remote_inv = self.params().remote_invalidation;
+        let op = self.params().framing.reply_send_op(remote_inv, call.inv);
         if let SendOp::SendWithInvalidate { .. } = op {
             self.metrics.send_with_invalidate += 1;
         }
@@ -1254,18 +1247,10 @@ impl Connection {
         }
     }
 
-    fn send_threshold(&self) -> usize {
-        match self.negotiated {
-            Some(n) => n.send_threshold as usize,
-            None => negotiate(&self.config.private_data_struct(), None).send_threshold as usize,
-        }
-    }
-
-    fn recv_threshold(&self) -> usize {
-        match self.negotiated {
-            Some(n) => n.recv_threshold as usize,
-            None => negotiate(&self.config.private_data_struct(), None).recv_threshold as usize,
-        }
+    /// What setup settled (see [`Params`]).
+    #[inline]
+    fn params(&self) -> &Params {
+        self.setup.params()
     }
 
     fn wr(&mut self, op: Op) -> u64 {
@@ -1607,7 +1592,7 @@ impl Connection {
     /// A call may be sent now (connection up, a credit free, the send
     /// queue not known to be full).
     fn can_send(&self) -> bool {
-        self.established
+        self.setup.is_ready()
             && self.error.is_none()
             && !self.send_queue_full
             && self.outstanding < self.credits as usize
@@ -1666,9 +1651,9 @@ impl Connection {
             0 => self.config.default_reply_max,
             n => n,
         };
-        let send_thr = self.send_threshold();
-        let recv_thr = self.recv_threshold();
-        let min_hdr = self.framing.min_msg_header_len();
+        let send_thr = self.params().send_threshold;
+        let recv_thr = self.params().recv_threshold;
+        let min_hdr = self.params().framing.min_msg_header_len();
         if reply_max > self.config.limits.max_message_len {
             let max = self.config.limits.max_message_len as usize;
             return Err(CallError::TooLarge {
@@ -1699,7 +1684,7 @@ impl Connection {
             };
             let ddp_total: u64 = write_lens.iter().map(|&l| u64::from(l)).sum();
             let rest = u64::from(reply_max).saturating_sub(ddp_total);
-            if self.framing.header_len(Shape::Msg, &echo) as u64 + rest > recv_thr as u64 {
+            if self.params().framing.header_len(Shape::Msg, &echo) as u64 + rest > recv_thr as u64 {
                 reply_len = Some(reply_max);
             }
         }
@@ -1728,20 +1713,32 @@ impl Connection {
         // A Call that does not fit the send threshold moves its DDP-eligible
         // data to Read chunks, or becomes a Long Call (RDMA_NOMSG,
         // Position-Zero Read chunk).
-        let form = if self.framing.header_len(Shape::Msg, &base) + stream_len <= send_thr {
+        let form = if self.params().framing.header_len(Shape::Msg, &base) + stream_len <= send_thr {
             Form::Inline
         } else if backchannel {
-            let len = self.framing.header_len(Shape::Msg, &base) + stream_len;
+            let len = self.params().framing.header_len(Shape::Msg, &base) + stream_len;
             return Err(CallError::TooLarge { len, max: send_thr });
         } else if !ddp.is_empty()
-            && self.framing.header_len(Shape::Msg, &with_reads(ddp.len())) + stripped_len
+            && self
+                .params()
+                .framing
+                .header_len(Shape::Msg, &with_reads(ddp.len()))
+                + stripped_len
                 <= send_thr
         {
             Form::Reads
-        } else if self.framing.header_len(Shape::Nomsg, &with_reads(1)) <= send_thr {
+        } else if self
+            .params()
+            .framing
+            .header_len(Shape::Nomsg, &with_reads(1))
+            <= send_thr
+        {
             Form::Long
         } else {
-            let len = self.framing.header_len(Shape::Nomsg, &with_reads(1));
+            let len = self
+                .params()
+                .framing
+                .header_len(Shape::Nomsg, &with_reads(1));
             return Err(CallError::TooLarge { len, max: send_thr });
         };
 
@@ -1872,9 +1869,10 @@ impl Connection {
             writes,
             reply,
         };
-        let header = self
-            .framing
-            .data_header(call.xid, self.requested(), shape, chunks, None);
+        let header =
+            self.params()
+                .framing
+                .data_header(call.xid, self.requested(), shape, chunks, None);
         // Header and inline part straight into the Send buffer, the RPC
         // XID set to this call's.
         let body = inline
@@ -2099,7 +2097,7 @@ impl Connection {
         //# In such cases, the receiver MUST ignore the header's credit value.
         // A credit word is used only here, from a reply (or RDMA_ERROR)
         // matched to one of our calls; every other message's is ignored.
-        if let Some(g) = credit.and_then(|c| self.framing.grant(c)) {
+        if let Some(g) = credit.and_then(|c| self.params().framing.grant(c)) {
             self.metrics.credits_granted = g;
             //= rfc8166#section-3.3.1
             //# A Requester MUST NOT send unacknowledged requests in excess of the
@@ -2448,7 +2446,10 @@ impl Connection {
             ErrorReply::Vers { .. } => self.metrics.err_vers_sent += 1,
             ErrorReply::Chunk => self.metrics.err_chunk_sent += 1,
         }
-        let msg = self.framing.encode_error(xid, self.responder_grant(), e);
+        let msg = self
+            .params()
+            .framing
+            .encode_error(xid, self.responder_grant(), e);
         let (mr, len) = match self.message_buffer(p, &msg) {
             Ok(x) => x,
             Err(e) => {
@@ -2527,7 +2528,7 @@ impl Connection {
             return Err("call exceeds max_message_len");
         }
         marshal::check_positions(base_len as usize, &data, max)?;
-        if !groups.is_empty() && self.info.as_ref().map_or(0, |i| i.ord) == 0 {
+        if !groups.is_empty() && self.params().ord == 0 {
             return Err("Read chunks but no RDMA Read resources (ORD 0)");
         }
         Ok((groups, pz))
@@ -2829,7 +2830,7 @@ impl Connection {
         // Never more RDMA Reads outstanding than the ORD the connection
         // negotiated (the peer's IRD): an excess Read Request is fatal at
         // the peer's RNIC.
-        let ord = self.info.as_ref().map_or(0, |i| usize::from(i.ord));
+        let ord = usize::from(self.params().ord);
         while self.error.is_none() && self.reads_outstanding < ord {
             let Some(r) = self.reads.pop_front() else {
                 break;
