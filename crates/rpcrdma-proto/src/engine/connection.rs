@@ -2,16 +2,17 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+
 use std::task::Waker;
 use std::time::Instant;
 
 use super::budget::Lease;
 use super::framing::{
-    invalidation_handle, rpc_prefix, DataHeader, ErrorReply, Incoming, RdmaErrorReport, Shape,
+    invalidation_handle, rpc_prefix, ErrorReply, Incoming, RdmaErrorReport, Shape,
 };
 use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
+use super::resources::{Mrs, Op, Res};
 use super::setup::{Params, Setup};
 use super::{
     CallError, CallFailure, CallHandle, CallId, Config, ConnectionError, Event, IncomingCall,
@@ -19,7 +20,7 @@ use super::{
 };
 use crate::provider::{
     Access, Buffer, Bytes, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode,
-    Provider, ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Sges, Stag, Status,
+    Provider, ProviderError, RemoteAddr, SendOp, SendWr, Sges, Stag, Status,
 };
 use crate::wire::chunk::{
     ChunkLists, ReadList, ReadSegment, Segment, SegmentList, WriteChunk, WriteList,
@@ -28,80 +29,11 @@ use crate::wire::private_data::Negotiated;
 use crate::wire::rpc::MsgType;
 use smallvec::{smallvec, SmallVec};
 
-/// What a work request id stands for.
-#[derive(Debug)]
-enum Op {
-    /// A posted receive into this buffer.
-    Recv(MemoryRegion),
-    /// The Send of one of our calls (by XID).
-    CallSend(u32),
-    /// A Local Invalidate of one of our call's chunks (by XID).
-    CallInv(u32),
-    /// An RDMA Read for a received call.
-    Read(u64),
-    /// A Write or Send of one of our replies.
-    Reply(u64),
-    /// The Send of one of our replies that has no RDMA Write: its Send
-    /// buffer, released on completion (no reply job).
-    ReplySend(MemoryRegion),
-    /// A Send whose buffer is freed on completion (error replies).
-    Bare(MemoryRegion),
-}
-
 #[derive(Debug)]
 struct ReplyData {
     inline: Vec<u8>,
     write_lens: Vec<u32>,
     reply_len: Option<u32>,
-}
-
-/// The work requests in flight, by `wr_id`: a slab (no hashing, no
-/// allocation once warm). A `wr_id` is the slot index in its low 32 bits
-/// and the slot's generation, bumped at every use, in its high 32 bits, so
-/// the id of a finished WR never names the slot's next occupant.
-#[derive(Debug, Default)]
-struct WrSlab {
-    slots: Vec<(u32, Option<Op>)>,
-    free: Vec<u32>,
-    len: usize,
-}
-
-impl WrSlab {
-    /// Stores `op`; returns its `wr_id` (never 0).
-    fn insert(&mut self, op: Op) -> u64 {
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push((0, None));
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let Some(slot) = self.slots.get_mut(idx as usize) else {
-            // Not reachable: `idx` is a slot of this slab.
-            return 0;
-        };
-        slot.0 = slot.0.wrapping_add(1).max(1);
-        slot.1 = Some(op);
-        self.len += 1;
-        (u64::from(slot.0) << 32) | u64::from(idx)
-    }
-
-    /// Takes the op of `wr_id`, if it is in flight.
-    fn remove(&mut self, wr_id: u64) -> Option<Op> {
-        let idx = wr_id as u32;
-        let slot = self.slots.get_mut(idx as usize)?;
-        if u64::from(slot.0) != wr_id >> 32 {
-            return None;
-        }
-        let op = slot.1.take()?;
-        self.free.push(idx);
-        self.len -= 1;
-        Some(op)
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
 }
 
 /// One of our calls.
@@ -164,10 +96,6 @@ impl OutCall {
     }
 }
 
-/// The regions of one call's chunks: a small call (a Reply chunk, or one
-/// Write chunk and a Reply chunk) keeps them inline, no heap allocation.
-type Mrs = SmallVec<[MemoryRegion; 2]>;
-
 #[derive(Debug)]
 struct ReadChunk {
     position: u32,
@@ -217,58 +145,6 @@ struct ReplyJob {
     pending: usize,
 }
 
-/// Buffers of deregistered chunk sinks, for the next calls' Write and
-/// Reply chunks (see `Connection::sink_buffer`). Shared with the
-/// [`PooledSink`]s that carry Write-chunk results to the upper layer, which
-/// give their buffer back when dropped.
-#[derive(Debug, Default)]
-struct SinkPool {
-    bufs: Vec<Box<[u8]>>,
-    bytes: usize,
-}
-
-impl SinkPool {
-    /// Keeps `buf` if the pool has room.
-    fn put(&mut self, buf: Box<[u8]>) {
-        if !buf.is_empty() && self.bytes + buf.len() <= SINK_POOL_BYTES {
-            self.bytes += buf.len();
-            self.bufs.push(buf);
-        }
-    }
-
-    /// A pooled buffer of exactly `len` octets.
-    fn take(&mut self, len: usize) -> Option<Box<[u8]>> {
-        let i = self.bufs.iter().rposition(|b| b.len() == len)?;
-        let b = self.bufs.swap_remove(i);
-        self.bytes -= b.len();
-        Some(b)
-    }
-}
-
-/// The buffer of a Write chunk whose registration has ended, owned by the
-/// `Bytes` of a [`Reply`] result: nobody but the holders of that `Bytes`
-/// can reach it. Dropped, it goes back to its connection's pool (if the
-/// connection still exists).
-struct PooledSink {
-    buf: Box<[u8]>,
-    pool: Weak<Mutex<SinkPool>>,
-}
-
-impl AsRef<[u8]> for PooledSink {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf
-    }
-}
-
-impl Drop for PooledSink {
-    fn drop(&mut self) {
-        if let Some(pool) = self.pool.upgrade() {
-            let buf = std::mem::take(&mut self.buf);
-            pool.lock().unwrap_or_else(PoisonError::into_inner).put(buf);
-        }
-    }
-}
-
 /// One RPC-over-RDMA connection: requester and responder at once. See the
 /// [module docs](super).
 #[derive(Debug)]
@@ -276,10 +152,8 @@ pub struct Connection {
     config: Config,
     setup: Setup,
     error: Option<ConnectionError>,
-    ops: WrSlab,
-    // receives
-    recv_posted: usize,
-    recv_free: Vec<MemoryRegion>,
+    /// Work requests in flight, pools, receive buffers, backlog, zombies.
+    res: Res,
     backchannel_enabled: bool,
     // requester
     credits: u32,
@@ -329,35 +203,11 @@ pub struct Connection {
     replies_unacked: usize,
     next_job: u64,
     jobs: IdMap<u64, ReplyJob>,
-    /// Send-queue WRs refused with QueueFull, posted in order as the queue
-    /// drains. Never a call's Send: a refused call goes back to `queue`.
-    backlog: VecDeque<SendWr>,
-    /// The provider refused a WR with QueueFull and no completion has let
-    /// the engine retry yet (always set while `backlog` is not empty): no
-    /// call is sent meanwhile.
-    send_queue_full: bool,
-    /// Registered Send buffers of `send_buffer_size()` octets, reused.
-    send_pool: Vec<MemoryRegion>,
-    /// Buffers of deregistered chunk sinks the responder left unused, for
-    /// the next calls' Write and Reply chunks (see `Connection::sink_buffer`).
-    sink_pool: Arc<Mutex<SinkPool>>,
-    // teardown
-    zombies: Vec<MemoryRegion>,
     events: VecDeque<Event>,
     metrics: Metrics,
 }
 
 const UNKNOWN_XID: &str = "unknown XID";
-
-/// A copy of `wr` (kept in case the provider refuses it with QueueFull):
-/// the SGE list copied as a slice, not element by element.
-fn copy_wr(wr: &SendWr) -> SendWr {
-    SendWr {
-        wr_id: wr.wr_id,
-        op: wr.op,
-        sges: Sges::from_slice(&wr.sges),
-    }
-}
 
 /// One single-segment Write chunk per length (placeholders for header
 /// sizes); nothing built for the usual empty list.
@@ -370,24 +220,22 @@ fn placeholders(lens: &[u32]) -> WriteList {
         .collect()
 }
 
-/// Send buffers kept registered for reuse.
-const SEND_POOL_MAX: usize = 256;
-/// Octets of (unregistered) chunk-sink buffers kept for reuse.
-const SINK_POOL_BYTES: usize = 32 << 20;
-
 impl Connection {
     /// A connection engine for a connection that is being set up.
     pub fn new(config: Config) -> Connection {
         let grant = config.credits_granted.max(1);
         let lease = Lease::new(config.read_budget.clone());
+        let send_size = config.inline_send.max(1024) as usize;
+        //= rfc8166#section-3.3.3
+        //# Receiver implementations MUST support inline thresholds of 1024 bytes
+        //# but MAY support larger inline thresholds values.
+        let recv_size = config.inline_recv.max(1024) as usize;
         Connection {
             next_xid: config.first_xid,
             setup: Setup::new(&config),
             config,
             error: None,
-            ops: WrSlab::default(),
-            recv_posted: 0,
-            recv_free: Vec::new(),
+            res: Res::new(send_size, recv_size),
             backchannel_enabled: false,
             credits: 1,
             next_id: 1,
@@ -411,11 +259,6 @@ impl Connection {
             replies_unacked: 0,
             next_job: 1,
             jobs: IdMap::default(),
-            backlog: VecDeque::new(),
-            send_queue_full: false,
-            send_pool: Vec::new(),
-            sink_pool: Arc::default(),
-            zombies: Vec::new(),
             events: VecDeque::new(),
             metrics: Metrics::default(),
         }
@@ -513,20 +356,20 @@ impl Connection {
     }
     /// Work requests posted and not completed yet.
     pub fn inflight_work_requests(&self) -> usize {
-        self.ops.len()
+        self.res.ops.len()
     }
     /// What the connection holds now (see [`Resources`]).
     pub fn resources(&self) -> Resources {
         Resources {
-            work_requests: self.ops.len(),
-            receives_posted: self.recv_posted,
-            pooled_regions: self.recv_free.len() + self.send_pool.len(),
+            work_requests: self.res.ops.len(),
+            receives_posted: self.res.recv_posted,
+            pooled_regions: self.res.recv_free.len() + self.res.send_pool.len(),
             calls_received: self.incoming.len(),
             reply_jobs: self.jobs.len(),
             calls_sent: self.calls.len() + self.queue.len(),
             read_sink_bytes: self.sink_bytes,
             read_budget_held: self.lease.held(),
-            zombies: self.zombies.len(),
+            zombies: self.res.zombies.len(),
         }
     }
 
@@ -585,7 +428,7 @@ impl Connection {
 
     /// Every completion the provider returns goes here.
     pub fn handle_completion(&mut self, now: Instant, p: &mut dyn Provider, c: Completion) {
-        let Some(op) = self.ops.remove(c.wr_id) else {
+        let Some(op) = self.res.ops.remove(c.wr_id) else {
             return;
         };
         if !c.status.is_ok() && c.status != Status::Flushed {
@@ -599,12 +442,12 @@ impl Connection {
         }
         if !c.status.is_ok() || self.error.is_some() {
             self.cleanup_dead(op);
-            self.reap(p);
+            self.res.reap(p);
             return;
         }
         match op {
             Op::Recv(mr) => {
-                self.recv_posted = self.recv_posted.saturating_sub(1);
+                self.res.recv_posted = self.res.recv_posted.saturating_sub(1);
                 let len = c.byte_len as usize;
                 // The header is decoded in place, in the receive buffer;
                 // only the RPC message that follows it is copied out (it
@@ -619,7 +462,7 @@ impl Connection {
                     };
                     (incoming, payload)
                 });
-                self.recv_free.push(mr);
+                self.res.recv_free.push(mr);
                 let inv = match c.opcode {
                     Opcode::RecvWithInvalidate { stag } => {
                         self.metrics.remote_invalidations += 1;
@@ -666,15 +509,15 @@ impl Connection {
             Op::Reply(job) => self.job_step(p, job),
             Op::ReplySend(mr) => {
                 self.replies_unacked = self.replies_unacked.saturating_sub(1);
-                self.release(p, mr);
+                self.res.release(p, mr);
             }
             Op::Bare(mr) => {
                 self.errors_unacked = self.errors_unacked.saturating_sub(1);
-                self.release(p, mr);
+                self.res.release(p, mr);
             }
         }
         self.drain_backlog(now, p);
-        self.reap(p);
+        self.res.reap(p);
     }
 
     /// Fires expired timers: a call without a reply past its deadline ends
@@ -834,7 +677,7 @@ impl Connection {
         }
         // `pump` takes calls from the front only: still queued, the call is
         // at the back. (A wait for the send queue is a `send_queue_waits`.)
-        if self.queue.back().is_some_and(|c| c.id == id) && !self.send_queue_full {
+        if self.queue.back().is_some_and(|c| c.id == id) && !self.res.send_queue_full {
             self.metrics.credit_waits += 1;
         }
         Ok(id)
@@ -1066,7 +909,7 @@ impl Connection {
         // Header and (Short reply) inline part, straight into the Send
         // buffer; the XID is already in the message's first piece.
         let body = (form == ReplyForm::Inline).then_some((&message[..], &written[..]));
-        let send = match self.header_and_body(p, &header, body, None) {
+        let send = match self.res.header_and_body(p, &header, body, None) {
             Ok(x) => x,
             Err(e) => {
                 let e = ConnectionError::Provider(e);
@@ -1247,34 +1090,15 @@ impl Connection {
         }
     }
 
+    /// Posts a Send-queue WR that needs no credit (see [`Res::post`]).
+    fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
+        self.res.post(p, wr, &mut self.metrics)
+    }
+
     /// What setup settled (see [`Params`]).
     #[inline]
     fn params(&self) -> &Params {
         self.setup.params()
-    }
-
-    fn wr(&mut self, op: Op) -> u64 {
-        self.ops.insert(op)
-    }
-
-    /// Posts a Send-queue WR that needs no credit (anything but a call's
-    /// Send, see `send_call`), or keeps it (in order) while the queue is
-    /// full.
-    fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
-        if !self.backlog.is_empty() {
-            self.metrics.send_queue_waits += 1;
-            self.backlog.push_back(wr);
-            return Ok(());
-        }
-        match p.post_send(copy_wr(&wr)) {
-            Err(ProviderError::QueueFull) => {
-                self.metrics.send_queue_waits += 1;
-                self.backlog.push_back(wr);
-                self.send_queue_full = true;
-                Ok(())
-            }
-            r => r,
-        }
     }
 
     /// After a completion, while the send queue was full: posts the WRs
@@ -1282,32 +1106,22 @@ impl Connection {
     /// (nothing to do, and no call, in the usual case).
     #[inline]
     fn drain_backlog(&mut self, now: Instant, p: &mut dyn Provider) {
-        if self.send_queue_full {
+        if self.res.send_queue_full {
             self.drain_backlog_slow(now, p);
         }
     }
 
     #[inline(never)]
     fn drain_backlog_slow(&mut self, now: Instant, p: &mut dyn Provider) {
-        while self.error.is_none() {
-            let Some(wr) = self.backlog.pop_front() else {
-                // Calls are checked against the credits again as they
-                // leave the queue (`pump`).
-                self.send_queue_full = false;
-                self.pump(now, p);
-                break;
-            };
-            match p.post_send(copy_wr(&wr)) {
-                Ok(()) => {}
-                Err(ProviderError::QueueFull) => {
-                    self.backlog.push_front(wr);
-                    break;
-                }
-                Err(e) => {
-                    self.backlog.push_front(wr);
-                    self.fatal(p, ConnectionError::Provider(e));
-                }
-            }
+        if self.error.is_some() {
+            return;
+        }
+        match self.res.drain_backlog(p) {
+            // Calls are checked against the credits again as they leave
+            // the queue (`pump`).
+            Ok(true) => self.pump(now, p),
+            Ok(false) => {}
+            Err(e) => self.fatal(p, ConnectionError::Provider(e)),
         }
     }
 
@@ -1340,7 +1154,7 @@ impl Connection {
     /// receives complete); the posting loop is `refill_slow`.
     #[inline]
     fn refill(&mut self, p: &mut dyn Provider) {
-        if self.recv_posted < self.recv_target() {
+        if self.res.recv_posted < self.recv_target() {
             self.refill_slow(p);
         }
     }
@@ -1358,37 +1172,8 @@ impl Connection {
             return;
         }
         let target = self.recv_target();
-        //= rfc8166#section-3.3.3
-        //# Receiver implementations MUST support inline thresholds of 1024 bytes
-        //# but MAY support larger inline thresholds values.
-        let size = self.config.inline_recv.max(1024) as usize;
-        while self.recv_posted < target {
-            let mr = match self.recv_free.pop() {
-                Some(mr) => mr,
-                None => match p.register(vec![0u8; size].into_boxed_slice(), Access::LOCAL_WRITE) {
-                    Ok(mr) => mr,
-                    Err(e) => {
-                        self.fatal(p, ConnectionError::Provider(e.error));
-                        return;
-                    }
-                },
-            };
-            let sge = mr.sge(0, mr.len() as u32);
-            let wr_id = self.wr(Op::Recv(mr));
-            match p.post_recv(RecvWr { wr_id, sge }) {
-                Ok(()) => {}
-                Err(e) => {
-                    self.ops.remove(wr_id);
-                    self.recv_free.push(mr);
-                    // A full receive queue: the grant is clamped to it
-                    // (clamp_grant), so this only delays our own calls.
-                    if e != ProviderError::QueueFull {
-                        self.fatal(p, ConnectionError::Provider(e));
-                    }
-                    return;
-                }
-            }
-            self.recv_posted += 1;
+        if let Err(e) = self.res.post_receives(p, target) {
+            self.fatal(p, ConnectionError::Provider(e));
         }
     }
 
@@ -1594,7 +1379,7 @@ impl Connection {
     fn can_send(&self) -> bool {
         self.setup.is_ready()
             && self.error.is_none()
-            && !self.send_queue_full
+            && !self.res.send_queue_full
             && self.outstanding < self.credits as usize
     }
 
@@ -1605,22 +1390,6 @@ impl Connection {
             error: CallFailure::Local(e),
             retransmit: false,
         });
-    }
-
-    fn register(
-        &mut self,
-        p: &mut dyn Provider,
-        data: Vec<u8>,
-        access: Access,
-        into: &mut Mrs,
-    ) -> Result<MemoryRegion, ProviderError> {
-        match p.register(data.into_boxed_slice(), access) {
-            Ok(mr) => {
-                into.push(mr);
-                Ok(mr)
-            }
-            Err(e) => Err(e.error),
-        }
     }
 
     /// Marshals a call: chooses its form, registers its chunks, builds its
@@ -1797,7 +1566,9 @@ impl Connection {
                     // `stream` is the whole XDR stream, DDP items padded.
                     let stream = flat(&call.call.message);
                     let len = stream.len();
-                    let mr = self.register(p, stream, Access::REMOTE_READ, &mut mrs)?;
+                    let mr = self
+                        .res
+                        .register(p, stream, Access::REMOTE_READ, &mut mrs)?;
                     reads.push(ReadSegment::new(
                         0,
                         Segment::new(mr.stag().0, len as u32, 0),
@@ -1814,8 +1585,8 @@ impl Connection {
         let inline = match r {
             Ok(i) => i,
             Err(e) => {
-                self.zombies.extend(mrs);
-                self.reap(p);
+                self.res.zombies.extend(mrs);
+                self.res.reap(p);
                 return Err(CallError::Provider(e));
             }
         };
@@ -1840,8 +1611,8 @@ impl Connection {
             // stays inside it. A conforming one never writes it; the pad is
             // never handed out as data (see `Reply::result`).
             let l = l.saturating_add(pad4(l as usize) as u32);
-            let buf = self.sink_buffer(l as usize);
-            match self.register(p, buf, rw, &mut mrs) {
+            let buf = self.res.sink_buffer(l as usize);
+            match self.res.register(p, buf, rw, &mut mrs) {
                 Ok(mr) => {
                     writes.push(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
                     write_mrs.push(mr);
@@ -1854,8 +1625,8 @@ impl Connection {
             }
         }
         if let (None, Some(l)) = (&failed, reply_len) {
-            let buf = self.sink_buffer(l as usize);
-            match self.register(p, buf, rw, &mut mrs) {
+            let buf = self.res.sink_buffer(l as usize);
+            match self.res.register(p, buf, rw, &mut mrs) {
                 Ok(mr) => {
                     reply = Some(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
                     reply_mr = Some(mr);
@@ -1880,13 +1651,13 @@ impl Connection {
             .map(|skip| (&call.call.message[..], &skip[..]));
         let send_mr = match failed {
             Some(e) => Err(e),
-            None => self.header_and_body(p, &header, body, Some(xid)),
+            None => self.res.header_and_body(p, &header, body, Some(xid)),
         };
         let (send_mr, send_len) = match send_mr {
             Ok(x) => x,
             Err(e) => {
-                self.zombies.extend(mrs);
-                self.reap(p);
+                self.res.zombies.extend(mrs);
+                self.res.reap(p);
                 return Err(CallError::Provider(e));
             }
         };
@@ -1925,11 +1696,11 @@ impl Connection {
                 // Only after 2^32 calls, with the call that had this XID
                 // still unfinished: a reply could not be told apart.
                 let send_mr = call.send_mr.take();
-                self.zombies.extend(call.all_mrs());
+                self.res.zombies.extend(call.all_mrs());
                 if let Some(mr) = send_mr {
-                    self.release(p, mr);
+                    self.res.release(p, mr);
                 }
-                self.reap(p);
+                self.res.reap(p);
                 self.fail_local(
                     call,
                     CallError::BadMessage("XID still in use by an unfinished call"),
@@ -1943,7 +1714,7 @@ impl Connection {
         if self.error.is_some() {
             return;
         }
-        let wr_id = self.wr(Op::CallSend(xid));
+        let wr_id = self.res.wr(Op::CallSend(xid));
         //= rfc8166#section-3.3.1
         //# A Requester MUST NOT send unacknowledged requests in excess of the
         //# Responder's granted credit limit.
@@ -1960,12 +1731,12 @@ impl Connection {
         }) {
             Ok(()) => {}
             Err(ProviderError::QueueFull) => {
-                self.ops.remove(wr_id);
+                self.res.ops.remove(wr_id);
                 self.requeue(xid);
                 return;
             }
             Err(e) => {
-                self.ops.remove(wr_id);
+                self.res.ops.remove(wr_id);
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
             }
@@ -1985,7 +1756,7 @@ impl Connection {
     #[cold]
     fn requeue(&mut self, xid: u32) {
         self.outstanding = self.outstanding.saturating_sub(1);
-        self.send_queue_full = true;
+        self.res.send_queue_full = true;
         self.metrics.send_queue_waits += 1;
         if let Some(mut call) = self.calls.remove(&xid) {
             call.transmissions = call.transmissions.saturating_sub(1);
@@ -2139,7 +1910,7 @@ impl Connection {
         }
         self.trim_deadlines(xid);
         for stag in invs {
-            let wr_id = self.wr(Op::CallInv(xid));
+            let wr_id = self.res.wr(Op::CallInv(xid));
             self.metrics.local_invalidations += 1;
             let wr = SendWr {
                 wr_id,
@@ -2155,7 +1926,7 @@ impl Connection {
             // every completion error is fatal, and `fatal` disconnects
             // before completing calls whose reply is in.)
             if let Err(e) = self.post(p, wr) {
-                self.ops.remove(wr_id);
+                self.res.ops.remove(wr_id);
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
             }
@@ -2179,7 +1950,7 @@ impl Connection {
         let event = self.finish(p, &mut call);
         self.events.push_back(event);
         for mr in call.all_mrs() {
-            self.release(p, mr);
+            self.res.release(p, mr);
         }
     }
 
@@ -2215,7 +1986,7 @@ impl Connection {
                 let write_mrs = std::mem::take(&mut call.write_mrs);
                 for (mr, &l) in write_mrs.iter().zip(&data.write_lens) {
                     self.metrics.write_chunk_bytes += u64::from(l);
-                    results.push(self.take_result(p, mr, l as usize, &mut call.chunk_mrs));
+                    results.push(self.res.take_result(p, mr, l as usize, &mut call.chunk_mrs));
                 }
                 Event::ReplyReceived(Reply {
                     id: call.id,
@@ -2231,200 +2002,6 @@ impl Connection {
                 error,
                 retransmit: false,
             },
-        }
-    }
-
-    fn release(&mut self, p: &mut dyn Provider, mr: MemoryRegion) {
-        // Local-only buffers of the pool size go back to the Send pool;
-        // anything that was ever exposed remotely is deregistered.
-        if self.error.is_none()
-            && mr.access() == Access::NONE
-            && mr.len() == self.send_buffer_size() as u64
-            && self.send_pool.len() < SEND_POOL_MAX
-        {
-            self.send_pool.push(mr);
-            return;
-        }
-        // A chunk sink whose data nobody took (an unused Write chunk, the
-        // Reply chunk, whose contents were copied out): the registration
-        // ends here (its STag is dead for good), the buffer is kept for a
-        // later call, which registers it afresh under a new STag.
-        if self.error.is_none() && mr.access().contains(Access::REMOTE_WRITE) {
-            match p.deregister(&mr) {
-                Ok(Buffer::Owned(buf)) => self.pool().put(buf),
-                Ok(Buffer::Shared(_)) => {}
-                Err(_) => self.zombies.push(mr),
-            }
-            return;
-        }
-        if p.deregister(&mr).is_err() {
-            self.zombies.push(mr);
-        }
-    }
-
-    /// A buffer of `len` octets for a Write or Reply chunk: a pooled one of
-    /// that size if there is one, else a new zeroed one. A pooled buffer is
-    /// not cleared: it only ever held zeros or what this connection's peer
-    /// placed in it (a result handed out as `Bytes` comes back unchanged,
-    /// and only once every clone is dropped, so nothing the upper layer
-    /// still holds is ever reused), so nothing in it is new to the peer,
-    /// which can never read a chunk anyway (they are registered
-    /// `REMOTE_WRITE` only), and a caller only ever sees the octets the
-    /// responder says it wrote for that call. The pool dies with the
-    /// connection (results returned later are freed).
-    fn sink_buffer(&mut self, len: usize) -> Vec<u8> {
-        match self.pool().take(len) {
-            Some(b) => Vec::from(b),
-            None => vec![0u8; len],
-        }
-    }
-
-    fn pool(&self) -> std::sync::MutexGuard<'_, SinkPool> {
-        self.sink_pool
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The first `len` octets of a Write chunk whose STag has been
-    /// invalidated, as `Bytes`: the chunk's buffer itself once deregistered
-    /// (it goes back to the pool when the `Bytes` is dropped; `mr` is
-    /// removed from `mrs` so it is not released twice), or, if the region
-    /// cannot be deregistered yet (still held by a work request after a
-    /// failure), a copy. Never more than the registered length.
-    fn take_result(
-        &mut self,
-        p: &mut dyn Provider,
-        mr: &MemoryRegion,
-        len: usize,
-        mrs: &mut Mrs,
-    ) -> Bytes {
-        if len == 0 {
-            return Bytes::new();
-        }
-        if len as u64 <= mr.len() {
-            if let Ok(buf) = p.deregister(mr) {
-                mrs.retain(|m| m != mr);
-                return match buf {
-                    Buffer::Owned(buf) if len <= buf.len() => Bytes::from_owner(PooledSink {
-                        buf,
-                        pool: Arc::downgrade(&self.sink_pool),
-                    })
-                    .slice(..len),
-                    other => Bytes::copy_from_slice(other.get(..len).unwrap_or_default()),
-                };
-            }
-        }
-        p.region(mr)
-            .ok()
-            .and_then(|b| b.get(..len))
-            .map(Bytes::copy_from_slice)
-            .unwrap_or_default()
-    }
-
-    fn send_buffer_size(&self) -> usize {
-        self.config.inline_send.max(1024) as usize
-    }
-
-    /// A registered buffer holding `msg`, and its length: a pooled buffer
-    /// when the message fits (every inline message does), else a fresh
-    /// registration.
-    fn message_buffer(
-        &mut self,
-        p: &mut dyn Provider,
-        msg: &[u8],
-    ) -> Result<(MemoryRegion, u32), ProviderError> {
-        self.message_buffer_with(p, msg.len(), |d| {
-            d.copy_from_slice(msg.get(..d.len()).unwrap_or_default());
-            d.len()
-        })
-    }
-
-    /// A registered Send buffer whose first `len` octets `fill` writes (it
-    /// gets exactly `len` octets and must write every one of them: a
-    /// pooled buffer still holds an earlier message; it returns how many
-    /// it wrote), and the message length. A pooled buffer when `len` fits
-    /// (every inline message does), else a fresh registration.
-    fn message_buffer_with(
-        &mut self,
-        p: &mut dyn Provider,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]) -> usize,
-    ) -> Result<(MemoryRegion, u32), ProviderError> {
-        let size = self.send_buffer_size();
-        if len > size {
-            let mut msg = vec![0u8; len];
-            let n = fill(&mut msg).min(len);
-            msg.truncate(n);
-            let mr = p
-                .register(msg.into_boxed_slice(), Access::NONE)
-                .map_err(|e| e.error)?;
-            return Ok((mr, n as u32));
-        }
-        let mr = match self.send_pool.pop() {
-            Some(mr) => mr,
-            None => p
-                .register(vec![0u8; size].into_boxed_slice(), Access::NONE)
-                .map_err(|e| e.error)?,
-        };
-        match p.region_mut(&mr) {
-            Ok(buf) => {
-                let n = buf.get_mut(..len).map_or(0, |d| fill(d).min(len));
-                Ok((mr, n as u32))
-            }
-            Err(e) => {
-                self.zombies.push(mr);
-                Err(e)
-            }
-        }
-    }
-
-    /// A Send buffer holding `header` followed by `body` (see
-    /// [`Connection::message_buffer_with`]): the header is encoded straight
-    /// into it, and so is the body, from the message's pieces, except the
-    /// DDP pieces listed in `skip`. When `xid` is given, the body's first
-    /// word (the RPC XID) is set to it.
-    fn header_and_body(
-        &mut self,
-        p: &mut dyn Provider,
-        header: &DataHeader,
-        body: Option<(&[Piece], &[usize])>,
-        xid: Option<u32>,
-    ) -> Result<(MemoryRegion, u32), ProviderError> {
-        let hlen = header.len();
-        let blen = body.map_or(0, |(pieces, skip)| marshal::inline_len_except(pieces, skip));
-        self.message_buffer_with(p, hlen + blen, |d| {
-            let h = header.write(d);
-            let Some(rest) = d.get_mut(h..) else {
-                return h;
-            };
-            let b = body.map_or(0, |(pieces, skip)| {
-                marshal::write_except(pieces, skip, rest)
-            });
-            if let (Some(xid), Some(w)) = (xid, rest.get_mut(..4.min(b))) {
-                if w.len() == 4 {
-                    w.copy_from_slice(&xid.to_be_bytes());
-                }
-            }
-            h + b
-        })
-    }
-
-    /// Retries deregistration of regions that were still held.
-    #[inline]
-    fn reap(&mut self, p: &mut dyn Provider) {
-        if !self.zombies.is_empty() {
-            self.reap_slow(p);
-        }
-    }
-
-    #[inline(never)]
-    fn reap_slow(&mut self, p: &mut dyn Provider) {
-        let z = std::mem::take(&mut self.zombies);
-        for mr in z {
-            match p.deregister(&mr) {
-                Ok(_) | Err(ProviderError::InvalidHandle) => {}
-                Err(_) => self.zombies.push(mr),
-            }
         }
     }
 
@@ -2450,14 +2027,14 @@ impl Connection {
             .params()
             .framing
             .encode_error(xid, self.responder_grant(), e);
-        let (mr, len) = match self.message_buffer(p, &msg) {
+        let (mr, len) = match self.res.message_buffer(p, &msg) {
             Ok(x) => x,
             Err(e) => {
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
             }
         };
-        let wr_id = self.wr(Op::Bare(mr));
+        let wr_id = self.res.wr(Op::Bare(mr));
         self.metrics.replies_sent += 1;
         self.errors_unacked += 1;
         let wr = SendWr {
@@ -2466,9 +2043,9 @@ impl Connection {
             sges: smallvec![mr.sge(0, len)],
         };
         if let Err(e) = self.post(p, wr) {
-            self.ops.remove(wr_id);
+            self.res.ops.remove(wr_id);
             self.errors_unacked = self.errors_unacked.saturating_sub(1);
-            self.zombies.push(mr);
+            self.res.zombies.push(mr);
             self.fatal(p, ConnectionError::Provider(e));
         }
     }
@@ -2773,7 +2350,7 @@ impl Connection {
                     continue;
                 }
                 let mut v = Mrs::new();
-                match self.register(p, vec![0u8; len], sink_access, &mut v) {
+                match self.res.register(p, vec![0u8; len], sink_access, &mut v) {
                     Ok(mr) => sinks.push(Some(mr)),
                     Err(_) => {
                         failed = true;
@@ -2783,8 +2360,8 @@ impl Connection {
             }
             if failed {
                 self.lease.give_back(need);
-                self.zombies.extend(sinks.into_iter().flatten());
-                self.reap(p);
+                self.res.zombies.extend(sinks.into_iter().flatten());
+                self.res.reap(p);
                 if let Some(call) = self.incoming.remove(&handle) {
                     self.send_error(p, call.xid, ErrorReply::Chunk);
                 }
@@ -2843,7 +2420,7 @@ impl Connection {
             else {
                 continue;
             };
-            let wr_id = self.wr(Op::Read(r.handle));
+            let wr_id = self.res.wr(Op::Read(r.handle));
             self.metrics.rdma_reads += 1;
             self.metrics.rdma_read_bytes += u64::from(r.seg.length);
             let res = self.post(
@@ -2860,7 +2437,7 @@ impl Connection {
                 },
             );
             if let Err(e) = res {
-                self.ops.remove(wr_id);
+                self.res.ops.remove(wr_id);
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
             }
@@ -2954,7 +2531,7 @@ impl Connection {
             reply_chunk: call.reply.as_ref().map(WriteChunk::total_len),
         };
         for mr in sinks {
-            self.release(p, mr);
+            self.res.release(p, mr);
         }
         if header_ok {
             self.metrics.calls_received += 1;
@@ -2988,11 +2565,11 @@ impl Connection {
         if plan.is_empty() {
             // No RDMA Write: no source is registered, and the Send is the
             // whole reply (no job to track).
-            let wr_id = self.wr(Op::ReplySend(send_mr));
+            let wr_id = self.res.wr(Op::ReplySend(send_mr));
             let sges: Sges = smallvec![send_mr.sge(0, send_len)];
             if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
-                self.ops.remove(wr_id);
-                self.zombies.push(send_mr);
+                self.res.ops.remove(wr_id);
+                self.res.zombies.push(send_mr);
                 return Err(ConnectionError::Provider(e));
             }
             return Ok(());
@@ -3014,8 +2591,8 @@ impl Connection {
                     srcs.push(Some(mr));
                 }
                 Err(e) => {
-                    self.zombies.extend(shared);
-                    self.zombies.push(send_mr);
+                    self.res.zombies.extend(shared);
+                    self.res.zombies.push(send_mr);
                     return Err(ConnectionError::Provider(e));
                 }
             }
@@ -3039,12 +2616,12 @@ impl Connection {
                 self.metrics.rdma_writes += 1;
                 self.metrics.rdma_write_bytes += n as u64;
             }
-            let wr_id = self.wr(Op::Reply(job));
+            let wr_id = self.res.wr(Op::Reply(job));
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.pending += 1;
             }
             if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
-                self.ops.remove(wr_id);
+                self.res.ops.remove(wr_id);
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.pending -= 1;
                 }
@@ -3066,11 +2643,11 @@ impl Connection {
             if let Some(j) = self.jobs.remove(&job) {
                 self.replies_unacked = self.replies_unacked.saturating_sub(1);
                 for mr in j.mrs {
-                    self.release(p, mr);
+                    self.res.release(p, mr);
                 }
                 for mr in j.shared {
                     if p.deregister(&mr).is_err() {
-                        self.zombies.push(mr);
+                        self.res.zombies.push(mr);
                     }
                 }
             }
@@ -3084,14 +2661,14 @@ impl Connection {
     fn cleanup_dead(&mut self, op: Op) {
         match op {
             Op::Recv(mr) => {
-                self.recv_posted = self.recv_posted.saturating_sub(1);
-                self.zombies.push(mr);
+                self.res.recv_posted = self.res.recv_posted.saturating_sub(1);
+                self.res.zombies.push(mr);
             }
             Op::Bare(mr) => {
                 self.errors_unacked = self.errors_unacked.saturating_sub(1);
-                self.zombies.push(mr);
+                self.res.zombies.push(mr);
             }
-            Op::ReplySend(mr) => self.zombies.push(mr),
+            Op::ReplySend(mr) => self.res.zombies.push(mr),
             Op::Read(_) => self.reads_outstanding = self.reads_outstanding.saturating_sub(1),
             Op::CallSend(_) | Op::CallInv(_) | Op::Reply(_) => {}
         }
@@ -3105,6 +2682,7 @@ impl Connection {
             return;
         }
         self.error = Some(err.clone());
+        self.res.closed = true;
         p.disconnect();
         // In call order (the order they were started).
         let mut calls: Vec<OutCall> = std::mem::take(&mut self.calls).into_values().collect();
@@ -3115,10 +2693,10 @@ impl Connection {
             if call.reply.is_some() {
                 let ev = self.finish(p, &mut call);
                 self.events.push_back(ev);
-                self.zombies.extend(call.all_mrs());
+                self.res.zombies.extend(call.all_mrs());
                 continue;
             }
-            self.zombies.extend(call.all_mrs());
+            self.res.zombies.extend(call.all_mrs());
             if self
                 .config
                 .max_transmissions
@@ -3153,7 +2731,7 @@ impl Connection {
         }
         for mut call in std::mem::take(&mut self.queue) {
             // (A call refused by a full send queue has its regions.)
-            self.zombies.extend(call.all_mrs());
+            self.res.zombies.extend(call.all_mrs());
             self.events.push_back(Event::CallFailed {
                 id: call.id,
                 xid: call.xid,
@@ -3165,7 +2743,7 @@ impl Connection {
         self.retransmits.sort_by_key(|c| c.id);
         for (_, mut c) in std::mem::take(&mut self.incoming) {
             for rc in &mut c.chunks {
-                self.zombies.extend(rc.sink.take());
+                self.res.zombies.extend(rc.sink.take());
             }
         }
         self.reads.clear();
@@ -3178,43 +2756,17 @@ impl Connection {
         self.read_deadlines.clear();
         self.idle_deadline = None;
         for (_, j) in std::mem::take(&mut self.jobs) {
-            self.zombies.extend(j.mrs);
-            self.zombies.extend(j.shared);
+            self.res.zombies.extend(j.mrs);
+            self.res.zombies.extend(j.shared);
         }
-        self.zombies.append(&mut self.recv_free);
-        self.zombies.append(&mut self.send_pool);
-        for wr in std::mem::take(&mut self.backlog) {
-            if let Some(op) = self.ops.remove(wr.wr_id) {
+        self.res.zombies.append(&mut self.res.recv_free);
+        self.res.zombies.append(&mut self.res.send_pool);
+        for wr in std::mem::take(&mut self.res.backlog) {
+            if let Some(op) = self.res.ops.remove(wr.wr_id) {
                 self.cleanup_dead(op);
             }
         }
         self.events.push_back(Event::ConnectionLost(err));
-        self.reap(p);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wr_ids_of_finished_work_requests_never_match_again() {
-        let mut s = WrSlab::default();
-        let a = s.insert(Op::CallSend(1));
-        let b = s.insert(Op::CallSend(2));
-        assert_ne!(a, 0);
-        assert_ne!(a, b);
-        assert_eq!(s.len(), 2);
-        assert!(matches!(s.remove(a), Some(Op::CallSend(1))));
-        assert!(s.remove(a).is_none(), "removed once only");
-        // The slot is reused under a new id; the old id stays dead.
-        let c = s.insert(Op::CallSend(3));
-        assert_eq!(c as u32, a as u32);
-        assert_ne!(c, a);
-        assert!(s.remove(a).is_none());
-        assert!(s.remove(u64::MAX).is_none());
-        assert!(matches!(s.remove(c), Some(Op::CallSend(3))));
-        assert!(matches!(s.remove(b), Some(Op::CallSend(2))));
-        assert_eq!(s.len(), 0);
+        self.res.reap(p);
     }
 }

@@ -44,6 +44,7 @@ mod connection;
 mod framing;
 pub mod ids;
 mod marshal;
+mod resources;
 mod setup;
 
 pub use crate::wire::direction::Role;
