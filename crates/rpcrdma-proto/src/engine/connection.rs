@@ -14,6 +14,7 @@ use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
 use super::resources::{Mrs, Op, Res};
 use super::setup::{Params, Setup};
+use super::timer::Deadlines;
 use super::{
     CallError, CallFailure, CallHandle, CallId, Config, ConnectionError, Event, IncomingCall,
     Metrics, OutgoingCall, OutgoingReply, PeerError, Piece, Reply, ReplyForm, Resources, Role,
@@ -30,7 +31,7 @@ use crate::wire::rpc::MsgType;
 use smallvec::{smallvec, SmallVec};
 
 #[derive(Debug)]
-struct ReplyData {
+pub(super) struct ReplyData {
     inline: Vec<u8>,
     write_lens: Vec<u32>,
     reply_len: Option<u32>,
@@ -38,7 +39,7 @@ struct ReplyData {
 
 /// One of our calls.
 #[derive(Debug)]
-struct OutCall {
+pub(super) struct OutCall {
     id: CallId,
     xid: u32,
     call: OutgoingCall,
@@ -65,7 +66,7 @@ struct OutCall {
 }
 
 impl OutCall {
-    fn new(id: CallId, xid: u32, call: OutgoingCall, retransmit: bool) -> Self {
+    pub(super) fn new(id: CallId, xid: u32, call: OutgoingCall, retransmit: bool) -> Self {
         OutCall {
             id,
             xid,
@@ -87,7 +88,7 @@ impl OutCall {
     }
 
     /// Every region of the call (chunks, then the Send buffer), taken.
-    fn all_mrs(&mut self) -> impl Iterator<Item = MemoryRegion> {
+    pub(super) fn all_mrs(&mut self) -> impl Iterator<Item = MemoryRegion> {
         self.write_mrs.clear();
         self.reply_mr = None;
         std::mem::take(&mut self.chunk_mrs)
@@ -97,7 +98,7 @@ impl OutCall {
 }
 
 #[derive(Debug)]
-struct ReadChunk {
+pub(super) struct ReadChunk {
     position: u32,
     len: usize,
     sink: Option<MemoryRegion>,
@@ -106,7 +107,7 @@ struct ReadChunk {
 
 /// A call we received.
 #[derive(Debug)]
-struct InCall {
+pub(super) struct InCall {
     xid: u32,
     backchannel: bool,
     long: bool,
@@ -129,7 +130,7 @@ struct InCall {
 }
 
 #[derive(Debug)]
-struct PendingRead {
+pub(super) struct PendingRead {
     handle: u64,
     chunk: usize,
     seg: Segment,
@@ -137,7 +138,7 @@ struct PendingRead {
 }
 
 #[derive(Debug)]
-struct ReplyJob {
+pub(super) struct ReplyJob {
     mrs: SmallVec<[MemoryRegion; 1]>,
     /// Shared read-only sources (the DDP pieces, the Long Reply's inline
     /// part): deregistered when the job is done, never pooled.
@@ -149,62 +150,62 @@ struct ReplyJob {
 /// [module docs](super).
 #[derive(Debug)]
 pub struct Connection {
-    config: Config,
-    setup: Setup,
-    error: Option<ConnectionError>,
+    pub(super) config: Config,
+    pub(super) setup: Setup,
+    pub(super) error: Option<ConnectionError>,
     /// Work requests in flight, pools, receive buffers, backlog, zombies.
-    res: Res,
-    backchannel_enabled: bool,
+    pub(super) res: Res,
+    pub(super) backchannel_enabled: bool,
     // requester
-    credits: u32,
-    next_xid: u32,
-    next_id: u64,
-    queue: VecDeque<OutCall>,
+    pub(super) credits: u32,
+    pub(super) next_xid: u32,
+    pub(super) next_id: u64,
+    pub(super) queue: VecDeque<OutCall>,
     /// Our calls sent and not finished, by XID (a hash map: a B-tree
     /// shifted these large values on every removal). The XIDs of sent calls
     /// are distinct (see `send_call`); a call whose reply has arrived
     /// (`reply` set) stays here until its Send and invalidations complete,
     /// and no longer matches a received reply.
-    calls: IdMap<u32, OutCall>,
-    outstanding: usize,
+    pub(super) calls: IdMap<u32, OutCall>,
+    pub(super) outstanding: usize,
     /// `(deadline, XID)` of the calls sent with a deadline, sorted by
     /// deadline (ties in send order). The front is always a call still
     /// waiting for its reply (entries are dropped from the front as replies
     /// arrive; stale entries further back are compacted away), so the
     /// next timeout is read without scanning every call.
-    deadlines: VecDeque<(Instant, u32)>,
-    retransmits: Vec<OutCall>,
+    pub(super) deadlines: Deadlines<u32>,
+    pub(super) retransmits: Vec<OutCall>,
     // responder
-    grant: u32,
+    pub(super) grant: u32,
     /// The largest grant this connection ever advertised: a requester may
     /// still be using it.
-    max_grant: u32,
-    next_handle: u64,
-    incoming: IdMap<u64, InCall>,
-    reads: VecDeque<PendingRead>,
-    reads_outstanding: usize,
+    pub(super) max_grant: u32,
+    pub(super) next_handle: u64,
+    pub(super) incoming: IdMap<u64, InCall>,
+    pub(super) reads: VecDeque<PendingRead>,
+    pub(super) reads_outstanding: usize,
     /// Octets of RDMA Read sinks registered now (at most
     /// `Limits::max_read_sink_bytes`).
-    sink_bytes: u64,
+    pub(super) sink_bytes: u64,
     /// Received calls waiting for Read-sink budget, in arrival order.
-    sink_waiting: VecDeque<u64>,
+    pub(super) sink_waiting: VecDeque<u64>,
     /// This connection's part of the shared Read-sink budget
     /// (`Config::read_budget`; nothing without one).
-    lease: Lease,
+    pub(super) lease: Lease,
     /// `(deadline, handle)` of the received calls whose RDMA Reads are
     /// issued and not all complete (`Config::read_timeout`), sorted.
-    read_deadlines: VecDeque<(Instant, u64)>,
+    pub(super) read_deadlines: Deadlines<u64>,
     /// Until the peer's first valid call (`Config::idle_timeout`).
-    idle_deadline: Option<Instant>,
+    pub(super) idle_deadline: Option<Instant>,
     /// Error replies whose Send has not completed.
-    errors_unacked: usize,
+    pub(super) errors_unacked: usize,
     /// Replies (not errors) whose Send has not completed: the requester
     /// cannot have received them yet (see `overrun`).
-    replies_unacked: usize,
-    next_job: u64,
-    jobs: IdMap<u64, ReplyJob>,
-    events: VecDeque<Event>,
-    metrics: Metrics,
+    pub(super) replies_unacked: usize,
+    pub(super) next_job: u64,
+    pub(super) jobs: IdMap<u64, ReplyJob>,
+    pub(super) events: VecDeque<Event>,
+    pub(super) metrics: Metrics,
 }
 
 const UNKNOWN_XID: &str = "unknown XID";
@@ -242,7 +243,7 @@ impl Connection {
             queue: VecDeque::new(),
             calls: IdMap::default(),
             outstanding: 0,
-            deadlines: VecDeque::new(),
+            deadlines: Deadlines::default(),
             retransmits: Vec::new(),
             grant,
             max_grant: grant,
@@ -253,7 +254,7 @@ impl Connection {
             sink_bytes: 0,
             sink_waiting: VecDeque::new(),
             lease,
-            read_deadlines: VecDeque::new(),
+            read_deadlines: Deadlines::default(),
             idle_deadline: None,
             errors_unacked: 0,
             replies_unacked: 0,
@@ -518,42 +519,6 @@ impl Connection {
         }
         self.drain_backlog(now, p);
         self.res.reap(p);
-    }
-
-    /// Fires expired timers: a call without a reply past its deadline ends
-    /// the connection (RDMA has no keepalive; as Linux, a timeout forces a
-    /// disconnect and the call is retransmitted on the next connection);
-    /// so do a received call whose RDMA Reads are overdue
-    /// (`Config::read_timeout`) and a peer silent since the connection was
-    /// established (`Config::idle_timeout`).
-    pub fn handle_timeout(&mut self, now: Instant, p: &mut dyn Provider) {
-        if self.error.is_some() {
-            return;
-        }
-        if self.idle_deadline.is_some_and(|d| d <= now) {
-            self.metrics.idle_timeouts += 1;
-            self.fatal(p, ConnectionError::IdleTimeout);
-            return;
-        }
-        if let Some(&(d, handle)) = self.read_deadlines.front() {
-            if d <= now {
-                let xid = self.incoming.get(&handle).map_or(0, |c| c.xid);
-                self.metrics.read_timeouts += 1;
-                self.fatal(p, ConnectionError::Peer(PeerError::ReadTimeout { xid }));
-                return;
-            }
-        }
-        let expired = self.call_deadline().is_some_and(|d| d <= now);
-        if expired {
-            // The calls whose own deadline passed count a timed-out
-            // transmission (the others were cut short by it).
-            for c in self.calls.values_mut() {
-                if c.reply.is_none() && c.deadline.is_some_and(|d| d <= now) {
-                    c.timeouts += 1;
-                }
-            }
-            self.fatal(p, ConnectionError::Timeout);
-        }
     }
 
     /// Gives the waker to wake when this connection can move for a reason
@@ -987,28 +952,9 @@ impl Connection {
         self.events.pop_front()
     }
 
-    /// When [`Connection::handle_timeout`] should run next.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.error.is_some() {
-            return None;
-        }
-        let call = self.call_deadline();
-        if self.read_deadlines.is_empty() && self.idle_deadline.is_none() {
-            return call;
-        }
-        self.responder_timeout(call)
-    }
-
-    /// [`Connection::poll_timeout`] with a Read or idle deadline armed.
-    #[inline(never)]
-    fn responder_timeout(&self, call: Option<Instant>) -> Option<Instant> {
-        let read = self.read_deadlines.front().map(|&(d, _)| d);
-        [call, read, self.idle_deadline].into_iter().flatten().min()
-    }
-
     /// The earliest deadline of our calls waiting for their replies.
-    fn call_deadline(&self) -> Option<Instant> {
-        let &(d, xid) = self.deadlines.front()?;
+    pub(super) fn call_deadline(&self) -> Option<Instant> {
+        let (d, xid) = self.deadlines.front()?;
         if self.waits_for(xid, d) {
             return Some(d);
         }
@@ -1021,27 +967,35 @@ impl Connection {
     }
 
     /// Call `xid` still waits for its reply, with deadline `d`.
-    fn waits_for(&self, xid: u32, d: Instant) -> bool {
+    pub(super) fn waits_for(&self, xid: u32, d: Instant) -> bool {
         self.calls
             .get(&xid)
             .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
     }
 
-    /// Records a sent call's deadline, keeping `deadlines` sorted.
-    fn add_deadline(&mut self, d: Instant, id: u32) {
-        // Deadlines normally come in order (`now` does not go back): the
-        // new one goes at the back.
-        if self.deadlines.back().is_none_or(|&(e, _)| e <= d) {
-            self.deadlines.push_back((d, id));
-        } else {
-            let at = self.deadlines.partition_point(|&(e, _)| e <= d);
-            self.deadlines.insert(at, (d, id));
+    /// The calls whose own deadline passed count a timed-out transmission
+    /// (the others were cut short by it).
+    pub(super) fn count_timeouts(&mut self, now: Instant) {
+        for c in self.calls.values_mut() {
+            if c.reply.is_none() && c.deadline.is_some_and(|d| d <= now) {
+                c.timeouts += 1;
+            }
         }
+    }
+
+    /// The XID of received call `handle` (0 if there is none).
+    pub(super) fn incoming_xid(&self, handle: u64) -> u32 {
+        self.incoming.get(&handle).map_or(0, |c| c.xid)
+    }
+
+    /// Records a sent call's deadline, keeping `deadlines` sorted.
+    pub(super) fn add_deadline(&mut self, d: Instant, id: u32) {
+        self.deadlines.insert(d, id);
         // Stale entries (answered calls behind a pending front) are
         // bounded: compacted once they outnumber the calls.
         if self.deadlines.len() > 2 * self.calls.len() + 64 {
             let calls = &self.calls;
-            self.deadlines.retain(|&(d, id)| {
+            self.deadlines.retain(|d, id| {
                 calls
                     .get(&id)
                     .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
@@ -1051,8 +1005,8 @@ impl Connection {
 
     /// Drops answered calls from the front of `deadlines`; call `answered`
     /// (an XID, just answered) is known not to wait any more.
-    fn trim_deadlines(&mut self, answered: u32) {
-        while let Some(&(d, id)) = self.deadlines.front() {
+    pub(super) fn trim_deadlines(&mut self, answered: u32) {
+        while let Some((d, id)) = self.deadlines.front() {
             if id != answered && self.waits_for(id, d) {
                 break;
             }
@@ -1063,18 +1017,18 @@ impl Connection {
     // ------------------------------------------------------------------
     // internals: roles and thresholds
 
-    fn backchannel_requester(&self) -> bool {
+    pub(super) fn backchannel_requester(&self) -> bool {
         self.config.role == Role::Server
     }
 
-    fn requested(&self) -> u32 {
+    pub(super) fn requested(&self) -> u32 {
         match self.config.role {
             Role::Client => self.config.credits_requested.max(1),
             Role::Server => self.config.backchannel_slots.max(1),
         }
     }
 
-    fn responder_grant(&self) -> u32 {
+    pub(super) fn responder_grant(&self) -> u32 {
         match self.config.role {
             Role::Server => self.grant,
             Role::Client => self.config.backchannel_slots.max(1),
@@ -1082,7 +1036,7 @@ impl Connection {
     }
 
     #[inline]
-    fn responder_budget(&self) -> usize {
+    pub(super) fn responder_budget(&self) -> usize {
         match self.config.role {
             Role::Server => self.grant as usize,
             Role::Client if self.backchannel_enabled => self.config.backchannel_slots as usize,
@@ -1091,13 +1045,13 @@ impl Connection {
     }
 
     /// Posts a Send-queue WR that needs no credit (see [`Res::post`]).
-    fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
+    pub(super) fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
         self.res.post(p, wr, &mut self.metrics)
     }
 
     /// What setup settled (see [`Params`]).
     #[inline]
-    fn params(&self) -> &Params {
+    pub(super) fn params(&self) -> &Params {
         self.setup.params()
     }
 
@@ -1105,14 +1059,14 @@ impl Connection {
     /// kept back, then, once they are all taken, the calls that wait
     /// (nothing to do, and no call, in the usual case).
     #[inline]
-    fn drain_backlog(&mut self, now: Instant, p: &mut dyn Provider) {
+    pub(super) fn drain_backlog(&mut self, now: Instant, p: &mut dyn Provider) {
         if self.res.send_queue_full {
             self.drain_backlog_slow(now, p);
         }
     }
 
     #[inline(never)]
-    fn drain_backlog_slow(&mut self, now: Instant, p: &mut dyn Provider) {
+    pub(super) fn drain_backlog_slow(&mut self, now: Instant, p: &mut dyn Provider) {
         if self.error.is_some() {
             return;
         }
@@ -1126,7 +1080,7 @@ impl Connection {
     }
 
     /// A server never grants more than its receive queue holds.
-    fn clamp_grant(&mut self, p: &mut dyn Provider) {
+    pub(super) fn clamp_grant(&mut self, p: &mut dyn Provider) {
         if self.config.role == Role::Server {
             let room = p
                 .caps()
@@ -1153,7 +1107,7 @@ impl Connection {
     /// The check that nothing is missing is inlined (most calls find the
     /// receives complete); the posting loop is `refill_slow`.
     #[inline]
-    fn refill(&mut self, p: &mut dyn Provider) {
+    pub(super) fn refill(&mut self, p: &mut dyn Provider) {
         if self.res.recv_posted < self.recv_target() {
             self.refill_slow(p);
         }
@@ -1162,12 +1116,12 @@ impl Connection {
     /// Receives to keep posted: the responder budget (our grant) plus one
     /// per outstanding call of ours.
     #[inline]
-    fn recv_target(&self) -> usize {
+    pub(super) fn recv_target(&self) -> usize {
         self.responder_budget() + self.outstanding
     }
 
     #[inline(never)]
-    fn refill_slow(&mut self, p: &mut dyn Provider) {
+    pub(super) fn refill_slow(&mut self, p: &mut dyn Provider) {
         if self.error.is_some() {
             return;
         }
@@ -1179,7 +1133,7 @@ impl Connection {
 
     /// A received message, decoded; `payload` is the RPC message that
     /// followed an RDMA_MSG / RDMA_NOMSG header (empty otherwise).
-    fn on_message(
+    pub(super) fn on_message(
         &mut self,
         now: Instant,
         p: &mut dyn Provider,
@@ -1293,7 +1247,7 @@ impl Connection {
 
     /// A reply (or something that is not a call) for one of our calls.
     #[allow(clippy::too_many_arguments)]
-    fn on_reply(
+    pub(super) fn on_reply(
         &mut self,
         now: Instant,
         p: &mut dyn Provider,
@@ -1350,19 +1304,19 @@ impl Connection {
         self.requester_reply(now, p, xid, Some(credit), inv, r);
     }
 
-    fn reply_mr_of(&self, xid: u32) -> Option<MemoryRegion> {
+    pub(super) fn reply_mr_of(&self, xid: u32) -> Option<MemoryRegion> {
         self.awaiting(xid).and_then(|c| c.reply_mr)
     }
 
     /// Our sent call with this XID, if it still waits for its reply.
-    fn awaiting(&self, xid: u32) -> Option<&OutCall> {
+    pub(super) fn awaiting(&self, xid: u32) -> Option<&OutCall> {
         self.calls.get(&xid).filter(|c| c.reply.is_none())
     }
 
     // ------------------------------------------------------------------
     // requester
 
-    fn pump(&mut self, now: Instant, p: &mut dyn Provider) {
+    pub(super) fn pump(&mut self, now: Instant, p: &mut dyn Provider) {
         //= rfc8166#section-3.3.1
         //# A Requester MUST NOT send unacknowledged requests in excess of the
         //# Responder's granted credit limit.
@@ -1376,14 +1330,14 @@ impl Connection {
 
     /// A call may be sent now (connection up, a credit free, the send
     /// queue not known to be full).
-    fn can_send(&self) -> bool {
+    pub(super) fn can_send(&self) -> bool {
         self.setup.is_ready()
             && self.error.is_none()
             && !self.res.send_queue_full
             && self.outstanding < self.credits as usize
     }
 
-    fn fail_local(&mut self, call: OutCall, e: CallError) {
+    pub(super) fn fail_local(&mut self, call: OutCall, e: CallError) {
         self.events.push_back(Event::CallFailed {
             id: call.id,
             xid: call.xid,
@@ -1395,7 +1349,7 @@ impl Connection {
     /// Marshals a call: chooses its form, registers its chunks, builds its
     /// Send buffer (all kept in `call`); returns the Send buffer. On
     /// failure nothing is left registered.
-    fn marshal_call(
+    pub(super) fn marshal_call(
         &mut self,
         p: &mut dyn Provider,
         call: &mut OutCall,
@@ -1669,7 +1623,7 @@ impl Connection {
         Ok(send_mr)
     }
 
-    fn send_call(&mut self, now: Instant, p: &mut dyn Provider, mut call: OutCall) {
+    pub(super) fn send_call(&mut self, now: Instant, p: &mut dyn Provider, mut call: OutCall) {
         // Marshalled once: a call refused by a full send queue comes back
         // with its chunks registered and its Send buffer built.
         let send_mr = match call.send_mr {
@@ -1754,7 +1708,7 @@ impl Connection {
     /// goes back to the front of the queue, as it is (XID, chunks, Send
     /// buffer), until a completion makes room (`drain_backlog`).
     #[cold]
-    fn requeue(&mut self, xid: u32) {
+    pub(super) fn requeue(&mut self, xid: u32) {
         self.outstanding = self.outstanding.saturating_sub(1);
         self.res.send_queue_full = true;
         self.metrics.send_queue_waits += 1;
@@ -1765,7 +1719,7 @@ impl Connection {
     }
 
     /// Checks a reply's chunk lists against what the call offered.
-    fn parse_reply(
+    pub(super) fn parse_reply(
         &self,
         xid: u32,
         shape: Shape,
@@ -1851,7 +1805,7 @@ impl Connection {
         }
     }
 
-    fn requester_reply(
+    pub(super) fn requester_reply(
         &mut self,
         now: Instant,
         p: &mut dyn Provider,
@@ -1938,7 +1892,7 @@ impl Connection {
     /// Completes a call once the reply is in, its Send completed and every
     /// chunk is invalidated: hands the Write chunks' buffers over as the
     /// results, copies the Reply chunk out, and deregisters.
-    fn try_finish(&mut self, p: &mut dyn Provider, xid: u32) {
+    pub(super) fn try_finish(&mut self, p: &mut dyn Provider, xid: u32) {
         let mut call = match self.calls.entry(xid) {
             Entry::Occupied(e)
                 if e.get().reply.is_some() && e.get().send_done && e.get().pending_inv == 0 =>
@@ -1954,7 +1908,7 @@ impl Connection {
         }
     }
 
-    fn finish(&mut self, p: &mut dyn Provider, call: &mut OutCall) -> Event {
+    pub(super) fn finish(&mut self, p: &mut dyn Provider, call: &mut OutCall) -> Event {
         let result = call
             .reply
             .take()
@@ -2018,7 +1972,7 @@ impl Connection {
     //# procedure.
     // Called only where this endpoint is the responder: a server for
     // forward calls, a client for reverse-direction calls.
-    fn send_error(&mut self, p: &mut dyn Provider, xid: u32, e: ErrorReply) {
+    pub(super) fn send_error(&mut self, p: &mut dyn Provider, xid: u32, e: ErrorReply) {
         match e {
             ErrorReply::Vers { .. } => self.metrics.err_vers_sent += 1,
             ErrorReply::Chunk => self.metrics.err_chunk_sent += 1,
@@ -2054,7 +2008,7 @@ impl Connection {
     /// (position, segments, length) and the index of the Position-Zero
     /// Read chunk.
     #[allow(clippy::type_complexity)]
-    fn validate_call(
+    pub(super) fn validate_call(
         &self,
         shape: Shape,
         chunks: &ChunkLists,
@@ -2120,7 +2074,7 @@ impl Connection {
     //= rfc8166#section-3.3.1
     //# A Requester MUST NOT send unacknowledged requests in excess of the
     //# Responder's granted credit limit.
-    fn overrun(&mut self, p: &mut dyn Provider) -> bool {
+    pub(super) fn overrun(&mut self, p: &mut dyn Provider) -> bool {
         let grant = match self.config.role {
             Role::Server => self.responder_grant().max(self.max_grant),
             Role::Client => self.responder_grant(),
@@ -2140,7 +2094,7 @@ impl Connection {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn on_call(
+    pub(super) fn on_call(
         &mut self,
         now: Instant,
         p: &mut dyn Provider,
@@ -2247,7 +2201,7 @@ impl Connection {
     /// (`validate_call`, then `reads_done` with nothing to read), without
     /// staging the call for RDMA Reads: the message is the inline payload
     /// as it is, delivered at once.
-    fn on_inline_call(
+    pub(super) fn on_inline_call(
         &mut self,
         p: &mut dyn Provider,
         xid: u32,
@@ -2311,14 +2265,14 @@ impl Connection {
     /// ([`Limits::max_read_sink_bytes`](crate::Limits::max_read_sink_bytes),
     /// several calls' worth: it was once also capped at one message's
     /// length, which serialised the Read chunks of a connection's calls).
-    fn sink_budget(&self) -> u64 {
+    pub(super) fn sink_budget(&self) -> u64 {
         self.config.limits.max_read_sink_bytes
     }
 
     /// Registers the Read sinks of waiting calls, in arrival order, while
     /// they fit this connection's Read-sink budget and the shared one, and
     /// starts their RDMA Reads (whose deadline starts now).
-    fn admit_waiting(&mut self, now: Instant, p: &mut dyn Provider) {
+    pub(super) fn admit_waiting(&mut self, now: Instant, p: &mut dyn Provider) {
         let budget = self.sink_budget();
         let sink_access = if p.caps().read_sink_needs_remote_write {
             Access::LOCAL_WRITE | Access::REMOTE_WRITE
@@ -2380,7 +2334,7 @@ impl Connection {
             let reads = std::mem::take(&mut call.pending_reads);
             self.reads.extend(reads);
             if let Some(t) = self.config.read_timeout {
-                self.add_read_deadline(now + t, handle);
+                self.read_deadlines.insert(now + t, handle);
             }
         }
         if self.sink_waiting.is_empty() {
@@ -2389,21 +2343,7 @@ impl Connection {
         self.issue_reads(p);
     }
 
-    /// Records the Read deadline of an admitted call, keeping
-    /// `read_deadlines` sorted (they normally come in order).
-    fn add_read_deadline(&mut self, d: Instant, handle: u64) {
-        let at = self.read_deadlines.partition_point(|&(e, _)| e <= d);
-        self.read_deadlines.insert(at, (d, handle));
-    }
-
-    /// The Reads of call `handle` are over: no deadline any more.
-    fn drop_read_deadline(&mut self, handle: u64) {
-        if let Some(i) = self.read_deadlines.iter().position(|&(_, h)| h == handle) {
-            self.read_deadlines.remove(i);
-        }
-    }
-
-    fn issue_reads(&mut self, p: &mut dyn Provider) {
+    pub(super) fn issue_reads(&mut self, p: &mut dyn Provider) {
         // Never more RDMA Reads outstanding than the ORD the connection
         // negotiated (the peer's IRD): an excess Read Request is fatal at
         // the peer's RNIC.
@@ -2449,7 +2389,7 @@ impl Connection {
         }
     }
 
-    fn reads_done(&mut self, now: Instant, p: &mut dyn Provider, handle: u64) {
+    pub(super) fn reads_done(&mut self, now: Instant, p: &mut dyn Provider, handle: u64) {
         let mut sinks = Vec::new();
         let Some(call) = self.incoming.get_mut(&handle) else {
             return;
@@ -2542,7 +2482,8 @@ impl Connection {
             self.send_error(p, xid, ErrorReply::Chunk);
         }
         if call_admitted {
-            self.drop_read_deadline(handle);
+            // The Reads are over: no deadline any more.
+            self.read_deadlines.remove(handle);
             self.sink_bytes = self.sink_bytes.saturating_sub(sink_need);
             self.lease.give_back(sink_need);
             self.admit_waiting(now, p);
@@ -2553,7 +2494,7 @@ impl Connection {
     /// read-only and local) and then the Send of `send` (a registered Send
     /// buffer already holding the message, and its length), which this
     /// takes over (released with the job, or on failure).
-    fn post_reply(
+    pub(super) fn post_reply(
         &mut self,
         p: &mut dyn Provider,
         sources: Vec<Bytes>,
@@ -2631,7 +2572,7 @@ impl Connection {
         Ok(())
     }
 
-    fn job_step(&mut self, p: &mut dyn Provider, job: u64) {
+    pub(super) fn job_step(&mut self, p: &mut dyn Provider, job: u64) {
         let done = match self.jobs.get_mut(&job) {
             Some(j) => {
                 j.pending = j.pending.saturating_sub(1);
@@ -2658,7 +2599,7 @@ impl Connection {
     // failure
 
     /// Resources of a WR that completed after the connection failed.
-    fn cleanup_dead(&mut self, op: Op) {
+    pub(super) fn cleanup_dead(&mut self, op: Op) {
         match op {
             Op::Recv(mr) => {
                 self.res.recv_posted = self.res.recv_posted.saturating_sub(1);
@@ -2677,7 +2618,7 @@ impl Connection {
     /// Ends the connection (sticky): calls without a reply are kept for
     /// retransmission, calls whose reply arrived complete now (the peer can
     /// no longer touch their memory), everything else is released.
-    fn fatal(&mut self, p: &mut dyn Provider, err: ConnectionError) {
+    pub(super) fn fatal(&mut self, p: &mut dyn Provider, err: ConnectionError) {
         if self.error.is_some() {
             return;
         }

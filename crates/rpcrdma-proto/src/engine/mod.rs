@@ -46,6 +46,7 @@ pub mod ids;
 mod marshal;
 mod resources;
 mod setup;
+mod timer;
 
 pub use crate::wire::direction::Role;
 pub use budget::ReadSinkBudget;
