@@ -12,6 +12,7 @@ use super::framing::{
 };
 use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
+use super::plan::{plan_call, plan_reply, CallForm, CallLens, CallPlan, ReplyPlan, WriteOp};
 use super::resources::{Mrs, Op, Res};
 use super::setup::{Params, Setup};
 use super::timer::Deadlines;
@@ -23,9 +24,7 @@ use crate::provider::{
     Access, Buffer, Bytes, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode,
     Provider, ProviderError, RemoteAddr, SendOp, SendWr, Sges, Stag, Status,
 };
-use crate::wire::chunk::{
-    ChunkLists, ReadList, ReadSegment, Segment, SegmentList, WriteChunk, WriteList,
-};
+use crate::wire::chunk::{ChunkLists, ReadList, ReadSegment, Segment, WriteChunk, WriteList};
 use crate::wire::private_data::Negotiated;
 use crate::wire::rpc::MsgType;
 use smallvec::{smallvec, SmallVec};
@@ -209,17 +208,6 @@ pub struct Connection {
 }
 
 const UNKNOWN_XID: &str = "unknown XID";
-
-/// One single-segment Write chunk per length (placeholders for header
-/// sizes); nothing built for the usual empty list.
-fn placeholders(lens: &[u32]) -> WriteList {
-    if lens.is_empty() {
-        return WriteList::new();
-    }
-    lens.iter()
-        .map(|&l| WriteChunk::single(Segment::new(0, l, 0)))
-        .collect()
-}
 
 impl Connection {
     /// A connection engine for a connection that is being set up.
@@ -695,182 +683,35 @@ impl Connection {
         };
         let grant = self.responder_grant();
 
-        // DDP results into the Write chunks, in order.
-        //= rfc8166#section-3.4.6
-        //# The Responder MUST copy the segment count and all
-        //# segments from the Requester-provided Write chunk into the RPC Reply
-        //# message's Transport header.  As it does so, the Responder updates
-        //# each segment length field to reflect the actual amount of data that
-        //# is being returned in that segment.
-        //= rfc8166#section-3.4.6.2
-        //# A Responder MUST NOT write XDR roundup padding into
-        //# a Write chunk, even if the Requester made space available for it.
-        //= rfc8166#section-4.3.2.2
-        //# If this is the last or only Write chunk available and it remains
-        //# unconsumed, the Responder MUST return this Write chunk as an unused
-        //# Write chunk (see Section 3.4.6).
-        // Every echoed segment starts at length zero (unused) and gets the
-        // octets actually written (Linux pcl_process_nonpayloads).
-        // (Nothing to build for the usual small call without a Write list.)
-        let mut echo: WriteList = if call.writes.is_empty() {
-            WriteList::new()
-        } else {
-            call.writes
-                .iter()
-                .map(|w| {
-                    WriteChunk::from_segments(
-                        w.segments
-                            .iter()
-                            .map(|s| Segment::new(s.handle, 0, s.offset))
-                            .collect::<SegmentList>(),
-                    )
-                })
-                .collect()
+        let Some(ReplyPlan {
+            form,
+            chunks,
+            written,
+            writes,
+        }) = plan_reply(
+            self.params(),
+            &call.writes,
+            call.reply.as_ref(),
+            stream_len,
+            &ddp,
+        )
+        else {
+            self.send_error(p, xid, ErrorReply::Chunk);
+            return Ok(ReplyForm::ErrChunk);
         };
-        // Indexes (in `message`) of the DDP pieces written to Write chunks.
-        let mut written: Vec<usize> = Vec::new();
-        // (remote, source, offset in the source, octets); the sources are
-        // the written DDP pieces in order, then (Long Reply) the inline part.
-        let mut plan: Vec<(RemoteAddr, usize, usize, usize)> = Vec::new();
-        //= rfc8166#section-4.3.2
-        //# When a Requester provides a Write list, the Responder MUST push data
-        //# corresponding to DDP-eligible result data items to Requester memory
-        //# referenced in the Write list.
-        //= rfc8166#section-4.3.2.2
-        //# If there is a subsequent DDP-eligible result data item in the RPC
-        //# Reply message, it MUST be placed in that unconsumed Write chunk.
-        // The k-th non-empty DDP item goes into the k-th Write chunk: an
-        // empty item (a union arm without data) consumes no chunk.
-        let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
-        for (k, &(pi, d)) in ddp.iter().enumerate() {
-            let Some(chunk) = call.writes.get(k) else {
-                break; // no Write chunk left: the item goes inline
-            };
-            //= rfc8166#section-4.3.2.3
-            //# The Responder MUST return the corresponding
-            //# result data item inline and MUST return an empty Write chunk in
-            //# that Write list position in the RPC Reply message.
-            if chunk.segments.is_empty() {
-                continue; // echoed with no segments; the item stays inline
-            }
-            let lens: Vec<u32> = chunk.segments.iter().map(|s| s.length).collect();
-            let Some(parts) = marshal::spread(d.len, &lens) else {
-                // The result does not fit the Write chunk offered for it.
-                self.send_error(p, xid, ErrorReply::Chunk);
-                return Ok(ReplyForm::ErrChunk);
-            };
-            for (si, off, n) in parts {
-                let (Some(seg), Some(e)) = (
-                    chunk.segments.get(si),
-                    echo.get_mut(k).and_then(|c| c.segments.get_mut(si)),
-                ) else {
-                    continue;
-                };
-                e.length = n as u32;
-                plan.push((
-                    RemoteAddr {
-                        stag: Stag(seg.handle),
-                        offset: seg.offset,
-                    },
-                    written.len(),
-                    off,
-                    n,
-                ));
-            }
-            written.push(pi);
-        }
+        let shape = match form {
+            ReplyForm::ReplyChunk => Shape::Nomsg,
+            _ => Shape::Msg,
+        };
+        let header = self
+            .params()
+            .framing
+            .data_header(xid, grant, shape, chunks, None);
         // The inline part (the message minus the written DDP pieces) is
         // not built: it is written straight into the Send buffer, or, for
         // a Long Reply, built as the source of the Reply chunk's Writes.
-        let inline_len = marshal::inline_len_except(&message, &written);
-        let mut long_src: Option<Bytes> = None;
-        //= rfc8166#section-4.3.3
-        //# When a Requester provides a Reply chunk in an RPC Call message, the
-        //# Responder MUST copy that chunk into the Transport header of the RPC
-        //# Reply message.
-        // A Short reply copies it with every segment length zero (as Linux
-        // svcrdma does).
-        let unused_reply = call.reply.as_ref().map(|rc| {
-            WriteChunk::from_segments(
-                rc.segments
-                    .iter()
-                    .map(|s| Segment::new(s.handle, 0, s.offset))
-                    .collect::<SegmentList>(),
-            )
-        });
-        //= rfc8166#section-4.3.1
-        //# Responders MUST leave the Read list empty in all replies.
-        let msg_chunks = ChunkLists {
-            reads: ReadList::new(),
-            writes: echo,
-            reply: unused_reply,
-        };
-        let (form, header) =
-            if self.params().framing.header_len(Shape::Msg, &msg_chunks) + inline_len <= thr {
-                let h = self
-                    .params()
-                    .framing
-                    .data_header(xid, grant, Shape::Msg, msg_chunks, None);
-                (ReplyForm::Inline, h)
-            } else {
-                // Long Reply: the rest goes into the Reply chunk.
-                //= rfc8166#section-3.5.3
-                //# If a Reply chunk was provided and the reduced
-                //# Payload stream is larger than the reply inline threshold, the
-                //# Responder MUST use the Requester-provided Reply chunk for the reply.
-                let parts = call.reply.as_ref().and_then(|rc| {
-                    let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
-                    marshal::spread(inline_len, &lens).map(|parts| (rc, parts))
-                });
-                let Some((rc, parts)) = parts else {
-                    // A reply that fits neither inline nor the Reply chunk
-                    // is answered with ERR_CHUNK (Linux svcrdma; libevpl
-                    // found silent truncation here), never truncated.
-                    self.send_error(p, xid, ErrorReply::Chunk);
-                    return Ok(ReplyForm::ErrChunk);
-                };
-                // The echoed Write list, back from the RDMA_MSG attempt.
-                let echo = msg_chunks.writes;
-                let mut rc_echo = WriteChunk::from_segments(
-                    rc.segments
-                        .iter()
-                        .map(|s| Segment::new(s.handle, 0, s.offset))
-                        .collect::<SegmentList>(),
-                );
-                // The inline part is the source after the DDP pieces.
-                let src = written.len();
-                for (si, off, n) in parts {
-                    let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
-                    else {
-                        continue;
-                    };
-                    e.length = n as u32;
-                    plan.push((
-                        RemoteAddr {
-                            stag: Stag(seg.handle),
-                            offset: seg.offset,
-                        },
-                        src,
-                        off,
-                        n,
-                    ));
-                }
-                long_src = Some(Bytes::from(marshal::inline_except(&message, &written)));
-                let chunks = ChunkLists {
-                    reads: ReadList::new(),
-                    writes: echo,
-                    reply: Some(rc_echo),
-                };
-                if self.params().framing.header_len(Shape::Nomsg, &chunks) > thr {
-                    self.send_error(p, xid, ErrorReply::Chunk);
-                    return Ok(ReplyForm::ErrChunk);
-                }
-                let h = self
-                    .params()
-                    .framing
-                    .data_header(xid, grant, Shape::Nomsg, chunks, None);
-                (ReplyForm::ReplyChunk, h)
-            };
+        let long_src = (form == ReplyForm::ReplyChunk)
+            .then(|| Bytes::from(marshal::inline_except(&message, &written)));
         // Header and (Short reply) inline part, straight into the Send
         // buffer; the XID is already in the message's first piece.
         let body = (form == ReplyForm::Inline).then_some((&message[..], &written[..]));
@@ -903,7 +744,7 @@ impl Connection {
                 .collect();
             sources.extend(long_src);
         }
-        let r = self.post_reply(p, sources, plan, send, op);
+        let r = self.post_reply(p, sources, writes, send, op);
         //= rfc8166#section-4.5.4
         //# If a Responder is unable to construct and transmit an RPC Reply or
         //# RPC-over-RDMA error message, the Responder MUST close the connection
@@ -1354,14 +1195,11 @@ impl Connection {
         p: &mut dyn Provider,
         call: &mut OutCall,
     ) -> Result<MemoryRegion, CallError> {
-        let backchannel = self.backchannel_requester();
         // Nothing is copied yet: the stream is built only for the form
         // chosen below, and DDP items that go into Read chunks are
         // registered as they are.
         let (stream_len, ddp) = marshal::layout(&call.call.message);
         let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
-        let ddp_xdr_len: usize = ddp.iter().map(|(_, d)| d.len + pad4(d.len)).sum();
-        let stripped_len = stream_len.saturating_sub(ddp_xdr_len);
         let xid = call.xid;
         let with_xid = |mut v: Vec<u8>| {
             if let Some(w) = v.get_mut(..4) {
@@ -1374,9 +1212,6 @@ impl Connection {
             0 => self.config.default_reply_max,
             n => n,
         };
-        let send_thr = self.params().send_threshold;
-        let recv_thr = self.params().recv_threshold;
-        let min_hdr = self.params().framing.min_msg_header_len();
         if reply_max > self.config.limits.max_message_len {
             let max = self.config.limits.max_message_len as usize;
             return Err(CallError::TooLarge {
@@ -1384,86 +1219,18 @@ impl Connection {
                 max,
             });
         }
-
-        // Reply resources.
-        let placeholder = |len: u32| WriteChunk::single(Segment::new(0, len, 0));
-        let mut write_lens: Vec<u32> = Vec::new();
-        let mut reply_len: Option<u32> = None;
-        //= rfc8166#section-4.3.3
-        //# A
-        //# Requester MUST provide a Reply chunk whenever the maximum possible
-        //# size of the RPC Reply message's Transport and Payload streams is
-        //# larger than the inline threshold for messages from Responder to
-        //# Requester.
-        // As Linux: a Write chunk for each DDP-eligible result, a Reply chunk
-        // when the rest (the header with the Write list echoed, plus the
-        // non-DDP part) may not fit.
-        if !backchannel && min_hdr + reply_max as usize > recv_thr {
-            write_lens = call.call.ddp_results.clone();
-            let echo = ChunkLists {
-                reads: ReadList::new(),
-                writes: placeholders(&write_lens),
-                reply: None,
-            };
-            let ddp_total: u64 = write_lens.iter().map(|&l| u64::from(l)).sum();
-            let rest = u64::from(reply_max).saturating_sub(ddp_total);
-            if self.params().framing.header_len(Shape::Msg, &echo) as u64 + rest > recv_thr as u64 {
-                reply_len = Some(reply_max);
-            }
-        }
-        let base = ChunkLists {
-            reads: ReadList::new(),
-            writes: placeholders(&write_lens),
-            reply: reply_len.map(placeholder),
+        let lens = CallLens {
+            stream_len,
+            ddp_items: ddp.len(),
+            ddp_xdr_len: ddp.iter().map(|(_, d)| d.len + pad4(d.len)).sum(),
+            reply_max,
+            ddp_results: &call.call.ddp_results,
         };
-
-        enum Form {
-            Inline,
-            Reads,
-            Long,
-        }
-        let with_reads = |n: usize| {
-            let mut c = base.clone();
-            c.reads = ReadList::from_elem(ReadSegment::default(), n);
-            c
-        };
-        //= rfc8166#section-3.5.3
-        //# If there are no DDP-
-        //# eligible data items in the Payload stream, or the Payload stream is
-        //# still too large after it has been reduced, the RDMA transport MUST
-        //# use RDMA Read or Write operations to convey the Payload stream
-        //# itself.
-        // A Call that does not fit the send threshold moves its DDP-eligible
-        // data to Read chunks, or becomes a Long Call (RDMA_NOMSG,
-        // Position-Zero Read chunk).
-        let form = if self.params().framing.header_len(Shape::Msg, &base) + stream_len <= send_thr {
-            Form::Inline
-        } else if backchannel {
-            let len = self.params().framing.header_len(Shape::Msg, &base) + stream_len;
-            return Err(CallError::TooLarge { len, max: send_thr });
-        } else if !ddp.is_empty()
-            && self
-                .params()
-                .framing
-                .header_len(Shape::Msg, &with_reads(ddp.len()))
-                + stripped_len
-                <= send_thr
-        {
-            Form::Reads
-        } else if self
-            .params()
-            .framing
-            .header_len(Shape::Nomsg, &with_reads(1))
-            <= send_thr
-        {
-            Form::Long
-        } else {
-            let len = self
-                .params()
-                .framing
-                .header_len(Shape::Nomsg, &with_reads(1));
-            return Err(CallError::TooLarge { len, max: send_thr });
-        };
+        let CallPlan {
+            form,
+            write_lens,
+            reply_len,
+        } = plan_call(self.params(), self.backchannel_requester(), lens)?;
 
         // Registration: every chunk region per call.
         let mut mrs = Mrs::new();
@@ -1474,8 +1241,8 @@ impl Connection {
         type Skip = SmallVec<[usize; 4]>;
         let r: Result<Option<Skip>, ProviderError> = (|| {
             let inline = match form {
-                Form::Inline => Some(Skip::new()),
-                Form::Reads => {
+                CallForm::Inline => Some(Skip::new()),
+                CallForm::Reads => {
                     for &(pi, d) in &ddp {
                         let Some(Piece::Ddp(data)) = call.call.message.get(pi) else {
                             continue;
@@ -1508,7 +1275,7 @@ impl Connection {
                     // Only the caller's `Piece::Ddp` items are ever reduced.
                     Some(ddp.iter().map(|&(pi, _)| pi).collect())
                 }
-                Form::Long => {
+                CallForm::Long => {
                     //= rfc8166#section-3.5.3
                     //# Every
                     //# RDMA read segment in this chunk MUST contain zero in its Position
@@ -2498,7 +2265,7 @@ impl Connection {
         &mut self,
         p: &mut dyn Provider,
         sources: Vec<Bytes>,
-        plan: Vec<(RemoteAddr, usize, usize, usize)>,
+        plan: Vec<WriteOp>,
         send: (MemoryRegion, u32),
         op: SendOp,
     ) -> Result<(), ConnectionError> {
@@ -2520,7 +2287,7 @@ impl Connection {
         let mut shared = Vec::new();
         let mut srcs: Vec<Option<MemoryRegion>> = Vec::with_capacity(sources.len());
         for (i, source) in sources.into_iter().enumerate() {
-            if source.is_empty() || !plan.iter().any(|e| e.1 == i) {
+            if source.is_empty() || !plan.iter().any(|w| w.source == i) {
                 srcs.push(None);
                 continue;
             }
@@ -2546,7 +2313,13 @@ impl Connection {
                 pending: 0,
             },
         );
-        let writes = plan.into_iter().filter_map(|(remote, i, off, n)| {
+        let writes = plan.into_iter().filter_map(|w| {
+            let WriteOp {
+                remote,
+                source: i,
+                offset: off,
+                len: n,
+            } = w;
             let src = srcs.get(i).copied().flatten()?;
             let sges: Sges = smallvec![src.sge(off as u64, n as u32)];
             Some((SendOp::Write { remote }, sges, n))

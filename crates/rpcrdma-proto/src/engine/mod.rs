@@ -44,6 +44,7 @@ mod connection;
 mod framing;
 pub mod ids;
 mod marshal;
+mod plan;
 mod resources;
 mod setup;
 mod timer;
