@@ -336,196 +336,12 @@ pub(super) fn plan_reply(
 }
 
 #[cfg(test)]
-mod differential {
-    //! TEMPORARY: the plan functions against the code they were extracted
-    //! from (connection.rs at the parent commit), copied here verbatim but
-    //! for `self`. Removed in the next commit.
+mod tests {
     use super::*;
     use crate::engine::framing::Framing;
+    use crate::engine::Piece;
+    use crate::provider::Bytes;
     use proptest::prelude::*;
-
-    fn old_plan_call(
-        params: &Params,
-        backchannel: bool,
-        stream_len: usize,
-        ddp: &[(usize, DdpItem)],
-        reply_max: u32,
-        ddp_results: &[u32],
-    ) -> Result<CallPlan, CallError> {
-        let ddp: Vec<(usize, DdpItem)> = ddp.iter().copied().filter(|d| d.1.len > 0).collect();
-        let ddp_xdr_len: usize = ddp.iter().map(|(_, d)| d.len + pad4(d.len)).sum();
-        let stripped_len = stream_len.saturating_sub(ddp_xdr_len);
-        let send_thr = params.send_threshold;
-        let recv_thr = params.recv_threshold;
-        let min_hdr = params.framing.min_msg_header_len();
-        let placeholder = |len: u32| WriteChunk::single(Segment::new(0, len, 0));
-        let mut write_lens: Vec<u32> = Vec::new();
-        let mut reply_len: Option<u32> = None;
-        if !backchannel && min_hdr + reply_max as usize > recv_thr {
-            write_lens = ddp_results.to_vec();
-            let echo = ChunkLists {
-                reads: ReadList::new(),
-                writes: placeholders(&write_lens),
-                reply: None,
-            };
-            let ddp_total: u64 = write_lens.iter().map(|&l| u64::from(l)).sum();
-            let rest = u64::from(reply_max).saturating_sub(ddp_total);
-            if params.framing.header_len(Shape::Msg, &echo) as u64 + rest > recv_thr as u64 {
-                reply_len = Some(reply_max);
-            }
-        }
-        let base = ChunkLists {
-            reads: ReadList::new(),
-            writes: placeholders(&write_lens),
-            reply: reply_len.map(placeholder),
-        };
-        let with_reads = |n: usize| {
-            let mut c = base.clone();
-            c.reads = ReadList::from_elem(ReadSegment::default(), n);
-            c
-        };
-        let form = if params.framing.header_len(Shape::Msg, &base) + stream_len <= send_thr {
-            CallForm::Inline
-        } else if backchannel {
-            let len = params.framing.header_len(Shape::Msg, &base) + stream_len;
-            return Err(CallError::TooLarge { len, max: send_thr });
-        } else if !ddp.is_empty()
-            && params
-                .framing
-                .header_len(Shape::Msg, &with_reads(ddp.len()))
-                + stripped_len
-                <= send_thr
-        {
-            CallForm::Reads
-        } else if params.framing.header_len(Shape::Nomsg, &with_reads(1)) <= send_thr {
-            CallForm::Long
-        } else {
-            let len = params.framing.header_len(Shape::Nomsg, &with_reads(1));
-            return Err(CallError::TooLarge { len, max: send_thr });
-        };
-        Ok(CallPlan {
-            form,
-            write_lens,
-            reply_len,
-        })
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn old_plan_reply(
-        params: &Params,
-        writes: &WriteList,
-        reply: Option<&WriteChunk>,
-        pieces: &[crate::engine::Piece],
-    ) -> Option<(
-        ReplyForm,
-        ChunkLists,
-        Vec<usize>,
-        Vec<(RemoteAddr, usize, usize, usize)>,
-    )> {
-        let thr = params.send_threshold;
-        let (_stream_len, ddp) = marshal::layout(pieces);
-        let mut echo: WriteList = if writes.is_empty() {
-            WriteList::new()
-        } else {
-            writes
-                .iter()
-                .map(|w| {
-                    WriteChunk::from_segments(
-                        w.segments
-                            .iter()
-                            .map(|s| Segment::new(s.handle, 0, s.offset))
-                            .collect::<SegmentList>(),
-                    )
-                })
-                .collect()
-        };
-        let mut written: Vec<usize> = Vec::new();
-        let mut plan: Vec<(RemoteAddr, usize, usize, usize)> = Vec::new();
-        let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
-        for (k, &(pi, d)) in ddp.iter().enumerate() {
-            let Some(chunk) = writes.get(k) else {
-                break;
-            };
-            if chunk.segments.is_empty() {
-                continue;
-            }
-            let lens: Vec<u32> = chunk.segments.iter().map(|s| s.length).collect();
-            let parts = marshal::spread(d.len, &lens)?;
-            for (si, off, n) in parts {
-                let (Some(seg), Some(e)) = (
-                    chunk.segments.get(si),
-                    echo.get_mut(k).and_then(|c| c.segments.get_mut(si)),
-                ) else {
-                    continue;
-                };
-                e.length = n as u32;
-                plan.push((
-                    RemoteAddr {
-                        stag: Stag(seg.handle),
-                        offset: seg.offset,
-                    },
-                    written.len(),
-                    off,
-                    n,
-                ));
-            }
-            written.push(pi);
-        }
-        let inline_len = marshal::inline_len_except(pieces, &written);
-        let unused_reply = reply.map(|rc| {
-            WriteChunk::from_segments(
-                rc.segments
-                    .iter()
-                    .map(|s| Segment::new(s.handle, 0, s.offset))
-                    .collect::<SegmentList>(),
-            )
-        });
-        let msg_chunks = ChunkLists {
-            reads: ReadList::new(),
-            writes: echo,
-            reply: unused_reply,
-        };
-        if params.framing.header_len(Shape::Msg, &msg_chunks) + inline_len <= thr {
-            return Some((ReplyForm::Inline, msg_chunks, written, plan));
-        }
-        let parts = reply.and_then(|rc| {
-            let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
-            marshal::spread(inline_len, &lens).map(|parts| (rc, parts))
-        });
-        let (rc, parts) = parts?;
-        let echo = msg_chunks.writes;
-        let mut rc_echo = WriteChunk::from_segments(
-            rc.segments
-                .iter()
-                .map(|s| Segment::new(s.handle, 0, s.offset))
-                .collect::<SegmentList>(),
-        );
-        let src = written.len();
-        for (si, off, n) in parts {
-            let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si)) else {
-                continue;
-            };
-            e.length = n as u32;
-            plan.push((
-                RemoteAddr {
-                    stag: Stag(seg.handle),
-                    offset: seg.offset,
-                },
-                src,
-                off,
-                n,
-            ));
-        }
-        let chunks = ChunkLists {
-            reads: ReadList::new(),
-            writes: echo,
-            reply: Some(rc_echo),
-        };
-        if params.framing.header_len(Shape::Nomsg, &chunks) > thr {
-            return None;
-        }
-        Some((ReplyForm::ReplyChunk, chunks, written, plan))
-    }
 
     fn params(send: usize, recv: usize) -> Params {
         Params {
@@ -537,13 +353,152 @@ mod differential {
         }
     }
 
-    fn pieces() -> impl Strategy<Value = Vec<crate::engine::Piece>> {
-        use crate::engine::Piece;
+    /// The lengths of a call made of `pieces`.
+    fn lens<'a>(pieces: &[Piece], reply_max: u32, results: &'a [u32]) -> CallLens<'a> {
+        let (stream_len, ddp) = marshal::layout(pieces);
+        let ddp: Vec<DdpItem> = ddp.into_iter().map(|d| d.1).filter(|d| d.len > 0).collect();
+        CallLens {
+            stream_len,
+            ddp_items: ddp.len(),
+            ddp_xdr_len: ddp.iter().map(|d| d.len + pad4(d.len)).sum(),
+            reply_max,
+            ddp_results: results,
+        }
+    }
+
+    fn inline(n: usize) -> Piece {
+        Piece::Inline(vec![0; n])
+    }
+
+    fn ddp(n: usize) -> Piece {
+        Piece::Ddp(Bytes::from(vec![0; n]))
+    }
+
+    /// The header lists a call plan sends, with `reads` Read segments.
+    fn header(plan: &CallPlan, reads: usize) -> ChunkLists {
+        ChunkLists {
+            reads: ReadList::from_elem(ReadSegment::default(), reads),
+            writes: placeholders(&plan.write_lens),
+            reply: plan
+                .reply_len
+                .map(|l| WriteChunk::single(Segment::new(0, l, 0))),
+        }
+    }
+
+    #[test]
+    fn call_forms_at_their_boundaries_by_hand() {
+        // A 4,096-octet threshold; an RDMA_MSG header without chunks is 28
+        // octets, with one Read segment 52 (discriminator, position,
+        // handle, length, 64-bit offset: 24 more).
+        let p = params(4096, 4096);
+        let none: &[u32] = &[];
+        let plan = |pieces: &[Piece]| plan_call(&p, false, lens(pieces, 100, none));
+        let form = |pieces: &[Piece]| plan(pieces).map(|c| c.form);
+        // 28 + 4068 = 4096: inline; 4 more: not.
+        assert_eq!(form(&[inline(4068)]), Ok(CallForm::Inline));
+        assert_eq!(form(&[inline(4072)]), Ok(CallForm::Long));
+        // A DDP item that does not fit inline (28 + 4044 + 40 > 4096) goes
+        // to a Read chunk when the rest fits with the Read list:
+        // 52 + 4044 = 4096.
+        assert_eq!(form(&[inline(4044), ddp(40)]), Ok(CallForm::Reads));
+        assert_eq!(form(&[inline(4048), ddp(40)]), Ok(CallForm::Long));
+        // An empty DDP item moves nowhere: still inline.
+        assert_eq!(form(&[inline(4068), ddp(0)]), Ok(CallForm::Inline));
+        // The same data, unpadded (1 octet + 3 of pad), inline.
+        assert_eq!(form(&[inline(4064), ddp(1)]), Ok(CallForm::Inline));
+        // A backchannel call is inline or too large.
+        let bc = plan_call(&p, true, lens(&[inline(4044), ddp(40)], 100, none));
+        assert_eq!(
+            bc,
+            Err(CallError::TooLarge {
+                len: 4112,
+                max: 4096
+            })
+        );
+    }
+
+    #[test]
+    fn reply_resources_by_hand() {
+        let p = params(4096, 4096);
+        // 28 + 4068 = 4096: a reply of 4,068 octets always fits inline,
+        // DDP-eligible results included.
+        let r = plan_call(&p, false, lens(&[inline(8)], 4068, &[100])).unwrap();
+        assert_eq!((r.write_lens, r.reply_len), (vec![], None));
+        // One more, and a Reply chunk of that size is offered.
+        let r = plan_call(&p, false, lens(&[inline(8)], 4069, &[])).unwrap();
+        assert_eq!((r.write_lens, r.reply_len), (vec![], Some(4069)));
+        // A DDP-eligible result gets a Write chunk; the rest of the reply
+        // (4,069 - 2,000) fits with the Write list echoed (28 + 24): no
+        // Reply chunk.
+        let r = plan_call(&p, false, lens(&[inline(8)], 4069, &[2000])).unwrap();
+        assert_eq!((r.write_lens, r.reply_len), (vec![2000], None));
+        // At the boundary: 52 + (6044 - 2000) = 4096 fits; one more does
+        // not, and both are offered.
+        let r = plan_call(&p, false, lens(&[inline(8)], 6044, &[2000])).unwrap();
+        assert_eq!((r.write_lens, r.reply_len), (vec![2000], None));
+        let r = plan_call(&p, false, lens(&[inline(8)], 6045, &[2000])).unwrap();
+        assert_eq!((r.write_lens, r.reply_len), (vec![2000], Some(6045)));
+        // No reply resources on the backchannel.
+        let r = plan_call(&p, true, lens(&[inline(8)], 8000, &[2000])).unwrap();
+        assert_eq!((r.write_lens, r.reply_len), (vec![], None));
+    }
+
+    fn chunk(lens: &[u32]) -> WriteChunk {
+        WriteChunk::from_segments(
+            lens.iter()
+                .enumerate()
+                .map(|(i, &l)| Segment::new(i as u32 + 1, l, 0x1000 * i as u64))
+                .collect::<SegmentList>(),
+        )
+    }
+
+    #[test]
+    fn reply_forms_by_hand() {
+        let p = params(1024, 1024);
+        let plan = |pieces: &[Piece], writes: &[WriteChunk], reply: Option<WriteChunk>| {
+            let (stream_len, ddp) = marshal::layout(pieces);
+            let writes: WriteList = writes.iter().cloned().collect();
+            plan_reply(&p, &writes, reply.as_ref(), stream_len, &ddp)
+        };
+        // The header with the Reply chunk echoed is 48 octets (a present
+        // chunk of one segment: 24 instead of 4); 48 + 976 = 1024: inline,
+        // the Reply chunk echoed unused.
+        let r = plan(&[inline(976)], &[], Some(chunk(&[4096]))).unwrap();
+        assert_eq!(r.form, ReplyForm::Inline);
+        assert_eq!(r.chunks.reply, Some(chunk(&[0])));
+        assert!(r.writes.is_empty());
+        // 4 more: into the Reply chunk (one Write of 980 octets).
+        let r = plan(&[inline(980)], &[], Some(chunk(&[4096]))).unwrap();
+        assert_eq!(r.form, ReplyForm::ReplyChunk);
+        assert_eq!(r.chunks.reply, Some(chunk(&[980])));
+        assert_eq!((r.writes.len(), r.writes[0].len), (1, 980));
+        // Too large inline (28 + 1000) without a Reply chunk, or with one
+        // too small: ERR_CHUNK.
+        assert_eq!(plan(&[inline(1000)], &[], None), None);
+        assert_eq!(plan(&[inline(980)], &[], Some(chunk(&[979]))), None);
+        // A DDP result in its Write chunk, spread over two segments; the
+        // echo says what each got; an empty item consumes no chunk.
+        let r = plan(
+            &[inline(8), ddp(0), ddp(5000), inline(4)],
+            &[chunk(&[4096, 4096])],
+            None,
+        )
+        .unwrap();
+        assert_eq!(r.form, ReplyForm::Inline);
+        assert_eq!(r.written, vec![2]);
+        assert_eq!(r.chunks.writes.first(), Some(&chunk(&[4096, 904])));
+        // A result larger than its Write chunk: ERR_CHUNK.
+        assert_eq!(plan(&[inline(8), ddp(5000)], &[chunk(&[4096])], None), None);
+        // A Write chunk without segments: the item stays inline (and fits).
+        let r = plan(&[inline(8), ddp(100)], &[chunk(&[])], None).unwrap();
+        assert_eq!((r.form, r.written.len()), (ReplyForm::Inline, 0));
+    }
+
+    fn pieces() -> impl Strategy<Value = Vec<Piece>> {
         proptest::collection::vec(
             prop_oneof![
-                (0usize..400).prop_map(|n| Piece::Inline(vec![0; n * 4])),
-                prop_oneof![0usize..8, 0usize..3000, 0usize..20000]
-                    .prop_map(|n| Piece::Ddp(crate::provider::Bytes::from(vec![0; n]))),
+                (0usize..400).prop_map(|n| inline(n * 4)),
+                prop_oneof![0usize..8, 0usize..3000, 0usize..20000].prop_map(ddp),
             ],
             1..6,
         )
@@ -553,7 +508,85 @@ mod differential {
         prop_oneof![Just(1024usize), Just(4096), 900usize..9000, 28usize..200]
     }
 
-    fn chunk() -> impl Strategy<Value = WriteChunk> {
+    proptest! {
+        /// A call's plan sends what fits the send threshold, in the
+        /// simplest form that fits; it is refused only when nothing fits.
+        #[test]
+        fn call_plans_fit_and_are_the_simplest(
+            pieces in pieces(),
+            send in thr(),
+            recv in thr(),
+            backchannel: bool,
+            reply_max in prop_oneof![0u32..2000, 0u32..100000],
+            results in proptest::collection::vec(prop_oneof![0u32..100, 0u32..70000], 0..40),
+        ) {
+            let p = params(send, recv);
+            let l = lens(&pieces, reply_max, &results);
+            let stripped = l.stream_len - l.ddp_xdr_len;
+            let hlen = |shape, lists: &ChunkLists| Framing::V1.header_len(shape, lists);
+            match plan_call(&p, backchannel, l) {
+                Ok(plan) => {
+                    let inline = hlen(Shape::Msg, &header(&plan, 0)) + l.stream_len;
+                    let reads = hlen(Shape::Msg, &header(&plan, l.ddp_items)) + stripped;
+                    let long = hlen(Shape::Nomsg, &header(&plan, 1));
+                    match plan.form {
+                        CallForm::Inline => prop_assert!(inline <= send),
+                        CallForm::Reads => {
+                            prop_assert!(inline > send && l.ddp_items > 0 && reads <= send)
+                        }
+                        CallForm::Long => {
+                            prop_assert!(inline > send && long <= send);
+                            prop_assert!(l.ddp_items == 0 || reads > send);
+                        }
+                    }
+                    if backchannel {
+                        prop_assert_eq!(plan.form, CallForm::Inline);
+                        prop_assert!(plan.write_lens.is_empty() && plan.reply_len.is_none());
+                    }
+                }
+                Err(CallError::TooLarge { len, max }) => {
+                    prop_assert_eq!(max, send);
+                    prop_assert!(len > send);
+                }
+                Err(e) => prop_assert!(false, "{e:?}"),
+            }
+        }
+
+        /// A call offers reply resources only when the largest reply may
+        /// not fit the receive threshold, and then enough: Write chunks of
+        /// the DDP results' sizes, and a Reply chunk of `reply_max` unless
+        /// the rest of the reply fits inline.
+        #[test]
+        fn call_plans_offer_room_for_the_largest_reply(
+            send in thr(),
+            recv in thr(),
+            reply_max in prop_oneof![0u32..2000, 0u32..100000],
+            near in proptest::option::of(0usize..256),
+            results in proptest::collection::vec(prop_oneof![0u32..100, 0u32..70000], 0..40),
+        ) {
+            let p = params(send, recv);
+            let reply_max = near.map_or(reply_max, |n| (recv + n).saturating_sub(128) as u32);
+            let Ok(plan) = plan_call(&p, false, lens(&[inline(8)], reply_max, &results)) else {
+                return Ok(()); // (a tiny send threshold: no header fits)
+            };
+            if 28 + reply_max as usize <= recv {
+                prop_assert!(plan.write_lens.is_empty() && plan.reply_len.is_none());
+            } else {
+                prop_assert_eq!(&plan.write_lens, &results);
+                let echo = ChunkLists {
+                    reads: ReadList::new(),
+                    writes: placeholders(&results),
+                    reply: None,
+                };
+                let rest = u64::from(reply_max)
+                    .saturating_sub(results.iter().map(|&r| u64::from(r)).sum());
+                let fits = Framing::V1.header_len(Shape::Msg, &echo) as u64 + rest <= recv as u64;
+                prop_assert_eq!(plan.reply_len, (!fits).then_some(reply_max));
+            }
+        }
+    }
+
+    fn arb_chunk() -> impl Strategy<Value = WriteChunk> {
         proptest::collection::vec((1u32..9, 0u32..12000, 0u64..4), 0..4).prop_map(|v| {
             WriteChunk::from_segments(
                 v.into_iter()
@@ -563,54 +596,97 @@ mod differential {
         })
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(20000))]
-        #[test]
-        fn plan_call_is_the_old_marshal_decision(
-            pieces in pieces(),
-            send in thr(),
-            recv in thr(),
-            backchannel: bool,
-            reply_max in prop_oneof![0u32..2000, 0u32..100000],
-            near in proptest::option::of(0usize..256),
-            ddp_results in proptest::collection::vec(prop_oneof![0u32..100, 0u32..70000], 0..40),
-        ) {
-            let params = params(send, recv);
-            // Near the receive threshold as often as not.
-            let reply_max = near.map_or(reply_max, |n| (recv + n).saturating_sub(128) as u32);
-            let (stream_len, ddp) = marshal::layout(&pieces);
-            let old = old_plan_call(&params, backchannel, stream_len, &ddp, reply_max, &ddp_results);
-            let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
-            let lens = CallLens {
-                stream_len,
-                ddp_items: ddp.len(),
-                ddp_xdr_len: ddp.iter().map(|(_, d)| d.len + pad4(d.len)).sum(),
-                reply_max,
-                ddp_results: &ddp_results,
-            };
-            prop_assert_eq!(plan_call(&params, backchannel, lens), old);
-        }
+    fn total(c: &WriteChunk) -> u64 {
+        c.segments.iter().map(|s| u64::from(s.length)).sum()
+    }
 
+    proptest! {
+        /// A reply plan echoes every chunk offered (same segments, each
+        /// length no more than offered), writes each DDP item it moves in
+        /// full into its own chunk, sends the rest inline when it fits and
+        /// else in the Reply chunk; the header always fits; ERR_CHUNK
+        /// (`None`) only when a form cannot be found.
         #[test]
-        fn plan_reply_is_the_old_send_reply_decision(
+        fn reply_plans_echo_write_and_fit(
             pieces in pieces(),
             send in thr(),
-            writes in proptest::collection::vec(chunk(), 0..4),
-            reply in proptest::option::of(chunk()),
+            writes in proptest::collection::vec(arb_chunk(), 0..4),
+            reply in proptest::option::of(arb_chunk()),
         ) {
-            let params = params(send, 4096);
+            let p = params(send, 4096);
             let writes: WriteList = writes.into_iter().collect();
-            let old = old_plan_reply(&params, &writes, reply.as_ref(), &pieces);
             let (stream_len, ddp) = marshal::layout(&pieces);
-            let new = plan_reply(&params, &writes, reply.as_ref(), stream_len, &ddp).map(|p| {
-                let ops = p
-                    .writes
+            let items: Vec<(usize, DdpItem)> = ddp.iter().copied().filter(|d| d.1.len > 0).collect();
+            // What the plan must find: an item larger than its
+            // (non-empty) chunk is ERR_CHUNK, the others move; the rest
+            // goes inline if it fits, else into a Reply chunk that holds
+            // it, else ERR_CHUNK.
+            let used = |k: usize| writes.get(k).is_some_and(|c| !c.segments.is_empty());
+            let too_big = items
+                .iter()
+                .enumerate()
+                .any(|(k, (_, d))| used(k) && d.len as u64 > writes.get(k).map_or(0, total));
+            let rest = stream_len
+                - items
                     .iter()
-                    .map(|w| (w.remote, w.source, w.offset, w.len))
-                    .collect::<Vec<_>>();
-                (p.form, p.chunks, p.written, ops)
-            });
-            prop_assert_eq!(new, old);
+                    .enumerate()
+                    .filter(|&(k, _)| used(k))
+                    .map(|(_, (_, d))| d.len + pad4(d.len))
+                    .sum::<usize>();
+            let lists = ChunkLists {
+                reads: ReadList::new(),
+                writes: writes.clone(),
+                reply: reply.clone(),
+            };
+            let fits_inline = Framing::V1.header_len(Shape::Msg, &lists) + rest <= send;
+            let fits_chunk = reply.as_ref().is_some_and(|r| total(r) >= rest as u64)
+                && Framing::V1.header_len(Shape::Nomsg, &lists) <= send;
+            let plan = plan_reply(&p, &writes, reply.as_ref(), stream_len, &ddp);
+            prop_assert_eq!(plan.is_none(), too_big || (!fits_inline && !fits_chunk));
+            let Some(plan) = plan else {
+                return Ok(());
+            };
+            prop_assert_eq!(plan.form == ReplyForm::Inline, fits_inline);
+            prop_assert!(plan.chunks.reads.is_empty());
+            prop_assert_eq!(plan.chunks.writes.len(), writes.len());
+            for (echo, offered) in plan.chunks.writes.iter().zip(writes.iter()) {
+                prop_assert_eq!(echo.segments.len(), offered.segments.len());
+                for (e, o) in echo.segments.iter().zip(offered.segments.iter()) {
+                    prop_assert!(e.handle == o.handle && e.offset == o.offset && e.length <= o.length);
+                }
+            }
+            // Each moved item is written whole into the chunk of its rank.
+            let mut moved = 0;
+            for (k, (pi, d)) in items.iter().enumerate() {
+                let echoed = plan.chunks.writes.get(k).map_or(0, total);
+                match plan.written.iter().position(|w| w == pi) {
+                    Some(src) => {
+                        prop_assert_eq!(echoed, d.len as u64);
+                        let sent: usize =
+                            plan.writes.iter().filter(|w| w.source == src).map(|w| w.len).sum();
+                        prop_assert_eq!(sent, d.len);
+                        moved += d.len + pad4(d.len);
+                    }
+                    None => prop_assert_eq!(echoed, 0),
+                }
+            }
+            let inline_len = stream_len - moved;
+            let hlen = |shape| Framing::V1.header_len(shape, &plan.chunks);
+            match plan.form {
+                ReplyForm::Inline => {
+                    prop_assert!(hlen(Shape::Msg) + inline_len <= send);
+                    prop_assert_eq!(plan.chunks.reply.as_ref().map_or(0, total), 0);
+                }
+                ReplyForm::ReplyChunk => {
+                    prop_assert!(hlen(Shape::Nomsg) <= send);
+                    prop_assert_eq!(plan.chunks.reply.as_ref().map(total), Some(inline_len as u64));
+                    let src = plan.written.len();
+                    let sent: usize =
+                        plan.writes.iter().filter(|w| w.source == src).map(|w| w.len).sum();
+                    prop_assert_eq!(sent, inline_len);
+                }
+                ReplyForm::ErrChunk => prop_assert!(false, "not a plan"),
+            }
         }
     }
 }
