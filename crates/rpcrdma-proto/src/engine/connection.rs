@@ -6,16 +6,15 @@ use std::collections::VecDeque;
 use std::task::Waker;
 use std::time::Instant;
 
-use super::budget::Lease;
 use super::framing::{
     invalidation_handle, rpc_prefix, ErrorReply, Incoming, RdmaErrorReport, Shape,
 };
-use super::ids::IdMap;
 use super::marshal::{self, pad4, DdpItem};
 use super::plan::{plan_call, plan_reply, CallForm, CallLens, CallPlan, ReplyPlan, WriteOp};
+use super::requester::Requester;
 use super::resources::{Mrs, Op, Res};
+use super::responder::Responder;
 use super::setup::{Params, Setup};
-use super::timer::Deadlines;
 use super::{
     CallError, CallFailure, CallHandle, CallId, Config, ConnectionError, Event, IncomingCall,
     Metrics, OutgoingCall, OutgoingReply, PeerError, Piece, Reply, ReplyForm, Resources, Role,
@@ -154,55 +153,10 @@ pub struct Connection {
     pub(super) error: Option<ConnectionError>,
     /// Work requests in flight, pools, receive buffers, backlog, zombies.
     pub(super) res: Res,
-    pub(super) backchannel_enabled: bool,
-    // requester
-    pub(super) credits: u32,
-    pub(super) next_xid: u32,
-    pub(super) next_id: u64,
-    pub(super) queue: VecDeque<OutCall>,
-    /// Our calls sent and not finished, by XID (a hash map: a B-tree
-    /// shifted these large values on every removal). The XIDs of sent calls
-    /// are distinct (see `send_call`); a call whose reply has arrived
-    /// (`reply` set) stays here until its Send and invalidations complete,
-    /// and no longer matches a received reply.
-    pub(super) calls: IdMap<u32, OutCall>,
-    pub(super) outstanding: usize,
-    /// `(deadline, XID)` of the calls sent with a deadline, sorted by
-    /// deadline (ties in send order). The front is always a call still
-    /// waiting for its reply (entries are dropped from the front as replies
-    /// arrive; stale entries further back are compacted away), so the
-    /// next timeout is read without scanning every call.
-    pub(super) deadlines: Deadlines<u32>,
-    pub(super) retransmits: Vec<OutCall>,
-    // responder
-    pub(super) grant: u32,
-    /// The largest grant this connection ever advertised: a requester may
-    /// still be using it.
-    pub(super) max_grant: u32,
-    pub(super) next_handle: u64,
-    pub(super) incoming: IdMap<u64, InCall>,
-    pub(super) reads: VecDeque<PendingRead>,
-    pub(super) reads_outstanding: usize,
-    /// Octets of RDMA Read sinks registered now (at most
-    /// `Limits::max_read_sink_bytes`).
-    pub(super) sink_bytes: u64,
-    /// Received calls waiting for Read-sink budget, in arrival order.
-    pub(super) sink_waiting: VecDeque<u64>,
-    /// This connection's part of the shared Read-sink budget
-    /// (`Config::read_budget`; nothing without one).
-    pub(super) lease: Lease,
-    /// `(deadline, handle)` of the received calls whose RDMA Reads are
-    /// issued and not all complete (`Config::read_timeout`), sorted.
-    pub(super) read_deadlines: Deadlines<u64>,
-    /// Until the peer's first valid call (`Config::idle_timeout`).
-    pub(super) idle_deadline: Option<Instant>,
-    /// Error replies whose Send has not completed.
-    pub(super) errors_unacked: usize,
-    /// Replies (not errors) whose Send has not completed: the requester
-    /// cannot have received them yet (see `overrun`).
-    pub(super) replies_unacked: usize,
-    pub(super) next_job: u64,
-    pub(super) jobs: IdMap<u64, ReplyJob>,
+    /// Our calls.
+    pub(super) req: Requester,
+    /// The calls we received.
+    pub(super) resp: Responder,
     pub(super) events: VecDeque<Event>,
     pub(super) metrics: Metrics,
 }
@@ -212,42 +166,18 @@ const UNKNOWN_XID: &str = "unknown XID";
 impl Connection {
     /// A connection engine for a connection that is being set up.
     pub fn new(config: Config) -> Connection {
-        let grant = config.credits_granted.max(1);
-        let lease = Lease::new(config.read_budget.clone());
         let send_size = config.inline_send.max(1024) as usize;
         //= rfc8166#section-3.3.3
         //# Receiver implementations MUST support inline thresholds of 1024 bytes
         //# but MAY support larger inline thresholds values.
         let recv_size = config.inline_recv.max(1024) as usize;
         Connection {
-            next_xid: config.first_xid,
             setup: Setup::new(&config),
+            req: Requester::new(&config),
+            resp: Responder::new(&config),
             config,
             error: None,
             res: Res::new(send_size, recv_size),
-            backchannel_enabled: false,
-            credits: 1,
-            next_id: 1,
-            queue: VecDeque::new(),
-            calls: IdMap::default(),
-            outstanding: 0,
-            deadlines: Deadlines::default(),
-            retransmits: Vec::new(),
-            grant,
-            max_grant: grant,
-            next_handle: 1,
-            incoming: IdMap::default(),
-            reads: VecDeque::new(),
-            reads_outstanding: 0,
-            sink_bytes: 0,
-            sink_waiting: VecDeque::new(),
-            lease,
-            read_deadlines: Deadlines::default(),
-            idle_deadline: None,
-            errors_unacked: 0,
-            replies_unacked: 0,
-            next_job: 1,
-            jobs: IdMap::default(),
             events: VecDeque::new(),
             metrics: Metrics::default(),
         }
@@ -271,16 +201,16 @@ impl Connection {
     // rpcrdma_reset_cwnd).
     pub fn reconnect(mut self, config: Config) -> Connection {
         let mut next = Connection::new(config);
-        next.next_xid = self.next_xid;
-        next.next_id = self.next_id;
-        next.next_handle = self.next_handle;
+        next.req.next_xid = self.req.next_xid;
+        next.req.next_id = self.req.next_id;
+        next.resp.next_handle = self.resp.next_handle;
         next.metrics = self.metrics;
         next.metrics.credits_granted = 0;
-        for c in self.retransmits.drain(..) {
+        for c in self.req.retransmits.drain(..) {
             let mut oc = OutCall::new(c.id, c.xid, c.call, c.retransmit);
             oc.transmissions = c.transmissions;
             oc.timeouts = c.timeouts;
-            next.queue.push_back(oc);
+            next.req.queue.push_back(oc);
         }
         next
     }
@@ -288,7 +218,8 @@ impl Connection {
     /// Gives up the calls kept for retransmission (instead of
     /// [`Connection::reconnect`]): `(id, xid, call)`.
     pub fn take_retransmits(&mut self) -> Vec<(CallId, u32, OutgoingCall)> {
-        self.retransmits
+        self.req
+            .retransmits
             .drain(..)
             .map(|c| (c.id, c.xid, c.call))
             .collect()
@@ -311,25 +242,25 @@ impl Connection {
     }
     /// Calls we may have outstanding (the peer's grant, clamped).
     pub fn credits(&self) -> u32 {
-        self.credits
+        self.req.credits
     }
     /// Our calls sent (their Send accepted by the provider) and not yet
     /// answered.
     pub fn outstanding(&self) -> usize {
-        self.outstanding
+        self.req.outstanding
     }
     /// Our calls waiting for a credit (or for the connection, or for room
     /// in the send queue).
     pub fn queued(&self) -> usize {
-        self.queue.len()
+        self.req.queue.len()
     }
     /// Received calls not yet answered.
     pub fn pending_incoming(&self) -> usize {
-        self.incoming.len()
+        self.resp.incoming.len()
     }
     /// The credit grant we send as responder.
     pub fn grant(&self) -> u32 {
-        self.responder_grant()
+        self.resp.grant
     }
     /// Counters.
     pub fn metrics(&self) -> &Metrics {
@@ -353,11 +284,11 @@ impl Connection {
             work_requests: self.res.ops.len(),
             receives_posted: self.res.recv_posted,
             pooled_regions: self.res.recv_free.len() + self.res.send_pool.len(),
-            calls_received: self.incoming.len(),
-            reply_jobs: self.jobs.len(),
-            calls_sent: self.calls.len() + self.queue.len(),
-            read_sink_bytes: self.sink_bytes,
-            read_budget_held: self.lease.held(),
+            calls_received: self.resp.incoming.len(),
+            reply_jobs: self.resp.jobs.len(),
+            calls_sent: self.req.calls.len() + self.req.queue.len(),
+            read_sink_bytes: self.resp.sink_bytes,
+            read_budget_held: self.resp.lease.held(),
             zombies: self.res.zombies.len(),
         }
     }
@@ -376,9 +307,13 @@ impl Connection {
     /// Receives for a larger grant are posted here, before any reply
     /// advertises it.
     pub fn set_credit_grant(&mut self, p: &mut dyn Provider, credits: u32) {
-        self.grant = credits.max(1);
-        self.clamp_grant(p);
-        self.max_grant = self.max_grant.max(self.grant);
+        // (A client's grant is its backchannel slots, see
+        // `enable_backchannel`.)
+        if !self.resp.backchannel {
+            self.resp.grant = credits.max(1);
+            self.clamp_grant(p);
+            self.resp.max_grant = self.resp.max_grant.max(self.resp.grant);
+        }
         self.refill(p);
     }
 
@@ -404,7 +339,7 @@ impl Connection {
             return;
         }
         self.setup.establish(&self.config, info);
-        self.idle_deadline = self.config.idle_timeout.map(|d| now + d);
+        self.resp.idle_deadline = self.config.idle_timeout.map(|d| now + d);
         self.clamp_grant(p);
         self.refill(p);
         self.pump(now, p);
@@ -470,20 +405,20 @@ impl Connection {
                 self.refill(p);
             }
             Op::CallSend(xid) => {
-                if let Some(call) = self.calls.get_mut(&xid) {
+                if let Some(call) = self.req.calls.get_mut(&xid) {
                     call.send_done = true;
                 }
                 self.try_finish(p, xid);
             }
             Op::CallInv(xid) => {
-                if let Some(call) = self.calls.get_mut(&xid) {
+                if let Some(call) = self.req.calls.get_mut(&xid) {
                     call.pending_inv = call.pending_inv.saturating_sub(1);
                 }
                 self.try_finish(p, xid);
             }
             Op::Read(handle) => {
-                self.reads_outstanding = self.reads_outstanding.saturating_sub(1);
-                let done = match self.incoming.get_mut(&handle) {
+                self.resp.reads_outstanding = self.resp.reads_outstanding.saturating_sub(1);
+                let done = match self.resp.incoming.get_mut(&handle) {
                     Some(call) => {
                         call.reads_left = call.reads_left.saturating_sub(1);
                         call.reads_left == 0
@@ -497,11 +432,11 @@ impl Connection {
             }
             Op::Reply(job) => self.job_step(p, job),
             Op::ReplySend(mr) => {
-                self.replies_unacked = self.replies_unacked.saturating_sub(1);
+                self.resp.replies_unacked = self.resp.replies_unacked.saturating_sub(1);
                 self.res.release(p, mr);
             }
             Op::Bare(mr) => {
-                self.errors_unacked = self.errors_unacked.saturating_sub(1);
+                self.resp.errors_unacked = self.resp.errors_unacked.saturating_sub(1);
                 self.res.release(p, mr);
             }
         }
@@ -514,25 +449,25 @@ impl Connection {
     /// Read-sink budget (`Config::read_budget`) this one waits for. Then
     /// call [`Connection::handle_read_budget`]. Cheap when unchanged.
     pub fn set_waker(&mut self, waker: &Waker) {
-        self.lease.set_waker(waker);
+        self.resp.lease.set_waker(waker);
     }
 
     /// True while a received call waits for the shared Read-sink budget
     /// (a blocking driver must then stay wakeable by the waker).
     pub fn waits_for_read_budget(&self) -> bool {
-        self.lease.waiting()
+        self.resp.lease.waiting()
     }
 
     /// Retries the calls waiting for the shared Read-sink budget (after
     /// the waker of [`Connection::set_waker`] was woken); true if one was
     /// admitted (its Reads issued).
     pub fn handle_read_budget(&mut self, now: Instant, p: &mut dyn Provider) -> bool {
-        if self.error.is_some() || !self.lease.waiting() {
+        if self.error.is_some() || !self.resp.lease.waiting() {
             return false;
         }
-        let waiting = self.sink_waiting.len();
+        let waiting = self.resp.sink_waiting.len();
         self.admit_waiting(now, p);
-        self.sink_waiting.len() != waiting
+        self.resp.sink_waiting.len() != waiting
     }
 
     // ------------------------------------------------------------------
@@ -595,7 +530,7 @@ impl Connection {
         if biggest > max {
             return Err(CallError::TooLarge { len: biggest, max });
         }
-        if self.backchannel_requester() {
+        if self.req.backchannel {
             //= rfc8167#section-4.2
             //# Forward- and reverse-direction operation on the same connection share
             //# the same Receive buffers.
@@ -612,25 +547,25 @@ impl Connection {
                 });
             }
         }
-        if self.queue.len() >= self.config.max_queued {
+        if self.req.queue.len() >= self.config.max_queued {
             return Err(CallError::QueueFull);
         }
-        let id = CallId(self.next_id);
-        self.next_id += 1;
-        let xid = self.next_xid;
-        self.next_xid = self.next_xid.wrapping_add(1);
+        let id = CallId(self.req.next_id);
+        self.req.next_id += 1;
+        let xid = self.req.next_xid;
+        self.req.next_xid = self.req.next_xid.wrapping_add(1);
         let call = OutCall::new(id, xid, call, false);
-        if self.queue.is_empty() && self.can_send() {
+        if self.req.queue.is_empty() && self.can_send() {
             // What `pump` would do with the call at the front of an empty
             // queue, without moving it through the queue.
             self.send_call(now, p, call);
         } else {
-            self.queue.push_back(call);
+            self.req.queue.push_back(call);
             self.pump(now, p);
         }
         // `pump` takes calls from the front only: still queued, the call is
         // at the back. (A wait for the send queue is a `send_queue_waits`.)
-        if self.queue.back().is_some_and(|c| c.id == id) && !self.res.send_queue_full {
+        if self.req.queue.back().is_some_and(|c| c.id == id) && !self.res.send_queue_full {
             self.metrics.credit_waits += 1;
         }
         Ok(id)
@@ -647,7 +582,7 @@ impl Connection {
         if let Some(e) = &self.error {
             return Err(CallError::Closed(e.clone()));
         }
-        let (xid, backchannel) = match self.incoming.get(&handle.0) {
+        let (xid, backchannel) = match self.resp.incoming.get(&handle.0) {
             Some(c) if c.delivered => (c.xid, c.backchannel),
             _ => return Err(CallError::UnknownHandle),
         };
@@ -678,10 +613,10 @@ impl Connection {
                 });
             }
         }
-        let Some(call) = self.incoming.remove(&handle.0) else {
+        let Some(call) = self.resp.incoming.remove(&handle.0) else {
             return Err(CallError::UnknownHandle);
         };
-        let grant = self.responder_grant();
+        let grant = self.resp.grant;
 
         let Some(ReplyPlan {
             form,
@@ -755,7 +690,7 @@ impl Connection {
                 self.error.clone().unwrap_or(ConnectionError::LocalClose),
             ));
         }
-        self.replies_unacked += 1;
+        self.resp.replies_unacked += 1;
         self.metrics.replies_sent += 1;
         if form == ReplyForm::ReplyChunk {
             self.metrics.long_replies_sent += 1;
@@ -771,11 +706,14 @@ impl Connection {
     //# advertised reverse-direction credit value.
     // They are posted here, before any reply can advertise the grant.
     pub fn enable_backchannel(&mut self, p: &mut dyn Provider, slots: u32) {
-        if self.config.role != Role::Client {
+        if !self.resp.backchannel {
             return;
         }
         self.config.backchannel_slots = slots.max(1);
-        self.backchannel_enabled = true;
+        // Nothing was granted before: the grant is the slots.
+        self.resp.grant = slots.max(1);
+        self.resp.max_grant = slots.max(1);
+        self.resp.enabled = true;
         self.refill(p);
     }
 
@@ -795,12 +733,13 @@ impl Connection {
 
     /// The earliest deadline of our calls waiting for their replies.
     pub(super) fn call_deadline(&self) -> Option<Instant> {
-        let (d, xid) = self.deadlines.front()?;
+        let (d, xid) = self.req.deadlines.front()?;
         if self.waits_for(xid, d) {
             return Some(d);
         }
         // Not expected (the front is kept pending): the full scan.
-        self.calls
+        self.req
+            .calls
             .values()
             .filter(|c| c.reply.is_none())
             .filter_map(|c| c.deadline)
@@ -809,7 +748,8 @@ impl Connection {
 
     /// Call `xid` still waits for its reply, with deadline `d`.
     pub(super) fn waits_for(&self, xid: u32, d: Instant) -> bool {
-        self.calls
+        self.req
+            .calls
             .get(&xid)
             .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
     }
@@ -817,7 +757,7 @@ impl Connection {
     /// The calls whose own deadline passed count a timed-out transmission
     /// (the others were cut short by it).
     pub(super) fn count_timeouts(&mut self, now: Instant) {
-        for c in self.calls.values_mut() {
+        for c in self.req.calls.values_mut() {
             if c.reply.is_none() && c.deadline.is_some_and(|d| d <= now) {
                 c.timeouts += 1;
             }
@@ -826,17 +766,17 @@ impl Connection {
 
     /// The XID of received call `handle` (0 if there is none).
     pub(super) fn incoming_xid(&self, handle: u64) -> u32 {
-        self.incoming.get(&handle).map_or(0, |c| c.xid)
+        self.resp.incoming.get(&handle).map_or(0, |c| c.xid)
     }
 
     /// Records a sent call's deadline, keeping `deadlines` sorted.
     pub(super) fn add_deadline(&mut self, d: Instant, id: u32) {
-        self.deadlines.insert(d, id);
+        self.req.deadlines.insert(d, id);
         // Stale entries (answered calls behind a pending front) are
         // bounded: compacted once they outnumber the calls.
-        if self.deadlines.len() > 2 * self.calls.len() + 64 {
-            let calls = &self.calls;
-            self.deadlines.retain(|d, id| {
+        if self.req.deadlines.len() > 2 * self.req.calls.len() + 64 {
+            let calls = &self.req.calls;
+            self.req.deadlines.retain(|d, id| {
                 calls
                     .get(&id)
                     .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
@@ -847,43 +787,16 @@ impl Connection {
     /// Drops answered calls from the front of `deadlines`; call `answered`
     /// (an XID, just answered) is known not to wait any more.
     pub(super) fn trim_deadlines(&mut self, answered: u32) {
-        while let Some((d, id)) = self.deadlines.front() {
+        while let Some((d, id)) = self.req.deadlines.front() {
             if id != answered && self.waits_for(id, d) {
                 break;
             }
-            self.deadlines.pop_front();
+            self.req.deadlines.pop_front();
         }
     }
 
     // ------------------------------------------------------------------
     // internals: roles and thresholds
-
-    pub(super) fn backchannel_requester(&self) -> bool {
-        self.config.role == Role::Server
-    }
-
-    pub(super) fn requested(&self) -> u32 {
-        match self.config.role {
-            Role::Client => self.config.credits_requested.max(1),
-            Role::Server => self.config.backchannel_slots.max(1),
-        }
-    }
-
-    pub(super) fn responder_grant(&self) -> u32 {
-        match self.config.role {
-            Role::Server => self.grant,
-            Role::Client => self.config.backchannel_slots.max(1),
-        }
-    }
-
-    #[inline]
-    pub(super) fn responder_budget(&self) -> usize {
-        match self.config.role {
-            Role::Server => self.grant as usize,
-            Role::Client if self.backchannel_enabled => self.config.backchannel_slots as usize,
-            Role::Client => 0,
-        }
-    }
 
     /// Posts a Send-queue WR that needs no credit (see [`Res::post`]).
     pub(super) fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
@@ -922,13 +835,13 @@ impl Connection {
 
     /// A server never grants more than its receive queue holds.
     pub(super) fn clamp_grant(&mut self, p: &mut dyn Provider) {
-        if self.config.role == Role::Server {
+        if !self.resp.backchannel {
             let room = p
                 .caps()
                 .max_recv_wr
                 .saturating_sub(self.config.backchannel_slots)
                 .max(1);
-            self.grant = self.grant.min(room);
+            self.resp.grant = self.resp.grant.min(room);
         }
     }
 
@@ -958,7 +871,7 @@ impl Connection {
     /// per outstanding call of ours.
     #[inline]
     pub(super) fn recv_target(&self) -> usize {
-        self.responder_budget() + self.outstanding
+        self.resp.budget() + self.req.outstanding
     }
 
     #[inline(never)]
@@ -1057,7 +970,7 @@ impl Connection {
                         };
                         if !reverse_call {
                             self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
-                        } else if !self.backchannel_enabled {
+                        } else if !self.resp.enabled {
                             //= rfc8167#section-6
                             //# If an endpoint is not prepared to receive an incoming reverse-
                             //# direction message, loss of the RDMA connection might result.
@@ -1151,7 +1064,7 @@ impl Connection {
 
     /// Our sent call with this XID, if it still waits for its reply.
     pub(super) fn awaiting(&self, xid: u32) -> Option<&OutCall> {
-        self.calls.get(&xid).filter(|c| c.reply.is_none())
+        self.req.calls.get(&xid).filter(|c| c.reply.is_none())
     }
 
     // ------------------------------------------------------------------
@@ -1162,7 +1075,7 @@ impl Connection {
         //# A Requester MUST NOT send unacknowledged requests in excess of the
         //# Responder's granted credit limit.
         while self.can_send() {
-            let Some(call) = self.queue.pop_front() else {
+            let Some(call) = self.req.queue.pop_front() else {
                 break;
             };
             self.send_call(now, p, call);
@@ -1175,7 +1088,7 @@ impl Connection {
         self.setup.is_ready()
             && self.error.is_none()
             && !self.res.send_queue_full
-            && self.outstanding < self.credits as usize
+            && self.req.outstanding < self.req.credits as usize
     }
 
     pub(super) fn fail_local(&mut self, call: OutCall, e: CallError) {
@@ -1230,7 +1143,7 @@ impl Connection {
             form,
             write_lens,
             reply_len,
-        } = plan_call(self.params(), self.backchannel_requester(), lens)?;
+        } = plan_call(self.params(), self.req.backchannel, lens)?;
 
         // Registration: every chunk region per call.
         let mut mrs = Mrs::new();
@@ -1364,7 +1277,7 @@ impl Connection {
         let header =
             self.params()
                 .framing
-                .data_header(call.xid, self.requested(), shape, chunks, None);
+                .data_header(call.xid, self.req.requested, shape, chunks, None);
         // Header and inline part straight into the Send buffer, the RPC
         // XID set to this call's.
         let body = inline
@@ -1409,7 +1322,7 @@ impl Connection {
         let retransmit = call.retransmit;
         call.deadline = deadline;
         call.transmissions += 1;
-        match self.calls.entry(xid) {
+        match self.req.calls.entry(xid) {
             Entry::Vacant(slot) => {
                 slot.insert(call);
             }
@@ -1429,7 +1342,7 @@ impl Connection {
                 return;
             }
         }
-        self.outstanding += 1;
+        self.req.outstanding += 1;
         // The receive for the reply is posted before the call is sent.
         self.refill(p);
         if self.error.is_some() {
@@ -1476,12 +1389,12 @@ impl Connection {
     /// buffer), until a completion makes room (`drain_backlog`).
     #[cold]
     pub(super) fn requeue(&mut self, xid: u32) {
-        self.outstanding = self.outstanding.saturating_sub(1);
+        self.req.outstanding = self.req.outstanding.saturating_sub(1);
         self.res.send_queue_full = true;
         self.metrics.send_queue_waits += 1;
-        if let Some(mut call) = self.calls.remove(&xid) {
+        if let Some(mut call) = self.req.calls.remove(&xid) {
             call.transmissions = call.transmissions.saturating_sub(1);
-            self.queue.push_front(call);
+            self.req.queue.push_front(call);
         }
     }
 
@@ -1596,9 +1509,9 @@ impl Connection {
             //# Responder's granted credit limit.
             // Clamped to [1, requested] as Linux does: a zero grant would
             // deadlock the connection.
-            let new = g.clamp(1, self.requested());
-            if new != self.credits {
-                self.credits = new;
+            let new = g.clamp(1, self.req.requested);
+            if new != self.req.credits {
+                self.req.credits = new;
                 self.events
                     .push_back(Event::CreditsChanged { credits: new });
             }
@@ -1607,9 +1520,9 @@ impl Connection {
             self.metrics.bad_replies += 1;
         }
         self.metrics.replies_received += 1;
-        self.outstanding = self.outstanding.saturating_sub(1);
+        self.req.outstanding = self.req.outstanding.saturating_sub(1);
         let mut invs: SmallVec<[Stag; 4]> = SmallVec::new();
-        if let Some(call) = self.calls.get_mut(&xid) {
+        if let Some(call) = self.req.calls.get_mut(&xid) {
             call.reply = Some(result);
             if let Some(stag) = inv {
                 if call.chunk_mrs.iter().any(|m| m.stag() == stag) {
@@ -1660,7 +1573,7 @@ impl Connection {
     /// chunk is invalidated: hands the Write chunks' buffers over as the
     /// results, copies the Reply chunk out, and deregisters.
     pub(super) fn try_finish(&mut self, p: &mut dyn Provider, xid: u32) {
-        let mut call = match self.calls.entry(xid) {
+        let mut call = match self.req.calls.entry(xid) {
             Entry::Occupied(e)
                 if e.get().reply.is_some() && e.get().send_done && e.get().pending_inv == 0 =>
             {
@@ -1744,10 +1657,7 @@ impl Connection {
             ErrorReply::Vers { .. } => self.metrics.err_vers_sent += 1,
             ErrorReply::Chunk => self.metrics.err_chunk_sent += 1,
         }
-        let msg = self
-            .params()
-            .framing
-            .encode_error(xid, self.responder_grant(), e);
+        let msg = self.params().framing.encode_error(xid, self.resp.grant, e);
         let (mr, len) = match self.res.message_buffer(p, &msg) {
             Ok(x) => x,
             Err(e) => {
@@ -1757,7 +1667,7 @@ impl Connection {
         };
         let wr_id = self.res.wr(Op::Bare(mr));
         self.metrics.replies_sent += 1;
-        self.errors_unacked += 1;
+        self.resp.errors_unacked += 1;
         let wr = SendWr {
             wr_id,
             op: SendOp::Send { solicited: false },
@@ -1765,7 +1675,7 @@ impl Connection {
         };
         if let Err(e) = self.post(p, wr) {
             self.res.ops.remove(wr_id);
-            self.errors_unacked = self.errors_unacked.saturating_sub(1);
+            self.resp.errors_unacked = self.resp.errors_unacked.saturating_sub(1);
             self.res.zombies.push(mr);
             self.fatal(p, ConnectionError::Provider(e));
         }
@@ -1842,11 +1752,9 @@ impl Connection {
     //# A Requester MUST NOT send unacknowledged requests in excess of the
     //# Responder's granted credit limit.
     pub(super) fn overrun(&mut self, p: &mut dyn Provider) -> bool {
-        let grant = match self.config.role {
-            Role::Server => self.responder_grant().max(self.max_grant),
-            Role::Client => self.responder_grant(),
-        } as usize;
-        let unacked = self.incoming.len() + self.errors_unacked + self.replies_unacked;
+        let grant = self.resp.grant.max(self.resp.max_grant) as usize;
+        let unacked =
+            self.resp.incoming.len() + self.resp.errors_unacked + self.resp.replies_unacked;
         if unacked < grant.saturating_mul(2) {
             return false;
         }
@@ -1890,8 +1798,8 @@ impl Connection {
             }
         };
         let inv = invalidation_handle(&chunks);
-        let handle = self.next_handle;
-        self.next_handle += 1;
+        let handle = self.resp.next_handle;
+        self.resp.next_handle += 1;
         let mut reads = Vec::new();
         let mut rchunks = Vec::with_capacity(groups.len());
         let mut sink_need: u64 = 0;
@@ -1919,7 +1827,7 @@ impl Connection {
         // A call whose Read chunks can never fit the Read-sink budget (this
         // connection's or the shared one) is refused; one that fits waits
         // for its turn (below).
-        let most = self.sink_budget().min(self.lease.limit());
+        let most = self.sink_budget().min(self.resp.lease.limit());
         if sink_need > most.min(u64::from(self.config.limits.max_message_len)) {
             self.send_error(p, xid, ErrorReply::Chunk);
             return;
@@ -1948,16 +1856,16 @@ impl Connection {
             inv,
             delivered: false,
         };
-        self.incoming.insert(handle, call);
+        self.resp.incoming.insert(handle, call);
         // A valid call: the peer is no longer idle.
-        self.idle_deadline = None;
+        self.resp.idle_deadline = None;
         if sink_need == 0 {
             // Nothing to read: no sink, no wait.
             self.reads_done(now, p, handle);
         } else {
-            self.sink_waiting.push_back(handle);
+            self.resp.sink_waiting.push_back(handle);
             self.admit_waiting(now, p);
-            if self.incoming.get(&handle).is_some_and(|c| !c.admitted) {
+            if self.resp.incoming.get(&handle).is_some_and(|c| !c.admitted) {
                 self.metrics.read_sink_waits += 1;
             }
         }
@@ -1981,8 +1889,8 @@ impl Connection {
             return;
         }
         let inv = invalidation_handle(&chunks);
-        let handle = self.next_handle;
-        self.next_handle += 1;
+        let handle = self.resp.next_handle;
+        self.resp.next_handle += 1;
         //= rfc8167#section-5.1
         //# Whether presented inline or as a separate chunk, the ONC RPC Call
         //# header MUST start with the same XID value that is present in the
@@ -2004,7 +1912,7 @@ impl Connection {
             write_chunks: chunks.writes.iter().map(WriteChunk::total_len).collect(),
             reply_chunk: chunks.reply.as_ref().map(WriteChunk::total_len),
         };
-        self.incoming.insert(
+        self.resp.incoming.insert(
             handle,
             InCall {
                 xid,
@@ -2023,7 +1931,7 @@ impl Connection {
                 delivered: true,
             },
         );
-        self.idle_deadline = None;
+        self.resp.idle_deadline = None;
         self.metrics.calls_received += 1;
         self.events.push_back(Event::CallReceived(ev));
     }
@@ -2047,18 +1955,19 @@ impl Connection {
             Access::LOCAL_WRITE
         };
         while self.error.is_none() {
-            let Some(&handle) = self.sink_waiting.front() else {
+            let Some(&handle) = self.resp.sink_waiting.front() else {
                 break;
             };
-            let Some(need) = self.incoming.get(&handle).map(|c| c.sink_need) else {
-                self.sink_waiting.pop_front();
+            let Some(need) = self.resp.incoming.get(&handle).map(|c| c.sink_need) else {
+                self.resp.sink_waiting.pop_front();
                 continue;
             };
-            if self.sink_bytes.saturating_add(need) > budget || !self.lease.take(need) {
+            if self.resp.sink_bytes.saturating_add(need) > budget || !self.resp.lease.take(need) {
                 break; // backpressure: later calls wait behind this one
             }
-            self.sink_waiting.pop_front();
+            self.resp.sink_waiting.pop_front();
             let lens: Vec<usize> = self
+                .resp
                 .incoming
                 .get(&handle)
                 .map(|c| c.chunks.iter().map(|c| c.len).collect())
@@ -2080,18 +1989,18 @@ impl Connection {
                 }
             }
             if failed {
-                self.lease.give_back(need);
+                self.resp.lease.give_back(need);
                 self.res.zombies.extend(sinks.into_iter().flatten());
                 self.res.reap(p);
-                if let Some(call) = self.incoming.remove(&handle) {
+                if let Some(call) = self.resp.incoming.remove(&handle) {
                     self.send_error(p, call.xid, ErrorReply::Chunk);
                 }
                 continue;
             }
-            self.sink_bytes += need;
+            self.resp.sink_bytes += need;
             self.metrics.max_read_sink_bytes =
-                self.metrics.max_read_sink_bytes.max(self.sink_bytes);
-            let Some(call) = self.incoming.get_mut(&handle) else {
+                self.metrics.max_read_sink_bytes.max(self.resp.sink_bytes);
+            let Some(call) = self.resp.incoming.get_mut(&handle) else {
                 continue;
             };
             call.admitted = true;
@@ -2099,13 +2008,13 @@ impl Connection {
                 c.sink = mr;
             }
             let reads = std::mem::take(&mut call.pending_reads);
-            self.reads.extend(reads);
+            self.resp.reads.extend(reads);
             if let Some(t) = self.config.read_timeout {
-                self.read_deadlines.insert(now + t, handle);
+                self.resp.read_deadlines.insert(now + t, handle);
             }
         }
-        if self.sink_waiting.is_empty() {
-            self.lease.cancel();
+        if self.resp.sink_waiting.is_empty() {
+            self.resp.lease.cancel();
         }
         self.issue_reads(p);
     }
@@ -2115,11 +2024,12 @@ impl Connection {
         // negotiated (the peer's IRD): an excess Read Request is fatal at
         // the peer's RNIC.
         let ord = usize::from(self.params().ord);
-        while self.error.is_none() && self.reads_outstanding < ord {
-            let Some(r) = self.reads.pop_front() else {
+        while self.error.is_none() && self.resp.reads_outstanding < ord {
+            let Some(r) = self.resp.reads.pop_front() else {
                 break;
             };
             let Some(sink) = self
+                .resp
                 .incoming
                 .get(&r.handle)
                 .and_then(|c| c.chunks.get(r.chunk))
@@ -2148,17 +2058,17 @@ impl Connection {
                 self.fatal(p, ConnectionError::Provider(e));
                 return;
             }
-            self.reads_outstanding += 1;
+            self.resp.reads_outstanding += 1;
             self.metrics.max_reads_in_flight = self
                 .metrics
                 .max_reads_in_flight
-                .max(self.reads_outstanding as u64);
+                .max(self.resp.reads_outstanding as u64);
         }
     }
 
     pub(super) fn reads_done(&mut self, now: Instant, p: &mut dyn Provider, handle: u64) {
         let mut sinks = Vec::new();
-        let Some(call) = self.incoming.get_mut(&handle) else {
+        let Some(call) = self.resp.incoming.get_mut(&handle) else {
             return;
         };
         let call_admitted = std::mem::take(&mut call.admitted);
@@ -2244,15 +2154,15 @@ impl Connection {
             self.metrics.calls_received += 1;
             self.events.push_back(Event::CallReceived(ev));
         } else {
-            self.incoming.remove(&handle);
+            self.resp.incoming.remove(&handle);
             self.metrics.rpc_header_mismatches += 1;
             self.send_error(p, xid, ErrorReply::Chunk);
         }
         if call_admitted {
             // The Reads are over: no deadline any more.
-            self.read_deadlines.remove(handle);
-            self.sink_bytes = self.sink_bytes.saturating_sub(sink_need);
-            self.lease.give_back(sink_need);
+            self.resp.read_deadlines.remove(handle);
+            self.resp.sink_bytes = self.resp.sink_bytes.saturating_sub(sink_need);
+            self.resp.lease.give_back(sink_need);
             self.admit_waiting(now, p);
         }
     }
@@ -2282,8 +2192,8 @@ impl Connection {
             }
             return Ok(());
         }
-        let job = self.next_job;
-        self.next_job += 1;
+        let job = self.resp.next_job;
+        self.resp.next_job += 1;
         let mut shared = Vec::new();
         let mut srcs: Vec<Option<MemoryRegion>> = Vec::with_capacity(sources.len());
         for (i, source) in sources.into_iter().enumerate() {
@@ -2305,7 +2215,7 @@ impl Connection {
                 }
             }
         }
-        self.jobs.insert(
+        self.resp.jobs.insert(
             job,
             ReplyJob {
                 mrs: smallvec![send_mr],
@@ -2331,12 +2241,12 @@ impl Connection {
                 self.metrics.rdma_write_bytes += n as u64;
             }
             let wr_id = self.res.wr(Op::Reply(job));
-            if let Some(j) = self.jobs.get_mut(&job) {
+            if let Some(j) = self.resp.jobs.get_mut(&job) {
                 j.pending += 1;
             }
             if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
                 self.res.ops.remove(wr_id);
-                if let Some(j) = self.jobs.get_mut(&job) {
+                if let Some(j) = self.resp.jobs.get_mut(&job) {
                     j.pending -= 1;
                 }
                 return Err(ConnectionError::Provider(e));
@@ -2346,7 +2256,7 @@ impl Connection {
     }
 
     pub(super) fn job_step(&mut self, p: &mut dyn Provider, job: u64) {
-        let done = match self.jobs.get_mut(&job) {
+        let done = match self.resp.jobs.get_mut(&job) {
             Some(j) => {
                 j.pending = j.pending.saturating_sub(1);
                 j.pending == 0
@@ -2354,8 +2264,8 @@ impl Connection {
             None => false,
         };
         if done {
-            if let Some(j) = self.jobs.remove(&job) {
-                self.replies_unacked = self.replies_unacked.saturating_sub(1);
+            if let Some(j) = self.resp.jobs.remove(&job) {
+                self.resp.replies_unacked = self.resp.replies_unacked.saturating_sub(1);
                 for mr in j.mrs {
                     self.res.release(p, mr);
                 }
@@ -2379,11 +2289,13 @@ impl Connection {
                 self.res.zombies.push(mr);
             }
             Op::Bare(mr) => {
-                self.errors_unacked = self.errors_unacked.saturating_sub(1);
+                self.resp.errors_unacked = self.resp.errors_unacked.saturating_sub(1);
                 self.res.zombies.push(mr);
             }
             Op::ReplySend(mr) => self.res.zombies.push(mr),
-            Op::Read(_) => self.reads_outstanding = self.reads_outstanding.saturating_sub(1),
+            Op::Read(_) => {
+                self.resp.reads_outstanding = self.resp.reads_outstanding.saturating_sub(1)
+            }
             Op::CallSend(_) | Op::CallInv(_) | Op::Reply(_) => {}
         }
     }
@@ -2399,10 +2311,10 @@ impl Connection {
         self.res.closed = true;
         p.disconnect();
         // In call order (the order they were started).
-        let mut calls: Vec<OutCall> = std::mem::take(&mut self.calls).into_values().collect();
+        let mut calls: Vec<OutCall> = std::mem::take(&mut self.req.calls).into_values().collect();
         calls.sort_by_key(|c| c.id);
-        self.deadlines.clear();
-        self.outstanding = 0;
+        self.req.deadlines.clear();
+        self.req.outstanding = 0;
         for mut call in calls {
             if call.reply.is_some() {
                 let ev = self.finish(p, &mut call);
@@ -2441,9 +2353,9 @@ impl Connection {
                 error: CallFailure::ConnectionLost(err.clone()),
                 retransmit: true,
             });
-            self.retransmits.push(call);
+            self.req.retransmits.push(call);
         }
-        for mut call in std::mem::take(&mut self.queue) {
+        for mut call in std::mem::take(&mut self.req.queue) {
             // (A call refused by a full send queue has its regions.)
             self.res.zombies.extend(call.all_mrs());
             self.events.push_back(Event::CallFailed {
@@ -2452,24 +2364,24 @@ impl Connection {
                 error: CallFailure::ConnectionLost(err.clone()),
                 retransmit: true,
             });
-            self.retransmits.push(call);
+            self.req.retransmits.push(call);
         }
-        self.retransmits.sort_by_key(|c| c.id);
-        for (_, mut c) in std::mem::take(&mut self.incoming) {
+        self.req.retransmits.sort_by_key(|c| c.id);
+        for (_, mut c) in std::mem::take(&mut self.resp.incoming) {
             for rc in &mut c.chunks {
                 self.res.zombies.extend(rc.sink.take());
             }
         }
-        self.reads.clear();
-        self.sink_waiting.clear();
-        self.sink_bytes = 0;
+        self.resp.reads.clear();
+        self.resp.sink_waiting.clear();
+        self.resp.sink_bytes = 0;
         // The sinks are released (their registrations end as the provider
         // flushes the disconnected connection's work): so is their share
         // of the shared budget, and this connection's place in its queue.
-        self.lease.release_all();
-        self.read_deadlines.clear();
-        self.idle_deadline = None;
-        for (_, j) in std::mem::take(&mut self.jobs) {
+        self.resp.lease.release_all();
+        self.resp.read_deadlines.clear();
+        self.resp.idle_deadline = None;
+        for (_, j) in std::mem::take(&mut self.resp.jobs) {
             self.res.zombies.extend(j.mrs);
             self.res.zombies.extend(j.shared);
         }

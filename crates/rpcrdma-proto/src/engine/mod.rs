@@ -45,7 +45,9 @@ mod framing;
 pub mod ids;
 mod marshal;
 mod plan;
+mod requester;
 mod resources;
+mod responder;
 mod setup;
 mod timer;
 

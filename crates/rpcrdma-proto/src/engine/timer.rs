@@ -92,12 +92,12 @@ impl Connection {
         if self.error.is_some() {
             return;
         }
-        if self.idle_deadline.is_some_and(|d| d <= now) {
+        if self.resp.idle_deadline.is_some_and(|d| d <= now) {
             self.metrics.idle_timeouts += 1;
             self.fatal(p, ConnectionError::IdleTimeout);
             return;
         }
-        if let Some((d, handle)) = self.read_deadlines.front() {
+        if let Some((d, handle)) = self.resp.read_deadlines.front() {
             if d <= now {
                 let xid = self.incoming_xid(handle);
                 self.metrics.read_timeouts += 1;
@@ -118,7 +118,7 @@ impl Connection {
             return None;
         }
         let call = self.call_deadline();
-        if self.read_deadlines.is_empty() && self.idle_deadline.is_none() {
+        if self.resp.read_deadlines.is_empty() && self.resp.idle_deadline.is_none() {
             return call;
         }
         self.responder_timeout(call)
@@ -127,7 +127,10 @@ impl Connection {
     /// [`Connection::poll_timeout`] with a Read or idle deadline armed.
     #[inline(never)]
     fn responder_timeout(&self, call: Option<Instant>) -> Option<Instant> {
-        let read = self.read_deadlines.front().map(|(d, _)| d);
-        [call, read, self.idle_deadline].into_iter().flatten().min()
+        let read = self.resp.read_deadlines.front().map(|(d, _)| d);
+        [call, read, self.resp.idle_deadline]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
