@@ -1,0 +1,422 @@
+//! The requester half of a connection: our calls, from queued to done.
+//! Direction-agnostic (RFC 8167): a client's forward requester and a
+//! server's backchannel requester are the same code; the backchannel one
+//! sends inline only and offers no reply chunks.
+//!
+//! - [`mod.rs`](self): the requester's state, a call's state, starting a
+//!   call, the credit-limited queue, the reply deadlines, and what the
+//!   connection's end does to our calls;
+//! - `send`: marshalling a call (its plan, its chunks' registration, its
+//!   Send buffer) and posting its Send;
+//! - `reply`: a reply matched to its call, checked against what the call
+//!   offered, the chunks invalidated, and the call completed.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::connection::Connection;
+use super::ids::IdMap;
+use super::marshal::pad4;
+use super::resources::Mrs;
+use super::timer::Deadlines;
+use super::{
+    CallError, CallFailure, CallId, Config, ConnectionError, Event, OutgoingCall, Piece, Role,
+};
+use crate::provider::{MemoryRegion, Provider, Stag};
+use smallvec::SmallVec;
+
+mod reply;
+mod send;
+
+/// The requester's state.
+#[derive(Debug)]
+pub(super) struct Requester {
+    /// The backchannel requester (a server's): inline calls only, no
+    /// reply resources.
+    pub(super) backchannel: bool,
+    /// Credits we request in every call: `Config::credits_requested` (a
+    /// client), `Config::backchannel_slots` (a server).
+    pub(super) requested: u32,
+    /// Calls we may have outstanding (the peer's last grant, clamped).
+    pub(super) credits: u32,
+    pub(super) next_xid: u32,
+    pub(super) next_id: u64,
+    /// Calls waiting for a credit (or the connection, or room in the send
+    /// queue), in order.
+    pub(super) queue: VecDeque<OutCall>,
+    /// Our calls sent and not finished, by XID (a hash map: a B-tree
+    /// shifted these large values on every removal). The XIDs of sent calls
+    /// are distinct (see `send_call`); a call whose reply has arrived
+    /// (`reply` set) stays here until its Send and invalidations complete,
+    /// and no longer matches a received reply.
+    pub(super) calls: IdMap<u32, OutCall>,
+    /// Calls sent (their Send taken by the provider) and not answered.
+    pub(super) outstanding: usize,
+    /// `(deadline, XID)` of the calls sent with a deadline, sorted by
+    /// deadline (ties in send order). The front is always a call still
+    /// waiting for its reply (entries are dropped from the front as replies
+    /// arrive; stale entries further back are compacted away), so the
+    /// next timeout is read without scanning every call.
+    pub(super) deadlines: Deadlines<u32>,
+    /// Calls interrupted by the connection's end, for the next one.
+    pub(super) retransmits: Vec<OutCall>,
+}
+
+impl Requester {
+    /// The requester of a connection with this configuration.
+    pub(super) fn new(config: &Config) -> Requester {
+        let backchannel = config.role == Role::Server;
+        Requester {
+            backchannel,
+            requested: if backchannel {
+                config.backchannel_slots.max(1)
+            } else {
+                config.credits_requested.max(1)
+            },
+            credits: 1,
+            next_xid: config.first_xid,
+            next_id: 1,
+            queue: VecDeque::new(),
+            calls: IdMap::default(),
+            outstanding: 0,
+            deadlines: Deadlines::default(),
+            retransmits: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct ReplyData {
+    inline: Vec<u8>,
+    write_lens: Vec<u32>,
+    reply_len: Option<u32>,
+}
+
+/// One of our calls.
+#[derive(Debug)]
+pub(super) struct OutCall {
+    id: CallId,
+    xid: u32,
+    call: OutgoingCall,
+    retransmit: bool,
+    /// Every chunk region (Read, Write, Reply chunks), for invalidation.
+    chunk_mrs: Mrs,
+    write_mrs: Mrs,
+    reply_mr: Option<MemoryRegion>,
+    /// The Send buffer (header and inline part), `send_len` octets: set
+    /// once the call is marshalled and its chunks registered. A queued call
+    /// that has one was refused by a full send queue; it goes out as it is.
+    send_mr: Option<MemoryRegion>,
+    send_len: u32,
+    send_done: bool,
+    remotely_invalidated: SmallVec<[Stag; 1]>,
+    pending_inv: usize,
+    reply: Option<Result<ReplyData, CallFailure>>,
+    deadline: Option<Instant>,
+    /// Connections it was sent on.
+    transmissions: u32,
+    /// Of those, the ones that ended in this call's own timeout (see
+    /// [`Config::max_transmissions`]).
+    timeouts: u32,
+}
+
+impl OutCall {
+    pub(super) fn new(id: CallId, xid: u32, call: OutgoingCall, retransmit: bool) -> Self {
+        OutCall {
+            id,
+            xid,
+            call,
+            retransmit,
+            chunk_mrs: Mrs::new(),
+            write_mrs: Mrs::new(),
+            reply_mr: None,
+            send_mr: None,
+            send_len: 0,
+            send_done: false,
+            remotely_invalidated: SmallVec::new(),
+            pending_inv: 0,
+            reply: None,
+            deadline: None,
+            transmissions: 0,
+            timeouts: 0,
+        }
+    }
+
+    /// Every region of the call (chunks, then the Send buffer), taken.
+    pub(super) fn all_mrs(&mut self) -> impl Iterator<Item = MemoryRegion> {
+        self.write_mrs.clear();
+        self.reply_mr = None;
+        std::mem::take(&mut self.chunk_mrs)
+            .into_iter()
+            .chain(self.send_mr.take())
+    }
+}
+
+impl Requester {
+    /// The requester of the next connection takes over the XID and id
+    /// counters of `old` and its interrupted calls, queued again in order.
+    pub(super) fn carry_over(&mut self, old: &mut Requester) {
+        self.next_xid = old.next_xid;
+        self.next_id = old.next_id;
+        for c in old.retransmits.drain(..) {
+            let mut oc = OutCall::new(c.id, c.xid, c.call, c.retransmit);
+            oc.transmissions = c.transmissions;
+            oc.timeouts = c.timeouts;
+            self.queue.push_back(oc);
+        }
+    }
+}
+
+impl Connection {
+    /// Starts a call (a forward call at a client, a backchannel call at a
+    /// server). It is queued until the connection is established and a
+    /// credit is free.
+    pub fn start_call(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        call: OutgoingCall,
+    ) -> Result<CallId, CallError> {
+        if let Some(e) = &self.error {
+            return Err(CallError::Closed(e.clone()));
+        }
+        match call.message.first() {
+            Some(Piece::Inline(b)) if b.len() >= 8 => {}
+            _ => {
+                return Err(CallError::BadMessage(
+                    "the first piece must be inline and hold the RPC header",
+                ))
+            }
+        }
+        //= rfc8166#section-3.4.5
+        //# The value in this field
+        //# MUST be a multiple of four.
+        // Read chunk positions are offsets in the XDR stream: every inline
+        // piece must be whole XDR items, so every DDP item starts aligned.
+        if call
+            .message
+            .iter()
+            .any(|p| matches!(p, Piece::Inline(b) if b.len() % 4 != 0))
+        {
+            return Err(CallError::BadMessage(
+                "inline pieces must be whole XDR items (multiples of four octets)",
+            ));
+        }
+        let len: usize = call
+            .message
+            .iter()
+            .map(|p| match p {
+                Piece::Inline(b) => b.len(),
+                Piece::Ddp(b) => b.len() + pad4(b.len()),
+            })
+            .sum();
+        let max = self.config.limits.max_message_len as usize;
+        if len > max {
+            return Err(CallError::TooLarge { len, max });
+        }
+        // Reply buffers are allocated from these: bounded like messages.
+        let biggest = call
+            .ddp_results
+            .iter()
+            .copied()
+            .chain([call.reply_max])
+            .max()
+            .unwrap_or(0) as usize;
+        if biggest > max {
+            return Err(CallError::TooLarge { len: biggest, max });
+        }
+        if self.req.backchannel {
+            //= rfc8167#section-4.2
+            //# Forward- and reverse-direction operation on the same connection share
+            //# the same Receive buffers.
+            // This implementation carries reverse-direction messages inline
+            // only (no chunks: RFC 8167 section 5.3 leaves chunk use to the
+            // ULB, and the NFSv4.1 backchannel needs none), so a reverse call
+            // larger than the inline threshold cannot be sent at all.
+            let thr = self.params().send_threshold;
+            let need = self.params().framing.min_msg_header_len() + len;
+            if need > thr {
+                return Err(CallError::TooLarge {
+                    len: need,
+                    max: thr,
+                });
+            }
+        }
+        if self.req.queue.len() >= self.config.max_queued {
+            return Err(CallError::QueueFull);
+        }
+        let id = CallId(self.req.next_id);
+        self.req.next_id += 1;
+        let xid = self.req.next_xid;
+        self.req.next_xid = self.req.next_xid.wrapping_add(1);
+        let call = OutCall::new(id, xid, call, false);
+        if self.req.queue.is_empty() && self.can_send() {
+            // What `pump` would do with the call at the front of an empty
+            // queue, without moving it through the queue.
+            self.send_call(now, p, call);
+        } else {
+            self.req.queue.push_back(call);
+            self.pump(now, p);
+        }
+        // `pump` takes calls from the front only: still queued, the call is
+        // at the back. (A wait for the send queue is a `send_queue_waits`.)
+        if self.req.queue.back().is_some_and(|c| c.id == id) && !self.res.send_queue_full {
+            self.metrics.credit_waits += 1;
+        }
+        Ok(id)
+    }
+
+    /// Gives up the calls kept for retransmission (instead of
+    /// [`Connection::reconnect`]): `(id, xid, call)`.
+    pub fn take_retransmits(&mut self) -> Vec<(CallId, u32, OutgoingCall)> {
+        self.req
+            .retransmits
+            .drain(..)
+            .map(|c| (c.id, c.xid, c.call))
+            .collect()
+    }
+
+    /// The earliest deadline of our calls waiting for their replies.
+    pub(super) fn call_deadline(&self) -> Option<Instant> {
+        let (d, xid) = self.req.deadlines.front()?;
+        if self.waits_for(xid, d) {
+            return Some(d);
+        }
+        // Not expected (the front is kept pending): the full scan.
+        self.req
+            .calls
+            .values()
+            .filter(|c| c.reply.is_none())
+            .filter_map(|c| c.deadline)
+            .min()
+    }
+
+    /// Call `xid` still waits for its reply, with deadline `d`.
+    pub(super) fn waits_for(&self, xid: u32, d: Instant) -> bool {
+        self.req
+            .calls
+            .get(&xid)
+            .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
+    }
+
+    /// The calls whose own deadline passed count a timed-out transmission
+    /// (the others were cut short by it).
+    pub(super) fn count_timeouts(&mut self, now: Instant) {
+        for c in self.req.calls.values_mut() {
+            if c.reply.is_none() && c.deadline.is_some_and(|d| d <= now) {
+                c.timeouts += 1;
+            }
+        }
+    }
+
+    /// Records a sent call's deadline, keeping `deadlines` sorted.
+    pub(super) fn add_deadline(&mut self, d: Instant, id: u32) {
+        self.req.deadlines.insert(d, id);
+        // Stale entries (answered calls behind a pending front) are
+        // bounded: compacted once they outnumber the calls.
+        if self.req.deadlines.len() > 2 * self.req.calls.len() + 64 {
+            let calls = &self.req.calls;
+            self.req.deadlines.retain(|d, id| {
+                calls
+                    .get(&id)
+                    .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
+            });
+        }
+    }
+
+    /// Drops answered calls from the front of `deadlines`; call `answered`
+    /// (an XID, just answered) is known not to wait any more.
+    pub(super) fn trim_deadlines(&mut self, answered: u32) {
+        while let Some((d, id)) = self.req.deadlines.front() {
+            if id != answered && self.waits_for(id, d) {
+                break;
+            }
+            self.req.deadlines.pop_front();
+        }
+    }
+
+    pub(super) fn pump(&mut self, now: Instant, p: &mut dyn Provider) {
+        //= rfc8166#section-3.3.1
+        //# A Requester MUST NOT send unacknowledged requests in excess of the
+        //# Responder's granted credit limit.
+        while self.can_send() {
+            let Some(call) = self.req.queue.pop_front() else {
+                break;
+            };
+            self.send_call(now, p, call);
+        }
+    }
+
+    /// A call may be sent now (connection up, a credit free, the send
+    /// queue not known to be full).
+    pub(super) fn can_send(&self) -> bool {
+        self.setup.is_ready()
+            && self.error.is_none()
+            && !self.res.send_queue_full
+            && self.req.outstanding < self.req.credits as usize
+    }
+
+    /// The connection ended with `err`: calls whose reply arrived complete
+    /// now (the peer can no longer touch their memory); the others fail,
+    /// kept for retransmission on the next connection unless they have
+    /// used up their transmissions.
+    pub(super) fn fail_calls(&mut self, p: &mut dyn Provider, err: &ConnectionError) {
+        // In call order (the order they were started).
+        let mut calls: Vec<OutCall> = std::mem::take(&mut self.req.calls).into_values().collect();
+        calls.sort_by_key(|c| c.id);
+        self.req.deadlines.clear();
+        self.req.outstanding = 0;
+        for mut call in calls {
+            if call.reply.is_some() {
+                let ev = self.finish(p, &mut call);
+                self.events.push_back(ev);
+                self.res.zombies.extend(call.all_mrs());
+                continue;
+            }
+            self.res.zombies.extend(call.all_mrs());
+            if self
+                .config
+                .max_transmissions
+                .is_some_and(|m| call.timeouts >= m)
+            {
+                // Sent on as many connections as allowed: the peer never
+                // answered (Linux: the major timeout, rpc_check_timeout).
+                self.events.push_back(Event::CallFailed {
+                    id: call.id,
+                    xid: call.xid,
+                    error: CallFailure::NoReply {
+                        transmissions: call.transmissions,
+                        timeouts: call.timeouts,
+                        last: err.clone(),
+                    },
+                    retransmit: false,
+                });
+                continue;
+            }
+            // It was sent: sending it again is a retransmission.
+            call.retransmit = true;
+            call.pending_inv = 0;
+            call.send_done = false;
+            call.remotely_invalidated.clear();
+            self.events.push_back(Event::CallFailed {
+                id: call.id,
+                xid: call.xid,
+                error: CallFailure::ConnectionLost(err.clone()),
+                retransmit: true,
+            });
+            self.req.retransmits.push(call);
+        }
+        for mut call in std::mem::take(&mut self.req.queue) {
+            // (A call refused by a full send queue has its regions.)
+            self.res.zombies.extend(call.all_mrs());
+            self.events.push_back(Event::CallFailed {
+                id: call.id,
+                xid: call.xid,
+                error: CallFailure::ConnectionLost(err.clone()),
+                retransmit: true,
+            });
+            self.req.retransmits.push(call);
+        }
+        self.req.retransmits.sort_by_key(|c| c.id);
+    }
+}
