@@ -17,6 +17,21 @@ use crate::provider::{
 use crate::wire::private_data::Negotiated;
 use crate::wire::rpc::MsgType;
 
+/// Which way the calls a half of the connection handles travel (RFC 8167):
+/// forward (client to server) or reverse (the backchannel, server to
+/// client). A client's requester and a server's responder are forward, a
+/// server's requester and a client's responder reverse. The requester and
+/// the responder are the same code in both directions; this value is what
+/// differs (a reverse half carries inline messages only, and its credits
+/// are the backchannel slots).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Direction {
+    /// Client to server.
+    Forward,
+    /// Server to client (the backchannel).
+    Reverse,
+}
+
 /// One RPC-over-RDMA connection: requester and responder at once. See the
 /// [module docs](super).
 #[derive(Debug)]
@@ -42,10 +57,16 @@ impl Connection {
         //# Receiver implementations MUST support inline thresholds of 1024 bytes
         //# but MAY support larger inline thresholds values.
         let recv_size = config.inline_recv.max(1024) as usize;
+        // The role fixes the direction of each half (and nothing else
+        // in them).
+        let (calls, answers) = match config.role {
+            Role::Client => (Direction::Forward, Direction::Reverse),
+            Role::Server => (Direction::Reverse, Direction::Forward),
+        };
         Connection {
             setup: Setup::new(&config),
-            req: Requester::new(&config),
-            resp: Responder::new(&config),
+            req: Requester::new(&config, calls),
+            resp: Responder::new(&config, answers),
             config,
             error: None,
             res: Res::new(send_size, recv_size),
@@ -452,13 +473,13 @@ impl Connection {
                             //# ERR_CHUNK.
                             self.send_error(p, xid, ErrorReply::Chunk);
                         } else {
-                            self.on_call(now, p, xid, shape, chunks, payload, true);
+                            self.on_call(now, p, xid, shape, chunks, payload);
                         }
                     }
                     Role::Server if msg_type == Some(MsgType::REPLY) => {
                         self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
                     }
-                    Role::Server => self.on_call(now, p, xid, shape, chunks, payload, false),
+                    Role::Server => self.on_call(now, p, xid, shape, chunks, payload),
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! The requester half of a connection: our calls, from queued to done.
 //! Direction-agnostic (RFC 8167): a client's forward requester and a
 //! server's backchannel requester are the same code; the backchannel one
-//! sends inline only and offers no reply chunks.
+//! sends inline only and offers no reply chunks (see `Direction`).
 //!
 //! - [`mod.rs`](self): the requester's state, a call's state, starting a
 //!   call, the credit-limited queue, the reply deadlines, and what the
@@ -14,14 +14,12 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::connection::Connection;
+use super::connection::{Connection, Direction};
 use super::ids::IdMap;
 use super::marshal::pad4;
 use super::resources::Mrs;
 use super::timer::Deadlines;
-use super::{
-    CallError, CallFailure, CallId, Config, ConnectionError, Event, OutgoingCall, Piece, Role,
-};
+use super::{CallError, CallFailure, CallId, Config, ConnectionError, Event, OutgoingCall, Piece};
 use crate::provider::{MemoryRegion, Provider, Stag};
 use smallvec::SmallVec;
 
@@ -31,11 +29,11 @@ mod send;
 /// The requester's state.
 #[derive(Debug)]
 pub(super) struct Requester {
-    /// The backchannel requester (a server's): inline calls only, no
-    /// reply resources.
-    pub(super) backchannel: bool,
-    /// Credits we request in every call: `Config::credits_requested` (a
-    /// client), `Config::backchannel_slots` (a server).
+    /// The direction of our calls: reverse (a server's backchannel calls)
+    /// means inline calls only, no reply resources.
+    pub(super) direction: Direction,
+    /// Credits we request in every call: `Config::credits_requested`
+    /// (forward), `Config::backchannel_slots` (reverse).
     pub(super) requested: u32,
     /// Calls we may have outstanding (the peer's last grant, clamped).
     pub(super) credits: u32,
@@ -63,15 +61,13 @@ pub(super) struct Requester {
 }
 
 impl Requester {
-    /// The requester of a connection with this configuration.
-    pub(super) fn new(config: &Config) -> Requester {
-        let backchannel = config.role == Role::Server;
+    /// The requester of calls in `direction`.
+    pub(super) fn new(config: &Config, direction: Direction) -> Requester {
         Requester {
-            backchannel,
-            requested: if backchannel {
-                config.backchannel_slots.max(1)
-            } else {
-                config.credits_requested.max(1)
+            direction,
+            requested: match direction {
+                Direction::Forward => config.credits_requested.max(1),
+                Direction::Reverse => config.backchannel_slots.max(1),
             },
             credits: 1,
             next_xid: config.first_xid,
@@ -82,6 +78,12 @@ impl Requester {
             deadlines: Deadlines::default(),
             retransmits: Vec::new(),
         }
+    }
+
+    /// Our calls are backchannel calls (reverse direction).
+    #[inline]
+    pub(super) fn backchannel(&self) -> bool {
+        self.direction == Direction::Reverse
     }
 }
 
@@ -225,7 +227,7 @@ impl Connection {
         if biggest > max {
             return Err(CallError::TooLarge { len: biggest, max });
         }
-        if self.req.backchannel {
+        if self.req.backchannel() {
             //= rfc8167#section-4.2
             //# Forward- and reverse-direction operation on the same connection share
             //# the same Receive buffers.

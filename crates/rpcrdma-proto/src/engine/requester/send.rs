@@ -78,7 +78,7 @@ impl Connection {
             form,
             write_lens,
             reply_len,
-        } = plan_call(self.params(), self.req.backchannel, lens)?;
+        } = plan_call(self.params(), self.req.backchannel(), lens)?;
 
         // Registration: every chunk region per call.
         let mut mrs = Mrs::new();

@@ -84,7 +84,6 @@ impl Connection {
         shape: Shape,
         chunks: ChunkLists,
         payload: Vec<u8>,
-        backchannel: bool,
     ) {
         if self.overrun(p) {
             return;
@@ -94,7 +93,7 @@ impl Connection {
         //# parsing error occurs, the Responder MUST reply with an
         //# RDMA_ERROR procedure and set the rdma_err value to ERR_CHUNK.
         if shape == Shape::Msg && chunks.reads.is_empty() {
-            self.on_inline_call(p, xid, chunks, payload, backchannel);
+            self.on_inline_call(p, xid, chunks, payload);
             return;
         }
         let (groups, pz) = match self.validate_call(shape, &chunks, payload.len()) {
@@ -145,7 +144,6 @@ impl Connection {
         }
         let call = InCall {
             xid,
-            backchannel,
             long,
             base: if shape == Shape::Msg {
                 payload
@@ -189,7 +187,6 @@ impl Connection {
         xid: u32,
         chunks: ChunkLists,
         payload: Vec<u8>,
-        backchannel: bool,
     ) {
         if payload.len() as u64 > u64::from(self.config.limits.max_message_len) {
             self.send_error(p, xid, ErrorReply::Chunk);
@@ -212,7 +209,7 @@ impl Connection {
         let ev = IncomingCall {
             handle: CallHandle(handle),
             xid,
-            backchannel,
+            backchannel: self.resp.backchannel(),
             message: payload,
             ddp: Vec::new(),
             long: false,
@@ -223,7 +220,6 @@ impl Connection {
             handle,
             InCall {
                 xid,
-                backchannel,
                 long: false,
                 base: Vec::new(),
                 pz: None,

@@ -19,10 +19,10 @@ use std::task::Waker;
 use std::time::Instant;
 
 use super::budget::Lease;
-use super::connection::Connection;
+use super::connection::{Connection, Direction};
 use super::ids::IdMap;
 use super::timer::Deadlines;
-use super::{Config, ConnectionError, PeerError, Role};
+use super::{Config, ConnectionError, PeerError};
 use crate::provider::{MemoryRegion, Provider};
 use crate::wire::chunk::{Segment, WriteChunk, WriteList};
 use smallvec::SmallVec;
@@ -34,8 +34,10 @@ mod reply;
 /// The responder's state.
 #[derive(Debug)]
 pub(super) struct Responder {
-    /// The backchannel responder (a client's).
-    pub(super) backchannel: bool,
+    /// The direction of the calls we answer: reverse (a client's
+    /// backchannel) means inline only, chunks refused, and calls taken only
+    /// once `enable_backchannel` granted the slots.
+    pub(super) direction: Direction,
     /// Receives for calls are posted: always for the forward responder,
     /// after `enable_backchannel` for the backchannel one.
     pub(super) enabled: bool,
@@ -77,17 +79,15 @@ pub(super) struct Responder {
 }
 
 impl Responder {
-    /// The responder of a connection with this configuration.
-    pub(super) fn new(config: &Config) -> Responder {
-        let backchannel = config.role == Role::Client;
-        let grant = if backchannel {
-            config.backchannel_slots.max(1)
-        } else {
-            config.credits_granted.max(1)
+    /// The responder to calls in `direction`.
+    pub(super) fn new(config: &Config, direction: Direction) -> Responder {
+        let grant = match direction {
+            Direction::Forward => config.credits_granted.max(1),
+            Direction::Reverse => config.backchannel_slots.max(1),
         };
         Responder {
-            backchannel,
-            enabled: !backchannel,
+            direction,
+            enabled: direction == Direction::Forward,
             grant,
             max_grant: grant,
             next_handle: 1,
@@ -104,6 +104,12 @@ impl Responder {
             next_job: 1,
             jobs: IdMap::default(),
         }
+    }
+
+    /// The calls we answer are backchannel calls (reverse direction).
+    #[inline]
+    pub(super) fn backchannel(&self) -> bool {
+        self.direction == Direction::Reverse
     }
 
     /// Receives to keep posted for calls: the grant, once enabled.
@@ -129,7 +135,6 @@ pub(super) struct ReadChunk {
 #[derive(Debug)]
 pub(super) struct InCall {
     xid: u32,
-    backchannel: bool,
     long: bool,
     base: Vec<u8>,
     /// Index of the Position-Zero Read chunk in `chunks`.
@@ -183,7 +188,7 @@ impl Connection {
     pub fn set_credit_grant(&mut self, p: &mut dyn Provider, credits: u32) {
         // (A client's grant is its backchannel slots, see
         // `enable_backchannel`.)
-        if !self.resp.backchannel {
+        if !self.resp.backchannel() {
             self.resp.grant = credits.max(1);
             self.clamp_grant(p);
             self.resp.max_grant = self.resp.max_grant.max(self.resp.grant);
@@ -225,7 +230,7 @@ impl Connection {
     //# advertised reverse-direction credit value.
     // They are posted here, before any reply can advertise the grant.
     pub fn enable_backchannel(&mut self, p: &mut dyn Provider, slots: u32) {
-        if !self.resp.backchannel {
+        if !self.resp.backchannel() {
             return;
         }
         self.config.backchannel_slots = slots.max(1);
@@ -238,7 +243,7 @@ impl Connection {
 
     /// A server never grants more than its receive queue holds.
     pub(super) fn clamp_grant(&mut self, p: &mut dyn Provider) {
-        if !self.resp.backchannel {
+        if !self.resp.backchannel() {
             let room = p
                 .caps()
                 .max_recv_wr

@@ -167,6 +167,7 @@ impl Connection {
         p: &mut dyn Provider,
         handle: u64,
     ) {
+        let backchannel = self.resp.backchannel();
         let mut sinks = Vec::new();
         let Some(call) = self.resp.incoming.get_mut(&handle) else {
             return;
@@ -240,7 +241,7 @@ impl Connection {
         let ev = IncomingCall {
             handle: CallHandle(handle),
             xid: call.xid,
-            backchannel: call.backchannel,
+            backchannel,
             message,
             ddp,
             long: call.long,

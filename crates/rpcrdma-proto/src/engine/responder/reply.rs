@@ -27,8 +27,8 @@ impl Connection {
         if let Some(e) = &self.error {
             return Err(CallError::Closed(e.clone()));
         }
-        let (xid, backchannel) = match self.resp.incoming.get(&handle.0) {
-            Some(c) if c.delivered => (c.xid, c.backchannel),
+        let xid = match self.resp.incoming.get(&handle.0) {
+            Some(c) if c.delivered => c.xid,
             _ => return Err(CallError::UnknownHandle),
         };
         match reply.message.first() {
@@ -49,7 +49,7 @@ impl Connection {
                 w.copy_from_slice(&xid.to_be_bytes());
             }
         }
-        if backchannel {
+        if self.resp.backchannel() {
             let need = self.params().framing.min_msg_header_len() + stream_len;
             if need > thr {
                 return Err(CallError::TooLarge {
