@@ -20,8 +20,7 @@ use super::marshal::pad4;
 use super::resources::Mrs;
 use super::timer::Deadlines;
 use super::{CallError, CallFailure, CallId, Config, ConnectionError, Event, OutgoingCall, Piece};
-use crate::provider::{MemoryRegion, Provider, Stag};
-use smallvec::SmallVec;
+use crate::provider::{MemoryRegion, Provider};
 
 mod reply;
 mod send;
@@ -45,8 +44,8 @@ pub(super) struct Requester {
     /// Our calls sent and not finished, by XID (a hash map: a B-tree
     /// shifted these large values on every removal). The XIDs of sent calls
     /// are distinct (see `send_call`); a call whose reply has arrived
-    /// (`reply` set) stays here until its Send and invalidations complete,
-    /// and no longer matches a received reply.
+    /// ([`CallState::Replied`]) stays here until its Send and invalidations
+    /// complete, and no longer matches a received reply.
     pub(super) calls: IdMap<u32, OutCall>,
     /// Calls sent (their Send taken by the provider) and not answered.
     pub(super) outstanding: usize,
@@ -87,11 +86,100 @@ impl Requester {
     }
 }
 
+/// What a reply brought, checked against the call's offer.
 #[derive(Debug)]
 pub(super) struct ReplyData {
+    /// The RPC message that followed an RDMA_MSG header (empty for
+    /// RDMA_NOMSG).
     inline: Vec<u8>,
+    /// Octets the responder wrote into each Write chunk we offered.
     write_lens: Vec<u32>,
+    /// Octets it wrote into our Reply chunk (RDMA_NOMSG only).
     reply_len: Option<u32>,
+}
+
+/// Where one of our calls stands: `Queued` → `Sent` → `Replied` → `Done`
+/// (and back to `Queued`, on the next connection, if the connection ends
+/// before the reply).
+#[derive(Debug)]
+pub(super) enum CallState {
+    /// In [`Requester::queue`] (or kept for retransmission): waiting for
+    /// the connection, a credit, or room in the send queue.
+    Queued,
+    /// In [`Requester::calls`], its Send posted: waiting for the reply.
+    /// `send_completed`: the Send's completion is in already (it may come
+    /// after the reply, too).
+    Sent { send_completed: bool },
+    /// The reply (or an RDMA_ERROR, or a reply the call cannot use) is in;
+    /// the call no longer matches a received message. It is done once its
+    /// Send has completed and `invalidations` Local Invalidates of its
+    /// chunks have (RFC 8166 section 4.4.1: nothing is delivered while the
+    /// peer could still touch the call's memory).
+    Replied {
+        reply: Result<ReplyData, CallFailure>,
+        send_completed: bool,
+        invalidations: usize,
+    },
+    /// Its event is out (the reply delivered, or the failure reported);
+    /// only its regions are left to release.
+    Done,
+}
+
+impl CallState {
+    /// Still waiting for its reply.
+    #[inline]
+    fn awaits_reply(&self) -> bool {
+        matches!(self, CallState::Sent { .. })
+    }
+
+    /// Ready to be done: replied, its Send and invalidations complete.
+    #[inline]
+    fn is_complete(&self) -> bool {
+        matches!(
+            self,
+            CallState::Replied {
+                send_completed: true,
+                invalidations: 0,
+                ..
+            }
+        )
+    }
+
+    /// The Send's completion came in.
+    fn send_completed(&mut self) {
+        match self {
+            CallState::Sent { send_completed } | CallState::Replied { send_completed, .. } => {
+                *send_completed = true
+            }
+            CallState::Queued | CallState::Done => {}
+        }
+    }
+
+    /// A Local Invalidate of one of the chunks completed.
+    fn invalidated(&mut self) {
+        if let CallState::Replied { invalidations, .. } = self {
+            *invalidations = invalidations.saturating_sub(1);
+        }
+    }
+
+    /// The reply is in; `invalidations` Local Invalidates were posted.
+    fn replied(&mut self, reply: Result<ReplyData, CallFailure>, invalidations: usize) {
+        if let CallState::Sent { send_completed } = *self {
+            *self = CallState::Replied {
+                reply,
+                send_completed,
+                invalidations,
+            };
+        }
+    }
+
+    /// `Done`: the reply, if it is in, taken.
+    fn finish(&mut self) -> Option<Result<ReplyData, CallFailure>> {
+        match std::mem::replace(self, CallState::Done) {
+            CallState::Replied { reply, .. } => Some(reply),
+            _ => None,
+        }
+    }
 }
 
 /// One of our calls.
@@ -110,10 +198,8 @@ pub(super) struct OutCall {
     /// that has one was refused by a full send queue; it goes out as it is.
     send_mr: Option<MemoryRegion>,
     send_len: u32,
-    send_done: bool,
-    remotely_invalidated: SmallVec<[Stag; 1]>,
-    pending_inv: usize,
-    reply: Option<Result<ReplyData, CallFailure>>,
+    state: CallState,
+    /// The reply deadline of its last transmission.
     deadline: Option<Instant>,
     /// Connections it was sent on.
     transmissions: u32,
@@ -134,10 +220,7 @@ impl OutCall {
             reply_mr: None,
             send_mr: None,
             send_len: 0,
-            send_done: false,
-            remotely_invalidated: SmallVec::new(),
-            pending_inv: 0,
-            reply: None,
+            state: CallState::Queued,
             deadline: None,
             transmissions: 0,
             timeouts: 0,
@@ -288,7 +371,7 @@ impl Connection {
         self.req
             .calls
             .values()
-            .filter(|c| c.reply.is_none())
+            .filter(|c| c.state.awaits_reply())
             .filter_map(|c| c.deadline)
             .min()
     }
@@ -298,14 +381,14 @@ impl Connection {
         self.req
             .calls
             .get(&xid)
-            .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
+            .is_some_and(|c| c.state.awaits_reply() && c.deadline == Some(d))
     }
 
     /// The calls whose own deadline passed count a timed-out transmission
     /// (the others were cut short by it).
     pub(super) fn count_timeouts(&mut self, now: Instant) {
         for c in self.req.calls.values_mut() {
-            if c.reply.is_none() && c.deadline.is_some_and(|d| d <= now) {
+            if c.state.awaits_reply() && c.deadline.is_some_and(|d| d <= now) {
                 c.timeouts += 1;
             }
         }
@@ -321,7 +404,7 @@ impl Connection {
             self.req.deadlines.retain(|d, id| {
                 calls
                     .get(&id)
-                    .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
+                    .is_some_and(|c| c.state.awaits_reply() && c.deadline == Some(d))
             });
         }
     }
@@ -369,8 +452,8 @@ impl Connection {
         self.req.deadlines.clear();
         self.req.outstanding = 0;
         for mut call in calls {
-            if call.reply.is_some() {
-                let ev = self.finish(p, &mut call);
+            if let Some(reply) = call.state.finish() {
+                let ev = self.finish(p, &mut call, reply);
                 self.events.push_back(ev);
                 self.res.zombies.extend(call.all_mrs());
                 continue;
@@ -397,9 +480,7 @@ impl Connection {
             }
             // It was sent: sending it again is a retransmission.
             call.retransmit = true;
-            call.pending_inv = 0;
-            call.send_done = false;
-            call.remotely_invalidated.clear();
+            call.state = CallState::Queued;
             self.events.push_back(Event::CallFailed {
                 id: call.id,
                 xid: call.xid,
@@ -420,5 +501,60 @@ impl Connection {
             self.req.retransmits.push(call);
         }
         self.req.retransmits.sort_by_key(|c| c.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply() -> Result<ReplyData, CallFailure> {
+        Ok(ReplyData {
+            inline: vec![1, 2, 3, 4],
+            write_lens: Vec::new(),
+            reply_len: None,
+        })
+    }
+
+    #[test]
+    fn a_call_is_complete_only_once_its_send_and_invalidations_are() {
+        // The Send's completion before the reply.
+        let mut s = CallState::Queued;
+        s.send_completed();
+        assert!(
+            matches!(s, CallState::Queued),
+            "not sent: nothing to complete"
+        );
+        s = CallState::Sent {
+            send_completed: false,
+        };
+        assert!(s.awaits_reply() && !s.is_complete());
+        s.send_completed();
+        s.replied(reply(), 2);
+        assert!(!s.awaits_reply() && !s.is_complete());
+        s.invalidated();
+        assert!(!s.is_complete());
+        s.invalidated();
+        assert!(s.is_complete());
+        assert!(matches!(s.finish(), Some(Ok(d)) if d.inline == [1, 2, 3, 4]));
+        assert!(matches!(s, CallState::Done));
+        assert!(s.finish().is_none(), "a reply is taken once");
+
+        // The reply before the Send's completion.
+        let mut s = CallState::Sent {
+            send_completed: false,
+        };
+        s.replied(reply(), 0);
+        assert!(!s.is_complete());
+        s.send_completed();
+        assert!(s.is_complete());
+
+        // A second reply does not replace the first.
+        let mut s = CallState::Sent {
+            send_completed: true,
+        };
+        s.replied(reply(), 0);
+        s.replied(Err(CallFailure::BadReply("second")), 0);
+        assert!(matches!(s.finish(), Some(Ok(_))));
     }
 }

@@ -22,7 +22,7 @@ impl Connection {
     /// A Local Invalidate of one of call `xid`'s chunks completed.
     pub(in crate::engine) fn call_invalidated(&mut self, p: &mut dyn Provider, xid: u32) {
         if let Some(call) = self.req.calls.get_mut(&xid) {
-            call.pending_inv = call.pending_inv.saturating_sub(1);
+            call.state.invalidated();
         }
         self.try_finish(p, xid);
     }
@@ -92,7 +92,7 @@ impl Connection {
 
     /// Our sent call with this XID, if it still waits for its reply.
     pub(in crate::engine) fn awaiting(&self, xid: u32) -> Option<&OutCall> {
-        self.req.calls.get(&xid).filter(|c| c.reply.is_none())
+        self.req.calls.get(&xid).filter(|c| c.state.awaits_reply())
     }
 
     /// Checks a reply's chunk lists against what the call offered.
@@ -220,24 +220,19 @@ impl Connection {
         self.req.outstanding = self.req.outstanding.saturating_sub(1);
         let mut invs: SmallVec<[Stag; 4]> = SmallVec::new();
         if let Some(call) = self.req.calls.get_mut(&xid) {
-            call.reply = Some(result);
-            if let Some(stag) = inv {
-                if call.chunk_mrs.iter().any(|m| m.stag() == stag) {
-                    call.remotely_invalidated.push(stag);
-                }
-            }
             // The Requester endpoint must ensure that memory regions
             // associated with each RPC transaction are protected from
             // Responder access before allowing upper-layer access to the
             // data contained in them (RFC 8166 section 4.4.1): every chunk
-            // STag is invalidated, locally or by Send With Invalidate, before
-            // the reply is delivered.
+            // STag is invalidated, locally or by Send With Invalidate (the
+            // STag `inv` the reply's Send named, if it is one of the
+            // call's), before the reply is delivered.
             for mr in &call.chunk_mrs {
-                if !call.remotely_invalidated.contains(&mr.stag()) {
+                if inv != Some(mr.stag()) {
                     invs.push(mr.stag());
                 }
             }
-            call.pending_inv = invs.len();
+            call.state.replied(result, invs.len());
         }
         self.trim_deadlines(xid);
         for stag in invs {
@@ -271,25 +266,25 @@ impl Connection {
     /// results, copies the Reply chunk out, and deregisters.
     pub(in crate::engine) fn try_finish(&mut self, p: &mut dyn Provider, xid: u32) {
         let mut call = match self.req.calls.entry(xid) {
-            Entry::Occupied(e)
-                if e.get().reply.is_some() && e.get().send_done && e.get().pending_inv == 0 =>
-            {
-                e.remove()
-            }
+            Entry::Occupied(e) if e.get().state.is_complete() => e.remove(),
             _ => return,
         };
-        let event = self.finish(p, &mut call);
-        self.events.push_back(event);
+        if let Some(reply) = call.state.finish() {
+            let event = self.finish(p, &mut call, reply);
+            self.events.push_back(event);
+        }
         for mr in call.all_mrs() {
             self.res.release(p, mr);
         }
     }
 
-    pub(in crate::engine) fn finish(&mut self, p: &mut dyn Provider, call: &mut OutCall) -> Event {
-        let result = call
-            .reply
-            .take()
-            .unwrap_or(Err(CallFailure::BadReply("no reply")));
+    /// The event that completes `call`, whose reply is `result`.
+    pub(in crate::engine) fn finish(
+        &mut self,
+        p: &mut dyn Provider,
+        call: &mut OutCall,
+        result: Result<ReplyData, CallFailure>,
+    ) -> Event {
         match result {
             Ok(data) => {
                 // Every chunk STag has been invalidated (locally or by Send

@@ -15,13 +15,13 @@ use crate::provider::{Access, MemoryRegion, Provider, ProviderError, SendOp, Sen
 use crate::wire::chunk::{ChunkLists, ReadList, ReadSegment, Segment, WriteChunk, WriteList};
 use smallvec::{smallvec, SmallVec};
 
-use super::OutCall;
+use super::{CallState, OutCall};
 
 impl Connection {
     /// The Send of call `xid` completed.
     pub(in crate::engine) fn call_sent(&mut self, p: &mut dyn Provider, xid: u32) {
         if let Some(call) = self.req.calls.get_mut(&xid) {
-            call.send_done = true;
+            call.state.send_completed();
         }
         self.try_finish(p, xid);
     }
@@ -262,6 +262,9 @@ impl Connection {
         let retransmit = call.retransmit;
         call.deadline = deadline;
         call.transmissions += 1;
+        call.state = CallState::Sent {
+            send_completed: false,
+        };
         match self.req.calls.entry(xid) {
             Entry::Vacant(slot) => {
                 slot.insert(call);
@@ -334,6 +337,7 @@ impl Connection {
         self.metrics.send_queue_waits += 1;
         if let Some(mut call) = self.req.calls.remove(&xid) {
             call.transmissions = call.transmissions.saturating_sub(1);
+            call.state = CallState::Queued;
             self.req.queue.push_front(call);
         }
     }
