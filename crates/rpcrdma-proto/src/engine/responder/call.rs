@@ -11,7 +11,7 @@ use crate::provider::Provider;
 use crate::wire::chunk::{ChunkLists, Segment, WriteChunk};
 use crate::wire::rpc::MsgType;
 
-use super::{InCall, PendingRead, ReadChunk};
+use super::{InCall, InState, PendingRead, ReadChunk};
 
 impl Connection {
     /// Validates a received call's chunk lists; returns the Read chunks
@@ -152,14 +152,11 @@ impl Connection {
             },
             pz,
             chunks: rchunks,
-            reads_left: reads.len(),
-            pending_reads: reads,
+            state: InState::Waiting { reads },
             sink_need,
-            admitted: false,
             writes: chunks.writes,
             reply: chunks.reply,
             inv,
-            delivered: false,
         };
         self.resp.incoming.insert(handle, call);
         // A valid call: the peer is no longer idle.
@@ -170,7 +167,12 @@ impl Connection {
         } else {
             self.resp.sink_waiting.push_back(handle);
             self.admit_waiting(now, p);
-            if self.resp.incoming.get(&handle).is_some_and(|c| !c.admitted) {
+            if self
+                .resp
+                .incoming
+                .get(&handle)
+                .is_some_and(|c| matches!(c.state, InState::Waiting { .. }))
+            {
                 self.metrics.read_sink_waits += 1;
             }
         }
@@ -224,14 +226,11 @@ impl Connection {
                 base: Vec::new(),
                 pz: None,
                 chunks: Vec::new(),
-                reads_left: 0,
-                pending_reads: Vec::new(),
+                state: InState::Delivered,
                 sink_need: 0,
-                admitted: false,
                 writes: chunks.writes,
                 reply: chunks.reply,
                 inv,
-                delivered: true,
             },
         );
         self.resp.idle_deadline = None;

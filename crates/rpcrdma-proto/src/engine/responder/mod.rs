@@ -135,23 +135,42 @@ pub(super) struct ReadChunk {
 #[derive(Debug)]
 pub(super) struct InCall {
     xid: u32,
+    state: InState,
+    /// A Long Call (its message in a Position-Zero Read chunk).
     long: bool,
+    /// The inline message of an RDMA_MSG call with Read chunks (their data
+    /// goes in at their positions).
     base: Vec<u8>,
     /// Index of the Position-Zero Read chunk in `chunks`.
     pz: Option<usize>,
     chunks: Vec<ReadChunk>,
-    reads_left: usize,
-    /// RDMA Reads to issue once the call is admitted to the Read-sink
-    /// budget.
-    pending_reads: Vec<PendingRead>,
     /// Octets of Read sinks the call needs.
     sink_need: u64,
-    /// Its sinks are registered (counted in `Connection::sink_bytes`).
-    admitted: bool,
+    /// The Write chunks and Reply chunk the requester offered for the
+    /// reply.
     writes: WriteList,
     reply: Option<WriteChunk>,
+    /// The handle a reply may invalidate remotely (see
+    /// `framing::invalidation_handle`).
     inv: Option<u32>,
-    delivered: bool,
+}
+
+/// Where a received call stands: `Waiting` → `Reading` → `Delivered`,
+/// then answered (and forgotten); a call without Read chunks is
+/// `Delivered` at once. A call refused on the way (ERR_CHUNK) is
+/// forgotten at once.
+#[derive(Debug)]
+pub(super) enum InState {
+    /// In `Responder::sink_waiting`, waiting for Read-sink budget; the
+    /// RDMA Reads to issue once it is admitted.
+    Waiting { reads: Vec<PendingRead> },
+    /// Admitted: its sinks are registered and counted in the budgets (this
+    /// connection's `sink_bytes`, the shared lease); `reads_left` of its
+    /// RDMA Reads (issued, or queued for the ORD) still to complete.
+    Reading { reads_left: usize },
+    /// Handed to the upper layer (`Event::CallReceived`): waiting for its
+    /// reply.
+    Delivered,
 }
 
 #[derive(Debug)]

@@ -14,16 +14,18 @@ use crate::wire::chunk::WriteChunk;
 use crate::wire::rpc::MsgType;
 use smallvec::smallvec;
 
+use super::InState;
+
 impl Connection {
     /// An RDMA Read of received call `handle` completed.
     pub(in crate::engine) fn read_done(&mut self, now: Instant, p: &mut dyn Provider, handle: u64) {
         self.resp.reads_outstanding = self.resp.reads_outstanding.saturating_sub(1);
-        let done = match self.resp.incoming.get_mut(&handle) {
-            Some(call) => {
-                call.reads_left = call.reads_left.saturating_sub(1);
-                call.reads_left == 0
+        let done = match self.resp.incoming.get_mut(&handle).map(|c| &mut c.state) {
+            Some(InState::Reading { reads_left }) => {
+                *reads_left = reads_left.saturating_sub(1);
+                *reads_left == 0
             }
-            None => false,
+            _ => false,
         };
         if done {
             self.reads_done(now, p, handle);
@@ -98,11 +100,16 @@ impl Connection {
             let Some(call) = self.resp.incoming.get_mut(&handle) else {
                 continue;
             };
-            call.admitted = true;
             for (c, mr) in call.chunks.iter_mut().zip(sinks) {
                 c.sink = mr;
             }
-            let reads = std::mem::take(&mut call.pending_reads);
+            let reads = match &mut call.state {
+                InState::Waiting { reads } => std::mem::take(reads),
+                _ => Vec::new(),
+            };
+            call.state = InState::Reading {
+                reads_left: reads.len(),
+            };
             self.resp.reads.extend(reads);
             if let Some(t) = self.config.read_timeout {
                 self.resp.read_deadlines.insert(now + t, handle);
@@ -172,7 +179,7 @@ impl Connection {
         let Some(call) = self.resp.incoming.get_mut(&handle) else {
             return;
         };
-        let call_admitted = std::mem::take(&mut call.admitted);
+        let call_admitted = matches!(call.state, InState::Reading { .. });
         let sink_need = call.sink_need;
         for c in &mut call.chunks {
             if let Some(mr) = c.sink.take() {
@@ -237,7 +244,9 @@ impl Connection {
         // answered with ERR_CHUNK, never delivered.
         let header_ok = rpc_prefix(&message) == Some((call.xid, MsgType::CALL));
         let xid = call.xid;
-        call.delivered = header_ok;
+        if header_ok {
+            call.state = InState::Delivered;
+        }
         let ev = IncomingCall {
             handle: CallHandle(handle),
             xid: call.xid,

@@ -13,7 +13,7 @@ use crate::engine::{CallError, CallHandle, ConnectionError, OutgoingReply, Piece
 use crate::provider::{Access, Bytes, MemoryRegion, Provider, SendOp, SendWr, Sges};
 use smallvec::smallvec;
 
-use super::ReplyJob;
+use super::{InState, ReplyJob};
 
 impl Connection {
     /// Answers a received call.
@@ -28,7 +28,7 @@ impl Connection {
             return Err(CallError::Closed(e.clone()));
         }
         let xid = match self.resp.incoming.get(&handle.0) {
-            Some(c) if c.delivered => c.xid,
+            Some(c) if matches!(c.state, InState::Delivered) => c.xid,
             _ => return Err(CallError::UnknownHandle),
         };
         match reply.message.first() {
