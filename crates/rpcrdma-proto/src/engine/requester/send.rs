@@ -17,6 +17,17 @@ use smallvec::{smallvec, SmallVec};
 
 use super::{CallState, OutCall};
 
+/// The DDP pieces left out of a call's inline part.
+type Skip = SmallVec<[usize; 4]>;
+
+/// The reply resources a call offers, registered.
+struct Offer {
+    writes: WriteList,
+    write_mrs: Mrs,
+    reply: Option<WriteChunk>,
+    reply_mr: Option<MemoryRegion>,
+}
+
 impl Connection {
     /// The Send of call `xid` completed.
     pub(in crate::engine) fn call_sent(&mut self, p: &mut dyn Provider, xid: u32) {
@@ -48,14 +59,6 @@ impl Connection {
         // registered as they are.
         let (stream_len, ddp) = marshal::layout(&call.call.message);
         let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
-        let xid = call.xid;
-        let with_xid = |mut v: Vec<u8>| {
-            if let Some(w) = v.get_mut(..4) {
-                w.copy_from_slice(&xid.to_be_bytes());
-            }
-            v
-        };
-        let flat = |pieces: &[Piece]| with_xid(marshal::flatten(pieces).0);
         let reply_max = match call.call.reply_max {
             0 => self.config.default_reply_max,
             n => n,
@@ -82,90 +85,146 @@ impl Connection {
 
         // Registration: every chunk region per call.
         let mut mrs = Mrs::new();
-        let mut reads = ReadList::new();
-        let mut shape = Shape::Msg;
-        // The DDP pieces left out of the inline part (`None`: no inline
-        // part at all, a Long Call).
-        type Skip = SmallVec<[usize; 4]>;
-        let r: Result<Option<Skip>, ProviderError> = (|| {
-            let inline = match form {
-                CallForm::Inline => Some(Skip::new()),
-                CallForm::Reads => {
-                    for &(pi, d) in &ddp {
-                        let Some(Piece::Ddp(data)) = call.call.message.get(pi) else {
-                            continue;
-                        };
-                        //= rfc8166#section-3.4.5.2
-                        //# When reducing a variable-length argument data item, the Requester
-                        //# SHOULD NOT include the data item's XDR roundup padding in the chunk.
-                        //= rfc8166#section-3.4.5.2
-                        //# If the sender chooses not to include roundup padding in the chunk,
-                        //# the chunk's total length MUST be the same as the encoded length of
-                        //# the data item.
-                        //= rfc8166#section-3.4.4.4
-                        //# Except in special cases (covered in Section 3.5.3), a chunk MUST
-                        //# contain exactly one XDR data item.
-                        // (Linux leaves the roundup out too.) The piece is
-                        // registered as it is, shared and read-only: the
-                        // responder may read exactly its octets, nothing
-                        // can write them.
-                        let mr = p.register_shared(data.clone(), Access::REMOTE_READ)?;
-                        mrs.push(mr);
-                        reads.push(ReadSegment::new(
-                            d.position as u32,
-                            Segment::new(mr.stag().0, d.len as u32, 0),
-                        ));
-                        self.metrics.read_chunks += 1;
-                        self.metrics.read_chunk_bytes += d.len as u64;
-                    }
-                    //= rfc8166#section-3.4.2
-                    //# All other XDR data items MUST NOT be reduced.
-                    // Only the caller's `Piece::Ddp` items are ever reduced.
-                    Some(ddp.iter().map(|&(pi, _)| pi).collect())
-                }
-                CallForm::Long => {
-                    //= rfc8166#section-3.5.3
-                    //# Every
-                    //# RDMA read segment in this chunk MUST contain zero in its Position
-                    //# field.
-                    //= rfc8166#section-3.5.3
-                    //# As these chunks contain a Payload stream, such chunks MUST include
-                    //# appropriate XDR roundup padding to maintain proper XDR alignment of
-                    //# their contents.
-                    // `stream` is the whole XDR stream, DDP items padded.
-                    let stream = flat(&call.call.message);
-                    let len = stream.len();
-                    let mr = self
-                        .res
-                        .register(p, stream, Access::REMOTE_READ, &mut mrs)?;
-                    reads.push(ReadSegment::new(
-                        0,
-                        Segment::new(mr.stag().0, len as u32, 0),
-                    ));
-                    shape = Shape::Nomsg;
-                    self.metrics.long_calls += 1;
-                    self.metrics.read_chunks += 1;
-                    self.metrics.read_chunk_bytes += len as u64;
-                    None
-                }
-            };
-            Ok(inline)
-        })();
-        let inline = match r {
-            Ok(i) => i,
+        let registered = match form {
+            CallForm::Inline => Ok((ReadList::new(), Shape::Msg, Some(Skip::new()))),
+            CallForm::Reads | CallForm::Long => self.register_reads(p, call, form, &ddp, &mut mrs),
+        }
+        .and_then(|(reads, shape, inline)| {
+            let offer = self.register_reply_chunks(p, &write_lens, reply_len, &mut mrs)?;
+            Ok((reads, shape, inline, offer))
+        });
+        let (reads, shape, inline, offer) = match registered {
+            Ok(x) => x,
             Err(e) => {
                 self.res.zombies.extend(mrs);
                 self.res.reap(p);
                 return Err(CallError::Provider(e));
             }
         };
+        let chunks = ChunkLists {
+            reads,
+            writes: offer.writes,
+            reply: offer.reply,
+        };
+        let header =
+            self.params()
+                .framing
+                .data_header(call.xid, self.req.requested, shape, chunks, None);
+        // Header and inline part straight into the Send buffer, the RPC
+        // XID set to this call's.
+        let body = inline
+            .as_ref()
+            .map(|skip| (&call.call.message[..], &skip[..]));
+        let (send_mr, send_len) = match self.res.header_and_body(p, &header, body, Some(call.xid)) {
+            Ok(x) => x,
+            Err(e) => {
+                self.res.zombies.extend(mrs);
+                self.res.reap(p);
+                return Err(CallError::Provider(e));
+            }
+        };
+        call.chunk_mrs = mrs;
+        call.write_mrs = offer.write_mrs;
+        call.reply_mr = offer.reply_mr;
+        call.send_mr = Some(send_mr);
+        call.send_len = send_len;
+        Ok(send_mr)
+    }
+
+    /// Registers the Read chunks of a call that does not go inline: each
+    /// DDP item as it is (`CallForm::Reads`), or the whole XDR stream (a
+    /// Long Call). Every region goes into `mrs`. Returns the Read list, the
+    /// header's shape and the DDP pieces left out of the inline part
+    /// (`None`: no inline part at all, a Long Call).
+    fn register_reads(
+        &mut self,
+        p: &mut dyn Provider,
+        call: &OutCall,
+        form: CallForm,
+        ddp: &[(usize, DdpItem)],
+        mrs: &mut Mrs,
+    ) -> Result<(ReadList, Shape, Option<Skip>), ProviderError> {
+        let mut reads = ReadList::new();
+        if form == CallForm::Long {
+            //= rfc8166#section-3.5.3
+            //# Every
+            //# RDMA read segment in this chunk MUST contain zero in its Position
+            //# field.
+            //= rfc8166#section-3.5.3
+            //# As these chunks contain a Payload stream, such chunks MUST include
+            //# appropriate XDR roundup padding to maintain proper XDR alignment of
+            //# their contents.
+            // `stream` is the whole XDR stream, DDP items padded, the RPC
+            // XID set to this call's.
+            let mut stream = marshal::flatten(&call.call.message).0;
+            if let Some(w) = stream.get_mut(..4) {
+                w.copy_from_slice(&call.xid.to_be_bytes());
+            }
+            let len = stream.len();
+            let mr = self.res.register(p, stream, Access::REMOTE_READ, mrs)?;
+            reads.push(ReadSegment::new(
+                0,
+                Segment::new(mr.stag().0, len as u32, 0),
+            ));
+            self.metrics.long_calls += 1;
+            self.metrics.read_chunks += 1;
+            self.metrics.read_chunk_bytes += len as u64;
+            return Ok((reads, Shape::Nomsg, None));
+        }
+        for &(pi, d) in ddp {
+            let Some(Piece::Ddp(data)) = call.call.message.get(pi) else {
+                continue;
+            };
+            //= rfc8166#section-3.4.5.2
+            //# When reducing a variable-length argument data item, the Requester
+            //# SHOULD NOT include the data item's XDR roundup padding in the chunk.
+            //= rfc8166#section-3.4.5.2
+            //# If the sender chooses not to include roundup padding in the chunk,
+            //# the chunk's total length MUST be the same as the encoded length of
+            //# the data item.
+            //= rfc8166#section-3.4.4.4
+            //# Except in special cases (covered in Section 3.5.3), a chunk MUST
+            //# contain exactly one XDR data item.
+            // (Linux leaves the roundup out too.) The piece is registered as
+            // it is, shared and read-only: the responder may read exactly
+            // its octets, nothing can write them.
+            let mr = p.register_shared(data.clone(), Access::REMOTE_READ)?;
+            mrs.push(mr);
+            reads.push(ReadSegment::new(
+                d.position as u32,
+                Segment::new(mr.stag().0, d.len as u32, 0),
+            ));
+            self.metrics.read_chunks += 1;
+            self.metrics.read_chunk_bytes += d.len as u64;
+        }
+        //= rfc8166#section-3.4.2
+        //# All other XDR data items MUST NOT be reduced.
+        // Only the caller's `Piece::Ddp` items are ever reduced.
+        Ok((
+            reads,
+            Shape::Msg,
+            Some(ddp.iter().map(|&(pi, _)| pi).collect()),
+        ))
+    }
+
+    /// Registers the reply resources a call offers: one Write chunk of
+    /// each of `write_lens` (rounded up, see below) and a Reply chunk of
+    /// `reply_len`. Every region goes into `mrs`.
+    fn register_reply_chunks(
+        &mut self,
+        p: &mut dyn Provider,
+        write_lens: &[u32],
+        reply_len: Option<u32>,
+        mrs: &mut Mrs,
+    ) -> Result<Offer, ProviderError> {
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
-        let mut writes = WriteList::new();
-        let mut write_mrs = Mrs::new();
-        let mut reply = None;
-        let mut reply_mr = None;
-        let mut failed = None;
-        for &l in &write_lens {
+        let mut offer = Offer {
+            writes: WriteList::new(),
+            write_mrs: Mrs::new(),
+            reply: None,
+            reply_mr: None,
+        };
+        for &l in write_lens {
             //= rfc8166#section-3.4.6
             //# Thus, it MUST register Write chunks
             //# long enough to accommodate the maximum possible size of each
@@ -181,61 +240,21 @@ impl Connection {
             // never handed out as data (see `Reply::result`).
             let l = l.saturating_add(pad4(l as usize) as u32);
             let buf = self.res.sink_buffer(l as usize);
-            match self.res.register(p, buf, rw, &mut mrs) {
-                Ok(mr) => {
-                    writes.push(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
-                    write_mrs.push(mr);
-                    self.metrics.write_chunks += 1;
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
+            let mr = self.res.register(p, buf, rw, mrs)?;
+            offer
+                .writes
+                .push(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
+            offer.write_mrs.push(mr);
+            self.metrics.write_chunks += 1;
         }
-        if let (None, Some(l)) = (&failed, reply_len) {
+        if let Some(l) = reply_len {
             let buf = self.res.sink_buffer(l as usize);
-            match self.res.register(p, buf, rw, &mut mrs) {
-                Ok(mr) => {
-                    reply = Some(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
-                    reply_mr = Some(mr);
-                    self.metrics.reply_chunks += 1;
-                }
-                Err(e) => failed = Some(e),
-            }
+            let mr = self.res.register(p, buf, rw, mrs)?;
+            offer.reply = Some(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
+            offer.reply_mr = Some(mr);
+            self.metrics.reply_chunks += 1;
         }
-        let chunks = ChunkLists {
-            reads,
-            writes,
-            reply,
-        };
-        let header =
-            self.params()
-                .framing
-                .data_header(call.xid, self.req.requested, shape, chunks, None);
-        // Header and inline part straight into the Send buffer, the RPC
-        // XID set to this call's.
-        let body = inline
-            .as_ref()
-            .map(|skip| (&call.call.message[..], &skip[..]));
-        let send_mr = match failed {
-            Some(e) => Err(e),
-            None => self.res.header_and_body(p, &header, body, Some(xid)),
-        };
-        let (send_mr, send_len) = match send_mr {
-            Ok(x) => x,
-            Err(e) => {
-                self.res.zombies.extend(mrs);
-                self.res.reap(p);
-                return Err(CallError::Provider(e));
-            }
-        };
-        call.chunk_mrs = mrs;
-        call.write_mrs = write_mrs;
-        call.reply_mr = reply_mr;
-        call.send_mr = Some(send_mr);
-        call.send_len = send_len;
-        Ok(send_mr)
+        Ok(offer)
     }
 
     pub(in crate::engine) fn send_call(

@@ -6,14 +6,16 @@ use std::time::Instant;
 
 use crate::engine::connection::Connection;
 use crate::engine::framing::{ErrorReply, Shape};
-use crate::engine::marshal;
+use crate::engine::marshal::{self, DdpItem};
 use crate::engine::plan::{plan_reply, ReplyPlan, WriteOp};
 use crate::engine::resources::Op;
-use crate::engine::{CallError, CallHandle, ConnectionError, OutgoingReply, Piece, ReplyForm};
+use crate::engine::{
+    CallError, CallHandle, ConnectionError, OutgoingReply, Piece, Pieces, ReplyForm,
+};
 use crate::provider::{Access, Bytes, MemoryRegion, Provider, SendOp, SendWr, Sges};
 use smallvec::smallvec;
 
-use super::{InState, ReplyJob};
+use super::{InCall, InState, ReplyJob};
 
 impl Connection {
     /// Answers a received call.
@@ -61,8 +63,22 @@ impl Connection {
         let Some(call) = self.resp.incoming.remove(&handle.0) else {
             return Err(CallError::UnknownHandle);
         };
-        let grant = self.resp.grant;
+        self.answer(p, call, message, stream_len, &ddp)
+    }
 
+    /// Sends the reply `message` (its XID set) to `call`, whose XDR stream
+    /// is `stream_len` octets with the DDP items `ddp`: plans it, builds
+    /// its Send buffer and posts its RDMA Writes and Send; or answers
+    /// ERR_CHUNK when no form fits. A failure to post ends the connection.
+    fn answer(
+        &mut self,
+        p: &mut dyn Provider,
+        call: InCall,
+        mut message: Pieces,
+        stream_len: usize,
+        ddp: &[(usize, DdpItem)],
+    ) -> Result<ReplyForm, CallError> {
+        let xid = call.xid;
         let Some(ReplyPlan {
             form,
             chunks,
@@ -73,7 +89,7 @@ impl Connection {
             &call.writes,
             call.reply.as_ref(),
             stream_len,
-            &ddp,
+            ddp,
         )
         else {
             self.send_error(p, xid, ErrorReply::Chunk);
@@ -86,7 +102,7 @@ impl Connection {
         let header = self
             .params()
             .framing
-            .data_header(xid, grant, shape, chunks, None);
+            .data_header(xid, self.resp.grant, shape, chunks, None);
         // The inline part (the message minus the written DDP pieces) is
         // not built: it is written straight into the Send buffer, or, for
         // a Long Reply, built as the source of the Reply chunk's Writes.
@@ -97,13 +113,7 @@ impl Connection {
         let body = (form == ReplyForm::Inline).then_some((&message[..], &written[..]));
         let send = match self.res.header_and_body(p, &header, body, None) {
             Ok(x) => x,
-            Err(e) => {
-                let e = ConnectionError::Provider(e);
-                self.fatal(p, e);
-                return Err(CallError::Closed(
-                    self.error.clone().unwrap_or(ConnectionError::LocalClose),
-                ));
-            }
+            Err(e) => return Err(self.reply_lost(p, ConnectionError::Provider(e))),
         };
 
         let remote_inv = self.params().remote_invalidation;
@@ -130,10 +140,7 @@ impl Connection {
         //# RPC-over-RDMA error message, the Responder MUST close the connection
         //# to signal to the Requester that a reply was lost.
         if let Err(e) = r {
-            self.fatal(p, e);
-            return Err(CallError::Closed(
-                self.error.clone().unwrap_or(ConnectionError::LocalClose),
-            ));
+            return Err(self.reply_lost(p, e));
         }
         self.resp.replies_unacked += 1;
         self.metrics.replies_sent += 1;
@@ -141,6 +148,14 @@ impl Connection {
             self.metrics.long_replies_sent += 1;
         }
         Ok(form)
+    }
+
+    /// A reply could not be sent: the connection ends with `e`, and the
+    /// caller learns it is closed.
+    #[cold]
+    fn reply_lost(&mut self, p: &mut dyn Provider, e: ConnectionError) -> CallError {
+        self.fatal(p, e);
+        CallError::Closed(self.error.clone().unwrap_or(ConnectionError::LocalClose))
     }
 
     /// Posts a reply: the RDMA Writes of `plan` (sources registered here,
