@@ -4,16 +4,17 @@ use std::collections::VecDeque;
 
 use std::time::Instant;
 
-use super::framing::{rpc_prefix, ErrorReply, Incoming, RdmaErrorReport, Shape};
+use super::framing::{rpc_prefix, Incoming, Shape};
 use super::requester::Requester;
 use super::resources::{Op, Res};
 use super::responder::Responder;
 use super::setup::{Params, Setup};
-use super::{CallFailure, Config, ConnectionError, Event, Metrics, Resources, Role};
+use super::{Config, ConnectionError, Event, Metrics, Resources, Role};
 use crate::provider::{
     Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode, Provider, ProviderError,
     SendWr, Stag, Status,
 };
+use crate::wire::chunk::ChunkLists;
 use crate::wire::private_data::Negotiated;
 use crate::wire::rpc::MsgType;
 
@@ -383,53 +384,15 @@ impl Connection {
     ) {
         match incoming {
             Incoming::Drop { .. } => self.metrics.dropped += 1,
-            Incoming::Reject {
-                xid,
-                answer,
-                reason,
-            } => match self.config.role {
-                Role::Server => {
-                    if !self.overrun(p) {
-                        self.send_error(p, xid, answer);
-                    }
-                }
-                //= rfc8166#section-4.5
-                //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
-                //# message, a Requester MUST silently discard the message.
-                //= rfc8166#section-4.6.1
-                //# Requesters MUST silently discard the message.
-                // Nothing is answered and the call the XID names keeps waiting
-                // (for a good reply, or for its timeout: the connection is
-                // then replaced and the call retransmitted). Linux fails the
-                // call with -EIO instead; the RFC is followed here.
-                Role::Client => {
-                    let _ = (reason, now, inv);
-                    if self.awaiting(xid).is_some() {
-                        self.metrics.bad_replies += 1;
-                    }
-                    self.metrics.dropped += 1;
-                }
+            // A header that could not be used: the responder answers it
+            // with an error, the requester discards it.
+            Incoming::Reject { xid, answer, .. } => match self.config.role {
+                Role::Server => self.reject_call(p, xid, answer),
+                Role::Client => self.discard_reply(xid),
             },
+            // Never for the responder (RFC 8166 section 4.2.4).
             Incoming::Error { xid, credit, error } => {
-                match error {
-                    RdmaErrorReport::Vers { .. } => self.metrics.err_vers_received += 1,
-                    RdmaErrorReport::Chunk => self.metrics.err_chunk_received += 1,
-                    RdmaErrorReport::Other(_) => self.metrics.err_other_received += 1,
-                }
-                // An RDMA_ERROR fails only that XID; the connection stays
-                // up (Linux rpcrdma_decode_error). It is never answered:
-                //= rfc8166#section-4.2.4
-                //# A Responder MUST silently discard RDMA_ERROR procedures.
-                // (At a server, one that names a reverse call of ours fails
-                // that call; any other is dropped and counted as a bad XID.)
-                self.requester_reply(
-                    now,
-                    p,
-                    xid,
-                    Some(credit),
-                    inv,
-                    Err(CallFailure::RdmaError(error)),
-                );
+                self.on_rdma_error(now, p, xid, credit, error, inv)
             }
             Incoming::Data {
                 xid,
@@ -438,50 +401,33 @@ impl Connection {
                 chunks,
                 payload_offset: _,
             } => {
-                // msg_type of an inline RPC message (RFC 5531: CALL = 0,
-                // REPLY = 1) says which direction it travels (RFC 8167
-                // section 4.1); an RDMA_NOMSG carries none inline.
-                let msg_type = match shape {
-                    Shape::Msg => rpc_prefix(&payload).map(|(_, t)| t),
-                    Shape::Nomsg => None,
-                };
-                match self.config.role {
-                    Role::Client => {
-                        // A reverse-direction call: an inline CALL, or an
-                        // RDMA_NOMSG with a Read list (a reply never has
-                        // one).
-                        let reverse_call = match shape {
-                            Shape::Msg => msg_type == Some(MsgType::CALL),
-                            Shape::Nomsg => !chunks.reads.is_empty(),
-                        };
-                        if !reverse_call {
-                            self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
-                        } else if !self.resp.enabled {
-                            //= rfc8167#section-6
-                            //# If an endpoint is not prepared to receive an incoming reverse-
-                            //# direction message, loss of the RDMA connection might result.
-                            // We drop it instead (no receive was ever granted for it).
-                            self.metrics.dropped += 1;
-                        } else if !chunks.is_empty() {
-                            if self.overrun(p) {
-                                return;
-                            }
-                            //= rfc8167#section-5.3
-                            //# If a reverse-direction requester provides a non-empty chunk list
-                            //# to a Responder that does not support chunks, the Responder MUST
-                            //# reply with an RDMA_ERROR message with rdma_err field set to
-                            //# ERR_CHUNK.
-                            self.send_error(p, xid, ErrorReply::Chunk);
-                        } else {
-                            self.on_call(now, p, xid, shape, chunks, payload);
-                        }
-                    }
-                    Role::Server if msg_type == Some(MsgType::REPLY) => {
-                        self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
-                    }
-                    Role::Server => self.on_call(now, p, xid, shape, chunks, payload),
+                if self.is_call(shape, &chunks, &payload) {
+                    self.on_call(now, p, xid, shape, chunks, payload);
+                } else {
+                    self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
                 }
             }
+        }
+    }
+
+    /// Whether a received RPC-over-RDMA message carries a call (for our
+    /// responder) or a reply (for our requester).
+    fn is_call(&self, shape: Shape, chunks: &ChunkLists, payload: &[u8]) -> bool {
+        // msg_type of an inline RPC message (RFC 5531: CALL = 0, REPLY =
+        // 1) says which direction it travels (RFC 8167 section 4.1); an
+        // RDMA_NOMSG carries none inline.
+        let msg_type = match shape {
+            Shape::Msg => rpc_prefix(payload).map(|(_, t)| t),
+            Shape::Nomsg => None,
+        };
+        match self.config.role {
+            // A reverse-direction call: an inline CALL, or an RDMA_NOMSG
+            // with a Read list (a reply never has one).
+            Role::Client => match shape {
+                Shape::Msg => msg_type == Some(MsgType::CALL),
+                Shape::Nomsg => !chunks.reads.is_empty(),
+            },
+            Role::Server => msg_type != Some(MsgType::REPLY),
         }
     }
 

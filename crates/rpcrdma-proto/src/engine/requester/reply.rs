@@ -6,7 +6,7 @@ use std::collections::hash_map::Entry;
 use std::time::Instant;
 
 use crate::engine::connection::Connection;
-use crate::engine::framing::{rpc_prefix, Shape};
+use crate::engine::framing::{rpc_prefix, RdmaErrorReport, Shape};
 use crate::engine::resources::Op;
 use crate::engine::{CallFailure, ConnectionError, Event, Reply};
 use crate::provider::{MemoryRegion, Provider, SendOp, SendWr, Sges, Stag};
@@ -25,6 +25,49 @@ impl Connection {
             call.state.invalidated();
         }
         self.try_finish(p, xid);
+    }
+
+    /// A header the requester cannot use, naming `xid`.
+    //= rfc8166#section-4.5
+    //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
+    //# message, a Requester MUST silently discard the message.
+    //= rfc8166#section-4.6.1
+    //# Requesters MUST silently discard the message.
+    // Nothing is answered and the call the XID names keeps waiting (for a
+    // good reply, or for its timeout: the connection is then replaced and
+    // the call retransmitted). Linux fails the call with -EIO instead; the
+    // RFC is followed here.
+    pub(in crate::engine) fn discard_reply(&mut self, xid: u32) {
+        if self.awaiting(xid).is_some() {
+            self.metrics.bad_replies += 1;
+        }
+        self.metrics.dropped += 1;
+    }
+
+    /// An RDMA_ERROR naming `xid`: it fails only that call (if it is one of
+    /// ours, waiting for its reply); the connection stays up (Linux
+    /// rpcrdma_decode_error).
+    pub(in crate::engine) fn on_rdma_error(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        xid: u32,
+        credit: u32,
+        error: RdmaErrorReport,
+        inv: Option<Stag>,
+    ) {
+        match error {
+            RdmaErrorReport::Vers { .. } => self.metrics.err_vers_received += 1,
+            RdmaErrorReport::Chunk => self.metrics.err_chunk_received += 1,
+            RdmaErrorReport::Other(_) => self.metrics.err_other_received += 1,
+        }
+        // It is never answered:
+        //= rfc8166#section-4.2.4
+        //# A Responder MUST silently discard RDMA_ERROR procedures.
+        // (At a server, one that names a reverse call of ours fails that
+        // call; any other is dropped and counted as a bad XID.)
+        let failure = Err(CallFailure::RdmaError(error));
+        self.requester_reply(now, p, xid, Some(credit), inv, failure);
     }
 
     /// A reply (or something that is not a call) for one of our calls.

@@ -14,6 +14,20 @@ use crate::wire::rpc::MsgType;
 use super::{InCall, InState, PendingRead, ReadChunk};
 
 impl Connection {
+    /// A header the responder cannot use (`answer`: what the framing says
+    /// to answer): answered with that error, unless the peer overran its
+    /// credits.
+    pub(in crate::engine) fn reject_call(
+        &mut self,
+        p: &mut dyn Provider,
+        xid: u32,
+        answer: ErrorReply,
+    ) {
+        if !self.overrun(p) {
+            self.send_error(p, xid, answer);
+        }
+    }
+
     /// Validates a received call's chunk lists; returns the Read chunks
     /// (position, segments, length) and the index of the Position-Zero
     /// Read chunk.
@@ -75,7 +89,8 @@ impl Connection {
         Ok((groups, pz))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A received message that is a call (`payload`: the RPC message that
+    /// followed an RDMA_MSG header).
     pub(in crate::engine) fn on_call(
         &mut self,
         now: Instant,
@@ -85,7 +100,24 @@ impl Connection {
         chunks: ChunkLists,
         payload: Vec<u8>,
     ) {
+        if !self.resp.enabled {
+            //= rfc8167#section-6
+            //# If an endpoint is not prepared to receive an incoming reverse-
+            //# direction message, loss of the RDMA connection might result.
+            // We drop it instead (no receive was ever granted for it).
+            self.metrics.dropped += 1;
+            return;
+        }
         if self.overrun(p) {
+            return;
+        }
+        if self.resp.backchannel() && !chunks.is_empty() {
+            //= rfc8167#section-5.3
+            //# If a reverse-direction requester provides a non-empty chunk list
+            //# to a Responder that does not support chunks, the Responder MUST
+            //# reply with an RDMA_ERROR message with rdma_err field set to
+            //# ERR_CHUNK.
+            self.send_error(p, xid, ErrorReply::Chunk);
             return;
         }
         //= rfc8166#section-4.5.2
@@ -96,6 +128,21 @@ impl Connection {
             self.on_inline_call(p, xid, chunks, payload);
             return;
         }
+        self.stage_call(now, p, xid, shape, chunks, payload);
+    }
+
+    /// A forward call with Read chunks (or a Long Call): checked, then
+    /// staged for its RDMA Reads (waiting for the Read-sink budget) and
+    /// delivered once they are done.
+    fn stage_call(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        xid: u32,
+        shape: Shape,
+        chunks: ChunkLists,
+        payload: Vec<u8>,
+    ) {
         let (groups, pz) = match self.validate_call(shape, &chunks, payload.len()) {
             Ok(x) => x,
             Err(_why) => {
