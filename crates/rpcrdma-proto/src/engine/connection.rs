@@ -78,7 +78,7 @@ impl Connection {
 
     /// The engine for the next connection after this one was lost: the
     /// calls that failed with `retransmit: true` are queued again with
-    /// their original [`CallId`]s and XIDs, credits start again at one,
+    /// their original [`CallId`](super::CallId)s and XIDs, credits start again at one,
     /// XID and id counters and metrics carry on. The old provider should be
     /// dropped (its registrations die with it).
     //= rfc8166#section-3.3.3
