@@ -480,27 +480,27 @@ impl Connection {
             }
             // It was sent: sending it again is a retransmission.
             call.retransmit = true;
-            call.state = CallState::Queued;
-            self.events.push_back(Event::CallFailed {
-                id: call.id,
-                xid: call.xid,
-                error: CallFailure::ConnectionLost(err.clone()),
-                retransmit: true,
-            });
-            self.req.retransmits.push(call);
+            self.keep_for_retransmission(call, err);
         }
         for mut call in std::mem::take(&mut self.req.queue) {
             // (A call refused by a full send queue has its regions.)
             self.res.zombies.extend(call.all_mrs());
-            self.events.push_back(Event::CallFailed {
-                id: call.id,
-                xid: call.xid,
-                error: CallFailure::ConnectionLost(err.clone()),
-                retransmit: true,
-            });
-            self.req.retransmits.push(call);
+            self.keep_for_retransmission(call, err);
         }
         self.req.retransmits.sort_by_key(|c| c.id);
+    }
+
+    /// `call` (its regions given up) fails with the connection's end `err`
+    /// and is kept, `Queued`, for the next connection.
+    fn keep_for_retransmission(&mut self, mut call: OutCall, err: &ConnectionError) {
+        call.state = CallState::Queued;
+        self.events.push_back(Event::CallFailed {
+            id: call.id,
+            xid: call.xid,
+            error: CallFailure::ConnectionLost(err.clone()),
+            retransmit: true,
+        });
+        self.req.retransmits.push(call);
     }
 }
 
