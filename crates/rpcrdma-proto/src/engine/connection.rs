@@ -1,7 +1,10 @@
-//! [`Connection`]: the per-connection state machine.
+//! [`Connection`], the orchestrator: the engine's inputs and outputs, the
+//! routing of every completion (by the `Op` its work request carries) and
+//! of every received message (to the requester or the responder), the
+//! receive queue, and the sticky error. What each half does is in
+//! `requester` and `responder`.
 
 use std::collections::VecDeque;
-
 use std::time::Instant;
 
 use super::framing::{rpc_prefix, Incoming, Shape};
@@ -295,7 +298,7 @@ impl Connection {
     }
 
     // ------------------------------------------------------------------
-    // internals: roles and thresholds
+    // internals: posting, parameters, the send-queue backlog
 
     /// Posts a Send-queue WR that needs no credit (see [`Res::post`]).
     pub(super) fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
