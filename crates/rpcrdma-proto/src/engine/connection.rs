@@ -1,458 +1,79 @@
-//! [`Connection`]: the per-connection state machine.
+//! [`Connection`], the orchestrator: the engine's inputs and outputs, the
+//! routing of every completion (by the `Op` its work request carries) and
+//! of every received message (to the requester or the responder), the
+//! receive queue, and the sticky error. What each half does is in
+//! `requester` and `responder`.
 
-use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::task::Waker;
 use std::time::Instant;
 
-use super::budget::Lease;
-use super::framing::{DataHeader, ErrorReply, Framing, Incoming, RdmaErrorReport, Shape};
-use super::ids::IdMap;
-use super::marshal::{self, pad4, DdpItem};
-use super::{
-    CallError, CallFailure, CallHandle, CallId, Config, ConnectionError, Event, IncomingCall,
-    Metrics, OutgoingCall, OutgoingReply, PeerError, Piece, Reply, ReplyForm, Resources, Role,
-};
+use super::framing::{rpc_prefix, Incoming, Shape};
+use super::requester::Requester;
+use super::resources::{Op, Res};
+use super::responder::Responder;
+use super::setup::{Params, Setup};
+use super::{Config, ConnectionError, Event, Metrics, Resources, Role};
 use crate::provider::{
-    Access, Buffer, Bytes, Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode,
-    Provider, ProviderError, RecvWr, RemoteAddr, SendOp, SendWr, Sges, Stag, Status,
+    Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode, Provider, ProviderError,
+    SendWr, Stag, Status,
 };
-use crate::wire::chunk::{
-    ChunkLists, ReadList, ReadSegment, Segment, SegmentList, WriteChunk, WriteList,
-};
-use crate::wire::private_data::{negotiate, Negotiated, PeerPrivateData};
-use smallvec::{smallvec, SmallVec};
+use crate::wire::chunk::ChunkLists;
+use crate::wire::private_data::Negotiated;
+use crate::wire::rpc::MsgType;
 
-/// What a work request id stands for.
-#[derive(Debug)]
-enum Op {
-    /// A posted receive into this buffer.
-    Recv(MemoryRegion),
-    /// The Send of one of our calls (by XID).
-    CallSend(u32),
-    /// A Local Invalidate of one of our call's chunks (by XID).
-    CallInv(u32),
-    /// An RDMA Read for a received call.
-    Read(u64),
-    /// A Write or Send of one of our replies.
-    Reply(u64),
-    /// The Send of one of our replies that has no RDMA Write: its Send
-    /// buffer, released on completion (no reply job).
-    ReplySend(MemoryRegion),
-    /// A Send whose buffer is freed on completion (error replies).
-    Bare(MemoryRegion),
-}
-
-#[derive(Debug)]
-struct ReplyData {
-    inline: Vec<u8>,
-    write_lens: Vec<u32>,
-    reply_len: Option<u32>,
-}
-
-/// The work requests in flight, by `wr_id`: a slab (no hashing, no
-/// allocation once warm). A `wr_id` is the slot index in its low 32 bits
-/// and the slot's generation, bumped at every use, in its high 32 bits, so
-/// the id of a finished WR never names the slot's next occupant.
-#[derive(Debug, Default)]
-struct WrSlab {
-    slots: Vec<(u32, Option<Op>)>,
-    free: Vec<u32>,
-    len: usize,
-}
-
-impl WrSlab {
-    /// Stores `op`; returns its `wr_id` (never 0).
-    fn insert(&mut self, op: Op) -> u64 {
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push((0, None));
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let Some(slot) = self.slots.get_mut(idx as usize) else {
-            // Not reachable: `idx` is a slot of this slab.
-            return 0;
-        };
-        slot.0 = slot.0.wrapping_add(1).max(1);
-        slot.1 = Some(op);
-        self.len += 1;
-        (u64::from(slot.0) << 32) | u64::from(idx)
-    }
-
-    /// Takes the op of `wr_id`, if it is in flight.
-    fn remove(&mut self, wr_id: u64) -> Option<Op> {
-        let idx = wr_id as u32;
-        let slot = self.slots.get_mut(idx as usize)?;
-        if u64::from(slot.0) != wr_id >> 32 {
-            return None;
-        }
-        let op = slot.1.take()?;
-        self.free.push(idx);
-        self.len -= 1;
-        Some(op)
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-}
-
-/// One of our calls.
-#[derive(Debug)]
-struct OutCall {
-    id: CallId,
-    xid: u32,
-    call: OutgoingCall,
-    retransmit: bool,
-    /// Every chunk region (Read, Write, Reply chunks), for invalidation.
-    chunk_mrs: Mrs,
-    write_mrs: Mrs,
-    reply_mr: Option<MemoryRegion>,
-    /// The Send buffer (header and inline part), `send_len` octets: set
-    /// once the call is marshalled and its chunks registered. A queued call
-    /// that has one was refused by a full send queue; it goes out as it is.
-    send_mr: Option<MemoryRegion>,
-    send_len: u32,
-    send_done: bool,
-    remotely_invalidated: SmallVec<[Stag; 1]>,
-    pending_inv: usize,
-    reply: Option<Result<ReplyData, CallFailure>>,
-    deadline: Option<Instant>,
-    /// Connections it was sent on.
-    transmissions: u32,
-    /// Of those, the ones that ended in this call's own timeout (see
-    /// [`Config::max_transmissions`]).
-    timeouts: u32,
-}
-
-impl OutCall {
-    fn new(id: CallId, xid: u32, call: OutgoingCall, retransmit: bool) -> Self {
-        OutCall {
-            id,
-            xid,
-            call,
-            retransmit,
-            chunk_mrs: Mrs::new(),
-            write_mrs: Mrs::new(),
-            reply_mr: None,
-            send_mr: None,
-            send_len: 0,
-            send_done: false,
-            remotely_invalidated: SmallVec::new(),
-            pending_inv: 0,
-            reply: None,
-            deadline: None,
-            transmissions: 0,
-            timeouts: 0,
-        }
-    }
-
-    /// Every region of the call (chunks, then the Send buffer), taken.
-    fn all_mrs(&mut self) -> impl Iterator<Item = MemoryRegion> {
-        self.write_mrs.clear();
-        self.reply_mr = None;
-        std::mem::take(&mut self.chunk_mrs)
-            .into_iter()
-            .chain(self.send_mr.take())
-    }
-}
-
-/// The regions of one call's chunks: a small call (a Reply chunk, or one
-/// Write chunk and a Reply chunk) keeps them inline, no heap allocation.
-type Mrs = SmallVec<[MemoryRegion; 2]>;
-
-#[derive(Debug)]
-struct ReadChunk {
-    position: u32,
-    len: usize,
-    sink: Option<MemoryRegion>,
-    data: Vec<u8>,
-}
-
-/// A call we received.
-#[derive(Debug)]
-struct InCall {
-    xid: u32,
-    backchannel: bool,
-    long: bool,
-    base: Vec<u8>,
-    /// Index of the Position-Zero Read chunk in `chunks`.
-    pz: Option<usize>,
-    chunks: Vec<ReadChunk>,
-    reads_left: usize,
-    /// RDMA Reads to issue once the call is admitted to the Read-sink
-    /// budget.
-    pending_reads: Vec<PendingRead>,
-    /// Octets of Read sinks the call needs.
-    sink_need: u64,
-    /// Its sinks are registered (counted in `Connection::sink_bytes`).
-    admitted: bool,
-    writes: WriteList,
-    reply: Option<WriteChunk>,
-    inv: Option<u32>,
-    delivered: bool,
-}
-
-#[derive(Debug)]
-struct PendingRead {
-    handle: u64,
-    chunk: usize,
-    seg: Segment,
-    sink_offset: u64,
-}
-
-#[derive(Debug)]
-struct ReplyJob {
-    mrs: SmallVec<[MemoryRegion; 1]>,
-    /// Shared read-only sources (the DDP pieces, the Long Reply's inline
-    /// part): deregistered when the job is done, never pooled.
-    shared: Vec<MemoryRegion>,
-    pending: usize,
-}
-
-/// Buffers of deregistered chunk sinks, for the next calls' Write and
-/// Reply chunks (see `Connection::sink_buffer`). Shared with the
-/// [`PooledSink`]s that carry Write-chunk results to the upper layer, which
-/// give their buffer back when dropped.
-#[derive(Debug, Default)]
-struct SinkPool {
-    bufs: Vec<Box<[u8]>>,
-    bytes: usize,
-}
-
-impl SinkPool {
-    /// Keeps `buf` if the pool has room.
-    fn put(&mut self, buf: Box<[u8]>) {
-        if !buf.is_empty() && self.bytes + buf.len() <= SINK_POOL_BYTES {
-            self.bytes += buf.len();
-            self.bufs.push(buf);
-        }
-    }
-
-    /// A pooled buffer of exactly `len` octets.
-    fn take(&mut self, len: usize) -> Option<Box<[u8]>> {
-        let i = self.bufs.iter().rposition(|b| b.len() == len)?;
-        let b = self.bufs.swap_remove(i);
-        self.bytes -= b.len();
-        Some(b)
-    }
-}
-
-/// The buffer of a Write chunk whose registration has ended, owned by the
-/// `Bytes` of a [`Reply`] result: nobody but the holders of that `Bytes`
-/// can reach it. Dropped, it goes back to its connection's pool (if the
-/// connection still exists).
-struct PooledSink {
-    buf: Box<[u8]>,
-    pool: Weak<Mutex<SinkPool>>,
-}
-
-impl AsRef<[u8]> for PooledSink {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf
-    }
-}
-
-impl Drop for PooledSink {
-    fn drop(&mut self) {
-        if let Some(pool) = self.pool.upgrade() {
-            let buf = std::mem::take(&mut self.buf);
-            pool.lock().unwrap_or_else(PoisonError::into_inner).put(buf);
-        }
-    }
+/// Which way the calls a half of the connection handles travel (RFC 8167):
+/// forward (client to server) or reverse (the backchannel, server to
+/// client). A client's requester and a server's responder are forward, a
+/// server's requester and a client's responder reverse. The requester and
+/// the responder are the same code in both directions; this value is what
+/// differs (a reverse half carries inline messages only, and its credits
+/// are the backchannel slots).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Direction {
+    /// Client to server.
+    Forward,
+    /// Server to client (the backchannel).
+    Reverse,
 }
 
 /// One RPC-over-RDMA connection: requester and responder at once. See the
 /// [module docs](super).
 #[derive(Debug)]
 pub struct Connection {
-    config: Config,
-    framing: Framing,
-    negotiated: Option<Negotiated>,
-    info: Option<ConnectionInfo>,
-    established: bool,
-    error: Option<ConnectionError>,
-    ops: WrSlab,
-    // receives
-    recv_posted: usize,
-    recv_free: Vec<MemoryRegion>,
-    backchannel_enabled: bool,
-    // requester
-    credits: u32,
-    next_xid: u32,
-    next_id: u64,
-    queue: VecDeque<OutCall>,
-    /// Our calls sent and not finished, by XID (a hash map: a B-tree
-    /// shifted these large values on every removal). The XIDs of sent calls
-    /// are distinct (see `send_call`); a call whose reply has arrived
-    /// (`reply` set) stays here until its Send and invalidations complete,
-    /// and no longer matches a received reply.
-    calls: IdMap<u32, OutCall>,
-    outstanding: usize,
-    /// `(deadline, XID)` of the calls sent with a deadline, sorted by
-    /// deadline (ties in send order). The front is always a call still
-    /// waiting for its reply (entries are dropped from the front as replies
-    /// arrive; stale entries further back are compacted away), so the
-    /// next timeout is read without scanning every call.
-    deadlines: VecDeque<(Instant, u32)>,
-    retransmits: Vec<OutCall>,
-    // responder
-    grant: u32,
-    /// The largest grant this connection ever advertised: a requester may
-    /// still be using it.
-    max_grant: u32,
-    next_handle: u64,
-    incoming: IdMap<u64, InCall>,
-    reads: VecDeque<PendingRead>,
-    reads_outstanding: usize,
-    /// Octets of RDMA Read sinks registered now (at most
-    /// `Limits::max_read_sink_bytes`).
-    sink_bytes: u64,
-    /// Received calls waiting for Read-sink budget, in arrival order.
-    sink_waiting: VecDeque<u64>,
-    /// This connection's part of the shared Read-sink budget
-    /// (`Config::read_budget`; nothing without one).
-    lease: Lease,
-    /// `(deadline, handle)` of the received calls whose RDMA Reads are
-    /// issued and not all complete (`Config::read_timeout`), sorted.
-    read_deadlines: VecDeque<(Instant, u64)>,
-    /// Until the peer's first valid call (`Config::idle_timeout`).
-    idle_deadline: Option<Instant>,
-    /// Error replies whose Send has not completed.
-    errors_unacked: usize,
-    /// Replies (not errors) whose Send has not completed: the requester
-    /// cannot have received them yet (see `overrun`).
-    replies_unacked: usize,
-    next_job: u64,
-    jobs: IdMap<u64, ReplyJob>,
-    /// Send-queue WRs refused with QueueFull, posted in order as the queue
-    /// drains. Never a call's Send: a refused call goes back to `queue`.
-    backlog: VecDeque<SendWr>,
-    /// The provider refused a WR with QueueFull and no completion has let
-    /// the engine retry yet (always set while `backlog` is not empty): no
-    /// call is sent meanwhile.
-    send_queue_full: bool,
-    /// Registered Send buffers of `send_buffer_size()` octets, reused.
-    send_pool: Vec<MemoryRegion>,
-    /// Buffers of deregistered chunk sinks the responder left unused, for
-    /// the next calls' Write and Reply chunks (see `Connection::sink_buffer`).
-    sink_pool: Arc<Mutex<SinkPool>>,
-    // teardown
-    zombies: Vec<MemoryRegion>,
-    events: VecDeque<Event>,
-    metrics: Metrics,
+    pub(super) config: Config,
+    pub(super) setup: Setup,
+    pub(super) error: Option<ConnectionError>,
+    /// Work requests in flight, pools, receive buffers, backlog, zombies.
+    pub(super) res: Res,
+    /// Our calls.
+    pub(super) req: Requester,
+    /// The calls we received.
+    pub(super) resp: Responder,
+    pub(super) events: VecDeque<Event>,
+    pub(super) metrics: Metrics,
 }
-
-const UNKNOWN_XID: &str = "unknown XID";
-
-/// RFC 5531 `msg_type` values.
-const MSG_CALL: u32 = 0;
-const MSG_REPLY: u32 = 1;
-
-/// The XID and `msg_type` words that start an RPC message.
-fn rpc_prefix(msg: &[u8]) -> Option<(u32, u32)> {
-    let w = |i: usize| {
-        msg.get(i..i + 4)
-            .and_then(|b| <[u8; 4]>::try_from(b).ok())
-            .map(u32::from_be_bytes)
-    };
-    Some((w(0)?, w(4)?))
-}
-
-/// The handle of every segment of a call's chunks, if they are all the
-/// same one: the only case where Send With Invalidate is used (Linux
-/// svc_rdma_get_inv_rkey). (No set is built: the first handle, then any
-/// other ends it.)
-fn single_handle(chunks: &ChunkLists) -> Option<u32> {
-    if chunks.is_empty() {
-        return None; // (what the iterator below finds, without building it)
-    }
-    let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
-        chunks
-            .writes
-            .iter()
-            .chain(chunks.reply.iter())
-            .flat_map(|w| w.segments.iter().map(|s| s.handle)),
-    );
-    match all.next() {
-        Some(h) if all.all(|x| x == h) => Some(h),
-        _ => None,
-    }
-}
-
-/// A copy of `wr` (kept in case the provider refuses it with QueueFull):
-/// the SGE list copied as a slice, not element by element.
-fn copy_wr(wr: &SendWr) -> SendWr {
-    SendWr {
-        wr_id: wr.wr_id,
-        op: wr.op,
-        sges: Sges::from_slice(&wr.sges),
-    }
-}
-
-/// One single-segment Write chunk per length (placeholders for header
-/// sizes); nothing built for the usual empty list.
-fn placeholders(lens: &[u32]) -> WriteList {
-    if lens.is_empty() {
-        return WriteList::new();
-    }
-    lens.iter()
-        .map(|&l| WriteChunk::single(Segment::new(0, l, 0)))
-        .collect()
-}
-
-/// Send buffers kept registered for reuse.
-const SEND_POOL_MAX: usize = 256;
-/// Octets of (unregistered) chunk-sink buffers kept for reuse.
-const SINK_POOL_BYTES: usize = 32 << 20;
 
 impl Connection {
     /// A connection engine for a connection that is being set up.
     pub fn new(config: Config) -> Connection {
-        let grant = config.credits_granted.max(1);
-        let lease = Lease::new(config.read_budget.clone());
+        let send_size = config.inline_send.max(1024) as usize;
+        //= rfc8166#section-3.3.3
+        //# Receiver implementations MUST support inline thresholds of 1024 bytes
+        //# but MAY support larger inline thresholds values.
+        let recv_size = config.inline_recv.max(1024) as usize;
+        // The role fixes the direction of each half (and nothing else
+        // in them).
+        let (calls, answers) = match config.role {
+            Role::Client => (Direction::Forward, Direction::Reverse),
+            Role::Server => (Direction::Reverse, Direction::Forward),
+        };
         Connection {
-            next_xid: config.first_xid,
+            setup: Setup::new(&config),
+            req: Requester::new(&config, calls),
+            resp: Responder::new(&config, answers),
             config,
-            framing: Framing::V1,
-            negotiated: None,
-            info: None,
-            established: false,
             error: None,
-            ops: WrSlab::default(),
-            recv_posted: 0,
-            recv_free: Vec::new(),
-            backchannel_enabled: false,
-            credits: 1,
-            next_id: 1,
-            queue: VecDeque::new(),
-            calls: IdMap::default(),
-            outstanding: 0,
-            deadlines: VecDeque::new(),
-            retransmits: Vec::new(),
-            grant,
-            max_grant: grant,
-            next_handle: 1,
-            incoming: IdMap::default(),
-            reads: VecDeque::new(),
-            reads_outstanding: 0,
-            sink_bytes: 0,
-            sink_waiting: VecDeque::new(),
-            lease,
-            read_deadlines: VecDeque::new(),
-            idle_deadline: None,
-            errors_unacked: 0,
-            replies_unacked: 0,
-            next_job: 1,
-            jobs: IdMap::default(),
-            backlog: VecDeque::new(),
-            send_queue_full: false,
-            send_pool: Vec::new(),
-            sink_pool: Arc::default(),
-            zombies: Vec::new(),
+            res: Res::new(send_size, recv_size),
             events: VecDeque::new(),
             metrics: Metrics::default(),
         }
@@ -460,7 +81,7 @@ impl Connection {
 
     /// The engine for the next connection after this one was lost: the
     /// calls that failed with `retransmit: true` are queued again with
-    /// their original [`CallId`]s and XIDs, credits start again at one,
+    /// their original [`CallId`](super::CallId)s and XIDs, credits start again at one,
     /// XID and id counters and metrics carry on. The old provider should be
     /// dropped (its registrations die with it).
     //= rfc8166#section-3.3.3
@@ -476,27 +97,11 @@ impl Connection {
     // rpcrdma_reset_cwnd).
     pub fn reconnect(mut self, config: Config) -> Connection {
         let mut next = Connection::new(config);
-        next.next_xid = self.next_xid;
-        next.next_id = self.next_id;
-        next.next_handle = self.next_handle;
+        next.req.carry_over(&mut self.req);
+        next.resp.next_handle = self.resp.next_handle;
         next.metrics = self.metrics;
         next.metrics.credits_granted = 0;
-        for c in self.retransmits.drain(..) {
-            let mut oc = OutCall::new(c.id, c.xid, c.call, c.retransmit);
-            oc.transmissions = c.transmissions;
-            oc.timeouts = c.timeouts;
-            next.queue.push_back(oc);
-        }
         next
-    }
-
-    /// Gives up the calls kept for retransmission (instead of
-    /// [`Connection::reconnect`]): `(id, xid, call)`.
-    pub fn take_retransmits(&mut self) -> Vec<(CallId, u32, OutgoingCall)> {
-        self.retransmits
-            .drain(..)
-            .map(|c| (c.id, c.xid, c.call))
-            .collect()
     }
 
     // ------------------------------------------------------------------
@@ -512,29 +117,29 @@ impl Connection {
     }
     /// Inline thresholds and remote invalidation, once established.
     pub fn negotiated(&self) -> Option<Negotiated> {
-        self.negotiated
+        self.setup.negotiated()
     }
     /// Calls we may have outstanding (the peer's grant, clamped).
     pub fn credits(&self) -> u32 {
-        self.credits
+        self.req.credits
     }
     /// Our calls sent (their Send accepted by the provider) and not yet
     /// answered.
     pub fn outstanding(&self) -> usize {
-        self.outstanding
+        self.req.outstanding
     }
     /// Our calls waiting for a credit (or for the connection, or for room
     /// in the send queue).
     pub fn queued(&self) -> usize {
-        self.queue.len()
+        self.req.queue.len()
     }
     /// Received calls not yet answered.
     pub fn pending_incoming(&self) -> usize {
-        self.incoming.len()
+        self.resp.incoming.len()
     }
     /// The credit grant we send as responder.
     pub fn grant(&self) -> u32 {
-        self.responder_grant()
+        self.resp.grant
     }
     /// Counters.
     pub fn metrics(&self) -> &Metrics {
@@ -550,41 +155,21 @@ impl Connection {
     }
     /// Work requests posted and not completed yet.
     pub fn inflight_work_requests(&self) -> usize {
-        self.ops.len()
+        self.res.ops.len()
     }
     /// What the connection holds now (see [`Resources`]).
     pub fn resources(&self) -> Resources {
         Resources {
-            work_requests: self.ops.len(),
-            receives_posted: self.recv_posted,
-            pooled_regions: self.recv_free.len() + self.send_pool.len(),
-            calls_received: self.incoming.len(),
-            reply_jobs: self.jobs.len(),
-            calls_sent: self.calls.len() + self.queue.len(),
-            read_sink_bytes: self.sink_bytes,
-            read_budget_held: self.lease.held(),
-            zombies: self.zombies.len(),
+            work_requests: self.res.ops.len(),
+            receives_posted: self.res.recv_posted,
+            pooled_regions: self.res.recv_free.len() + self.res.send_pool.len(),
+            calls_received: self.resp.incoming.len(),
+            reply_jobs: self.resp.jobs.len(),
+            calls_sent: self.req.calls.len() + self.req.queue.len(),
+            read_sink_bytes: self.resp.sink_bytes,
+            read_budget_held: self.resp.lease.held(),
+            zombies: self.res.zombies.len(),
         }
-    }
-
-    /// Changes the grant we send as forward responder (server; Linux keeps
-    /// it static). Zero is treated as one.
-    //= rfc8166#section-3.3.1
-    //# The granted value MUST NOT be zero, since such a value
-    //# would result in deadlock.
-    // (Linux clients also floor a zero grant to one.)
-    //= rfc8166#section-3.3.1
-    //# The Responder MUST
-    //# ensure that an increase in receive resources is effected before the
-    //# next RPC Reply message is sent.
-    ///
-    /// Receives for a larger grant are posted here, before any reply
-    /// advertises it.
-    pub fn set_credit_grant(&mut self, p: &mut dyn Provider, credits: u32) {
-        self.grant = credits.max(1);
-        self.clamp_grant(p);
-        self.max_grant = self.max_grant.max(self.grant);
-        self.refill(p);
     }
 
     // ------------------------------------------------------------------
@@ -605,14 +190,11 @@ impl Connection {
         p: &mut dyn Provider,
         info: &ConnectionInfo,
     ) {
-        if self.error.is_some() || self.established {
+        if self.error.is_some() || self.setup.is_ready() {
             return;
         }
-        let peer = PeerPrivateData::find(&info.peer_private_data);
-        self.negotiated = Some(negotiate(&self.config.private_data_struct(), peer.data()));
-        self.info = Some(info.clone());
-        self.established = true;
-        self.idle_deadline = self.config.idle_timeout.map(|d| now + d);
+        self.setup.establish(&self.config, info);
+        self.resp.idle_deadline = self.config.idle_timeout.map(|d| now + d);
         self.clamp_grant(p);
         self.refill(p);
         self.pump(now, p);
@@ -625,7 +207,7 @@ impl Connection {
 
     /// Every completion the provider returns goes here.
     pub fn handle_completion(&mut self, now: Instant, p: &mut dyn Provider, c: Completion) {
-        let Some(op) = self.ops.remove(c.wr_id) else {
+        let Some(op) = self.res.ops.remove(c.wr_id) else {
             return;
         };
         if !c.status.is_ok() && c.status != Status::Flushed {
@@ -639,556 +221,67 @@ impl Connection {
         }
         if !c.status.is_ok() || self.error.is_some() {
             self.cleanup_dead(op);
-            self.reap(p);
+            self.res.reap(p);
             return;
         }
         match op {
-            Op::Recv(mr) => {
-                self.recv_posted = self.recv_posted.saturating_sub(1);
-                let len = c.byte_len as usize;
-                // The header is decoded in place, in the receive buffer;
-                // only the RPC message that follows it is copied out (it
-                // becomes the message handed to the upper layer).
-                let data = p.region(&mr).ok().and_then(|b| b.get(..len)).map(|b| {
-                    let incoming = self.framing.decode(b, &self.config.limits);
-                    let payload = match &incoming {
-                        Incoming::Data { payload_offset, .. } => {
-                            b.get(*payload_offset..).unwrap_or_default().to_vec()
-                        }
-                        _ => Vec::new(),
-                    };
-                    (incoming, payload)
-                });
-                self.recv_free.push(mr);
-                let inv = match c.opcode {
-                    Opcode::RecvWithInvalidate { stag } => {
-                        self.metrics.remote_invalidations += 1;
-                        Some(stag)
-                    }
-                    _ => None,
-                };
-                // Repost first: whatever this message makes us send (a
-                // reply, an error, a queued call) may let the peer send
-                // again before we come back here.
-                self.refill(p);
-                match data {
-                    Some((incoming, payload)) => self.on_message(now, p, incoming, payload, inv),
-                    None => self.metrics.dropped += 1,
-                }
-                self.refill(p);
-            }
-            Op::CallSend(xid) => {
-                if let Some(call) = self.calls.get_mut(&xid) {
-                    call.send_done = true;
-                }
-                self.try_finish(p, xid);
-            }
-            Op::CallInv(xid) => {
-                if let Some(call) = self.calls.get_mut(&xid) {
-                    call.pending_inv = call.pending_inv.saturating_sub(1);
-                }
-                self.try_finish(p, xid);
-            }
-            Op::Read(handle) => {
-                self.reads_outstanding = self.reads_outstanding.saturating_sub(1);
-                let done = match self.incoming.get_mut(&handle) {
-                    Some(call) => {
-                        call.reads_left = call.reads_left.saturating_sub(1);
-                        call.reads_left == 0
-                    }
-                    None => false,
-                };
-                if done {
-                    self.reads_done(now, p, handle);
-                }
-                self.issue_reads(p);
-            }
+            Op::Recv(mr) => self.on_receive(now, p, mr, c.byte_len as usize, c.opcode),
+            Op::CallSend(xid) => self.call_sent(p, xid),
+            Op::CallInv(xid) => self.call_invalidated(p, xid),
+            Op::Read(handle) => self.read_done(now, p, handle),
             Op::Reply(job) => self.job_step(p, job),
-            Op::ReplySend(mr) => {
-                self.replies_unacked = self.replies_unacked.saturating_sub(1);
-                self.release(p, mr);
-            }
-            Op::Bare(mr) => {
-                self.errors_unacked = self.errors_unacked.saturating_sub(1);
-                self.release(p, mr);
-            }
+            Op::ReplySend(mr) => self.reply_sent(p, mr),
+            Op::Bare(mr) => self.error_sent(p, mr),
         }
         self.drain_backlog(now, p);
-        self.reap(p);
+        self.res.reap(p);
     }
 
-    /// Fires expired timers: a call without a reply past its deadline ends
-    /// the connection (RDMA has no keepalive; as Linux, a timeout forces a
-    /// disconnect and the call is retransmitted on the next connection);
-    /// so do a received call whose RDMA Reads are overdue
-    /// (`Config::read_timeout`) and a peer silent since the connection was
-    /// established (`Config::idle_timeout`).
-    pub fn handle_timeout(&mut self, now: Instant, p: &mut dyn Provider) {
-        if self.error.is_some() {
-            return;
-        }
-        if self.idle_deadline.is_some_and(|d| d <= now) {
-            self.metrics.idle_timeouts += 1;
-            self.fatal(p, ConnectionError::IdleTimeout);
-            return;
-        }
-        if let Some(&(d, handle)) = self.read_deadlines.front() {
-            if d <= now {
-                let xid = self.incoming.get(&handle).map_or(0, |c| c.xid);
-                self.metrics.read_timeouts += 1;
-                self.fatal(p, ConnectionError::Peer(PeerError::ReadTimeout { xid }));
-                return;
-            }
-        }
-        let expired = self.call_deadline().is_some_and(|d| d <= now);
-        if expired {
-            // The calls whose own deadline passed count a timed-out
-            // transmission (the others were cut short by it).
-            for c in self.calls.values_mut() {
-                if c.reply.is_none() && c.deadline.is_some_and(|d| d <= now) {
-                    c.timeouts += 1;
+    /// A receive completed with `len` octets in `mr`: decode, repost, and
+    /// hand the message to the half it is for.
+    pub(super) fn on_receive(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        mr: MemoryRegion,
+        len: usize,
+        opcode: Opcode,
+    ) {
+        self.res.recv_posted = self.res.recv_posted.saturating_sub(1);
+        // The header is decoded in place, in the receive buffer;
+        // only the RPC message that follows it is copied out (it
+        // becomes the message handed to the upper layer).
+        let data = p.region(&mr).ok().and_then(|b| b.get(..len)).map(|b| {
+            let incoming = self.params().framing.decode(b, &self.config.limits);
+            let payload = match &incoming {
+                Incoming::Data { payload_offset, .. } => {
+                    b.get(*payload_offset..).unwrap_or_default().to_vec()
                 }
+                _ => Vec::new(),
+            };
+            (incoming, payload)
+        });
+        self.res.recv_free.push(mr);
+        let inv = match opcode {
+            Opcode::RecvWithInvalidate { stag } => {
+                self.metrics.remote_invalidations += 1;
+                Some(stag)
             }
-            self.fatal(p, ConnectionError::Timeout);
+            _ => None,
+        };
+        // Repost first: whatever this message makes us send (a
+        // reply, an error, a queued call) may let the peer send
+        // again before we come back here.
+        self.refill(p);
+        match data {
+            Some((incoming, payload)) => self.on_message(now, p, incoming, payload, inv),
+            None => self.metrics.dropped += 1,
         }
-    }
-
-    /// Gives the waker to wake when this connection can move for a reason
-    /// outside it: another connection gave back part of the shared
-    /// Read-sink budget (`Config::read_budget`) this one waits for. Then
-    /// call [`Connection::handle_read_budget`]. Cheap when unchanged.
-    pub fn set_waker(&mut self, waker: &Waker) {
-        self.lease.set_waker(waker);
-    }
-
-    /// True while a received call waits for the shared Read-sink budget
-    /// (a blocking driver must then stay wakeable by the waker).
-    pub fn waits_for_read_budget(&self) -> bool {
-        self.lease.waiting()
-    }
-
-    /// Retries the calls waiting for the shared Read-sink budget (after
-    /// the waker of [`Connection::set_waker`] was woken); true if one was
-    /// admitted (its Reads issued).
-    pub fn handle_read_budget(&mut self, now: Instant, p: &mut dyn Provider) -> bool {
-        if self.error.is_some() || !self.lease.waiting() {
-            return false;
-        }
-        let waiting = self.sink_waiting.len();
-        self.admit_waiting(now, p);
-        self.sink_waiting.len() != waiting
+        self.refill(p);
     }
 
     // ------------------------------------------------------------------
     // C. commands
-
-    /// Starts a call (a forward call at a client, a backchannel call at a
-    /// server). It is queued until the connection is established and a
-    /// credit is free.
-    pub fn start_call(
-        &mut self,
-        now: Instant,
-        p: &mut dyn Provider,
-        call: OutgoingCall,
-    ) -> Result<CallId, CallError> {
-        if let Some(e) = &self.error {
-            return Err(CallError::Closed(e.clone()));
-        }
-        match call.message.first() {
-            Some(Piece::Inline(b)) if b.len() >= 8 => {}
-            _ => {
-                return Err(CallError::BadMessage(
-                    "the first piece must be inline and hold the RPC header",
-                ))
-            }
-        }
-        //= rfc8166#section-3.4.5
-        //# The value in this field
-        //# MUST be a multiple of four.
-        // Read chunk positions are offsets in the XDR stream: every inline
-        // piece must be whole XDR items, so every DDP item starts aligned.
-        if call
-            .message
-            .iter()
-            .any(|p| matches!(p, Piece::Inline(b) if b.len() % 4 != 0))
-        {
-            return Err(CallError::BadMessage(
-                "inline pieces must be whole XDR items (multiples of four octets)",
-            ));
-        }
-        let len: usize = call
-            .message
-            .iter()
-            .map(|p| match p {
-                Piece::Inline(b) => b.len(),
-                Piece::Ddp(b) => b.len() + pad4(b.len()),
-            })
-            .sum();
-        let max = self.config.limits.max_message_len as usize;
-        if len > max {
-            return Err(CallError::TooLarge { len, max });
-        }
-        // Reply buffers are allocated from these: bounded like messages.
-        let biggest = call
-            .ddp_results
-            .iter()
-            .copied()
-            .chain([call.reply_max])
-            .max()
-            .unwrap_or(0) as usize;
-        if biggest > max {
-            return Err(CallError::TooLarge { len: biggest, max });
-        }
-        if self.backchannel_requester() {
-            //= rfc8167#section-4.2
-            //# Forward- and reverse-direction operation on the same connection share
-            //# the same Receive buffers.
-            // This implementation carries reverse-direction messages inline
-            // only (no chunks: RFC 8167 section 5.3 leaves chunk use to the
-            // ULB, and the NFSv4.1 backchannel needs none), so a reverse call
-            // larger than the inline threshold cannot be sent at all.
-            let thr = self.send_threshold();
-            let need = self.framing.min_msg_header_len() + len;
-            if need > thr {
-                return Err(CallError::TooLarge {
-                    len: need,
-                    max: thr,
-                });
-            }
-        }
-        if self.queue.len() >= self.config.max_queued {
-            return Err(CallError::QueueFull);
-        }
-        let id = CallId(self.next_id);
-        self.next_id += 1;
-        let xid = self.next_xid;
-        self.next_xid = self.next_xid.wrapping_add(1);
-        let call = OutCall::new(id, xid, call, false);
-        if self.queue.is_empty() && self.can_send() {
-            // What `pump` would do with the call at the front of an empty
-            // queue, without moving it through the queue.
-            self.send_call(now, p, call);
-        } else {
-            self.queue.push_back(call);
-            self.pump(now, p);
-        }
-        // `pump` takes calls from the front only: still queued, the call is
-        // at the back. (A wait for the send queue is a `send_queue_waits`.)
-        if self.queue.back().is_some_and(|c| c.id == id) && !self.send_queue_full {
-            self.metrics.credit_waits += 1;
-        }
-        Ok(id)
-    }
-
-    /// Answers a received call.
-    pub fn send_reply(
-        &mut self,
-        _now: Instant,
-        p: &mut dyn Provider,
-        handle: CallHandle,
-        reply: OutgoingReply,
-    ) -> Result<ReplyForm, CallError> {
-        if let Some(e) = &self.error {
-            return Err(CallError::Closed(e.clone()));
-        }
-        let (xid, backchannel) = match self.incoming.get(&handle.0) {
-            Some(c) if c.delivered => (c.xid, c.backchannel),
-            _ => return Err(CallError::UnknownHandle),
-        };
-        match reply.message.first() {
-            Some(Piece::Inline(b)) if b.len() >= 4 => {}
-            _ => {
-                return Err(CallError::BadMessage(
-                    "the first piece must be inline and hold the RPC header",
-                ))
-            }
-        }
-        let thr = self.send_threshold();
-        // The DDP data is never copied: the pieces that go into Write
-        // chunks are registered as they are (see `post_reply`).
-        let mut message = reply.message;
-        let (stream_len, ddp) = marshal::layout(&message);
-        if let Some(Piece::Inline(b)) = message.first_mut() {
-            if let Some(w) = b.get_mut(..4) {
-                w.copy_from_slice(&xid.to_be_bytes());
-            }
-        }
-        if backchannel {
-            let need = self.framing.min_msg_header_len() + stream_len;
-            if need > thr {
-                return Err(CallError::TooLarge {
-                    len: need,
-                    max: thr,
-                });
-            }
-        }
-        let Some(call) = self.incoming.remove(&handle.0) else {
-            return Err(CallError::UnknownHandle);
-        };
-        let grant = self.responder_grant();
-
-        // DDP results into the Write chunks, in order.
-        //= rfc8166#section-3.4.6
-        //# The Responder MUST copy the segment count and all
-        //# segments from the Requester-provided Write chunk into the RPC Reply
-        //# message's Transport header.  As it does so, the Responder updates
-        //# each segment length field to reflect the actual amount of data that
-        //# is being returned in that segment.
-        //= rfc8166#section-3.4.6.2
-        //# A Responder MUST NOT write XDR roundup padding into
-        //# a Write chunk, even if the Requester made space available for it.
-        //= rfc8166#section-4.3.2.2
-        //# If this is the last or only Write chunk available and it remains
-        //# unconsumed, the Responder MUST return this Write chunk as an unused
-        //# Write chunk (see Section 3.4.6).
-        // Every echoed segment starts at length zero (unused) and gets the
-        // octets actually written (Linux pcl_process_nonpayloads).
-        // (Nothing to build for the usual small call without a Write list.)
-        let mut echo: WriteList = if call.writes.is_empty() {
-            WriteList::new()
-        } else {
-            call.writes
-                .iter()
-                .map(|w| {
-                    WriteChunk::from_segments(
-                        w.segments
-                            .iter()
-                            .map(|s| Segment::new(s.handle, 0, s.offset))
-                            .collect::<SegmentList>(),
-                    )
-                })
-                .collect()
-        };
-        // Indexes (in `message`) of the DDP pieces written to Write chunks.
-        let mut written: Vec<usize> = Vec::new();
-        // (remote, source, offset in the source, octets); the sources are
-        // the written DDP pieces in order, then (Long Reply) the inline part.
-        let mut plan: Vec<(RemoteAddr, usize, usize, usize)> = Vec::new();
-        //= rfc8166#section-4.3.2
-        //# When a Requester provides a Write list, the Responder MUST push data
-        //# corresponding to DDP-eligible result data items to Requester memory
-        //# referenced in the Write list.
-        //= rfc8166#section-4.3.2.2
-        //# If there is a subsequent DDP-eligible result data item in the RPC
-        //# Reply message, it MUST be placed in that unconsumed Write chunk.
-        // The k-th non-empty DDP item goes into the k-th Write chunk: an
-        // empty item (a union arm without data) consumes no chunk.
-        let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
-        for (k, &(pi, d)) in ddp.iter().enumerate() {
-            let Some(chunk) = call.writes.get(k) else {
-                break; // no Write chunk left: the item goes inline
-            };
-            //= rfc8166#section-4.3.2.3
-            //# The Responder MUST return the corresponding
-            //# result data item inline and MUST return an empty Write chunk in
-            //# that Write list position in the RPC Reply message.
-            if chunk.segments.is_empty() {
-                continue; // echoed with no segments; the item stays inline
-            }
-            let lens: Vec<u32> = chunk.segments.iter().map(|s| s.length).collect();
-            let Some(parts) = marshal::spread(d.len, &lens) else {
-                // The result does not fit the Write chunk offered for it.
-                self.send_error(p, xid, ErrorReply::Chunk);
-                return Ok(ReplyForm::ErrChunk);
-            };
-            for (si, off, n) in parts {
-                let (Some(seg), Some(e)) = (
-                    chunk.segments.get(si),
-                    echo.get_mut(k).and_then(|c| c.segments.get_mut(si)),
-                ) else {
-                    continue;
-                };
-                e.length = n as u32;
-                plan.push((
-                    RemoteAddr {
-                        stag: Stag(seg.handle),
-                        offset: seg.offset,
-                    },
-                    written.len(),
-                    off,
-                    n,
-                ));
-            }
-            written.push(pi);
-        }
-        // The inline part (the message minus the written DDP pieces) is
-        // not built: it is written straight into the Send buffer, or, for
-        // a Long Reply, built as the source of the Reply chunk's Writes.
-        let inline_len = marshal::inline_len_except(&message, &written);
-        let mut long_src: Option<Bytes> = None;
-        //= rfc8166#section-4.3.3
-        //# When a Requester provides a Reply chunk in an RPC Call message, the
-        //# Responder MUST copy that chunk into the Transport header of the RPC
-        //# Reply message.
-        // A Short reply copies it with every segment length zero (as Linux
-        // svcrdma does).
-        let unused_reply = call.reply.as_ref().map(|rc| {
-            WriteChunk::from_segments(
-                rc.segments
-                    .iter()
-                    .map(|s| Segment::new(s.handle, 0, s.offset))
-                    .collect::<SegmentList>(),
-            )
-        });
-        //= rfc8166#section-4.3.1
-        //# Responders MUST leave the Read list empty in all replies.
-        let msg_chunks = ChunkLists {
-            reads: ReadList::new(),
-            writes: echo,
-            reply: unused_reply,
-        };
-        let (form, header) = if self.framing.header_len(Shape::Msg, &msg_chunks) + inline_len <= thr
-        {
-            let h = self
-                .framing
-                .data_header(xid, grant, Shape::Msg, msg_chunks, None);
-            (ReplyForm::Inline, h)
-        } else {
-            // Long Reply: the rest goes into the Reply chunk.
-            //= rfc8166#section-3.5.3
-            //# If a Reply chunk was provided and the reduced
-            //# Payload stream is larger than the reply inline threshold, the
-            //# Responder MUST use the Requester-provided Reply chunk for the reply.
-            let parts = call.reply.as_ref().and_then(|rc| {
-                let lens: Vec<u32> = rc.segments.iter().map(|s| s.length).collect();
-                marshal::spread(inline_len, &lens).map(|parts| (rc, parts))
-            });
-            let Some((rc, parts)) = parts else {
-                // A reply that fits neither inline nor the Reply chunk
-                // is answered with ERR_CHUNK (Linux svcrdma; libevpl
-                // found silent truncation here), never truncated.
-                self.send_error(p, xid, ErrorReply::Chunk);
-                return Ok(ReplyForm::ErrChunk);
-            };
-            // The echoed Write list, back from the RDMA_MSG attempt.
-            let echo = msg_chunks.writes;
-            let mut rc_echo = WriteChunk::from_segments(
-                rc.segments
-                    .iter()
-                    .map(|s| Segment::new(s.handle, 0, s.offset))
-                    .collect::<SegmentList>(),
-            );
-            // The inline part is the source after the DDP pieces.
-            let src = written.len();
-            for (si, off, n) in parts {
-                let (Some(seg), Some(e)) = (rc.segments.get(si), rc_echo.segments.get_mut(si))
-                else {
-                    continue;
-                };
-                e.length = n as u32;
-                plan.push((
-                    RemoteAddr {
-                        stag: Stag(seg.handle),
-                        offset: seg.offset,
-                    },
-                    src,
-                    off,
-                    n,
-                ));
-            }
-            long_src = Some(Bytes::from(marshal::inline_except(&message, &written)));
-            let chunks = ChunkLists {
-                reads: ReadList::new(),
-                writes: echo,
-                reply: Some(rc_echo),
-            };
-            if self.framing.header_len(Shape::Nomsg, &chunks) > thr {
-                self.send_error(p, xid, ErrorReply::Chunk);
-                return Ok(ReplyForm::ErrChunk);
-            }
-            let h = self
-                .framing
-                .data_header(xid, grant, Shape::Nomsg, chunks, None);
-            (ReplyForm::ReplyChunk, h)
-        };
-        // Header and (Short reply) inline part, straight into the Send
-        // buffer; the XID is already in the message's first piece.
-        let body = (form == ReplyForm::Inline).then_some((&message[..], &written[..]));
-        let send = match self.header_and_body(p, &header, body, None) {
-            Ok(x) => x,
-            Err(e) => {
-                let e = ConnectionError::Provider(e);
-                self.fatal(p, e);
-                return Err(CallError::Closed(
-                    self.error.clone().unwrap_or(ConnectionError::LocalClose),
-                ));
-            }
-        };
-
-        //= rfc8797#section-4.1
-        //# When both connection peers have set this bit
-        //# flag in their CM Private Data, the responder MAY use RDMA Send
-        //# with Invalidate operations when transmitting RPC Replies.
-        //= rfc8797#section-4.1
-        //# When either peer on a connection clears this flag, the responder MUST
-        //# use only RDMA Send when transmitting RPC Replies.
-        //= rfc8797#section-4.1
-        //# Each RDMA Send with Invalidate MUST invalidate an STag associated
-        //# only with the Transaction ID (XID) in the rdma_xid field of the RPC-
-        //# over-RDMA Transport Header it carries.
-        // Only when the call carried exactly one distinct handle (Linux
-        // svc_rdma_get_inv_rkey), never on an error reply.
-        // Plain Send / Send With Invalidate, never the Solicited Event
-        // variants: that is what Linux xprtrdma and svcrdma post, and what
-        // Wireshark's RPC-over-RDMA dissector recognises.
-        let remote_inv = self.negotiated.is_some_and(|n| n.remote_invalidation);
-        let op = match (remote_inv, call.inv) {
-            (true, Some(h)) => {
-                self.metrics.send_with_invalidate += 1;
-                SendOp::SendWithInvalidate {
-                    invalidate: Stag(h),
-                    solicited: false,
-                }
-            }
-            _ => SendOp::Send { solicited: false },
-        };
-        // The DDP pieces are the Write sources as they are: registered
-        // read-only, shared with whoever else holds them, never copied.
-        let mut sources: Vec<Bytes> = Vec::new();
-        if !written.is_empty() || long_src.is_some() {
-            sources = written
-                .iter()
-                .map(|&pi| match message.get_mut(pi) {
-                    Some(Piece::Ddp(b)) => std::mem::take(b),
-                    _ => Bytes::new(),
-                })
-                .collect();
-            sources.extend(long_src);
-        }
-        let r = self.post_reply(p, sources, plan, send, op);
-        //= rfc8166#section-4.5.4
-        //# If a Responder is unable to construct and transmit an RPC Reply or
-        //# RPC-over-RDMA error message, the Responder MUST close the connection
-        //# to signal to the Requester that a reply was lost.
-        if let Err(e) = r {
-            self.fatal(p, e);
-            return Err(CallError::Closed(
-                self.error.clone().unwrap_or(ConnectionError::LocalClose),
-            ));
-        }
-        self.replies_unacked += 1;
-        self.metrics.replies_sent += 1;
-        if form == ReplyForm::ReplyChunk {
-            self.metrics.long_replies_sent += 1;
-        }
-        Ok(form)
-    }
-
-    /// Client: accept backchannel calls, granting `slots` credits; posts
-    /// their receives (never before this call).
-    //= rfc8167#section-4.3.1
-    //# To receive incoming reverse-direction Calls, an RPC-over-RDMA client
-    //# endpoint posts enough additional Receive buffers to match its
-    //# advertised reverse-direction credit value.
-    // They are posted here, before any reply can advertise the grant.
-    pub fn enable_backchannel(&mut self, p: &mut dyn Provider, slots: u32) {
-        if self.config.role != Role::Client {
-            return;
-        }
-        self.config.backchannel_slots = slots.max(1);
-        self.backchannel_enabled = true;
-        self.refill(p);
-    }
 
     /// Closes the connection: outstanding calls fail with
     /// `retransmit: true`.
@@ -1204,190 +297,41 @@ impl Connection {
         self.events.pop_front()
     }
 
-    /// When [`Connection::handle_timeout`] should run next.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.error.is_some() {
-            return None;
-        }
-        let call = self.call_deadline();
-        if self.read_deadlines.is_empty() && self.idle_deadline.is_none() {
-            return call;
-        }
-        self.responder_timeout(call)
-    }
-
-    /// [`Connection::poll_timeout`] with a Read or idle deadline armed.
-    #[inline(never)]
-    fn responder_timeout(&self, call: Option<Instant>) -> Option<Instant> {
-        let read = self.read_deadlines.front().map(|&(d, _)| d);
-        [call, read, self.idle_deadline].into_iter().flatten().min()
-    }
-
-    /// The earliest deadline of our calls waiting for their replies.
-    fn call_deadline(&self) -> Option<Instant> {
-        let &(d, xid) = self.deadlines.front()?;
-        if self.waits_for(xid, d) {
-            return Some(d);
-        }
-        // Not expected (the front is kept pending): the full scan.
-        self.calls
-            .values()
-            .filter(|c| c.reply.is_none())
-            .filter_map(|c| c.deadline)
-            .min()
-    }
-
-    /// Call `xid` still waits for its reply, with deadline `d`.
-    fn waits_for(&self, xid: u32, d: Instant) -> bool {
-        self.calls
-            .get(&xid)
-            .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
-    }
-
-    /// Records a sent call's deadline, keeping `deadlines` sorted.
-    fn add_deadline(&mut self, d: Instant, id: u32) {
-        // Deadlines normally come in order (`now` does not go back): the
-        // new one goes at the back.
-        if self.deadlines.back().is_none_or(|&(e, _)| e <= d) {
-            self.deadlines.push_back((d, id));
-        } else {
-            let at = self.deadlines.partition_point(|&(e, _)| e <= d);
-            self.deadlines.insert(at, (d, id));
-        }
-        // Stale entries (answered calls behind a pending front) are
-        // bounded: compacted once they outnumber the calls.
-        if self.deadlines.len() > 2 * self.calls.len() + 64 {
-            let calls = &self.calls;
-            self.deadlines.retain(|&(d, id)| {
-                calls
-                    .get(&id)
-                    .is_some_and(|c| c.reply.is_none() && c.deadline == Some(d))
-            });
-        }
-    }
-
-    /// Drops answered calls from the front of `deadlines`; call `answered`
-    /// (an XID, just answered) is known not to wait any more.
-    fn trim_deadlines(&mut self, answered: u32) {
-        while let Some(&(d, id)) = self.deadlines.front() {
-            if id != answered && self.waits_for(id, d) {
-                break;
-            }
-            self.deadlines.pop_front();
-        }
-    }
-
     // ------------------------------------------------------------------
-    // internals: roles and thresholds
+    // internals: posting, parameters, the send-queue backlog
 
-    fn backchannel_requester(&self) -> bool {
-        self.config.role == Role::Server
+    /// Posts a Send-queue WR that needs no credit (see [`Res::post`]).
+    pub(super) fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
+        self.res.post(p, wr, &mut self.metrics)
     }
 
-    fn requested(&self) -> u32 {
-        match self.config.role {
-            Role::Client => self.config.credits_requested.max(1),
-            Role::Server => self.config.backchannel_slots.max(1),
-        }
-    }
-
-    fn responder_grant(&self) -> u32 {
-        match self.config.role {
-            Role::Server => self.grant,
-            Role::Client => self.config.backchannel_slots.max(1),
-        }
-    }
-
+    /// What setup settled (see [`Params`]).
     #[inline]
-    fn responder_budget(&self) -> usize {
-        match self.config.role {
-            Role::Server => self.grant as usize,
-            Role::Client if self.backchannel_enabled => self.config.backchannel_slots as usize,
-            Role::Client => 0,
-        }
-    }
-
-    fn send_threshold(&self) -> usize {
-        match self.negotiated {
-            Some(n) => n.send_threshold as usize,
-            None => negotiate(&self.config.private_data_struct(), None).send_threshold as usize,
-        }
-    }
-
-    fn recv_threshold(&self) -> usize {
-        match self.negotiated {
-            Some(n) => n.recv_threshold as usize,
-            None => negotiate(&self.config.private_data_struct(), None).recv_threshold as usize,
-        }
-    }
-
-    fn wr(&mut self, op: Op) -> u64 {
-        self.ops.insert(op)
-    }
-
-    /// Posts a Send-queue WR that needs no credit (anything but a call's
-    /// Send, see `send_call`), or keeps it (in order) while the queue is
-    /// full.
-    fn post(&mut self, p: &mut dyn Provider, wr: SendWr) -> Result<(), ProviderError> {
-        if !self.backlog.is_empty() {
-            self.metrics.send_queue_waits += 1;
-            self.backlog.push_back(wr);
-            return Ok(());
-        }
-        match p.post_send(copy_wr(&wr)) {
-            Err(ProviderError::QueueFull) => {
-                self.metrics.send_queue_waits += 1;
-                self.backlog.push_back(wr);
-                self.send_queue_full = true;
-                Ok(())
-            }
-            r => r,
-        }
+    pub(super) fn params(&self) -> &Params {
+        self.setup.params()
     }
 
     /// After a completion, while the send queue was full: posts the WRs
     /// kept back, then, once they are all taken, the calls that wait
     /// (nothing to do, and no call, in the usual case).
     #[inline]
-    fn drain_backlog(&mut self, now: Instant, p: &mut dyn Provider) {
-        if self.send_queue_full {
+    pub(super) fn drain_backlog(&mut self, now: Instant, p: &mut dyn Provider) {
+        if self.res.send_queue_full {
             self.drain_backlog_slow(now, p);
         }
     }
 
     #[inline(never)]
-    fn drain_backlog_slow(&mut self, now: Instant, p: &mut dyn Provider) {
-        while self.error.is_none() {
-            let Some(wr) = self.backlog.pop_front() else {
-                // Calls are checked against the credits again as they
-                // leave the queue (`pump`).
-                self.send_queue_full = false;
-                self.pump(now, p);
-                break;
-            };
-            match p.post_send(copy_wr(&wr)) {
-                Ok(()) => {}
-                Err(ProviderError::QueueFull) => {
-                    self.backlog.push_front(wr);
-                    break;
-                }
-                Err(e) => {
-                    self.backlog.push_front(wr);
-                    self.fatal(p, ConnectionError::Provider(e));
-                }
-            }
+    pub(super) fn drain_backlog_slow(&mut self, now: Instant, p: &mut dyn Provider) {
+        if self.error.is_some() {
+            return;
         }
-    }
-
-    /// A server never grants more than its receive queue holds.
-    fn clamp_grant(&mut self, p: &mut dyn Provider) {
-        if self.config.role == Role::Server {
-            let room = p
-                .caps()
-                .max_recv_wr
-                .saturating_sub(self.config.backchannel_slots)
-                .max(1);
-            self.grant = self.grant.min(room);
+        match self.res.drain_backlog(p) {
+            // Calls are checked against the credits again as they leave
+            // the queue (`pump`).
+            Ok(true) => self.pump(now, p),
+            Ok(false) => {}
+            Err(e) => self.fatal(p, ConnectionError::Provider(e)),
         }
     }
 
@@ -1407,8 +351,8 @@ impl Connection {
     /// The check that nothing is missing is inlined (most calls find the
     /// receives complete); the posting loop is `refill_slow`.
     #[inline]
-    fn refill(&mut self, p: &mut dyn Provider) {
-        if self.recv_posted < self.recv_target() {
+    pub(super) fn refill(&mut self, p: &mut dyn Provider) {
+        if self.res.recv_posted < self.recv_target() {
             self.refill_slow(p);
         }
     }
@@ -1416,53 +360,24 @@ impl Connection {
     /// Receives to keep posted: the responder budget (our grant) plus one
     /// per outstanding call of ours.
     #[inline]
-    fn recv_target(&self) -> usize {
-        self.responder_budget() + self.outstanding
+    pub(super) fn recv_target(&self) -> usize {
+        self.resp.budget() + self.req.outstanding
     }
 
     #[inline(never)]
-    fn refill_slow(&mut self, p: &mut dyn Provider) {
+    pub(super) fn refill_slow(&mut self, p: &mut dyn Provider) {
         if self.error.is_some() {
             return;
         }
         let target = self.recv_target();
-        //= rfc8166#section-3.3.3
-        //# Receiver implementations MUST support inline thresholds of 1024 bytes
-        //# but MAY support larger inline thresholds values.
-        let size = self.config.inline_recv.max(1024) as usize;
-        while self.recv_posted < target {
-            let mr = match self.recv_free.pop() {
-                Some(mr) => mr,
-                None => match p.register(vec![0u8; size].into_boxed_slice(), Access::LOCAL_WRITE) {
-                    Ok(mr) => mr,
-                    Err(e) => {
-                        self.fatal(p, ConnectionError::Provider(e.error));
-                        return;
-                    }
-                },
-            };
-            let sge = mr.sge(0, mr.len() as u32);
-            let wr_id = self.wr(Op::Recv(mr));
-            match p.post_recv(RecvWr { wr_id, sge }) {
-                Ok(()) => {}
-                Err(e) => {
-                    self.ops.remove(wr_id);
-                    self.recv_free.push(mr);
-                    // A full receive queue: the grant is clamped to it
-                    // (clamp_grant), so this only delays our own calls.
-                    if e != ProviderError::QueueFull {
-                        self.fatal(p, ConnectionError::Provider(e));
-                    }
-                    return;
-                }
-            }
-            self.recv_posted += 1;
+        if let Err(e) = self.res.post_receives(p, target) {
+            self.fatal(p, ConnectionError::Provider(e));
         }
     }
 
     /// A received message, decoded; `payload` is the RPC message that
     /// followed an RDMA_MSG / RDMA_NOMSG header (empty otherwise).
-    fn on_message(
+    pub(super) fn on_message(
         &mut self,
         now: Instant,
         p: &mut dyn Provider,
@@ -1472,53 +387,15 @@ impl Connection {
     ) {
         match incoming {
             Incoming::Drop { .. } => self.metrics.dropped += 1,
-            Incoming::Reject {
-                xid,
-                answer,
-                reason,
-            } => match self.config.role {
-                Role::Server => {
-                    if !self.overrun(p) {
-                        self.send_error(p, xid, answer);
-                    }
-                }
-                //= rfc8166#section-4.5
-                //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
-                //# message, a Requester MUST silently discard the message.
-                //= rfc8166#section-4.6.1
-                //# Requesters MUST silently discard the message.
-                // Nothing is answered and the call the XID names keeps waiting
-                // (for a good reply, or for its timeout: the connection is
-                // then replaced and the call retransmitted). Linux fails the
-                // call with -EIO instead; the RFC is followed here.
-                Role::Client => {
-                    let _ = (reason, now, inv);
-                    if self.awaiting(xid).is_some() {
-                        self.metrics.bad_replies += 1;
-                    }
-                    self.metrics.dropped += 1;
-                }
+            // A header that could not be used: the responder answers it
+            // with an error, the requester discards it.
+            Incoming::Reject { xid, answer, .. } => match self.config.role {
+                Role::Server => self.reject_call(p, xid, answer),
+                Role::Client => self.discard_reply(xid),
             },
+            // Never for the responder (RFC 8166 section 4.2.4).
             Incoming::Error { xid, credit, error } => {
-                match error {
-                    RdmaErrorReport::Vers { .. } => self.metrics.err_vers_received += 1,
-                    RdmaErrorReport::Chunk => self.metrics.err_chunk_received += 1,
-                    RdmaErrorReport::Other(_) => self.metrics.err_other_received += 1,
-                }
-                // An RDMA_ERROR fails only that XID; the connection stays
-                // up (Linux rpcrdma_decode_error). It is never answered:
-                //= rfc8166#section-4.2.4
-                //# A Responder MUST silently discard RDMA_ERROR procedures.
-                // (At a server, one that names a reverse call of ours fails
-                // that call; any other is dropped and counted as a bad XID.)
-                self.requester_reply(
-                    now,
-                    p,
-                    xid,
-                    Some(credit),
-                    inv,
-                    Err(CallFailure::RdmaError(error)),
-                );
+                self.on_rdma_error(now, p, xid, credit, error, inv)
             }
             Incoming::Data {
                 xid,
@@ -1527,1605 +404,33 @@ impl Connection {
                 chunks,
                 payload_offset: _,
             } => {
-                // msg_type of an inline RPC message (RFC 5531: CALL = 0,
-                // REPLY = 1) says which direction it travels (RFC 8167
-                // section 4.1); an RDMA_NOMSG carries none inline.
-                let msg_type = match shape {
-                    Shape::Msg => rpc_prefix(&payload).map(|(_, t)| t),
-                    Shape::Nomsg => None,
-                };
-                match self.config.role {
-                    Role::Client => {
-                        // A reverse-direction call: an inline CALL, or an
-                        // RDMA_NOMSG with a Read list (a reply never has
-                        // one).
-                        let reverse_call = match shape {
-                            Shape::Msg => msg_type == Some(MSG_CALL),
-                            Shape::Nomsg => !chunks.reads.is_empty(),
-                        };
-                        if !reverse_call {
-                            self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
-                        } else if !self.backchannel_enabled {
-                            //= rfc8167#section-6
-                            //# If an endpoint is not prepared to receive an incoming reverse-
-                            //# direction message, loss of the RDMA connection might result.
-                            // We drop it instead (no receive was ever granted for it).
-                            self.metrics.dropped += 1;
-                        } else if !chunks.is_empty() {
-                            if self.overrun(p) {
-                                return;
-                            }
-                            //= rfc8167#section-5.3
-                            //# If a reverse-direction requester provides a non-empty chunk list
-                            //# to a Responder that does not support chunks, the Responder MUST
-                            //# reply with an RDMA_ERROR message with rdma_err field set to
-                            //# ERR_CHUNK.
-                            self.send_error(p, xid, ErrorReply::Chunk);
-                        } else {
-                            self.on_call(now, p, xid, shape, chunks, payload, true);
-                        }
-                    }
-                    Role::Server if msg_type == Some(MSG_REPLY) => {
-                        self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
-                    }
-                    Role::Server => self.on_call(now, p, xid, shape, chunks, payload, false),
+                if self.is_call(shape, &chunks, &payload) {
+                    self.on_call(now, p, xid, shape, chunks, payload);
+                } else {
+                    self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
                 }
             }
         }
     }
 
-    /// A reply (or something that is not a call) for one of our calls.
-    #[allow(clippy::too_many_arguments)]
-    fn on_reply(
-        &mut self,
-        now: Instant,
-        p: &mut dyn Provider,
-        xid: u32,
-        credit: u32,
-        shape: Shape,
-        chunks: &ChunkLists,
-        payload: Vec<u8>,
-        inv: Option<Stag>,
-    ) {
-        let r = self.parse_reply(xid, shape, chunks, payload);
-        if let Err(CallFailure::BadReply(why)) = &r {
-            //= rfc8166#section-4.5
-            //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
-            //# message, a Requester MUST silently discard the message.
-            // Unknown XIDs are counted apart (`bad_xids`); every other
-            // header error leaves the call waiting, as above.
-            if *why == UNKNOWN_XID {
-                self.metrics.bad_xids += 1;
-            } else {
-                self.metrics.bad_replies += 1;
-            }
-            self.metrics.dropped += 1;
-            return;
-        }
-        if let Ok(d) = &r {
-            //= rfc8166#section-4.2.1
-            //# This XID MUST be the same as the XID in the RPC message.
-            //= rfc8167#section-5.2
-            //# Whether presented inline or as a separate chunk, the ONC RPC Reply
-            //# header MUST start with the same XID value that is present in the
-            //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
-            //# contain the value REPLY.
-            //= rfc8166#section-4.5
-            //# If errors are detected in the RPC-over-RDMA header of an RPC Reply
-            //# message, a Requester MUST silently discard the message.
-            // A reply whose RPC header disagrees with its transport header
-            // cannot be attributed to a call: it is dropped and counted, the
-            // call keeps waiting (for a good reply, or for its timeout).
-            let head = match (d.reply_len, self.reply_mr_of(xid)) {
-                (Some(len), Some(mr)) => p
-                    .region(&mr)
-                    .ok()
-                    .and_then(|b| b.get(..(len as usize).min(8)))
-                    .and_then(rpc_prefix),
-                _ => rpc_prefix(&d.inline),
-            };
-            if head != Some((xid, MSG_REPLY)) {
-                self.metrics.rpc_header_mismatches += 1;
-                self.metrics.dropped += 1;
-                return;
-            }
-        }
-        self.requester_reply(now, p, xid, Some(credit), inv, r);
-    }
-
-    fn reply_mr_of(&self, xid: u32) -> Option<MemoryRegion> {
-        self.awaiting(xid).and_then(|c| c.reply_mr)
-    }
-
-    /// Our sent call with this XID, if it still waits for its reply.
-    fn awaiting(&self, xid: u32) -> Option<&OutCall> {
-        self.calls.get(&xid).filter(|c| c.reply.is_none())
-    }
-
-    // ------------------------------------------------------------------
-    // requester
-
-    fn pump(&mut self, now: Instant, p: &mut dyn Provider) {
-        //= rfc8166#section-3.3.1
-        //# A Requester MUST NOT send unacknowledged requests in excess of the
-        //# Responder's granted credit limit.
-        while self.can_send() {
-            let Some(call) = self.queue.pop_front() else {
-                break;
-            };
-            self.send_call(now, p, call);
-        }
-    }
-
-    /// A call may be sent now (connection up, a credit free, the send
-    /// queue not known to be full).
-    fn can_send(&self) -> bool {
-        self.established
-            && self.error.is_none()
-            && !self.send_queue_full
-            && self.outstanding < self.credits as usize
-    }
-
-    fn fail_local(&mut self, call: OutCall, e: CallError) {
-        self.events.push_back(Event::CallFailed {
-            id: call.id,
-            xid: call.xid,
-            error: CallFailure::Local(e),
-            retransmit: false,
-        });
-    }
-
-    fn register(
-        &mut self,
-        p: &mut dyn Provider,
-        data: Vec<u8>,
-        access: Access,
-        into: &mut Mrs,
-    ) -> Result<MemoryRegion, ProviderError> {
-        match p.register(data.into_boxed_slice(), access) {
-            Ok(mr) => {
-                into.push(mr);
-                Ok(mr)
-            }
-            Err(e) => Err(e.error),
-        }
-    }
-
-    /// Marshals a call: chooses its form, registers its chunks, builds its
-    /// Send buffer (all kept in `call`); returns the Send buffer. On
-    /// failure nothing is left registered.
-    fn marshal_call(
-        &mut self,
-        p: &mut dyn Provider,
-        call: &mut OutCall,
-    ) -> Result<MemoryRegion, CallError> {
-        let backchannel = self.backchannel_requester();
-        // Nothing is copied yet: the stream is built only for the form
-        // chosen below, and DDP items that go into Read chunks are
-        // registered as they are.
-        let (stream_len, ddp) = marshal::layout(&call.call.message);
-        let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
-        let ddp_xdr_len: usize = ddp.iter().map(|(_, d)| d.len + pad4(d.len)).sum();
-        let stripped_len = stream_len.saturating_sub(ddp_xdr_len);
-        let xid = call.xid;
-        let with_xid = |mut v: Vec<u8>| {
-            if let Some(w) = v.get_mut(..4) {
-                w.copy_from_slice(&xid.to_be_bytes());
-            }
-            v
+    /// Whether a received RPC-over-RDMA message carries a call (for our
+    /// responder) or a reply (for our requester).
+    fn is_call(&self, shape: Shape, chunks: &ChunkLists, payload: &[u8]) -> bool {
+        // msg_type of an inline RPC message (RFC 5531: CALL = 0, REPLY =
+        // 1) says which direction it travels (RFC 8167 section 4.1); an
+        // RDMA_NOMSG carries none inline.
+        let msg_type = match shape {
+            Shape::Msg => rpc_prefix(payload).map(|(_, t)| t),
+            Shape::Nomsg => None,
         };
-        let flat = |pieces: &[Piece]| with_xid(marshal::flatten(pieces).0);
-        let reply_max = match call.call.reply_max {
-            0 => self.config.default_reply_max,
-            n => n,
-        };
-        let send_thr = self.send_threshold();
-        let recv_thr = self.recv_threshold();
-        let min_hdr = self.framing.min_msg_header_len();
-        if reply_max > self.config.limits.max_message_len {
-            let max = self.config.limits.max_message_len as usize;
-            return Err(CallError::TooLarge {
-                len: reply_max as usize,
-                max,
-            });
-        }
-
-        // Reply resources.
-        let placeholder = |len: u32| WriteChunk::single(Segment::new(0, len, 0));
-        let mut write_lens: Vec<u32> = Vec::new();
-        let mut reply_len: Option<u32> = None;
-        //= rfc8166#section-4.3.3
-        //# A
-        //# Requester MUST provide a Reply chunk whenever the maximum possible
-        //# size of the RPC Reply message's Transport and Payload streams is
-        //# larger than the inline threshold for messages from Responder to
-        //# Requester.
-        // As Linux: a Write chunk for each DDP-eligible result, a Reply chunk
-        // when the rest (the header with the Write list echoed, plus the
-        // non-DDP part) may not fit.
-        if !backchannel && min_hdr + reply_max as usize > recv_thr {
-            write_lens = call.call.ddp_results.clone();
-            let echo = ChunkLists {
-                reads: ReadList::new(),
-                writes: placeholders(&write_lens),
-                reply: None,
-            };
-            let ddp_total: u64 = write_lens.iter().map(|&l| u64::from(l)).sum();
-            let rest = u64::from(reply_max).saturating_sub(ddp_total);
-            if self.framing.header_len(Shape::Msg, &echo) as u64 + rest > recv_thr as u64 {
-                reply_len = Some(reply_max);
-            }
-        }
-        let base = ChunkLists {
-            reads: ReadList::new(),
-            writes: placeholders(&write_lens),
-            reply: reply_len.map(placeholder),
-        };
-
-        enum Form {
-            Inline,
-            Reads,
-            Long,
-        }
-        let with_reads = |n: usize| {
-            let mut c = base.clone();
-            c.reads = ReadList::from_elem(ReadSegment::default(), n);
-            c
-        };
-        //= rfc8166#section-3.5.3
-        //# If there are no DDP-
-        //# eligible data items in the Payload stream, or the Payload stream is
-        //# still too large after it has been reduced, the RDMA transport MUST
-        //# use RDMA Read or Write operations to convey the Payload stream
-        //# itself.
-        // A Call that does not fit the send threshold moves its DDP-eligible
-        // data to Read chunks, or becomes a Long Call (RDMA_NOMSG,
-        // Position-Zero Read chunk).
-        let form = if self.framing.header_len(Shape::Msg, &base) + stream_len <= send_thr {
-            Form::Inline
-        } else if backchannel {
-            let len = self.framing.header_len(Shape::Msg, &base) + stream_len;
-            return Err(CallError::TooLarge { len, max: send_thr });
-        } else if !ddp.is_empty()
-            && self.framing.header_len(Shape::Msg, &with_reads(ddp.len())) + stripped_len
-                <= send_thr
-        {
-            Form::Reads
-        } else if self.framing.header_len(Shape::Nomsg, &with_reads(1)) <= send_thr {
-            Form::Long
-        } else {
-            let len = self.framing.header_len(Shape::Nomsg, &with_reads(1));
-            return Err(CallError::TooLarge { len, max: send_thr });
-        };
-
-        // Registration: every chunk region per call.
-        let mut mrs = Mrs::new();
-        let mut reads = ReadList::new();
-        let mut shape = Shape::Msg;
-        // The DDP pieces left out of the inline part (`None`: no inline
-        // part at all, a Long Call).
-        type Skip = SmallVec<[usize; 4]>;
-        let r: Result<Option<Skip>, ProviderError> = (|| {
-            let inline = match form {
-                Form::Inline => Some(Skip::new()),
-                Form::Reads => {
-                    for &(pi, d) in &ddp {
-                        let Some(Piece::Ddp(data)) = call.call.message.get(pi) else {
-                            continue;
-                        };
-                        //= rfc8166#section-3.4.5.2
-                        //# When reducing a variable-length argument data item, the Requester
-                        //# SHOULD NOT include the data item's XDR roundup padding in the chunk.
-                        //= rfc8166#section-3.4.5.2
-                        //# If the sender chooses not to include roundup padding in the chunk,
-                        //# the chunk's total length MUST be the same as the encoded length of
-                        //# the data item.
-                        //= rfc8166#section-3.4.4.4
-                        //# Except in special cases (covered in Section 3.5.3), a chunk MUST
-                        //# contain exactly one XDR data item.
-                        // (Linux leaves the roundup out too.) The piece is
-                        // registered as it is, shared and read-only: the
-                        // responder may read exactly its octets, nothing
-                        // can write them.
-                        let mr = p.register_shared(data.clone(), Access::REMOTE_READ)?;
-                        mrs.push(mr);
-                        reads.push(ReadSegment::new(
-                            d.position as u32,
-                            Segment::new(mr.stag().0, d.len as u32, 0),
-                        ));
-                        self.metrics.read_chunks += 1;
-                        self.metrics.read_chunk_bytes += d.len as u64;
-                    }
-                    //= rfc8166#section-3.4.2
-                    //# All other XDR data items MUST NOT be reduced.
-                    // Only the caller's `Piece::Ddp` items are ever reduced.
-                    Some(ddp.iter().map(|&(pi, _)| pi).collect())
-                }
-                Form::Long => {
-                    //= rfc8166#section-3.5.3
-                    //# Every
-                    //# RDMA read segment in this chunk MUST contain zero in its Position
-                    //# field.
-                    //= rfc8166#section-3.5.3
-                    //# As these chunks contain a Payload stream, such chunks MUST include
-                    //# appropriate XDR roundup padding to maintain proper XDR alignment of
-                    //# their contents.
-                    // `stream` is the whole XDR stream, DDP items padded.
-                    let stream = flat(&call.call.message);
-                    let len = stream.len();
-                    let mr = self.register(p, stream, Access::REMOTE_READ, &mut mrs)?;
-                    reads.push(ReadSegment::new(
-                        0,
-                        Segment::new(mr.stag().0, len as u32, 0),
-                    ));
-                    shape = Shape::Nomsg;
-                    self.metrics.long_calls += 1;
-                    self.metrics.read_chunks += 1;
-                    self.metrics.read_chunk_bytes += len as u64;
-                    None
-                }
-            };
-            Ok(inline)
-        })();
-        let inline = match r {
-            Ok(i) => i,
-            Err(e) => {
-                self.zombies.extend(mrs);
-                self.reap(p);
-                return Err(CallError::Provider(e));
-            }
-        };
-        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
-        let mut writes = WriteList::new();
-        let mut write_mrs = Mrs::new();
-        let mut reply = None;
-        let mut reply_mr = None;
-        let mut failed = None;
-        for &l in &write_lens {
-            //= rfc8166#section-3.4.6
-            //# Thus, it MUST register Write chunks
-            //# long enough to accommodate the maximum possible size of each
-            //# returned data item.
-            //= rfc8166#section-3.4.6.2
-            //# When provisioning a Write chunk for a variable-length result data
-            //# item, the Requester SHOULD NOT include additional space for XDR
-            //# roundup padding.
-            // Deliberately not followed: the chunk is rounded up to four so a
-            // legacy responder that writes the roundup of an unaligned result
-            // (RFC 5666 era, the reason for Linux's 4-octet pad segment)
-            // stays inside it. A conforming one never writes it; the pad is
-            // never handed out as data (see `Reply::result`).
-            let l = l.saturating_add(pad4(l as usize) as u32);
-            let buf = self.sink_buffer(l as usize);
-            match self.register(p, buf, rw, &mut mrs) {
-                Ok(mr) => {
-                    writes.push(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
-                    write_mrs.push(mr);
-                    self.metrics.write_chunks += 1;
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        if let (None, Some(l)) = (&failed, reply_len) {
-            let buf = self.sink_buffer(l as usize);
-            match self.register(p, buf, rw, &mut mrs) {
-                Ok(mr) => {
-                    reply = Some(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
-                    reply_mr = Some(mr);
-                    self.metrics.reply_chunks += 1;
-                }
-                Err(e) => failed = Some(e),
-            }
-        }
-        let chunks = ChunkLists {
-            reads,
-            writes,
-            reply,
-        };
-        let header = self
-            .framing
-            .data_header(call.xid, self.requested(), shape, chunks, None);
-        // Header and inline part straight into the Send buffer, the RPC
-        // XID set to this call's.
-        let body = inline
-            .as_ref()
-            .map(|skip| (&call.call.message[..], &skip[..]));
-        let send_mr = match failed {
-            Some(e) => Err(e),
-            None => self.header_and_body(p, &header, body, Some(xid)),
-        };
-        let (send_mr, send_len) = match send_mr {
-            Ok(x) => x,
-            Err(e) => {
-                self.zombies.extend(mrs);
-                self.reap(p);
-                return Err(CallError::Provider(e));
-            }
-        };
-        call.chunk_mrs = mrs;
-        call.write_mrs = write_mrs;
-        call.reply_mr = reply_mr;
-        call.send_mr = Some(send_mr);
-        call.send_len = send_len;
-        Ok(send_mr)
-    }
-
-    fn send_call(&mut self, now: Instant, p: &mut dyn Provider, mut call: OutCall) {
-        // Marshalled once: a call refused by a full send queue comes back
-        // with its chunks registered and its Send buffer built.
-        let send_mr = match call.send_mr {
-            Some(mr) => mr,
-            None => match self.marshal_call(p, &mut call) {
-                Ok(mr) => mr,
-                Err(e) => {
-                    self.fail_local(call, e);
-                    return;
-                }
+        match self.config.role {
+            // A reverse-direction call: an inline CALL, or an RDMA_NOMSG
+            // with a Read list (a reply never has one).
+            Role::Client => match shape {
+                Shape::Msg => msg_type == Some(MsgType::CALL),
+                Shape::Nomsg => !chunks.reads.is_empty(),
             },
-        };
-        let xid = call.xid;
-        let sge = send_mr.sge(0, call.send_len);
-        let deadline = self.config.call_timeout.map(|d| now + d);
-        let retransmit = call.retransmit;
-        call.deadline = deadline;
-        call.transmissions += 1;
-        match self.calls.entry(xid) {
-            Entry::Vacant(slot) => {
-                slot.insert(call);
-            }
-            Entry::Occupied(_) => {
-                // Only after 2^32 calls, with the call that had this XID
-                // still unfinished: a reply could not be told apart.
-                let send_mr = call.send_mr.take();
-                self.zombies.extend(call.all_mrs());
-                if let Some(mr) = send_mr {
-                    self.release(p, mr);
-                }
-                self.reap(p);
-                self.fail_local(
-                    call,
-                    CallError::BadMessage("XID still in use by an unfinished call"),
-                );
-                return;
-            }
-        }
-        self.outstanding += 1;
-        // The receive for the reply is posted before the call is sent.
-        self.refill(p);
-        if self.error.is_some() {
-            return;
-        }
-        let wr_id = self.wr(Op::CallSend(xid));
-        //= rfc8166#section-3.3.1
-        //# A Requester MUST NOT send unacknowledged requests in excess of the
-        //# Responder's granted credit limit.
-        // The call counts as outstanding only once the provider has taken
-        // its Send. Refused with QueueFull, it is not kept to be posted
-        // later (when a reply may have lowered the grant below the calls
-        // then outstanding) but goes back to the front of the queue, and
-        // leaves it again through `pump`, which checks the credits. So it
-        // never waits in `backlog`, where replies would queue behind it.
-        match p.post_send(SendWr {
-            wr_id,
-            op: SendOp::Send { solicited: false },
-            sges: smallvec![sge],
-        }) {
-            Ok(()) => {}
-            Err(ProviderError::QueueFull) => {
-                self.ops.remove(wr_id);
-                self.requeue(xid);
-                return;
-            }
-            Err(e) => {
-                self.ops.remove(wr_id);
-                self.fatal(p, ConnectionError::Provider(e));
-                return;
-            }
-        }
-        if retransmit {
-            self.metrics.retransmits += 1;
-        }
-        if let Some(d) = deadline {
-            self.add_deadline(d, xid);
-        }
-        self.metrics.calls_sent += 1;
-    }
-
-    /// A call whose Send the provider refused (QueueFull) was not sent: it
-    /// goes back to the front of the queue, as it is (XID, chunks, Send
-    /// buffer), until a completion makes room (`drain_backlog`).
-    #[cold]
-    fn requeue(&mut self, xid: u32) {
-        self.outstanding = self.outstanding.saturating_sub(1);
-        self.send_queue_full = true;
-        self.metrics.send_queue_waits += 1;
-        if let Some(mut call) = self.calls.remove(&xid) {
-            call.transmissions = call.transmissions.saturating_sub(1);
-            self.queue.push_front(call);
-        }
-    }
-
-    /// Checks a reply's chunk lists against what the call offered.
-    fn parse_reply(
-        &self,
-        xid: u32,
-        shape: Shape,
-        chunks: &ChunkLists,
-        payload: Vec<u8>,
-    ) -> Result<ReplyData, CallFailure> {
-        let Some(call) = self.awaiting(xid) else {
-            return Err(CallFailure::BadReply(UNKNOWN_XID));
-        };
-        //= rfc8166#section-4.3.1
-        //# Responders MUST leave the Read list empty in all replies.
-        if !chunks.reads.is_empty() {
-            return Err(CallFailure::BadReply("Read list in a reply"));
-        }
-        if chunks.writes.len() > call.write_mrs.len() {
-            return Err(CallFailure::BadReply("more Write chunks than offered"));
-        }
-        //= rfc8166#section-3.4.6
-        //# The Responder MUST copy the segment count and all
-        //# segments from the Requester-provided Write chunk into the RPC Reply
-        //# message's Transport header.
-        // Every chunk we offer is one segment at offset 0: the echo must be
-        // exactly that segment, with a length no larger than it.
-        let check = |ours: &MemoryRegion, theirs: &WriteChunk| -> Result<u32, CallFailure> {
-            let [s] = theirs.segments.as_slice() else {
-                return Err(CallFailure::BadReply(
-                    "returned chunk's segment count differs from the offer",
-                ));
-            };
-            if s.handle != ours.stag().0 || s.offset != 0 {
-                return Err(CallFailure::BadReply("returned segment not offered"));
-            }
-            if u64::from(s.length) > ours.len() {
-                return Err(CallFailure::BadReply("returned chunk longer than offered"));
-            }
-            Ok(s.length)
-        };
-        let mut write_lens = vec![0u32; call.write_mrs.len()];
-        for (i, w) in chunks.writes.iter().enumerate() {
-            if let (Some(mr), Some(l)) = (call.write_mrs.get(i), write_lens.get_mut(i)) {
-                *l = check(mr, w)?;
-            }
-        }
-        match shape {
-            Shape::Msg => {
-                //= rfc8166#section-4.3.3
-                //# When a Requester provides a Reply chunk in an RPC Call message, the
-                //# Responder MUST copy that chunk into the Transport header of the RPC
-                //# Reply message.
-                // A Short reply echoes our Reply chunk with nothing in it (or,
-                // from an older responder, leaves it out); data in it would
-                // be a second copy of the reply.
-                if let Some(theirs) = chunks.reply.as_ref() {
-                    let Some(ours) = call.reply_mr.as_ref() else {
-                        return Err(CallFailure::BadReply("Reply chunk not offered"));
-                    };
-                    if check(ours, theirs)? != 0 {
-                        return Err(CallFailure::BadReply(
-                            "data in the Reply chunk of an RDMA_MSG reply",
-                        ));
-                    }
-                }
-                Ok(ReplyData {
-                    inline: payload,
-                    write_lens,
-                    reply_len: None,
-                })
-            }
-            Shape::Nomsg => {
-                let (Some(ours), Some(theirs)) = (call.reply_mr.as_ref(), chunks.reply.as_ref())
-                else {
-                    return Err(CallFailure::BadReply(
-                        "RDMA_NOMSG reply without our Reply chunk",
-                    ));
-                };
-                let len = check(ours, theirs)?;
-                Ok(ReplyData {
-                    inline: Vec::new(),
-                    write_lens,
-                    reply_len: Some(len),
-                })
-            }
-        }
-    }
-
-    fn requester_reply(
-        &mut self,
-        now: Instant,
-        p: &mut dyn Provider,
-        xid: u32,
-        credit: Option<u32>,
-        inv: Option<Stag>,
-        result: Result<ReplyData, CallFailure>,
-    ) {
-        if self.awaiting(xid).is_none() {
-            self.metrics.bad_xids += 1;
-            return;
-        }
-        //= rfc8167#section-4.1
-        //# In such cases, the receiver MUST ignore the header's credit value.
-        // A credit word is used only here, from a reply (or RDMA_ERROR)
-        // matched to one of our calls; every other message's is ignored.
-        if let Some(g) = credit.and_then(|c| self.framing.grant(c)) {
-            self.metrics.credits_granted = g;
-            //= rfc8166#section-3.3.1
-            //# A Requester MUST NOT send unacknowledged requests in excess of the
-            //# Responder's granted credit limit.
-            // Clamped to [1, requested] as Linux does: a zero grant would
-            // deadlock the connection.
-            let new = g.clamp(1, self.requested());
-            if new != self.credits {
-                self.credits = new;
-                self.events
-                    .push_back(Event::CreditsChanged { credits: new });
-            }
-        }
-        if result.is_err() && matches!(result, Err(CallFailure::BadReply(_))) {
-            self.metrics.bad_replies += 1;
-        }
-        self.metrics.replies_received += 1;
-        self.outstanding = self.outstanding.saturating_sub(1);
-        let mut invs: SmallVec<[Stag; 4]> = SmallVec::new();
-        if let Some(call) = self.calls.get_mut(&xid) {
-            call.reply = Some(result);
-            if let Some(stag) = inv {
-                if call.chunk_mrs.iter().any(|m| m.stag() == stag) {
-                    call.remotely_invalidated.push(stag);
-                }
-            }
-            // The Requester endpoint must ensure that memory regions
-            // associated with each RPC transaction are protected from
-            // Responder access before allowing upper-layer access to the
-            // data contained in them (RFC 8166 section 4.4.1): every chunk
-            // STag is invalidated, locally or by Send With Invalidate, before
-            // the reply is delivered.
-            for mr in &call.chunk_mrs {
-                if !call.remotely_invalidated.contains(&mr.stag()) {
-                    invs.push(mr.stag());
-                }
-            }
-            call.pending_inv = invs.len();
-        }
-        self.trim_deadlines(xid);
-        for stag in invs {
-            let wr_id = self.wr(Op::CallInv(xid));
-            self.metrics.local_invalidations += 1;
-            let wr = SendWr {
-                wr_id,
-                op: SendOp::LocalInvalidate { stag },
-                sges: Sges::new(),
-            };
-            //= rfc8166#section-4.5.4
-            //# After a Requester has received a reply, if it is unable to invalidate
-            //# a memory region due to an unrecoverable problem, the Requester MUST
-            //# close the connection to protect that memory from Responder access
-            //# before the associated RPC transaction is complete.
-            // (A failed Local Invalidate completion ends the connection too:
-            // every completion error is fatal, and `fatal` disconnects
-            // before completing calls whose reply is in.)
-            if let Err(e) = self.post(p, wr) {
-                self.ops.remove(wr_id);
-                self.fatal(p, ConnectionError::Provider(e));
-                return;
-            }
-        }
-        self.try_finish(p, xid);
-        self.pump(now, p);
-    }
-
-    /// Completes a call once the reply is in, its Send completed and every
-    /// chunk is invalidated: hands the Write chunks' buffers over as the
-    /// results, copies the Reply chunk out, and deregisters.
-    fn try_finish(&mut self, p: &mut dyn Provider, xid: u32) {
-        let mut call = match self.calls.entry(xid) {
-            Entry::Occupied(e)
-                if e.get().reply.is_some() && e.get().send_done && e.get().pending_inv == 0 =>
-            {
-                e.remove()
-            }
-            _ => return,
-        };
-        let event = self.finish(p, &mut call);
-        self.events.push_back(event);
-        for mr in call.all_mrs() {
-            self.release(p, mr);
-        }
-    }
-
-    fn finish(&mut self, p: &mut dyn Provider, call: &mut OutCall) -> Event {
-        let result = call
-            .reply
-            .take()
-            .unwrap_or(Err(CallFailure::BadReply("no reply")));
-        match result {
-            Ok(data) => {
-                // Every chunk STag has been invalidated (locally or by Send
-                // With Invalidate) before we get here. Each Write chunk's
-                // registration ends now and its buffer becomes the result,
-                // without a copy; it returns to the sink pool when the upper
-                // layer drops the result, so the next calls reuse it (no
-                // fresh zeroed, page-faulted buffer per call).
-                let read = |mr: &MemoryRegion, len: usize| -> Vec<u8> {
-                    p.region(mr)
-                        .ok()
-                        .and_then(|b| b.get(..len))
-                        .map(<[u8]>::to_vec)
-                        .unwrap_or_default()
-                };
-                let (message, long) = match (data.reply_len, call.reply_mr.as_ref()) {
-                    (Some(l), Some(mr)) => {
-                        self.metrics.long_replies += 1;
-                        self.metrics.reply_chunk_bytes += u64::from(l);
-                        (read(mr, l as usize), true)
-                    }
-                    _ => (data.inline, false),
-                };
-                let mut results = Vec::with_capacity(call.write_mrs.len());
-                let write_mrs = std::mem::take(&mut call.write_mrs);
-                for (mr, &l) in write_mrs.iter().zip(&data.write_lens) {
-                    self.metrics.write_chunk_bytes += u64::from(l);
-                    results.push(self.take_result(p, mr, l as usize, &mut call.chunk_mrs));
-                }
-                Event::ReplyReceived(Reply {
-                    id: call.id,
-                    xid: call.xid,
-                    message,
-                    results,
-                    long,
-                })
-            }
-            Err(error) => Event::CallFailed {
-                id: call.id,
-                xid: call.xid,
-                error,
-                retransmit: false,
-            },
-        }
-    }
-
-    fn release(&mut self, p: &mut dyn Provider, mr: MemoryRegion) {
-        // Local-only buffers of the pool size go back to the Send pool;
-        // anything that was ever exposed remotely is deregistered.
-        if self.error.is_none()
-            && mr.access() == Access::NONE
-            && mr.len() == self.send_buffer_size() as u64
-            && self.send_pool.len() < SEND_POOL_MAX
-        {
-            self.send_pool.push(mr);
-            return;
-        }
-        // A chunk sink whose data nobody took (an unused Write chunk, the
-        // Reply chunk, whose contents were copied out): the registration
-        // ends here (its STag is dead for good), the buffer is kept for a
-        // later call, which registers it afresh under a new STag.
-        if self.error.is_none() && mr.access().contains(Access::REMOTE_WRITE) {
-            match p.deregister(&mr) {
-                Ok(Buffer::Owned(buf)) => self.pool().put(buf),
-                Ok(Buffer::Shared(_)) => {}
-                Err(_) => self.zombies.push(mr),
-            }
-            return;
-        }
-        if p.deregister(&mr).is_err() {
-            self.zombies.push(mr);
-        }
-    }
-
-    /// A buffer of `len` octets for a Write or Reply chunk: a pooled one of
-    /// that size if there is one, else a new zeroed one. A pooled buffer is
-    /// not cleared: it only ever held zeros or what this connection's peer
-    /// placed in it (a result handed out as `Bytes` comes back unchanged,
-    /// and only once every clone is dropped, so nothing the upper layer
-    /// still holds is ever reused), so nothing in it is new to the peer,
-    /// which can never read a chunk anyway (they are registered
-    /// `REMOTE_WRITE` only), and a caller only ever sees the octets the
-    /// responder says it wrote for that call. The pool dies with the
-    /// connection (results returned later are freed).
-    fn sink_buffer(&mut self, len: usize) -> Vec<u8> {
-        match self.pool().take(len) {
-            Some(b) => Vec::from(b),
-            None => vec![0u8; len],
-        }
-    }
-
-    fn pool(&self) -> std::sync::MutexGuard<'_, SinkPool> {
-        self.sink_pool
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The first `len` octets of a Write chunk whose STag has been
-    /// invalidated, as `Bytes`: the chunk's buffer itself once deregistered
-    /// (it goes back to the pool when the `Bytes` is dropped; `mr` is
-    /// removed from `mrs` so it is not released twice), or, if the region
-    /// cannot be deregistered yet (still held by a work request after a
-    /// failure), a copy. Never more than the registered length.
-    fn take_result(
-        &mut self,
-        p: &mut dyn Provider,
-        mr: &MemoryRegion,
-        len: usize,
-        mrs: &mut Mrs,
-    ) -> Bytes {
-        if len == 0 {
-            return Bytes::new();
-        }
-        if len as u64 <= mr.len() {
-            if let Ok(buf) = p.deregister(mr) {
-                mrs.retain(|m| m != mr);
-                return match buf {
-                    Buffer::Owned(buf) if len <= buf.len() => Bytes::from_owner(PooledSink {
-                        buf,
-                        pool: Arc::downgrade(&self.sink_pool),
-                    })
-                    .slice(..len),
-                    other => Bytes::copy_from_slice(other.get(..len).unwrap_or_default()),
-                };
-            }
-        }
-        p.region(mr)
-            .ok()
-            .and_then(|b| b.get(..len))
-            .map(Bytes::copy_from_slice)
-            .unwrap_or_default()
-    }
-
-    fn send_buffer_size(&self) -> usize {
-        self.config.inline_send.max(1024) as usize
-    }
-
-    /// A registered buffer holding `msg`, and its length: a pooled buffer
-    /// when the message fits (every inline message does), else a fresh
-    /// registration.
-    fn message_buffer(
-        &mut self,
-        p: &mut dyn Provider,
-        msg: &[u8],
-    ) -> Result<(MemoryRegion, u32), ProviderError> {
-        self.message_buffer_with(p, msg.len(), |d| {
-            d.copy_from_slice(msg.get(..d.len()).unwrap_or_default());
-            d.len()
-        })
-    }
-
-    /// A registered Send buffer whose first `len` octets `fill` writes (it
-    /// gets exactly `len` octets and must write every one of them: a
-    /// pooled buffer still holds an earlier message; it returns how many
-    /// it wrote), and the message length. A pooled buffer when `len` fits
-    /// (every inline message does), else a fresh registration.
-    fn message_buffer_with(
-        &mut self,
-        p: &mut dyn Provider,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]) -> usize,
-    ) -> Result<(MemoryRegion, u32), ProviderError> {
-        let size = self.send_buffer_size();
-        if len > size {
-            let mut msg = vec![0u8; len];
-            let n = fill(&mut msg).min(len);
-            msg.truncate(n);
-            let mr = p
-                .register(msg.into_boxed_slice(), Access::NONE)
-                .map_err(|e| e.error)?;
-            return Ok((mr, n as u32));
-        }
-        let mr = match self.send_pool.pop() {
-            Some(mr) => mr,
-            None => p
-                .register(vec![0u8; size].into_boxed_slice(), Access::NONE)
-                .map_err(|e| e.error)?,
-        };
-        match p.region_mut(&mr) {
-            Ok(buf) => {
-                let n = buf.get_mut(..len).map_or(0, |d| fill(d).min(len));
-                Ok((mr, n as u32))
-            }
-            Err(e) => {
-                self.zombies.push(mr);
-                Err(e)
-            }
-        }
-    }
-
-    /// A Send buffer holding `header` followed by `body` (see
-    /// [`Connection::message_buffer_with`]): the header is encoded straight
-    /// into it, and so is the body, from the message's pieces, except the
-    /// DDP pieces listed in `skip`. When `xid` is given, the body's first
-    /// word (the RPC XID) is set to it.
-    fn header_and_body(
-        &mut self,
-        p: &mut dyn Provider,
-        header: &DataHeader,
-        body: Option<(&[Piece], &[usize])>,
-        xid: Option<u32>,
-    ) -> Result<(MemoryRegion, u32), ProviderError> {
-        let hlen = header.len();
-        let blen = body.map_or(0, |(pieces, skip)| marshal::inline_len_except(pieces, skip));
-        self.message_buffer_with(p, hlen + blen, |d| {
-            let h = header.write(d);
-            let Some(rest) = d.get_mut(h..) else {
-                return h;
-            };
-            let b = body.map_or(0, |(pieces, skip)| {
-                marshal::write_except(pieces, skip, rest)
-            });
-            if let (Some(xid), Some(w)) = (xid, rest.get_mut(..4.min(b))) {
-                if w.len() == 4 {
-                    w.copy_from_slice(&xid.to_be_bytes());
-                }
-            }
-            h + b
-        })
-    }
-
-    /// Retries deregistration of regions that were still held.
-    #[inline]
-    fn reap(&mut self, p: &mut dyn Provider) {
-        if !self.zombies.is_empty() {
-            self.reap_slow(p);
-        }
-    }
-
-    #[inline(never)]
-    fn reap_slow(&mut self, p: &mut dyn Provider) {
-        let z = std::mem::take(&mut self.zombies);
-        for mr in z {
-            match p.deregister(&mr) {
-                Ok(_) | Err(ProviderError::InvalidHandle) => {}
-                Err(_) => self.zombies.push(mr),
-            }
-        }
-    }
-
-    // ------------------------------------------------------------------
-    // responder
-
-    //= rfc8166#section-4.5
-    //# o  The rdma_xid field MUST contain the same XID that was in the
-    //# rdma_xid field in the failing request;
-    //= rfc8166#section-4.5
-    //# o  The rdma_proc field MUST contain the value RDMA_ERROR; and
-    //= rfc8166#section-4.2.4
-    //# A Requester MUST NOT send an RPC-over-RDMA header with the RDMA_ERROR
-    //# procedure.
-    // Called only where this endpoint is the responder: a server for
-    // forward calls, a client for reverse-direction calls.
-    fn send_error(&mut self, p: &mut dyn Provider, xid: u32, e: ErrorReply) {
-        match e {
-            ErrorReply::Vers { .. } => self.metrics.err_vers_sent += 1,
-            ErrorReply::Chunk => self.metrics.err_chunk_sent += 1,
-        }
-        let msg = self.framing.encode_error(xid, self.responder_grant(), e);
-        let (mr, len) = match self.message_buffer(p, &msg) {
-            Ok(x) => x,
-            Err(e) => {
-                self.fatal(p, ConnectionError::Provider(e));
-                return;
-            }
-        };
-        let wr_id = self.wr(Op::Bare(mr));
-        self.metrics.replies_sent += 1;
-        self.errors_unacked += 1;
-        let wr = SendWr {
-            wr_id,
-            op: SendOp::Send { solicited: false },
-            sges: smallvec![mr.sge(0, len)],
-        };
-        if let Err(e) = self.post(p, wr) {
-            self.ops.remove(wr_id);
-            self.errors_unacked = self.errors_unacked.saturating_sub(1);
-            self.zombies.push(mr);
-            self.fatal(p, ConnectionError::Provider(e));
-        }
-    }
-
-    /// Validates a received call's chunk lists; returns the Read chunks
-    /// (position, segments, length) and the index of the Position-Zero
-    /// Read chunk.
-    #[allow(clippy::type_complexity)]
-    fn validate_call(
-        &self,
-        shape: Shape,
-        chunks: &ChunkLists,
-        payload_len: usize,
-    ) -> Result<(Vec<(u32, Vec<Segment>, u64)>, Option<usize>), &'static str> {
-        let groups: Vec<(u32, Vec<Segment>, u64)> = chunks
-            .read_chunks()
-            .into_iter()
-            .map(|(pos, segs)| {
-                let len = segs.iter().map(|s| u64::from(s.length)).sum();
-                (pos, segs, len)
-            })
-            .collect();
-        let mut pz = None;
-        let mut data = Vec::new();
-        for (i, (pos, _, len)) in groups.iter().enumerate() {
-            if *pos == 0 {
-                //= rfc8166#section-3.5.3
-                //# To transmit a Long Message, the sender conveys only the
-                //# Transport stream with an RDMA Send operation.  The Payload
-                //# stream is not included in the Send buffer in this instance.
-                // So a Position-Zero Read chunk (a Long Call) comes with
-                // RDMA_NOMSG only.
-                if shape == Shape::Msg {
-                    return Err("Position-Zero Read chunk in an RDMA_MSG call");
-                }
-                if pz.is_some() {
-                    return Err("two Position-Zero Read chunks");
-                }
-                pz = Some(i);
-            } else {
-                data.push((*pos, *len));
-            }
-        }
-        let max = u64::from(self.config.limits.max_message_len);
-        let base_len = match (shape, pz) {
-            (Shape::Msg, _) => payload_len as u64,
-            (Shape::Nomsg, Some(i)) => groups.get(i).map_or(0, |g| g.2),
-            //= rfc8166#section-4.2.4
-            //# Though any of these MAY be marked as not present, one MUST be present
-            //# and MUST hold the Payload stream for this RPC-over-RDMA message.
-            // For a call, that is the Position-Zero Read chunk.
-            (Shape::Nomsg, None) => {
-                return Err("RDMA_NOMSG call without a Position-Zero Read chunk")
-            }
-        };
-        if base_len > max {
-            return Err("call exceeds max_message_len");
-        }
-        marshal::check_positions(base_len as usize, &data, max)?;
-        if !groups.is_empty() && self.info.as_ref().map_or(0, |i| i.ord) == 0 {
-            return Err("Read chunks but no RDMA Read resources (ORD 0)");
-        }
-        Ok((groups, pz))
-    }
-
-    /// A requester may still use the largest grant we ever advertised;
-    /// more than twice that many requests unacknowledged (calls not
-    /// answered, replies and error replies whose Send has not completed)
-    /// is a protocol violation, and ends the connection. This also bounds
-    /// what a hostile requester makes us hold: pending calls and queued
-    /// replies (a peer that sends calls but never reads the answers).
-    //= rfc8166#section-3.3.1
-    //# A Requester MUST NOT send unacknowledged requests in excess of the
-    //# Responder's granted credit limit.
-    fn overrun(&mut self, p: &mut dyn Provider) -> bool {
-        let grant = match self.config.role {
-            Role::Server => self.responder_grant().max(self.max_grant),
-            Role::Client => self.responder_grant(),
-        } as usize;
-        let unacked = self.incoming.len() + self.errors_unacked + self.replies_unacked;
-        if unacked < grant.saturating_mul(2) {
-            return false;
-        }
-        self.fatal(
-            p,
-            ConnectionError::Peer(PeerError::CreditOverrun {
-                outstanding: unacked + 1,
-                granted: grant as u32,
-            }),
-        );
-        true
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn on_call(
-        &mut self,
-        now: Instant,
-        p: &mut dyn Provider,
-        xid: u32,
-        shape: Shape,
-        chunks: ChunkLists,
-        payload: Vec<u8>,
-        backchannel: bool,
-    ) {
-        if self.overrun(p) {
-            return;
-        }
-        //= rfc8166#section-4.5.2
-        //# If the rdma_vers field contains a recognized value, but an XDR
-        //# parsing error occurs, the Responder MUST reply with an
-        //# RDMA_ERROR procedure and set the rdma_err value to ERR_CHUNK.
-        if shape == Shape::Msg && chunks.reads.is_empty() {
-            self.on_inline_call(p, xid, chunks, payload, backchannel);
-            return;
-        }
-        let (groups, pz) = match self.validate_call(shape, &chunks, payload.len()) {
-            Ok(x) => x,
-            Err(_why) => {
-                self.send_error(p, xid, ErrorReply::Chunk);
-                return;
-            }
-        };
-        let inv = single_handle(&chunks);
-        let handle = self.next_handle;
-        self.next_handle += 1;
-        let mut reads = Vec::new();
-        let mut rchunks = Vec::with_capacity(groups.len());
-        let mut sink_need: u64 = 0;
-        for (ci, (position, segments, len)) in groups.into_iter().enumerate() {
-            sink_need = sink_need.saturating_add(len);
-            let mut off = 0u64;
-            for s in &segments {
-                if s.length > 0 {
-                    reads.push(PendingRead {
-                        handle,
-                        chunk: ci,
-                        seg: *s,
-                        sink_offset: off,
-                    });
-                }
-                off += u64::from(s.length);
-            }
-            rchunks.push(ReadChunk {
-                position,
-                len: len as usize,
-                sink: None,
-                data: Vec::new(),
-            });
-        }
-        // A call whose Read chunks can never fit the Read-sink budget (this
-        // connection's or the shared one) is refused; one that fits waits
-        // for its turn (below).
-        let most = self.sink_budget().min(self.lease.limit());
-        if sink_need > most.min(u64::from(self.config.limits.max_message_len)) {
-            self.send_error(p, xid, ErrorReply::Chunk);
-            return;
-        }
-        let long = pz.is_some();
-        if long {
-            self.metrics.long_calls_received += 1;
-        }
-        let call = InCall {
-            xid,
-            backchannel,
-            long,
-            base: if shape == Shape::Msg {
-                payload
-            } else {
-                Vec::new()
-            },
-            pz,
-            chunks: rchunks,
-            reads_left: reads.len(),
-            pending_reads: reads,
-            sink_need,
-            admitted: false,
-            writes: chunks.writes,
-            reply: chunks.reply,
-            inv,
-            delivered: false,
-        };
-        self.incoming.insert(handle, call);
-        // A valid call: the peer is no longer idle.
-        self.idle_deadline = None;
-        if sink_need == 0 {
-            // Nothing to read: no sink, no wait.
-            self.reads_done(now, p, handle);
-        } else {
-            self.sink_waiting.push_back(handle);
-            self.admit_waiting(now, p);
-            if self.incoming.get(&handle).is_some_and(|c| !c.admitted) {
-                self.metrics.read_sink_waits += 1;
-            }
-        }
-    }
-
-    /// [`Connection::on_call`] for an RDMA_MSG call without Read chunks
-    /// (every small call): the same checks and outcome as the general path
-    /// (`validate_call`, then `reads_done` with nothing to read), without
-    /// staging the call for RDMA Reads: the message is the inline payload
-    /// as it is, delivered at once.
-    fn on_inline_call(
-        &mut self,
-        p: &mut dyn Provider,
-        xid: u32,
-        chunks: ChunkLists,
-        payload: Vec<u8>,
-        backchannel: bool,
-    ) {
-        if payload.len() as u64 > u64::from(self.config.limits.max_message_len) {
-            self.send_error(p, xid, ErrorReply::Chunk);
-            return;
-        }
-        let inv = single_handle(&chunks);
-        let handle = self.next_handle;
-        self.next_handle += 1;
-        //= rfc8167#section-5.1
-        //# Whether presented inline or as a separate chunk, the ONC RPC Call
-        //# header MUST start with the same XID value that is present in the
-        //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
-        //# contain the value CALL.
-        // As in `reads_done`: a mismatch is answered with ERR_CHUNK.
-        if rpc_prefix(&payload) != Some((xid, MSG_CALL)) {
-            self.metrics.rpc_header_mismatches += 1;
-            self.send_error(p, xid, ErrorReply::Chunk);
-            return;
-        }
-        let ev = IncomingCall {
-            handle: CallHandle(handle),
-            xid,
-            backchannel,
-            message: payload,
-            ddp: Vec::new(),
-            long: false,
-            write_chunks: chunks.writes.iter().map(WriteChunk::total_len).collect(),
-            reply_chunk: chunks.reply.as_ref().map(WriteChunk::total_len),
-        };
-        self.incoming.insert(
-            handle,
-            InCall {
-                xid,
-                backchannel,
-                long: false,
-                base: Vec::new(),
-                pz: None,
-                chunks: Vec::new(),
-                reads_left: 0,
-                pending_reads: Vec::new(),
-                sink_need: 0,
-                admitted: false,
-                writes: chunks.writes,
-                reply: chunks.reply,
-                inv,
-                delivered: true,
-            },
-        );
-        self.idle_deadline = None;
-        self.metrics.calls_received += 1;
-        self.events.push_back(Event::CallReceived(ev));
-    }
-
-    /// Octets of Read sinks this connection may have registered at once
-    /// ([`Limits::max_read_sink_bytes`](crate::Limits::max_read_sink_bytes),
-    /// several calls' worth: it was once also capped at one message's
-    /// length, which serialised the Read chunks of a connection's calls).
-    fn sink_budget(&self) -> u64 {
-        self.config.limits.max_read_sink_bytes
-    }
-
-    /// Registers the Read sinks of waiting calls, in arrival order, while
-    /// they fit this connection's Read-sink budget and the shared one, and
-    /// starts their RDMA Reads (whose deadline starts now).
-    fn admit_waiting(&mut self, now: Instant, p: &mut dyn Provider) {
-        let budget = self.sink_budget();
-        let sink_access = if p.caps().read_sink_needs_remote_write {
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE
-        } else {
-            Access::LOCAL_WRITE
-        };
-        while self.error.is_none() {
-            let Some(&handle) = self.sink_waiting.front() else {
-                break;
-            };
-            let Some(need) = self.incoming.get(&handle).map(|c| c.sink_need) else {
-                self.sink_waiting.pop_front();
-                continue;
-            };
-            if self.sink_bytes.saturating_add(need) > budget || !self.lease.take(need) {
-                break; // backpressure: later calls wait behind this one
-            }
-            self.sink_waiting.pop_front();
-            let lens: Vec<usize> = self
-                .incoming
-                .get(&handle)
-                .map(|c| c.chunks.iter().map(|c| c.len).collect())
-                .unwrap_or_default();
-            let mut sinks: Vec<Option<MemoryRegion>> = Vec::with_capacity(lens.len());
-            let mut failed = false;
-            for len in lens {
-                if len == 0 || failed {
-                    sinks.push(None);
-                    continue;
-                }
-                let mut v = Mrs::new();
-                match self.register(p, vec![0u8; len], sink_access, &mut v) {
-                    Ok(mr) => sinks.push(Some(mr)),
-                    Err(_) => {
-                        failed = true;
-                        sinks.push(None);
-                    }
-                }
-            }
-            if failed {
-                self.lease.give_back(need);
-                self.zombies.extend(sinks.into_iter().flatten());
-                self.reap(p);
-                if let Some(call) = self.incoming.remove(&handle) {
-                    self.send_error(p, call.xid, ErrorReply::Chunk);
-                }
-                continue;
-            }
-            self.sink_bytes += need;
-            self.metrics.max_read_sink_bytes =
-                self.metrics.max_read_sink_bytes.max(self.sink_bytes);
-            let Some(call) = self.incoming.get_mut(&handle) else {
-                continue;
-            };
-            call.admitted = true;
-            for (c, mr) in call.chunks.iter_mut().zip(sinks) {
-                c.sink = mr;
-            }
-            let reads = std::mem::take(&mut call.pending_reads);
-            self.reads.extend(reads);
-            if let Some(t) = self.config.read_timeout {
-                self.add_read_deadline(now + t, handle);
-            }
-        }
-        if self.sink_waiting.is_empty() {
-            self.lease.cancel();
-        }
-        self.issue_reads(p);
-    }
-
-    /// Records the Read deadline of an admitted call, keeping
-    /// `read_deadlines` sorted (they normally come in order).
-    fn add_read_deadline(&mut self, d: Instant, handle: u64) {
-        let at = self.read_deadlines.partition_point(|&(e, _)| e <= d);
-        self.read_deadlines.insert(at, (d, handle));
-    }
-
-    /// The Reads of call `handle` are over: no deadline any more.
-    fn drop_read_deadline(&mut self, handle: u64) {
-        if let Some(i) = self.read_deadlines.iter().position(|&(_, h)| h == handle) {
-            self.read_deadlines.remove(i);
-        }
-    }
-
-    fn issue_reads(&mut self, p: &mut dyn Provider) {
-        // Never more RDMA Reads outstanding than the ORD the connection
-        // negotiated (the peer's IRD): an excess Read Request is fatal at
-        // the peer's RNIC.
-        let ord = self.info.as_ref().map_or(0, |i| usize::from(i.ord));
-        while self.error.is_none() && self.reads_outstanding < ord {
-            let Some(r) = self.reads.pop_front() else {
-                break;
-            };
-            let Some(sink) = self
-                .incoming
-                .get(&r.handle)
-                .and_then(|c| c.chunks.get(r.chunk))
-                .and_then(|c| c.sink)
-            else {
-                continue;
-            };
-            let wr_id = self.wr(Op::Read(r.handle));
-            self.metrics.rdma_reads += 1;
-            self.metrics.rdma_read_bytes += u64::from(r.seg.length);
-            let res = self.post(
-                p,
-                SendWr {
-                    wr_id,
-                    op: SendOp::Read {
-                        remote: RemoteAddr {
-                            stag: Stag(r.seg.handle),
-                            offset: r.seg.offset,
-                        },
-                    },
-                    sges: smallvec![sink.sge(r.sink_offset, r.seg.length)],
-                },
-            );
-            if let Err(e) = res {
-                self.ops.remove(wr_id);
-                self.fatal(p, ConnectionError::Provider(e));
-                return;
-            }
-            self.reads_outstanding += 1;
-            self.metrics.max_reads_in_flight = self
-                .metrics
-                .max_reads_in_flight
-                .max(self.reads_outstanding as u64);
-        }
-    }
-
-    fn reads_done(&mut self, now: Instant, p: &mut dyn Provider, handle: u64) {
-        let mut sinks = Vec::new();
-        let Some(call) = self.incoming.get_mut(&handle) else {
-            return;
-        };
-        let call_admitted = std::mem::take(&mut call.admitted);
-        let sink_need = call.sink_need;
-        for c in &mut call.chunks {
-            if let Some(mr) = c.sink.take() {
-                // Every Read into the sink has completed: its registration
-                // ends and the buffer itself is the chunk's data (no copy).
-                // Should it still be held, the data is copied out and the
-                // region released as usual.
-                match p.deregister(&mr) {
-                    Ok(Buffer::Owned(buf)) if buf.len() >= c.len => {
-                        let mut v = Vec::from(buf);
-                        v.truncate(c.len);
-                        c.data = v;
-                    }
-                    Ok(other) => c.data = other.get(..c.len).unwrap_or_default().to_vec(),
-                    Err(_) => {
-                        c.data = p
-                            .region(&mr)
-                            .ok()
-                            .and_then(|b| b.get(..c.len))
-                            .map(<[u8]>::to_vec)
-                            .unwrap_or_default();
-                        sinks.push(mr);
-                    }
-                }
-            }
-        }
-        let base = match call.pz {
-            Some(i) => call
-                .chunks
-                .get_mut(i)
-                .map(|c| std::mem::take(&mut c.data))
-                .unwrap_or_default(),
-            None => std::mem::take(&mut call.base),
-        };
-        let data: Vec<(u32, Vec<u8>)> = call
-            .chunks
-            .iter_mut()
-            .filter(|c| c.position != 0)
-            .map(|c| (c.position, std::mem::take(&mut c.data)))
-            .collect();
-        //= rfc8166#section-3.4.5.2
-        //# If the Requester chooses to include roundup padding in a Read
-        //# chunk, the chunk's total length MUST be the sum of the encoded
-        //# length of the data item and the length of the roundup padding.
-        // Both forms are accepted: a chunk of unaligned length is followed
-        // in the reassembled stream by zero octets of XDR pad.
-        let (message, ddp) = marshal::reassemble(base, &data);
-        //= rfc8166#section-4.2.1
-        //# This XID MUST be the same as the XID in the RPC message.
-        //= rfc8167#section-5.1
-        //# Whether presented inline or as a separate chunk, the ONC RPC Call
-        //# header MUST start with the same XID value that is present in the
-        //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
-        //# contain the value CALL.
-        //= rfc8166#section-4.5
-        //# If other errors are detected in the RPC-over-RDMA header of an RPC
-        //# Call message, a Responder MUST send an RDMA_ERROR message back to
-        //# the Requester.
-        // RFC 8166 lets a receiver ignore the RPC XID; we do not: a call
-        // whose RPC header disagrees with its transport header (forward or
-        // reverse, inline or in a Position-Zero Read chunk) is malformed and
-        // answered with ERR_CHUNK, never delivered.
-        let header_ok = rpc_prefix(&message) == Some((call.xid, MSG_CALL));
-        let xid = call.xid;
-        call.delivered = header_ok;
-        let ev = IncomingCall {
-            handle: CallHandle(handle),
-            xid: call.xid,
-            backchannel: call.backchannel,
-            message,
-            ddp,
-            long: call.long,
-            write_chunks: call.writes.iter().map(WriteChunk::total_len).collect(),
-            reply_chunk: call.reply.as_ref().map(WriteChunk::total_len),
-        };
-        for mr in sinks {
-            self.release(p, mr);
-        }
-        if header_ok {
-            self.metrics.calls_received += 1;
-            self.events.push_back(Event::CallReceived(ev));
-        } else {
-            self.incoming.remove(&handle);
-            self.metrics.rpc_header_mismatches += 1;
-            self.send_error(p, xid, ErrorReply::Chunk);
-        }
-        if call_admitted {
-            self.drop_read_deadline(handle);
-            self.sink_bytes = self.sink_bytes.saturating_sub(sink_need);
-            self.lease.give_back(sink_need);
-            self.admit_waiting(now, p);
-        }
-    }
-
-    /// Posts a reply: the RDMA Writes of `plan` (sources registered here,
-    /// read-only and local) and then the Send of `send` (a registered Send
-    /// buffer already holding the message, and its length), which this
-    /// takes over (released with the job, or on failure).
-    fn post_reply(
-        &mut self,
-        p: &mut dyn Provider,
-        sources: Vec<Bytes>,
-        plan: Vec<(RemoteAddr, usize, usize, usize)>,
-        send: (MemoryRegion, u32),
-        op: SendOp,
-    ) -> Result<(), ConnectionError> {
-        let (send_mr, send_len) = send;
-        if plan.is_empty() {
-            // No RDMA Write: no source is registered, and the Send is the
-            // whole reply (no job to track).
-            let wr_id = self.wr(Op::ReplySend(send_mr));
-            let sges: Sges = smallvec![send_mr.sge(0, send_len)];
-            if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
-                self.ops.remove(wr_id);
-                self.zombies.push(send_mr);
-                return Err(ConnectionError::Provider(e));
-            }
-            return Ok(());
-        }
-        let job = self.next_job;
-        self.next_job += 1;
-        let mut shared = Vec::new();
-        let mut srcs: Vec<Option<MemoryRegion>> = Vec::with_capacity(sources.len());
-        for (i, source) in sources.into_iter().enumerate() {
-            if source.is_empty() || !plan.iter().any(|e| e.1 == i) {
-                srcs.push(None);
-                continue;
-            }
-            // Local read only: the source of RDMA Writes, never exposed to
-            // the peer (no STag of it is ever sent).
-            match p.register_shared(source, Access::NONE) {
-                Ok(mr) => {
-                    shared.push(mr);
-                    srcs.push(Some(mr));
-                }
-                Err(e) => {
-                    self.zombies.extend(shared);
-                    self.zombies.push(send_mr);
-                    return Err(ConnectionError::Provider(e));
-                }
-            }
-        }
-        self.jobs.insert(
-            job,
-            ReplyJob {
-                mrs: smallvec![send_mr],
-                shared,
-                pending: 0,
-            },
-        );
-        let writes = plan.into_iter().filter_map(|(remote, i, off, n)| {
-            let src = srcs.get(i).copied().flatten()?;
-            let sges: Sges = smallvec![src.sge(off as u64, n as u32)];
-            Some((SendOp::Write { remote }, sges, n))
-        });
-        let send: Sges = smallvec![send_mr.sge(0, send_len)];
-        for (op, sges, n) in writes.chain([(op, send, 0)]) {
-            if let SendOp::Write { .. } = op {
-                self.metrics.rdma_writes += 1;
-                self.metrics.rdma_write_bytes += n as u64;
-            }
-            let wr_id = self.wr(Op::Reply(job));
-            if let Some(j) = self.jobs.get_mut(&job) {
-                j.pending += 1;
-            }
-            if let Err(e) = self.post(p, SendWr { wr_id, op, sges }) {
-                self.ops.remove(wr_id);
-                if let Some(j) = self.jobs.get_mut(&job) {
-                    j.pending -= 1;
-                }
-                return Err(ConnectionError::Provider(e));
-            }
-        }
-        Ok(())
-    }
-
-    fn job_step(&mut self, p: &mut dyn Provider, job: u64) {
-        let done = match self.jobs.get_mut(&job) {
-            Some(j) => {
-                j.pending = j.pending.saturating_sub(1);
-                j.pending == 0
-            }
-            None => false,
-        };
-        if done {
-            if let Some(j) = self.jobs.remove(&job) {
-                self.replies_unacked = self.replies_unacked.saturating_sub(1);
-                for mr in j.mrs {
-                    self.release(p, mr);
-                }
-                for mr in j.shared {
-                    if p.deregister(&mr).is_err() {
-                        self.zombies.push(mr);
-                    }
-                }
-            }
+            Role::Server => msg_type != Some(MsgType::REPLY),
         }
     }
 
@@ -3133,18 +438,20 @@ impl Connection {
     // failure
 
     /// Resources of a WR that completed after the connection failed.
-    fn cleanup_dead(&mut self, op: Op) {
+    pub(super) fn cleanup_dead(&mut self, op: Op) {
         match op {
             Op::Recv(mr) => {
-                self.recv_posted = self.recv_posted.saturating_sub(1);
-                self.zombies.push(mr);
+                self.res.recv_posted = self.res.recv_posted.saturating_sub(1);
+                self.res.zombies.push(mr);
             }
             Op::Bare(mr) => {
-                self.errors_unacked = self.errors_unacked.saturating_sub(1);
-                self.zombies.push(mr);
+                self.resp.errors_unacked = self.resp.errors_unacked.saturating_sub(1);
+                self.res.zombies.push(mr);
             }
-            Op::ReplySend(mr) => self.zombies.push(mr),
-            Op::Read(_) => self.reads_outstanding = self.reads_outstanding.saturating_sub(1),
+            Op::ReplySend(mr) => self.res.zombies.push(mr),
+            Op::Read(_) => {
+                self.resp.reads_outstanding = self.resp.reads_outstanding.saturating_sub(1)
+            }
             Op::CallSend(_) | Op::CallInv(_) | Op::Reply(_) => {}
         }
     }
@@ -3152,121 +459,23 @@ impl Connection {
     /// Ends the connection (sticky): calls without a reply are kept for
     /// retransmission, calls whose reply arrived complete now (the peer can
     /// no longer touch their memory), everything else is released.
-    fn fatal(&mut self, p: &mut dyn Provider, err: ConnectionError) {
+    pub(super) fn fatal(&mut self, p: &mut dyn Provider, err: ConnectionError) {
         if self.error.is_some() {
             return;
         }
         self.error = Some(err.clone());
+        self.res.closed = true;
         p.disconnect();
-        // In call order (the order they were started).
-        let mut calls: Vec<OutCall> = std::mem::take(&mut self.calls).into_values().collect();
-        calls.sort_by_key(|c| c.id);
-        self.deadlines.clear();
-        self.outstanding = 0;
-        for mut call in calls {
-            if call.reply.is_some() {
-                let ev = self.finish(p, &mut call);
-                self.events.push_back(ev);
-                self.zombies.extend(call.all_mrs());
-                continue;
-            }
-            self.zombies.extend(call.all_mrs());
-            if self
-                .config
-                .max_transmissions
-                .is_some_and(|m| call.timeouts >= m)
-            {
-                // Sent on as many connections as allowed: the peer never
-                // answered (Linux: the major timeout, rpc_check_timeout).
-                self.events.push_back(Event::CallFailed {
-                    id: call.id,
-                    xid: call.xid,
-                    error: CallFailure::NoReply {
-                        transmissions: call.transmissions,
-                        timeouts: call.timeouts,
-                        last: err.clone(),
-                    },
-                    retransmit: false,
-                });
-                continue;
-            }
-            // It was sent: sending it again is a retransmission.
-            call.retransmit = true;
-            call.pending_inv = 0;
-            call.send_done = false;
-            call.remotely_invalidated.clear();
-            self.events.push_back(Event::CallFailed {
-                id: call.id,
-                xid: call.xid,
-                error: CallFailure::ConnectionLost(err.clone()),
-                retransmit: true,
-            });
-            self.retransmits.push(call);
-        }
-        for mut call in std::mem::take(&mut self.queue) {
-            // (A call refused by a full send queue has its regions.)
-            self.zombies.extend(call.all_mrs());
-            self.events.push_back(Event::CallFailed {
-                id: call.id,
-                xid: call.xid,
-                error: CallFailure::ConnectionLost(err.clone()),
-                retransmit: true,
-            });
-            self.retransmits.push(call);
-        }
-        self.retransmits.sort_by_key(|c| c.id);
-        for (_, mut c) in std::mem::take(&mut self.incoming) {
-            for rc in &mut c.chunks {
-                self.zombies.extend(rc.sink.take());
-            }
-        }
-        self.reads.clear();
-        self.sink_waiting.clear();
-        self.sink_bytes = 0;
-        // The sinks are released (their registrations end as the provider
-        // flushes the disconnected connection's work): so is their share
-        // of the shared budget, and this connection's place in its queue.
-        self.lease.release_all();
-        self.read_deadlines.clear();
-        self.idle_deadline = None;
-        for (_, j) in std::mem::take(&mut self.jobs) {
-            self.zombies.extend(j.mrs);
-            self.zombies.extend(j.shared);
-        }
-        self.zombies.append(&mut self.recv_free);
-        self.zombies.append(&mut self.send_pool);
-        for wr in std::mem::take(&mut self.backlog) {
-            if let Some(op) = self.ops.remove(wr.wr_id) {
+        self.fail_calls(p, &err);
+        self.drop_incoming();
+        self.res.zombies.append(&mut self.res.recv_free);
+        self.res.zombies.append(&mut self.res.send_pool);
+        for wr in std::mem::take(&mut self.res.backlog) {
+            if let Some(op) = self.res.ops.remove(wr.wr_id) {
                 self.cleanup_dead(op);
             }
         }
         self.events.push_back(Event::ConnectionLost(err));
-        self.reap(p);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wr_ids_of_finished_work_requests_never_match_again() {
-        let mut s = WrSlab::default();
-        let a = s.insert(Op::CallSend(1));
-        let b = s.insert(Op::CallSend(2));
-        assert_ne!(a, 0);
-        assert_ne!(a, b);
-        assert_eq!(s.len(), 2);
-        assert!(matches!(s.remove(a), Some(Op::CallSend(1))));
-        assert!(s.remove(a).is_none(), "removed once only");
-        // The slot is reused under a new id; the old id stays dead.
-        let c = s.insert(Op::CallSend(3));
-        assert_eq!(c as u32, a as u32);
-        assert_ne!(c, a);
-        assert!(s.remove(a).is_none());
-        assert!(s.remove(u64::MAX).is_none());
-        assert!(matches!(s.remove(c), Some(Op::CallSend(3))));
-        assert!(matches!(s.remove(b), Some(Op::CallSend(2))));
-        assert_eq!(s.len(), 0);
+        self.res.reap(p);
     }
 }

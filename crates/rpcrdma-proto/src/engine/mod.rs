@@ -29,6 +29,16 @@
 //! backchannel responder; a server is the forward-channel responder and the
 //! backchannel requester. Which direction a received message belongs to
 //! follows from the role and [`crate::wire::direction::classify`].
+//!
+//! Inside (`docs/design/engine.md` has the map, who owns what, and a call's
+//! path): `connection` (the orchestrator: routing, receives, the sticky
+//! error), `requester` and `responder` (one half each, the same code in
+//! both directions, per-call state as an enum), `setup` (what is settled
+//! before calls flow, as one `Params`), `framing` (the version seam: header
+//! codec, credit and invalidation rules), `plan` (message forms from
+//! lengths, pure), `marshal` (XDR stream layout, pure), `resources` (work
+//! requests, pools, receive buffers, backlog), `timer`, `budget` (the shared
+//! Read-sink budget), `ids`.
 
 use core::fmt;
 use core::ops::Range;
@@ -44,6 +54,12 @@ mod connection;
 mod framing;
 pub mod ids;
 mod marshal;
+mod plan;
+mod requester;
+mod resources;
+mod responder;
+mod setup;
+mod timer;
 
 pub use crate::wire::direction::Role;
 pub use budget::ReadSinkBudget;

@@ -1,92 +1,20 @@
-//! The version seam: everything that differs between RPC-over-RDMA
-//! versions goes through [`Framing`]. The call and reply machinery in
-//! [`super::connection`] never looks at a version number.
-//!
-//! Version 1 (RFC 8166) is implemented. Version 2 slots in as another
-//! variant: its header prefix carries `rdma_flags` and `rdma_inv_handle`,
-//! its credit word is a grant only in responses, its errors are richer, and
-//! it exchanges CONNPROP messages at connection start.
+//! RPC-over-RDMA version 1 (RFC 8166) framing: data headers (with a fast
+//! path for the header without chunks), error replies, and the decoder of
+//! received headers into [`Incoming`].
 
+use super::{ErrorReply, Incoming, RdmaErrorReport, Shape};
 use crate::wire::chunk::ChunkLists;
 use crate::wire::header::{self, TransportHeader, WireAnswer};
 use crate::wire::v1;
 use crate::xdr::XdrEncode;
 use crate::Limits;
 
-/// Shape of a data-carrying header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Shape {
-    /// The RPC message follows the header in the same Send.
-    Msg,
-    /// The RPC message travels in chunks only.
-    Nomsg,
-}
+/// The versions this endpoint supports (for ERR_VERS): version 1 only.
+pub(super) const VERSIONS: (u32, u32) = (v1::RPCRDMA_VERSION, v1::RPCRDMA_VERSION);
 
-/// An RDMA_ERROR as received, version independent.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RdmaErrorReport {
-    /// The peer does not support our version; it supports `low..=high`.
-    Vers {
-        /// Lowest version the peer supports.
-        low: u32,
-        /// Highest version the peer supports.
-        high: u32,
-    },
-    /// The peer could not parse or use our chunks (ERR_CHUNK).
-    Chunk,
-    /// An error code the version does not define.
-    Other(u32),
-}
-
-/// Error replies a responder sends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ErrorReply {
-    /// Unsupported version `vers` (v1: ERR_VERS with our range, the
-    /// request's version echoed).
-    Vers {
-        /// The request's `rdma_vers`.
-        vers: u32,
-    },
-    /// Malformed or unusable header (v1: ERR_CHUNK).
-    Chunk,
-}
-
-/// What a received message is, before any direction is applied.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Incoming {
-    /// A call or reply: RDMA_MSG (payload at `payload_offset`) or
-    /// RDMA_NOMSG.
-    Data {
-        xid: u32,
-        credit: u32,
-        shape: Shape,
-        chunks: ChunkLists,
-        payload_offset: usize,
-    },
-    /// An RDMA_ERROR report.
-    Error {
-        xid: u32,
-        credit: u32,
-        error: RdmaErrorReport,
-    },
-    /// Not answered and not used (too short, deprecated RDMA_DONE, an
-    /// undecodable error report).
-    Drop { reason: &'static str },
-    /// A responder answers this with an error; a requester treats it as an
-    /// unusable reply to `xid`.
-    Reject {
-        xid: u32,
-        answer: ErrorReply,
-        reason: &'static str,
-    },
-}
-
-/// An encoded-on-demand data header (see [`Framing::data_header`]).
+/// A version 1 data header (see [`super::DataHeader`]).
 #[derive(Debug)]
-pub(crate) struct DataHeader(Data);
-
-#[derive(Debug)]
-enum Data {
+pub(crate) enum Data {
     /// Three empty chunk lists (every small call and reply): seven words,
     /// written without going through the general encoder; the same octets
     /// as `General` with `ChunkLists::empty()` (pinned by a test).
@@ -95,20 +23,18 @@ enum Data {
     General(v1::Header),
 }
 
-impl DataHeader {
-    /// Octets [`DataHeader::write`] produces.
-    pub(crate) fn len(&self) -> usize {
-        match &self.0 {
+impl Data {
+    /// Octets [`Data::write`] produces.
+    pub(super) fn len(&self) -> usize {
+        match self {
             Data::Plain { .. } => MIN_HEADER_LEN,
             Data::General(h) => h.encoded_len(),
         }
     }
 
-    /// Writes the header at the front of `buf` (every one of its
-    /// [`DataHeader::len`] octets); returns that length, or 0 (nothing
-    /// written) if `buf` is too short.
-    pub(crate) fn write(&self, buf: &mut [u8]) -> usize {
-        match &self.0 {
+    /// See [`super::DataHeader::write`].
+    pub(super) fn write(&self, buf: &mut [u8]) -> usize {
+        match self {
             &Data::Plain { xid, credit, shape } => {
                 let Some(out) = buf.get_mut(..MIN_HEADER_LEN) else {
                     return 0;
@@ -130,125 +56,42 @@ impl DataHeader {
     }
 }
 
-/// The framing of one connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Framing {
-    /// RPC-over-RDMA version 1 (RFC 8166).
-    V1,
+/// Octets of a data header with these chunk lists.
+pub(super) fn header_len(chunks: &ChunkLists) -> usize {
+    v1::FIXED_PREFIX_LEN + chunks.encoded_len()
 }
 
-impl Framing {
-    /// The inclusive range of versions this endpoint supports, for ERR_VERS.
-    pub(crate) fn versions(self) -> (u32, u32) {
-        match self {
-            Framing::V1 => (v1::RPCRDMA_VERSION, v1::RPCRDMA_VERSION),
-        }
+/// A data header (see [`super::Framing::data_header`]).
+pub(super) fn data_header(xid: u32, credit: u32, shape: Shape, chunks: ChunkLists) -> Data {
+    if chunks.is_empty() {
+        return Data::Plain { xid, credit, shape };
     }
+    let body = match shape {
+        Shape::Msg => v1::Body::Msg(chunks),
+        Shape::Nomsg => v1::Body::Nomsg(chunks),
+    };
+    //= rfc8166#section-4.2.2
+    //# For RPC-over-RDMA version 1, this field MUST contain the value one
+    //# (1).
+    //= rfc8167#section-5.1
+    //# The rdma_vers field MUST contain the same value in reverse- and
+    //# forward-direction Call messages on the same connection.
+    //= rfc8167#section-5.2
+    //# The rdma_vers field MUST contain the same value in a reverse-
+    //# direction Reply message as in the matching Call message.
+    Data::General(v1::Header { xid, credit, body })
+}
 
-    /// Octets of a data header of `shape` with these chunk lists.
-    pub(crate) fn header_len(self, shape: Shape, chunks: &ChunkLists) -> usize {
-        let _ = shape;
-        match self {
-            Framing::V1 => v1::FIXED_PREFIX_LEN + chunks.encoded_len(),
-        }
-    }
-
-    /// Octets of a header with three empty lists (the smallest RDMA_MSG).
-    pub(crate) fn min_msg_header_len(self) -> usize {
-        self.header_len(Shape::Msg, &ChunkLists::empty())
-    }
-
-    //= rfc8166#section-4.6.1
-    //# Therefore, senders MUST NOT send RDMA_MSGP procedures.
-    //= rfc8166#section-4.6.2
-    //# Therefore, senders MUST NOT send RDMA_DONE messages.
-    // Only RDMA_MSG and RDMA_NOMSG (and RDMA_ERROR, below) can be encoded.
-    //= rfc8166#section-4
-    //# All RPC-over-RDMA header content is contained in the Transport
-    //# stream; thus, it MUST be XDR encoded.
-    /// Encodes a data header. `inv_handle` is the STag the sender
-    /// invalidates remotely (v2 puts it in the header; v1 does not carry it).
-    #[cfg(test)]
-    pub(crate) fn encode_data(
-        self,
-        xid: u32,
-        credit: u32,
-        shape: Shape,
-        chunks: ChunkLists,
-        inv_handle: Option<u32>,
-    ) -> Vec<u8> {
-        let h = self.data_header(xid, credit, shape, chunks, inv_handle);
-        let mut v = vec![0u8; h.len()];
-        let n = h.write(&mut v);
-        v.truncate(n);
-        v
-    }
-
-    /// A data header ready to be written straight into a Send buffer (see
-    /// [`Framing::encode_data`]).
-    pub(crate) fn data_header(
-        self,
-        xid: u32,
-        credit: u32,
-        shape: Shape,
-        chunks: ChunkLists,
-        inv_handle: Option<u32>,
-    ) -> DataHeader {
-        let _ = inv_handle;
-        match self {
-            Framing::V1 if chunks.is_empty() => DataHeader(Data::Plain { xid, credit, shape }),
-            Framing::V1 => {
-                let body = match shape {
-                    Shape::Msg => v1::Body::Msg(chunks),
-                    Shape::Nomsg => v1::Body::Nomsg(chunks),
-                };
-                //= rfc8166#section-4.2.2
-                //# For RPC-over-RDMA version 1, this field MUST contain the value one
-                //# (1).
-                //= rfc8167#section-5.1
-                //# The rdma_vers field MUST contain the same value in reverse- and
-                //# forward-direction Call messages on the same connection.
-                //= rfc8167#section-5.2
-                //# The rdma_vers field MUST contain the same value in a reverse-
-                //# direction Reply message as in the matching Call message.
-                DataHeader(Data::General(v1::Header { xid, credit, body }))
-            }
-        }
-    }
-
-    /// Encodes an error reply.
-    pub(crate) fn encode_error(self, xid: u32, credit: u32, e: ErrorReply) -> Vec<u8> {
-        let answer = match e {
-            ErrorReply::Vers { vers } => WireAnswer::ErrVers { xid, vers },
-            ErrorReply::Chunk => WireAnswer::ErrChunk { xid },
-        };
-        match self {
-            Framing::V1 => answer
-                .to_header(credit, self.versions())
-                .and_then(|h| h.to_vec().ok())
-                .unwrap_or_default(),
-        }
-    }
-
-    /// The credit rule: what a received header's credit word says about the
-    /// grant (`None`: it says nothing). Version 1: every reply, including
-    /// RDMA_ERROR, carries the responder's current grant.
-    //= rfc8166#section-4.2.3
-    //# When sent with an RPC Call message, the requested credit value is
-    //# provided.  When sent with an RPC Reply message, the granted credit
-    //# value is returned.
-    pub(crate) fn grant(self, credit: u32) -> Option<u32> {
-        match self {
-            Framing::V1 => Some(credit),
-        }
-    }
-
-    /// Decodes one received message.
-    pub(crate) fn decode(self, buf: &[u8], limits: &Limits) -> Incoming {
-        match self {
-            Framing::V1 => decode_v1(buf, limits),
-        }
-    }
+/// Encodes an error reply.
+pub(super) fn encode_error(xid: u32, credit: u32, e: ErrorReply) -> Vec<u8> {
+    let answer = match e {
+        ErrorReply::Vers { vers } => WireAnswer::ErrVers { xid, vers },
+        ErrorReply::Chunk => WireAnswer::ErrChunk { xid },
+    };
+    answer
+        .to_header(credit, VERSIONS)
+        .and_then(|h| h.to_vec().ok())
+        .unwrap_or_default()
 }
 
 /// Octets of the smallest RDMA_MSG / RDMA_NOMSG header (four fixed words,
@@ -265,7 +108,8 @@ const RDMA_ERROR: [u8; 4] = [0, 0, 0, 4];
 /// `rdma_proc` of RDMA_DONE.
 const RDMA_DONE: [u8; 4] = [0, 0, 0, 3];
 
-fn decode_v1(buf: &[u8], limits: &Limits) -> Incoming {
+/// Decodes one received message.
+pub(super) fn decode(buf: &[u8], limits: &Limits) -> Incoming {
     match decode_v1_plain(buf) {
         Some(incoming) => incoming,
         None => decode_v1_general(buf, limits),
@@ -302,7 +146,7 @@ fn is_v1_done(buf: &[u8]) -> bool {
     buf.get(4..8) == Some(&[0, 0, 0, 1][..]) && buf.get(12..16) == Some(&RDMA_DONE[..])
 }
 
-/// [`decode_v1`] for every message.
+/// [`decode`] for every message.
 fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
     //= rfc8166#section-4.5
     //# If an incoming RPC-over-RDMA message is not as long as a minimal size
@@ -422,6 +266,7 @@ fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::framing::{DataHeader, Framing};
 
     /// Messages around the plain RDMA_MSG header: the plain header itself,
     /// and the same with one word or octet changed, cut short, or followed
@@ -459,7 +304,7 @@ mod tests {
         #[test]
         fn plain_header_decode_is_the_general_decode(buf in near_plain()) {
             let limits = Limits::DEFAULT;
-            proptest::prop_assert_eq!(decode_v1(&buf, &limits), decode_v1_general(&buf, &limits));
+            proptest::prop_assert_eq!(decode(&buf, &limits), decode_v1_general(&buf, &limits));
         }
     }
 
@@ -478,9 +323,9 @@ mod tests {
             } else {
                 (Shape::Msg, v1::Body::Msg(ChunkLists::empty()))
             };
-            let general = DataHeader(Data::General(v1::Header { xid, credit, body }));
+            let general = DataHeader::V1(Data::General(v1::Header { xid, credit, body }));
             let plain = Framing::V1.data_header(xid, credit, shape, ChunkLists::empty(), None);
-            let fast = matches!(plain.0, Data::Plain { .. });
+            let fast = matches!(plain, DataHeader::V1(Data::Plain { .. }));
             proptest::prop_assert!(fast);
             proptest::prop_assert_eq!(plain.len(), general.len());
             proptest::prop_assert_eq!(

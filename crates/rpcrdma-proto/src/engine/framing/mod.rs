@@ -1,0 +1,265 @@
+//! The version seam: everything that differs between RPC-over-RDMA
+//! versions goes through [`Framing`], and what a received header says comes
+//! out as the version-neutral [`Incoming`]. The call and reply machinery
+//! (`requester`, `responder`, `plan`) never looks at a version number.
+//!
+//! Version 1 (RFC 8166) is [`v1`]. Version 2 slots in as another variant
+//! and a `v2.rs` beside it: its header prefix carries `rdma_flags` and
+//! `rdma_inv_handle`, its credit word is a grant only in responses, its
+//! errors are richer; its CONNPROP exchange belongs to connection setup
+//! (`super::setup`), not here.
+
+use crate::provider::{SendOp, Stag};
+use crate::wire::chunk::ChunkLists;
+use crate::wire::rpc::MsgType;
+use crate::Limits;
+
+mod v1;
+
+/// Shape of a data-carrying header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// The RPC message follows the header in the same Send.
+    Msg,
+    /// The RPC message travels in chunks only.
+    Nomsg,
+}
+
+/// An RDMA_ERROR as received, version independent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RdmaErrorReport {
+    /// The peer does not support our version; it supports `low..=high`.
+    Vers {
+        /// Lowest version the peer supports.
+        low: u32,
+        /// Highest version the peer supports.
+        high: u32,
+    },
+    /// The peer could not parse or use our chunks (ERR_CHUNK).
+    Chunk,
+    /// An error code the version does not define.
+    Other(u32),
+}
+
+/// Error replies a responder sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ErrorReply {
+    /// Unsupported version `vers` (v1: ERR_VERS with our range, the
+    /// request's version echoed).
+    Vers {
+        /// The request's `rdma_vers`.
+        vers: u32,
+    },
+    /// Malformed or unusable header (v1: ERR_CHUNK).
+    Chunk,
+}
+
+/// What a received message is, before any direction is applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Incoming {
+    /// A call or reply: RDMA_MSG (payload at `payload_offset`) or
+    /// RDMA_NOMSG.
+    Data {
+        xid: u32,
+        credit: u32,
+        shape: Shape,
+        chunks: ChunkLists,
+        payload_offset: usize,
+    },
+    /// An RDMA_ERROR report.
+    Error {
+        xid: u32,
+        credit: u32,
+        error: RdmaErrorReport,
+    },
+    /// Not answered and not used (too short, deprecated RDMA_DONE, an
+    /// undecodable error report).
+    Drop { reason: &'static str },
+    /// A responder answers this with an error; a requester treats it as an
+    /// unusable reply to `xid`.
+    Reject {
+        xid: u32,
+        answer: ErrorReply,
+        reason: &'static str,
+    },
+}
+
+/// A data header encoded on demand, straight into a Send buffer (see
+/// [`Framing::data_header`]).
+#[derive(Debug)]
+pub(crate) enum DataHeader {
+    /// Version 1.
+    V1(v1::Data),
+}
+
+impl DataHeader {
+    /// Octets [`DataHeader::write`] produces.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            DataHeader::V1(h) => h.len(),
+        }
+    }
+
+    /// Writes the header at the front of `buf` (every one of its
+    /// [`DataHeader::len`] octets); returns that length, or 0 (nothing
+    /// written) if `buf` is too short.
+    pub(crate) fn write(&self, buf: &mut [u8]) -> usize {
+        match self {
+            DataHeader::V1(h) => h.write(buf),
+        }
+    }
+}
+
+/// The framing of one connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// RPC-over-RDMA version 1 (RFC 8166).
+    V1,
+}
+
+impl Framing {
+    /// Octets of a data header of `shape` with these chunk lists.
+    pub(crate) fn header_len(self, shape: Shape, chunks: &ChunkLists) -> usize {
+        let _ = shape;
+        match self {
+            Framing::V1 => v1::header_len(chunks),
+        }
+    }
+
+    /// Octets of a header with three empty lists (the smallest RDMA_MSG).
+    pub(crate) fn min_msg_header_len(self) -> usize {
+        self.header_len(Shape::Msg, &ChunkLists::empty())
+    }
+
+    //= rfc8166#section-4.6.1
+    //# Therefore, senders MUST NOT send RDMA_MSGP procedures.
+    //= rfc8166#section-4.6.2
+    //# Therefore, senders MUST NOT send RDMA_DONE messages.
+    // Only RDMA_MSG and RDMA_NOMSG (and RDMA_ERROR, below) can be encoded.
+    //= rfc8166#section-4
+    //# All RPC-over-RDMA header content is contained in the Transport
+    //# stream; thus, it MUST be XDR encoded.
+    /// Encodes a data header. `inv_handle` is the STag the sender
+    /// invalidates remotely (v2 puts it in the header; v1 does not carry it).
+    #[cfg(test)]
+    pub(crate) fn encode_data(
+        self,
+        xid: u32,
+        credit: u32,
+        shape: Shape,
+        chunks: ChunkLists,
+        inv_handle: Option<u32>,
+    ) -> Vec<u8> {
+        let h = self.data_header(xid, credit, shape, chunks, inv_handle);
+        let mut v = vec![0u8; h.len()];
+        let n = h.write(&mut v);
+        v.truncate(n);
+        v
+    }
+
+    /// A data header ready to be written straight into a Send buffer (see
+    /// [`Framing::encode_data`]).
+    pub(crate) fn data_header(
+        self,
+        xid: u32,
+        credit: u32,
+        shape: Shape,
+        chunks: ChunkLists,
+        inv_handle: Option<u32>,
+    ) -> DataHeader {
+        let _ = inv_handle;
+        match self {
+            Framing::V1 => DataHeader::V1(v1::data_header(xid, credit, shape, chunks)),
+        }
+    }
+
+    /// Encodes an error reply.
+    pub(crate) fn encode_error(self, xid: u32, credit: u32, e: ErrorReply) -> Vec<u8> {
+        match self {
+            Framing::V1 => v1::encode_error(xid, credit, e),
+        }
+    }
+
+    /// The credit rule: what a received header's credit word says about the
+    /// grant (`None`: it says nothing). Version 1: every reply, including
+    /// RDMA_ERROR, carries the responder's current grant.
+    //= rfc8166#section-4.2.3
+    //# When sent with an RPC Call message, the requested credit value is
+    //# provided.  When sent with an RPC Reply message, the granted credit
+    //# value is returned.
+    pub(crate) fn grant(self, credit: u32) -> Option<u32> {
+        match self {
+            Framing::V1 => Some(credit),
+        }
+    }
+
+    /// Decodes one received message.
+    pub(crate) fn decode(self, buf: &[u8], limits: &Limits) -> Incoming {
+        match self {
+            Framing::V1 => v1::decode(buf, limits),
+        }
+    }
+
+    /// How a reply's Send goes out: Send With Invalidate of the call's
+    /// single chunk handle `inv` (see [`invalidation_handle`]) when remote
+    /// invalidation was negotiated, else a plain Send. (Version 2 names
+    /// the handle in the header instead.)
+    //= rfc8797#section-4.1
+    //# When both connection peers have set this bit
+    //# flag in their CM Private Data, the responder MAY use RDMA Send
+    //# with Invalidate operations when transmitting RPC Replies.
+    //= rfc8797#section-4.1
+    //# When either peer on a connection clears this flag, the responder MUST
+    //# use only RDMA Send when transmitting RPC Replies.
+    //= rfc8797#section-4.1
+    //# Each RDMA Send with Invalidate MUST invalidate an STag associated
+    //# only with the Transaction ID (XID) in the rdma_xid field of the RPC-
+    //# over-RDMA Transport Header it carries.
+    // Only when the call carried exactly one distinct handle (Linux
+    // svc_rdma_get_inv_rkey), never on an error reply.
+    // Plain Send / Send With Invalidate, never the Solicited Event
+    // variants: that is what Linux xprtrdma and svcrdma post, and what
+    // Wireshark's RPC-over-RDMA dissector recognises.
+    pub(crate) fn reply_send_op(self, remote_invalidation: bool, inv: Option<u32>) -> SendOp {
+        match (self, remote_invalidation, inv) {
+            (Framing::V1, true, Some(h)) => SendOp::SendWithInvalidate {
+                invalidate: Stag(h),
+                solicited: false,
+            },
+            (Framing::V1, _, _) => SendOp::Send { solicited: false },
+        }
+    }
+}
+
+/// The handle of every segment of a call's chunks, if they are all the
+/// same one: the only case where Send With Invalidate is used (Linux
+/// svc_rdma_get_inv_rkey). (No set is built: the first handle, then any
+/// other ends it.)
+pub(crate) fn invalidation_handle(chunks: &ChunkLists) -> Option<u32> {
+    if chunks.is_empty() {
+        return None; // (what the iterator below finds, without building it)
+    }
+    let mut all = chunks.reads.iter().map(|r| r.target.handle).chain(
+        chunks
+            .writes
+            .iter()
+            .chain(chunks.reply.iter())
+            .flat_map(|w| w.segments.iter().map(|s| s.handle)),
+    );
+    match all.next() {
+        Some(h) if all.all(|x| x == h) => Some(h),
+        _ => None,
+    }
+}
+
+/// The XID and `msg_type` words that start an RPC message (inline, or in
+/// a chunk): what says which direction a message travels, and what must
+/// agree with the transport header.
+pub(crate) fn rpc_prefix(msg: &[u8]) -> Option<(u32, MsgType)> {
+    let w = |i: usize| {
+        msg.get(i..i + 4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_be_bytes)
+    };
+    Some((w(0)?, MsgType(w(4)?)))
+}

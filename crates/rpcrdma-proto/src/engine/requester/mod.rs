@@ -1,0 +1,560 @@
+//! The requester half of a connection: our calls, from queued to done.
+//! Direction-agnostic (RFC 8167): a client's forward requester and a
+//! server's backchannel requester are the same code; the backchannel one
+//! sends inline only and offers no reply chunks (see `Direction`).
+//!
+//! - [`mod.rs`](self): the requester's state, a call's state, starting a
+//!   call, the credit-limited queue, the reply deadlines, and what the
+//!   connection's end does to our calls;
+//! - `send`: marshalling a call (its plan, its chunks' registration, its
+//!   Send buffer) and posting its Send;
+//! - `reply`: a reply matched to its call, checked against what the call
+//!   offered, the chunks invalidated, and the call completed.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::connection::{Connection, Direction};
+use super::ids::IdMap;
+use super::marshal::pad4;
+use super::resources::Mrs;
+use super::timer::Deadlines;
+use super::{CallError, CallFailure, CallId, Config, ConnectionError, Event, OutgoingCall, Piece};
+use crate::provider::{MemoryRegion, Provider};
+
+mod reply;
+mod send;
+
+/// The requester's state.
+#[derive(Debug)]
+pub(super) struct Requester {
+    /// The direction of our calls: reverse (a server's backchannel calls)
+    /// means inline calls only, no reply resources.
+    pub(super) direction: Direction,
+    /// Credits we request in every call: `Config::credits_requested`
+    /// (forward), `Config::backchannel_slots` (reverse).
+    pub(super) requested: u32,
+    /// Calls we may have outstanding (the peer's last grant, clamped).
+    pub(super) credits: u32,
+    pub(super) next_xid: u32,
+    pub(super) next_id: u64,
+    /// Calls waiting for a credit (or the connection, or room in the send
+    /// queue), in order.
+    pub(super) queue: VecDeque<OutCall>,
+    /// Our calls sent and not finished, by XID (a hash map: a B-tree
+    /// shifted these large values on every removal). The XIDs of sent calls
+    /// are distinct (see `send_call`); a call whose reply has arrived
+    /// ([`CallState::Replied`]) stays here until its Send and invalidations
+    /// complete, and no longer matches a received reply.
+    pub(super) calls: IdMap<u32, OutCall>,
+    /// Calls sent (their Send taken by the provider) and not answered.
+    pub(super) outstanding: usize,
+    /// `(deadline, XID)` of the calls sent with a deadline, sorted by
+    /// deadline (ties in send order). The front is always a call still
+    /// waiting for its reply (entries are dropped from the front as replies
+    /// arrive; stale entries further back are compacted away), so the
+    /// next timeout is read without scanning every call.
+    pub(super) deadlines: Deadlines<u32>,
+    /// Calls interrupted by the connection's end, for the next one.
+    pub(super) retransmits: Vec<OutCall>,
+}
+
+impl Requester {
+    /// The requester of calls in `direction`.
+    pub(super) fn new(config: &Config, direction: Direction) -> Requester {
+        Requester {
+            direction,
+            requested: match direction {
+                Direction::Forward => config.credits_requested.max(1),
+                Direction::Reverse => config.backchannel_slots.max(1),
+            },
+            credits: 1,
+            next_xid: config.first_xid,
+            next_id: 1,
+            queue: VecDeque::new(),
+            calls: IdMap::default(),
+            outstanding: 0,
+            deadlines: Deadlines::default(),
+            retransmits: Vec::new(),
+        }
+    }
+
+    /// Our calls are backchannel calls (reverse direction).
+    #[inline]
+    pub(super) fn backchannel(&self) -> bool {
+        self.direction == Direction::Reverse
+    }
+}
+
+/// What a reply brought, checked against the call's offer.
+#[derive(Debug)]
+pub(super) struct ReplyData {
+    /// The RPC message that followed an RDMA_MSG header (empty for
+    /// RDMA_NOMSG).
+    inline: Vec<u8>,
+    /// Octets the responder wrote into each Write chunk we offered.
+    write_lens: Vec<u32>,
+    /// Octets it wrote into our Reply chunk (RDMA_NOMSG only).
+    reply_len: Option<u32>,
+}
+
+/// Where one of our calls stands: `Queued` → `Sent` → `Replied` → `Done`
+/// (and back to `Queued`, on the next connection, if the connection ends
+/// before the reply).
+#[derive(Debug)]
+pub(super) enum CallState {
+    /// In [`Requester::queue`] (or kept for retransmission): waiting for
+    /// the connection, a credit, or room in the send queue.
+    Queued,
+    /// In [`Requester::calls`], its Send posted: waiting for the reply.
+    /// `send_completed`: the Send's completion is in already (it may come
+    /// after the reply, too).
+    Sent { send_completed: bool },
+    /// The reply (or an RDMA_ERROR, or a reply the call cannot use) is in;
+    /// the call no longer matches a received message. It is done once its
+    /// Send has completed and `invalidations` Local Invalidates of its
+    /// chunks have (RFC 8166 section 4.4.1: nothing is delivered while the
+    /// peer could still touch the call's memory).
+    Replied {
+        reply: Result<ReplyData, CallFailure>,
+        send_completed: bool,
+        invalidations: usize,
+    },
+    /// Its event is out (the reply delivered, or the failure reported);
+    /// only its regions are left to release.
+    Done,
+}
+
+impl CallState {
+    /// Still waiting for its reply.
+    #[inline]
+    fn awaits_reply(&self) -> bool {
+        matches!(self, CallState::Sent { .. })
+    }
+
+    /// Ready to be done: replied, its Send and invalidations complete.
+    #[inline]
+    fn is_complete(&self) -> bool {
+        matches!(
+            self,
+            CallState::Replied {
+                send_completed: true,
+                invalidations: 0,
+                ..
+            }
+        )
+    }
+
+    /// The Send's completion came in.
+    fn send_completed(&mut self) {
+        match self {
+            CallState::Sent { send_completed } | CallState::Replied { send_completed, .. } => {
+                *send_completed = true
+            }
+            CallState::Queued | CallState::Done => {}
+        }
+    }
+
+    /// A Local Invalidate of one of the chunks completed.
+    fn invalidated(&mut self) {
+        if let CallState::Replied { invalidations, .. } = self {
+            *invalidations = invalidations.saturating_sub(1);
+        }
+    }
+
+    /// The reply is in; `invalidations` Local Invalidates were posted.
+    fn replied(&mut self, reply: Result<ReplyData, CallFailure>, invalidations: usize) {
+        if let CallState::Sent { send_completed } = *self {
+            *self = CallState::Replied {
+                reply,
+                send_completed,
+                invalidations,
+            };
+        }
+    }
+
+    /// `Done`: the reply, if it is in, taken.
+    fn finish(&mut self) -> Option<Result<ReplyData, CallFailure>> {
+        match std::mem::replace(self, CallState::Done) {
+            CallState::Replied { reply, .. } => Some(reply),
+            _ => None,
+        }
+    }
+}
+
+/// One of our calls.
+#[derive(Debug)]
+pub(super) struct OutCall {
+    id: CallId,
+    xid: u32,
+    call: OutgoingCall,
+    retransmit: bool,
+    /// Every chunk region (Read, Write, Reply chunks), for invalidation.
+    chunk_mrs: Mrs,
+    write_mrs: Mrs,
+    reply_mr: Option<MemoryRegion>,
+    /// The Send buffer (header and inline part), `send_len` octets: set
+    /// once the call is marshalled and its chunks registered. A queued call
+    /// that has one was refused by a full send queue; it goes out as it is.
+    send_mr: Option<MemoryRegion>,
+    send_len: u32,
+    state: CallState,
+    /// The reply deadline of its last transmission.
+    deadline: Option<Instant>,
+    /// Connections it was sent on.
+    transmissions: u32,
+    /// Of those, the ones that ended in this call's own timeout (see
+    /// [`Config::max_transmissions`]).
+    timeouts: u32,
+}
+
+impl OutCall {
+    pub(super) fn new(id: CallId, xid: u32, call: OutgoingCall, retransmit: bool) -> Self {
+        OutCall {
+            id,
+            xid,
+            call,
+            retransmit,
+            chunk_mrs: Mrs::new(),
+            write_mrs: Mrs::new(),
+            reply_mr: None,
+            send_mr: None,
+            send_len: 0,
+            state: CallState::Queued,
+            deadline: None,
+            transmissions: 0,
+            timeouts: 0,
+        }
+    }
+
+    /// Every region of the call (chunks, then the Send buffer), taken.
+    pub(super) fn all_mrs(&mut self) -> impl Iterator<Item = MemoryRegion> {
+        self.write_mrs.clear();
+        self.reply_mr = None;
+        std::mem::take(&mut self.chunk_mrs)
+            .into_iter()
+            .chain(self.send_mr.take())
+    }
+}
+
+impl Requester {
+    /// The requester of the next connection takes over the XID and id
+    /// counters of `old` and its interrupted calls, queued again in order.
+    pub(super) fn carry_over(&mut self, old: &mut Requester) {
+        self.next_xid = old.next_xid;
+        self.next_id = old.next_id;
+        for c in old.retransmits.drain(..) {
+            let mut oc = OutCall::new(c.id, c.xid, c.call, c.retransmit);
+            oc.transmissions = c.transmissions;
+            oc.timeouts = c.timeouts;
+            self.queue.push_back(oc);
+        }
+    }
+}
+
+impl Connection {
+    /// Starts a call (a forward call at a client, a backchannel call at a
+    /// server). It is queued until the connection is established and a
+    /// credit is free.
+    pub fn start_call(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        call: OutgoingCall,
+    ) -> Result<CallId, CallError> {
+        if let Some(e) = &self.error {
+            return Err(CallError::Closed(e.clone()));
+        }
+        match call.message.first() {
+            Some(Piece::Inline(b)) if b.len() >= 8 => {}
+            _ => {
+                return Err(CallError::BadMessage(
+                    "the first piece must be inline and hold the RPC header",
+                ))
+            }
+        }
+        //= rfc8166#section-3.4.5
+        //# The value in this field
+        //# MUST be a multiple of four.
+        // Read chunk positions are offsets in the XDR stream: every inline
+        // piece must be whole XDR items, so every DDP item starts aligned.
+        if call
+            .message
+            .iter()
+            .any(|p| matches!(p, Piece::Inline(b) if b.len() % 4 != 0))
+        {
+            return Err(CallError::BadMessage(
+                "inline pieces must be whole XDR items (multiples of four octets)",
+            ));
+        }
+        let len: usize = call
+            .message
+            .iter()
+            .map(|p| match p {
+                Piece::Inline(b) => b.len(),
+                Piece::Ddp(b) => b.len() + pad4(b.len()),
+            })
+            .sum();
+        let max = self.config.limits.max_message_len as usize;
+        if len > max {
+            return Err(CallError::TooLarge { len, max });
+        }
+        // Reply buffers are allocated from these: bounded like messages.
+        let biggest = call
+            .ddp_results
+            .iter()
+            .copied()
+            .chain([call.reply_max])
+            .max()
+            .unwrap_or(0) as usize;
+        if biggest > max {
+            return Err(CallError::TooLarge { len: biggest, max });
+        }
+        if self.req.backchannel() {
+            //= rfc8167#section-4.2
+            //# Forward- and reverse-direction operation on the same connection share
+            //# the same Receive buffers.
+            // This implementation carries reverse-direction messages inline
+            // only (no chunks: RFC 8167 section 5.3 leaves chunk use to the
+            // ULB, and the NFSv4.1 backchannel needs none), so a reverse call
+            // larger than the inline threshold cannot be sent at all.
+            let thr = self.params().send_threshold;
+            let need = self.params().framing.min_msg_header_len() + len;
+            if need > thr {
+                return Err(CallError::TooLarge {
+                    len: need,
+                    max: thr,
+                });
+            }
+        }
+        if self.req.queue.len() >= self.config.max_queued {
+            return Err(CallError::QueueFull);
+        }
+        let id = CallId(self.req.next_id);
+        self.req.next_id += 1;
+        let xid = self.req.next_xid;
+        self.req.next_xid = self.req.next_xid.wrapping_add(1);
+        let call = OutCall::new(id, xid, call, false);
+        if self.req.queue.is_empty() && self.can_send() {
+            // What `pump` would do with the call at the front of an empty
+            // queue, without moving it through the queue.
+            self.send_call(now, p, call);
+        } else {
+            self.req.queue.push_back(call);
+            self.pump(now, p);
+        }
+        // `pump` takes calls from the front only: still queued, the call is
+        // at the back. (A wait for the send queue is a `send_queue_waits`.)
+        if self.req.queue.back().is_some_and(|c| c.id == id) && !self.res.send_queue_full {
+            self.metrics.credit_waits += 1;
+        }
+        Ok(id)
+    }
+
+    /// Gives up the calls kept for retransmission (instead of
+    /// [`Connection::reconnect`]): `(id, xid, call)`.
+    pub fn take_retransmits(&mut self) -> Vec<(CallId, u32, OutgoingCall)> {
+        self.req
+            .retransmits
+            .drain(..)
+            .map(|c| (c.id, c.xid, c.call))
+            .collect()
+    }
+
+    /// The earliest deadline of our calls waiting for their replies.
+    pub(super) fn call_deadline(&self) -> Option<Instant> {
+        let (d, xid) = self.req.deadlines.front()?;
+        if self.waits_for(xid, d) {
+            return Some(d);
+        }
+        // Not expected (the front is kept pending): the full scan.
+        self.req
+            .calls
+            .values()
+            .filter(|c| c.state.awaits_reply())
+            .filter_map(|c| c.deadline)
+            .min()
+    }
+
+    /// Call `xid` still waits for its reply, with deadline `d`.
+    pub(super) fn waits_for(&self, xid: u32, d: Instant) -> bool {
+        self.req
+            .calls
+            .get(&xid)
+            .is_some_and(|c| c.state.awaits_reply() && c.deadline == Some(d))
+    }
+
+    /// The calls whose own deadline passed count a timed-out transmission
+    /// (the others were cut short by it).
+    pub(super) fn count_timeouts(&mut self, now: Instant) {
+        for c in self.req.calls.values_mut() {
+            if c.state.awaits_reply() && c.deadline.is_some_and(|d| d <= now) {
+                c.timeouts += 1;
+            }
+        }
+    }
+
+    /// Records a sent call's deadline, keeping `deadlines` sorted.
+    pub(super) fn add_deadline(&mut self, d: Instant, id: u32) {
+        self.req.deadlines.insert(d, id);
+        // Stale entries (answered calls behind a pending front) are
+        // bounded: compacted once they outnumber the calls.
+        if self.req.deadlines.len() > 2 * self.req.calls.len() + 64 {
+            let calls = &self.req.calls;
+            self.req.deadlines.retain(|d, id| {
+                calls
+                    .get(&id)
+                    .is_some_and(|c| c.state.awaits_reply() && c.deadline == Some(d))
+            });
+        }
+    }
+
+    /// Drops answered calls from the front of `deadlines`; call `answered`
+    /// (an XID, just answered) is known not to wait any more.
+    pub(super) fn trim_deadlines(&mut self, answered: u32) {
+        while let Some((d, id)) = self.req.deadlines.front() {
+            if id != answered && self.waits_for(id, d) {
+                break;
+            }
+            self.req.deadlines.pop_front();
+        }
+    }
+
+    pub(super) fn pump(&mut self, now: Instant, p: &mut dyn Provider) {
+        //= rfc8166#section-3.3.1
+        //# A Requester MUST NOT send unacknowledged requests in excess of the
+        //# Responder's granted credit limit.
+        while self.can_send() {
+            let Some(call) = self.req.queue.pop_front() else {
+                break;
+            };
+            self.send_call(now, p, call);
+        }
+    }
+
+    /// A call may be sent now (connection up, a credit free, the send
+    /// queue not known to be full).
+    pub(super) fn can_send(&self) -> bool {
+        self.setup.is_ready()
+            && self.error.is_none()
+            && !self.res.send_queue_full
+            && self.req.outstanding < self.req.credits as usize
+    }
+
+    /// The connection ended with `err`: calls whose reply arrived complete
+    /// now (the peer can no longer touch their memory); the others fail,
+    /// kept for retransmission on the next connection unless they have
+    /// used up their transmissions.
+    pub(super) fn fail_calls(&mut self, p: &mut dyn Provider, err: &ConnectionError) {
+        // In call order (the order they were started).
+        let mut calls: Vec<OutCall> = std::mem::take(&mut self.req.calls).into_values().collect();
+        calls.sort_by_key(|c| c.id);
+        self.req.deadlines.clear();
+        self.req.outstanding = 0;
+        for mut call in calls {
+            if let Some(reply) = call.state.finish() {
+                let ev = self.finish(p, &mut call, reply);
+                self.events.push_back(ev);
+                self.res.zombies.extend(call.all_mrs());
+                continue;
+            }
+            self.res.zombies.extend(call.all_mrs());
+            if self
+                .config
+                .max_transmissions
+                .is_some_and(|m| call.timeouts >= m)
+            {
+                // Sent on as many connections as allowed: the peer never
+                // answered (Linux: the major timeout, rpc_check_timeout).
+                self.events.push_back(Event::CallFailed {
+                    id: call.id,
+                    xid: call.xid,
+                    error: CallFailure::NoReply {
+                        transmissions: call.transmissions,
+                        timeouts: call.timeouts,
+                        last: err.clone(),
+                    },
+                    retransmit: false,
+                });
+                continue;
+            }
+            // It was sent: sending it again is a retransmission.
+            call.retransmit = true;
+            self.keep_for_retransmission(call, err);
+        }
+        for mut call in std::mem::take(&mut self.req.queue) {
+            // (A call refused by a full send queue has its regions.)
+            self.res.zombies.extend(call.all_mrs());
+            self.keep_for_retransmission(call, err);
+        }
+        self.req.retransmits.sort_by_key(|c| c.id);
+    }
+
+    /// `call` (its regions given up) fails with the connection's end `err`
+    /// and is kept, `Queued`, for the next connection.
+    fn keep_for_retransmission(&mut self, mut call: OutCall, err: &ConnectionError) {
+        call.state = CallState::Queued;
+        self.events.push_back(Event::CallFailed {
+            id: call.id,
+            xid: call.xid,
+            error: CallFailure::ConnectionLost(err.clone()),
+            retransmit: true,
+        });
+        self.req.retransmits.push(call);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply() -> Result<ReplyData, CallFailure> {
+        Ok(ReplyData {
+            inline: vec![1, 2, 3, 4],
+            write_lens: Vec::new(),
+            reply_len: None,
+        })
+    }
+
+    #[test]
+    fn a_call_is_complete_only_once_its_send_and_invalidations_are() {
+        // The Send's completion before the reply.
+        let mut s = CallState::Queued;
+        s.send_completed();
+        assert!(
+            matches!(s, CallState::Queued),
+            "not sent: nothing to complete"
+        );
+        s = CallState::Sent {
+            send_completed: false,
+        };
+        assert!(s.awaits_reply() && !s.is_complete());
+        s.send_completed();
+        s.replied(reply(), 2);
+        assert!(!s.awaits_reply() && !s.is_complete());
+        s.invalidated();
+        assert!(!s.is_complete());
+        s.invalidated();
+        assert!(s.is_complete());
+        assert!(matches!(s.finish(), Some(Ok(d)) if d.inline == [1, 2, 3, 4]));
+        assert!(matches!(s, CallState::Done));
+        assert!(s.finish().is_none(), "a reply is taken once");
+
+        // The reply before the Send's completion.
+        let mut s = CallState::Sent {
+            send_completed: false,
+        };
+        s.replied(reply(), 0);
+        assert!(!s.is_complete());
+        s.send_completed();
+        assert!(s.is_complete());
+
+        // A second reply does not replace the first.
+        let mut s = CallState::Sent {
+            send_completed: true,
+        };
+        s.replied(reply(), 0);
+        s.replied(Err(CallFailure::BadReply("second")), 0);
+        assert!(matches!(s.finish(), Some(Ok(_))));
+    }
+}

@@ -1,0 +1,287 @@
+//! A received call: its chunk lists checked, then either delivered at
+//! once (an inline call, every small one) or staged for its RDMA Reads.
+
+use std::time::Instant;
+
+use crate::engine::connection::Connection;
+use crate::engine::framing::{invalidation_handle, rpc_prefix, ErrorReply, Shape};
+use crate::engine::marshal;
+use crate::engine::{CallHandle, Event, IncomingCall};
+use crate::provider::Provider;
+use crate::wire::chunk::{ChunkLists, Segment, WriteChunk};
+use crate::wire::rpc::MsgType;
+
+use super::{InCall, InState, PendingRead, ReadChunk};
+
+impl Connection {
+    /// A header the responder cannot use (`answer`: what the framing says
+    /// to answer): answered with that error, unless the peer overran its
+    /// credits.
+    pub(in crate::engine) fn reject_call(
+        &mut self,
+        p: &mut dyn Provider,
+        xid: u32,
+        answer: ErrorReply,
+    ) {
+        if !self.overrun(p) {
+            self.send_error(p, xid, answer);
+        }
+    }
+
+    /// Validates a received call's chunk lists; returns the Read chunks
+    /// (position, segments, length) and the index of the Position-Zero
+    /// Read chunk.
+    #[allow(clippy::type_complexity)]
+    pub(in crate::engine) fn validate_call(
+        &self,
+        shape: Shape,
+        chunks: &ChunkLists,
+        payload_len: usize,
+    ) -> Result<(Vec<(u32, Vec<Segment>, u64)>, Option<usize>), &'static str> {
+        let groups: Vec<(u32, Vec<Segment>, u64)> = chunks
+            .read_chunks()
+            .into_iter()
+            .map(|(pos, segs)| {
+                let len = segs.iter().map(|s| u64::from(s.length)).sum();
+                (pos, segs, len)
+            })
+            .collect();
+        let mut pz = None;
+        let mut data = Vec::new();
+        for (i, (pos, _, len)) in groups.iter().enumerate() {
+            if *pos == 0 {
+                //= rfc8166#section-3.5.3
+                //# To transmit a Long Message, the sender conveys only the
+                //# Transport stream with an RDMA Send operation.  The Payload
+                //# stream is not included in the Send buffer in this instance.
+                // So a Position-Zero Read chunk (a Long Call) comes with
+                // RDMA_NOMSG only.
+                if shape == Shape::Msg {
+                    return Err("Position-Zero Read chunk in an RDMA_MSG call");
+                }
+                if pz.is_some() {
+                    return Err("two Position-Zero Read chunks");
+                }
+                pz = Some(i);
+            } else {
+                data.push((*pos, *len));
+            }
+        }
+        let max = u64::from(self.config.limits.max_message_len);
+        let base_len = match (shape, pz) {
+            (Shape::Msg, _) => payload_len as u64,
+            (Shape::Nomsg, Some(i)) => groups.get(i).map_or(0, |g| g.2),
+            //= rfc8166#section-4.2.4
+            //# Though any of these MAY be marked as not present, one MUST be present
+            //# and MUST hold the Payload stream for this RPC-over-RDMA message.
+            // For a call, that is the Position-Zero Read chunk.
+            (Shape::Nomsg, None) => {
+                return Err("RDMA_NOMSG call without a Position-Zero Read chunk")
+            }
+        };
+        if base_len > max {
+            return Err("call exceeds max_message_len");
+        }
+        marshal::check_positions(base_len as usize, &data, max)?;
+        if !groups.is_empty() && self.params().ord == 0 {
+            return Err("Read chunks but no RDMA Read resources (ORD 0)");
+        }
+        Ok((groups, pz))
+    }
+
+    /// A received message that is a call (`payload`: the RPC message that
+    /// followed an RDMA_MSG header).
+    pub(in crate::engine) fn on_call(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        xid: u32,
+        shape: Shape,
+        chunks: ChunkLists,
+        payload: Vec<u8>,
+    ) {
+        if !self.resp.enabled {
+            //= rfc8167#section-6
+            //# If an endpoint is not prepared to receive an incoming reverse-
+            //# direction message, loss of the RDMA connection might result.
+            // We drop it instead (no receive was ever granted for it).
+            self.metrics.dropped += 1;
+            return;
+        }
+        if self.overrun(p) {
+            return;
+        }
+        if self.resp.backchannel() && !chunks.is_empty() {
+            //= rfc8167#section-5.3
+            //# If a reverse-direction requester provides a non-empty chunk list
+            //# to a Responder that does not support chunks, the Responder MUST
+            //# reply with an RDMA_ERROR message with rdma_err field set to
+            //# ERR_CHUNK.
+            self.send_error(p, xid, ErrorReply::Chunk);
+            return;
+        }
+        //= rfc8166#section-4.5.2
+        //# If the rdma_vers field contains a recognized value, but an XDR
+        //# parsing error occurs, the Responder MUST reply with an
+        //# RDMA_ERROR procedure and set the rdma_err value to ERR_CHUNK.
+        if shape == Shape::Msg && chunks.reads.is_empty() {
+            self.on_inline_call(p, xid, chunks, payload);
+            return;
+        }
+        self.stage_call(now, p, xid, shape, chunks, payload);
+    }
+
+    /// A forward call with Read chunks (or a Long Call): checked, then
+    /// staged for its RDMA Reads (waiting for the Read-sink budget) and
+    /// delivered once they are done.
+    fn stage_call(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        xid: u32,
+        shape: Shape,
+        chunks: ChunkLists,
+        payload: Vec<u8>,
+    ) {
+        let (groups, pz) = match self.validate_call(shape, &chunks, payload.len()) {
+            Ok(x) => x,
+            Err(_why) => {
+                self.send_error(p, xid, ErrorReply::Chunk);
+                return;
+            }
+        };
+        let inv = invalidation_handle(&chunks);
+        let handle = self.resp.next_handle;
+        self.resp.next_handle += 1;
+        let mut reads = Vec::new();
+        let mut rchunks = Vec::with_capacity(groups.len());
+        let mut sink_need: u64 = 0;
+        for (ci, (position, segments, len)) in groups.into_iter().enumerate() {
+            sink_need = sink_need.saturating_add(len);
+            let mut off = 0u64;
+            for s in &segments {
+                if s.length > 0 {
+                    reads.push(PendingRead {
+                        handle,
+                        chunk: ci,
+                        seg: *s,
+                        sink_offset: off,
+                    });
+                }
+                off += u64::from(s.length);
+            }
+            rchunks.push(ReadChunk {
+                position,
+                len: len as usize,
+                sink: None,
+                data: Vec::new(),
+            });
+        }
+        // A call whose Read chunks can never fit the Read-sink budget (this
+        // connection's or the shared one) is refused; one that fits waits
+        // for its turn (below).
+        let most = self.sink_budget().min(self.resp.lease.limit());
+        if sink_need > most.min(u64::from(self.config.limits.max_message_len)) {
+            self.send_error(p, xid, ErrorReply::Chunk);
+            return;
+        }
+        let long = pz.is_some();
+        if long {
+            self.metrics.long_calls_received += 1;
+        }
+        let call = InCall {
+            xid,
+            long,
+            base: if shape == Shape::Msg {
+                payload
+            } else {
+                Vec::new()
+            },
+            pz,
+            chunks: rchunks,
+            state: InState::Waiting { reads },
+            sink_need,
+            writes: chunks.writes,
+            reply: chunks.reply,
+            inv,
+        };
+        self.resp.incoming.insert(handle, call);
+        // A valid call: the peer is no longer idle.
+        self.resp.idle_deadline = None;
+        if sink_need == 0 {
+            // Nothing to read: no sink, no wait.
+            self.reads_done(now, p, handle);
+        } else {
+            self.resp.sink_waiting.push_back(handle);
+            self.admit_waiting(now, p);
+            if self
+                .resp
+                .incoming
+                .get(&handle)
+                .is_some_and(|c| matches!(c.state, InState::Waiting { .. }))
+            {
+                self.metrics.read_sink_waits += 1;
+            }
+        }
+    }
+
+    /// [`Connection::on_call`] for an RDMA_MSG call without Read chunks
+    /// (every small call): the same checks and outcome as the general path
+    /// (`validate_call`, then `reads_done` with nothing to read), without
+    /// staging the call for RDMA Reads: the message is the inline payload
+    /// as it is, delivered at once.
+    pub(in crate::engine) fn on_inline_call(
+        &mut self,
+        p: &mut dyn Provider,
+        xid: u32,
+        chunks: ChunkLists,
+        payload: Vec<u8>,
+    ) {
+        if payload.len() as u64 > u64::from(self.config.limits.max_message_len) {
+            self.send_error(p, xid, ErrorReply::Chunk);
+            return;
+        }
+        let inv = invalidation_handle(&chunks);
+        let handle = self.resp.next_handle;
+        self.resp.next_handle += 1;
+        //= rfc8167#section-5.1
+        //# Whether presented inline or as a separate chunk, the ONC RPC Call
+        //# header MUST start with the same XID value that is present in the
+        //# RPC-over-RDMA header, and the RPC header's msg_type field MUST
+        //# contain the value CALL.
+        // As in `reads_done`: a mismatch is answered with ERR_CHUNK.
+        if rpc_prefix(&payload) != Some((xid, MsgType::CALL)) {
+            self.metrics.rpc_header_mismatches += 1;
+            self.send_error(p, xid, ErrorReply::Chunk);
+            return;
+        }
+        let ev = IncomingCall {
+            handle: CallHandle(handle),
+            xid,
+            backchannel: self.resp.backchannel(),
+            message: payload,
+            ddp: Vec::new(),
+            long: false,
+            write_chunks: chunks.writes.iter().map(WriteChunk::total_len).collect(),
+            reply_chunk: chunks.reply.as_ref().map(WriteChunk::total_len),
+        };
+        self.resp.incoming.insert(
+            handle,
+            InCall {
+                xid,
+                long: false,
+                base: Vec::new(),
+                pz: None,
+                chunks: Vec::new(),
+                state: InState::Delivered,
+                sink_need: 0,
+                writes: chunks.writes,
+                reply: chunks.reply,
+                inv,
+            },
+        );
+        self.resp.idle_deadline = None;
+        self.metrics.calls_received += 1;
+        self.events.push_back(Event::CallReceived(ev));
+    }
+}

@@ -1,0 +1,136 @@
+//! Timers: the engine reads no clock. Deadlines are data (`now` comes in
+//! with every input); [`Connection::poll_timeout`] says when
+//! [`Connection::handle_timeout`] should run next, and spurious calls are
+//! harmless.
+//!
+//! Three kinds: each sent call's reply deadline (`Config::call_timeout`,
+//! the requester's), each received call's Read deadline
+//! (`Config::read_timeout`, from its admission until its RDMA Reads are
+//! all done) and the idle deadline (`Config::idle_timeout`, until the
+//! peer's first valid call), the responder's. Calls and Reads keep theirs
+//! in a [`Deadlines`] queue, sorted, so the next one is read at its front
+//! instead of by a scan.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::{Connection, ConnectionError, PeerError};
+use crate::provider::Provider;
+
+/// `(deadline, key)` pairs sorted by deadline (ties in insertion order).
+#[derive(Debug)]
+pub(super) struct Deadlines<K> {
+    q: VecDeque<(Instant, K)>,
+}
+
+impl<K> Default for Deadlines<K> {
+    fn default() -> Self {
+        Deadlines { q: VecDeque::new() }
+    }
+}
+
+impl<K: Copy + PartialEq> Deadlines<K> {
+    /// The earliest deadline and its key.
+    #[inline]
+    pub(super) fn front(&self) -> Option<(Instant, K)> {
+        self.q.front().copied()
+    }
+
+    /// Adds `(d, key)`, keeping the order.
+    pub(super) fn insert(&mut self, d: Instant, key: K) {
+        // Deadlines normally come in order (`now` does not go back): the
+        // new one goes at the back.
+        if self.q.back().is_none_or(|&(e, _)| e <= d) {
+            self.q.push_back((d, key));
+        } else {
+            let at = self.q.partition_point(|&(e, _)| e <= d);
+            self.q.insert(at, (d, key));
+        }
+    }
+
+    /// Drops the earliest deadline.
+    pub(super) fn pop_front(&mut self) {
+        self.q.pop_front();
+    }
+
+    /// Drops the (first) deadline of `key`.
+    pub(super) fn remove(&mut self, key: K) {
+        if let Some(i) = self.q.iter().position(|&(_, k)| k == key) {
+            self.q.remove(i);
+        }
+    }
+
+    /// Keeps the deadlines for which `keep` holds.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(Instant, K) -> bool) {
+        self.q.retain(|&(d, k)| keep(d, k));
+    }
+
+    /// Deadlines kept (stale ones included).
+    pub(super) fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    /// True when none is kept.
+    pub(super) fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    /// Drops them all.
+    pub(super) fn clear(&mut self) {
+        self.q.clear();
+    }
+}
+
+impl Connection {
+    /// Fires expired timers: a call without a reply past its deadline ends
+    /// the connection (RDMA has no keepalive; as Linux, a timeout forces a
+    /// disconnect and the call is retransmitted on the next connection);
+    /// so do a received call whose RDMA Reads are overdue
+    /// (`Config::read_timeout`) and a peer silent since the connection was
+    /// established (`Config::idle_timeout`).
+    pub fn handle_timeout(&mut self, now: Instant, p: &mut dyn Provider) {
+        if self.error.is_some() {
+            return;
+        }
+        if self.resp.idle_deadline.is_some_and(|d| d <= now) {
+            self.metrics.idle_timeouts += 1;
+            self.fatal(p, ConnectionError::IdleTimeout);
+            return;
+        }
+        if let Some((d, handle)) = self.resp.read_deadlines.front() {
+            if d <= now {
+                let xid = self.incoming_xid(handle);
+                self.metrics.read_timeouts += 1;
+                self.fatal(p, ConnectionError::Peer(PeerError::ReadTimeout { xid }));
+                return;
+            }
+        }
+        let expired = self.call_deadline().is_some_and(|d| d <= now);
+        if expired {
+            self.count_timeouts(now);
+            self.fatal(p, ConnectionError::Timeout);
+        }
+    }
+
+    /// When [`Connection::handle_timeout`] should run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.error.is_some() {
+            return None;
+        }
+        let call = self.call_deadline();
+        if self.resp.read_deadlines.is_empty() && self.resp.idle_deadline.is_none() {
+            return call;
+        }
+        self.responder_timeout(call)
+    }
+
+    /// [`Connection::poll_timeout`] with a Read or idle deadline armed.
+    #[inline(never)]
+    fn responder_timeout(&self, call: Option<Instant>) -> Option<Instant> {
+        let read = self.resp.read_deadlines.front().map(|(d, _)| d);
+        [call, read, self.resp.idle_deadline]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
