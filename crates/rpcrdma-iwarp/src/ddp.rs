@@ -30,7 +30,7 @@
 //! | MO not where the message's placed data ends (gap, overlap, a segment after the last) | [`check_continues`] | DDP / 2 / 0x04 |
 //! | MO + length beyond the posted buffer | [`check_untagged`] | DDP / 2 / 0x05 |
 
-use crate::rdmap::TerminateCode;
+use crate::terminate_code::TerminateCode;
 use crate::{be32, be64, need, EncodeError};
 
 /// The DDP version this implementation speaks.

@@ -159,8 +159,9 @@ pub mod qp;
 pub mod rdmap;
 mod rtr;
 pub mod tcp;
+pub mod terminate_code;
 
-pub use rdmap::TerminateCode;
+pub use terminate_code::TerminateCode;
 
 /// Errors of the encoders (never caused by peer input).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
