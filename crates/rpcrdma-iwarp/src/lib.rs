@@ -53,9 +53,10 @@
 //!   performs the RFC 5041 placement checks as pure functions.
 //! * [`rdmap`] interprets the DDP header's ULP-reserved fields as RDMAP
 //!   (opcode, version, Invalidate STag), and codes the Read Request and
-//!   Terminate messages. [`rdmap::TerminateCode`] is the table of
-//!   layer / error type / error code triples; every check in [`mpa`] and
-//!   [`ddp`] that fails names the triple to send.
+//!   Terminate messages.
+//! * [`terminate_code`]: [`TerminateCode`] is the table of layer / error
+//!   type / error code triples; every check in [`mpa`], [`ddp`] and
+//!   [`rdmap`] that fails names the triple to send.
 //!
 //! ## Example: one RDMA Send, from MPA Request to placed payload
 //!
