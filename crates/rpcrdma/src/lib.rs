@@ -1,9 +1,14 @@
 //! # rpcrdma
 //!
-//! The ONC RPC (RFC 5531) client/server runtime of rpcrdma, over a
-//! transport abstraction. The first transport is ONC RPC over TCP with
-//! RFC 5531 §11 record marking; the RPC-over-RDMA engine plugs in behind the
-//! same traits.
+//! The ONC RPC (RFC 5531) client/server runtime of rpcrdma over two
+//! transports behind the same traits: RPC-over-RDMA (the sans-IO engine of
+//! `rpcrdma-proto` driven over an RDMA provider: software iWARP, or the
+//! in-memory pair; rdma-core verbs later) and ONC RPC over TCP with
+//! RFC 5531 §11 record marking. Layering, top down: [`client`] /
+//! [`server`] (calls, handlers, blame) → [`transport`] (the traits) →
+//! [`rdma`] (driver core and shells, provider selection) or [`tcp`] /
+//! [`record`] → the provider and the engine. `docs/design/rpcrdma.md` draws
+//! a call's path from [`Client::call`] to the socket and back.
 //!
 //! * [`message`]: [`Message`] = list of [`Piece`]s (inline XDR and
 //!   DDP-eligible data), builder and reader, flatten to contiguous XDR;
