@@ -6,6 +6,8 @@
 //! `rpcrdma_iwarp::{dissect, capture}` (captures, MPA / DDP / RDMAP).
 //! Argument parsing and the other subcommands stay in the binary.
 
+#![warn(unreachable_pub)]
+
 pub mod decode_pcap;
 pub mod failure;
 pub mod json_header;

@@ -142,6 +142,7 @@
 //! sentence applies, e.g. what Linux siw does) are ordinary `//` comments.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 use core::fmt;
 

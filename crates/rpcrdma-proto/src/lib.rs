@@ -40,6 +40,7 @@
 //! `//= rfcNNNN#section-X` followed by `//#` quoted text.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod engine;
 pub mod limits;
