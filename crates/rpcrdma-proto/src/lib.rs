@@ -43,6 +43,7 @@
 
 pub mod engine;
 pub mod limits;
+pub mod message;
 pub mod provider;
 pub mod wire;
 pub mod xdr;

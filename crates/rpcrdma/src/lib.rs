@@ -54,7 +54,7 @@
 
 pub mod client;
 pub mod drc;
-pub mod message;
+pub use rpcrdma_proto::message;
 pub mod metrics;
 pub mod rdma;
 pub mod reconnect;

@@ -34,9 +34,9 @@
 //! DDP-eligible (and for positioned DDP pieces); it never looks at
 //! out-of-band results.
 
+use crate::xdr::{pad_len, DecodeErrorKind, Reader, XdrEncode};
+use crate::{DecodeError, EncodeError};
 use bytes::{BufMut, Bytes, BytesMut};
-use rpcrdma_proto::xdr::{pad_len, DecodeErrorKind, Reader, XdrEncode};
-use rpcrdma_proto::{DecodeError, EncodeError};
 use smallvec::SmallVec;
 
 /// One piece of a [`Message`].
@@ -138,7 +138,7 @@ impl Message {
 
     /// [`Message::with_results`] of parts already in their final types
     /// (a received reply: no conversion of the results list).
-    pub(crate) fn from_reply_parts(inline: Bytes, results: Vec<Bytes>) -> Self {
+    pub fn from_reply_parts(inline: Bytes, results: Vec<Bytes>) -> Self {
         let mut pieces = SmallVec::new();
         if !inline.is_empty() {
             pieces.push(Piece::Inline(inline));
@@ -195,7 +195,7 @@ impl Message {
 
     /// Consumes the message, giving its pieces without collecting them
     /// (out-of-band results, if any, are dropped).
-    pub(crate) fn into_piece_iter(self) -> impl Iterator<Item = Piece> {
+    pub fn into_piece_iter(self) -> impl Iterator<Item = Piece> {
         self.pieces.into_iter()
     }
 
@@ -319,7 +319,7 @@ impl Message {
     /// [`Message::split_inline_prefix`] consuming the message: a message of
     /// one inline piece (any received reply) is cut in place, without a new
     /// message, a copy of the results list or a shared buffer.
-    pub(crate) fn into_split_inline_prefix(mut self, n: usize) -> Option<Message> {
+    pub fn into_split_inline_prefix(mut self, n: usize) -> Option<Message> {
         if let [Piece::Inline(b)] = self.pieces.as_mut_slice() {
             match n.cmp(&b.len()) {
                 std::cmp::Ordering::Less => bytes::Buf::advance(b, n),
@@ -572,20 +572,8 @@ impl MessageReader {
         limit: &'static str,
         field: &'static str,
     ) -> Result<usize, DecodeError> {
-        let at = self.position();
-        let len = self.u32(field)?;
-        if len > max {
-            return Err(DecodeError::new(
-                DecodeErrorKind::LimitExceeded {
-                    limit,
-                    max: max as u64,
-                    value: len as u64,
-                },
-                at,
-                field,
-            ));
-        }
-        Ok(len as usize)
+        self.with_reader(|r| r.opaque_len(max, limit, field))
+            .map(|n| n as usize)
     }
 
     /// The `len` data octets of an opaque whose length word was just read:
