@@ -42,9 +42,9 @@ use rpcrdma_proto::provider::{Completion, ConnectionEvent, ConnectionState, Noti
 use super::convert;
 use super::handle::{call_span, engine_call, Cmd, ConnHandle, ReplySink, Shared};
 use super::{BoxProvider, Connected};
-use crate::client::AttemptRef;
 use crate::message::Message;
 use crate::metrics::Metrics;
+use crate::transport::AttemptRef;
 use crate::transport::{
     CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ServerConnection, TransportError,
 };

@@ -11,9 +11,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::convert;
 use super::wake::ThreadWake;
 use super::RdmaStatus;
-use crate::client::AttemptRef;
 use crate::message::Message;
 use crate::metrics::Metrics;
+use crate::transport::AttemptRef;
 use crate::transport::{
     CallDispatcher, CallGuard, ClientTransport, OutgoingCall, ReplyReceiver, ServerConnection,
     TransportError,
