@@ -140,7 +140,6 @@ use crate::transport::ClientIdentity;
 
 mod accept;
 mod blocking;
-mod convert;
 mod core;
 mod driver;
 mod handle;
