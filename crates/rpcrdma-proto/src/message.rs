@@ -1145,7 +1145,8 @@ mod tests {
     // A received reply as the engine gives it out (`Message::from_reply_parts`)
     // with the runtime's XID put back (`Message::set_xid`), and a received
     // call's DDP ranges (`Message::from_reassembled`): what
-    // `rpcrdma::rdma::convert` did before the engine gave out messages.
+    // the runtime's conversion layer did before the engine gave out
+    // messages.
     fn engine_reply(message: Vec<u8>, results: Vec<Bytes>, xid: u32) -> Message {
         let mut m = Message::from_reply_parts(Bytes::from(message), results);
         m.set_xid(xid);

@@ -1,14 +1,17 @@
 //! # rpcrdma
 //!
 //! The ONC RPC (RFC 5531) client/server runtime of rpcrdma, over a
-//! transport abstraction. The first transport is ONC RPC over TCP with
-//! RFC 5531 §11 record marking; the RPC-over-RDMA engine plugs in behind the
-//! same traits.
+//! transport abstraction with two transports behind the same traits: ONC RPC
+//! over TCP with RFC 5531 §11 record marking, and RPC-over-RDMA v1 (the
+//! `rpcrdma-proto` engine over a provider).
 //!
-//! * [`message`]: [`Message`] = list of [`Piece`]s (inline XDR and
-//!   DDP-eligible data), builder and reader, flatten to contiguous XDR;
+//! * [`message`] (`rpcrdma_proto::message`, re-exported): [`Message`] =
+//!   list of [`Piece`]s (inline XDR and DDP-eligible data), builder and
+//!   reader, flatten to contiguous XDR; the same type the RPC-over-RDMA
+//!   engine takes and gives out, so no layer converts messages;
 //! * [`transport`]: the [`ClientTransport`] / [`ServerConnection`] /
-//!   [`CallDispatcher`] traits (driver tasks + channels);
+//!   [`CallDispatcher`] traits (driver tasks + channels) and what the
+//!   transports and the client share; it depends on no module above it;
 //! * [`record`]: RFC 5531 record marking codec (sans-IO);
 //! * [`tcp`]: the TCP transport;
 //! * [`rdma`]: RPC-over-RDMA v1 over the engine and any provider of the
