@@ -84,7 +84,36 @@ pub struct Message {
     pieces: SmallVec<[Piece; 2]>,
     /// Out-of-band DDP results, one per Write chunk offered, in Write list
     /// order (empty: the chunk came back unused or empty).
-    results: Vec<Bytes>,
+    results: Results,
+}
+
+/// The out-of-band results of a [`Message`]: one pointer when there are
+/// none (every message but an RPC-over-RDMA reply with Write chunks), so
+/// that a message, and a call carrying one, stays small enough to move
+/// without a `memcpy` call.
+// A thin pointer on purpose (a `Vec` is three words, a boxed slice two).
+#[allow(clippy::box_collection)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Results(Option<Box<Vec<Bytes>>>);
+
+impl Results {
+    /// `v`, kept only when not empty.
+    fn from_vec(v: Vec<Bytes>) -> Self {
+        Results((!v.is_empty()).then(|| Box::new(v)))
+    }
+
+    fn as_slice(&self) -> &[Bytes] {
+        self.0.as_deref().map_or(&[], |v| &v[..])
+    }
+
+    /// Appends `other`'s results after ours.
+    fn extend(&mut self, other: Results) {
+        match (&mut self.0, other.0) {
+            (_, None) => {}
+            (None, o) => self.0 = o,
+            (Some(v), Some(o)) => v.extend(*o),
+        }
+    }
 }
 
 const ZERO_PAD: [u8; 3] = [0; 3];
@@ -99,7 +128,7 @@ impl Message {
     pub fn new() -> Self {
         Message {
             pieces: SmallVec::new(),
-            results: Vec::new(),
+            results: Results::default(),
         }
     }
 
@@ -134,7 +163,7 @@ impl Message {
         results: impl IntoIterator<Item = R>,
     ) -> Self {
         let mut m = Message::inline(inline);
-        m.results = results.into_iter().map(Into::into).collect();
+        m.results = Results::from_vec(results.into_iter().map(Into::into).collect());
         m
     }
 
@@ -145,7 +174,10 @@ impl Message {
         if !inline.is_empty() {
             pieces.push(Piece::Inline(inline));
         }
-        Message { pieces, results }
+        Message {
+            pieces,
+            results: Results::from_vec(results),
+        }
     }
 
     /// A reassembled received call (`message`: the whole XDR stream, each
@@ -252,7 +284,7 @@ impl Message {
     /// list order (empty for a chunk that came back unused or empty). Empty
     /// except for a reply received over RPC-over-RDMA.
     pub fn results(&self) -> &[Bytes] {
-        &self.results
+        self.results.as_slice()
     }
 
     /// The DDP data, in order: the DDP pieces' data, then the non-empty
@@ -264,7 +296,7 @@ impl Message {
                 Piece::Ddp(b) => Some(b),
                 Piece::Inline(_) => None,
             })
-            .chain(self.results.iter().filter(|b| !b.is_empty()))
+            .chain(self.results.as_slice().iter().filter(|b| !b.is_empty()))
     }
 
     /// Number of items of [`Message::ddp_data`]: DDP pieces and non-empty
@@ -281,6 +313,7 @@ impl Message {
         pieces
             + self
                 .results
+                .as_slice()
                 .iter()
                 .map(|b| round_up4(b.len()))
                 .sum::<usize>()
@@ -297,7 +330,8 @@ impl Message {
 
     /// True when the message has no octets at all.
     pub fn is_empty(&self) -> bool {
-        self.pieces.iter().all(|p| p.bytes().is_empty()) && self.results.iter().all(Bytes::is_empty)
+        self.pieces.iter().all(|p| p.bytes().is_empty())
+            && self.results.as_slice().iter().all(Bytes::is_empty)
     }
 
     /// The contiguous XDR stream: pieces in order, each DDP piece followed by
@@ -568,7 +602,7 @@ impl MessageReader {
             inline,
             ddp,
             next_ddp: 0,
-            results: m.results.clone(),
+            results: m.results.as_slice().to_vec(),
             next_result: 0,
             pos: 0,
             ddp_consumed: 0,

@@ -232,7 +232,10 @@ pub(crate) fn engine_call(call: AttemptRef<'_>) -> (ECall, u32, usize) {
         std::borrow::Cow::Borrowed(h) => Bytes::copy_from_slice(h),
         std::borrow::Cow::Owned(h) => Bytes::from(h),
     };
-    let message = Message::with_header(header, args.clone());
+    let mut message = Message::inline(header);
+    for p in args.pieces() {
+        message.push(p.clone());
+    }
     let ecall = ECall {
         message,
         reply_max,
