@@ -208,7 +208,9 @@ impl Rig {
     fn round_trip(&mut self) {
         let now = self.now;
         let call = OutgoingCall {
-            message: smallvec::smallvec![Piece::Inline(self.call.clone())],
+            message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                self.call.clone().into(),
+            )]),
             reply_max: self.reply_max,
             ddp_results: Vec::new(),
         };
@@ -223,7 +225,9 @@ impl Rig {
         };
         black_box(&ic.message);
         let reply = OutgoingReply {
-            message: smallvec::smallvec![Piece::Inline(self.reply.clone())],
+            message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                self.reply.clone().into(),
+            )]),
         };
         self.s
             .send_reply(now, &mut self.sp, ic.handle, reply)

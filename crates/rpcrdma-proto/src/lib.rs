@@ -9,6 +9,11 @@
 //!
 //! * [`xdr`]: a bounded, panic-free XDR (RFC 4506) reader and writer;
 //! * [`limits`]: the named limits on everything a peer controls;
+//! * [`message`]: an RPC message as [`message::Piece`]s (inline XDR and
+//!   DDP-eligible data, on `bytes::Bytes`) with the out-of-band data of a
+//!   reply's Write chunks, its builder, and its reader on the bounded
+//!   [`xdr::Reader`]: the one message type the engine takes and gives out
+//!   and the runtime (`rpcrdma`) uses as it is;
 //! * [`wire`]: codecs for the wire formats: the v1 and v2 transport headers,
 //!   chunk lists, RFC 8797 private data, ONC RPC (RFC 5531) message headers,
 //!   and direction detection for bidirectional operation. Each codec has
@@ -44,6 +49,7 @@
 
 pub mod engine;
 pub mod limits;
+pub mod message;
 pub mod provider;
 pub mod wire;
 pub mod xdr;

@@ -361,6 +361,21 @@ impl<'a> Reader<'a> {
         limit: &'static str,
         field: &'static str,
     ) -> Result<&'a [u8], DecodeError> {
+        let len = self.opaque_len(max, limit, field)?;
+        self.fixed_opaque(len as usize, field)
+    }
+
+    /// The length word of an `opaque<max>`, checked against `max` (named
+    /// `limit`; the error is at the length word). The data is not looked
+    /// at: [`Reader::var_opaque`] reads it inline, a
+    /// [`MessageReader`](crate::message::MessageReader) may find it in a
+    /// DDP piece or a Write chunk.
+    pub fn opaque_len(
+        &mut self,
+        max: u32,
+        limit: &'static str,
+        field: &'static str,
+    ) -> Result<u32, DecodeError> {
         let at = self.pos;
         let len = self.u32(field)?;
         if len > max {
@@ -374,7 +389,7 @@ impl<'a> Reader<'a> {
                 field,
             ));
         }
-        self.fixed_opaque(len as usize, field)
+        Ok(len)
     }
 
     /// A count of items (the length word of a counted array, or the number

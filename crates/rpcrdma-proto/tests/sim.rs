@@ -23,7 +23,7 @@ fn simple_reply(xid: u32, body: &[u8]) -> OutgoingReply {
     let mut m = reply_header(xid);
     m.extend_from_slice(body);
     OutgoingReply {
-        message: smallvec::smallvec![Piece::Inline(m)],
+        message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(m.into())]),
     }
 }
 
@@ -52,8 +52,8 @@ fn short_inline_call_and_reply() {
     let calls = p.server_calls();
     assert_eq!(calls.len(), 1);
     let c = &calls[0];
-    assert_eq!(c.message, stream(&msg, c.xid), "byte for byte");
-    assert!(c.ddp.is_empty() && !c.long && !c.backchannel);
+    assert_eq!(c.message.flatten(), stream(&msg, c.xid), "byte for byte");
+    assert!(ddp_ranges(&c.message).is_empty() && !c.long && !c.backchannel);
     assert!(c.write_chunks.is_empty() && c.reply_chunk.is_none());
     let body = data(64, 2);
     assert_eq!(
@@ -67,8 +67,8 @@ fn short_inline_call_and_reply() {
     assert_eq!(r[0].xid, c.xid);
     let mut want = reply_header(c.xid);
     want.extend_from_slice(&body);
-    assert_eq!(r[0].message, want);
-    assert!(!r[0].long && r[0].results.is_empty());
+    assert_eq!(r[0].message.flatten(), want);
+    assert!(!r[0].long && r[0].message.results().is_empty());
     // The grant of 64 arrived with the reply.
     assert!(ev.contains(&Event::CreditsChanged { credits: 64 }));
     assert_eq!(p.c.conn.credits(), 64);
@@ -93,16 +93,20 @@ fn read_chunk_call() {
     });
     let calls = p.server_calls();
     let c = &calls[0];
-    assert_eq!(c.message, stream(&msg, c.xid));
+    assert_eq!(c.message.flatten(), stream(&msg, c.xid));
     assert!(!c.long);
     // The DDP data sits right after the header and its length word.
-    let pos = match &msg[0] {
+    let pos = match &msg.pieces()[0] {
         Piece::Inline(b) => b.len(),
         _ => unreachable!(),
     };
-    assert_eq!(c.ddp, vec![pos..pos + 9001]);
-    assert_eq!(&c.message[pos..pos + 9001], &arg[..]);
-    assert_eq!(&c.message[pos + 9001..pos + 9004], &[0, 0, 0], "XDR pad");
+    assert_eq!(ddp_ranges(&c.message), vec![pos..pos + 9001]);
+    assert_eq!(&c.message.flatten()[pos..pos + 9001], &arg[..]);
+    assert_eq!(
+        &c.message.flatten()[pos + 9001..pos + 9004],
+        &[0, 0, 0],
+        "XDR pad"
+    );
     let m = p.c.conn.metrics();
     assert_eq!(
         (m.read_chunks, m.read_chunk_bytes, m.long_calls),
@@ -136,15 +140,15 @@ fn long_call_in_a_position_zero_read_chunk() {
     //# As these chunks contain a Payload stream, such chunks MUST include
     //# appropriate XDR roundup padding to maintain proper XDR alignment of
     //# their contents.
-    assert_eq!(c.message, stream(&msg, c.xid));
+    assert_eq!(c.message.flatten(), stream(&msg, c.xid));
     //= rfc8166#section-3.4.2
     //# All other XDR data items MUST NOT be reduced.
-    assert!(c.ddp.is_empty());
+    assert!(ddp_ranges(&c.message).is_empty());
     assert_eq!(p.c.conn.metrics().long_calls, 1);
     assert_eq!(p.s.conn.metrics().long_calls_received, 1);
     p.reply(c.handle, simple_reply(c.xid, &[1, 2, 3, 4]));
     let ev = p.client_events();
-    assert_eq!(replies(&ev)[0].message[24..], [1, 2, 3, 4]);
+    assert_eq!(replies(&ev)[0].message.flatten()[24..], [1, 2, 3, 4]);
 }
 
 #[test]
@@ -165,11 +169,11 @@ fn write_chunk_reply_returns_actual_length() {
     head.extend(word(5001));
     let tail = word(0xabcd_ef01);
     let r = OutgoingReply {
-        message: smallvec::smallvec![
-            Piece::Inline(head.clone()),
+        message: rpcrdma_proto::engine::Message::from_pieces([
+            Piece::Inline(head.clone().into()),
             Piece::Ddp(result.clone().into()),
-            Piece::Inline(tail.clone()),
-        ],
+            Piece::Inline(tail.clone().into()),
+        ]),
     };
     assert_eq!(p.reply(c.handle, r), ReplyForm::Inline);
     let ev = p.client_events();
@@ -178,10 +182,14 @@ fn write_chunk_reply_returns_actual_length() {
     //# Therefore, when returning a single variable-length result data item,
     //# a returned Write chunk's total length MUST be the same as the encoded
     //# length of the result data item.
-    assert_eq!(r[0].results, vec![result], "actual length, no pad");
+    assert_eq!(
+        r[0].message.results(),
+        vec![result],
+        "actual length, no pad"
+    );
     let mut want = head;
     want.extend(tail);
-    assert_eq!(r[0].message, want, "the DDP item is not inline");
+    assert_eq!(r[0].message.flatten(), want, "the DDP item is not inline");
     let m = p.c.conn.metrics();
     assert_eq!((m.write_chunks, m.write_chunk_bytes), (1, 5001));
     assert_eq!(p.s.conn.metrics().rdma_write_bytes, 5001);
@@ -208,7 +216,7 @@ fn long_reply_in_the_reply_chunk() {
     assert!(r[0].long);
     let mut want = reply_header(c.xid);
     want.extend_from_slice(&body);
-    assert_eq!(r[0].message, want);
+    assert_eq!(r[0].message.flatten(), want);
     let m = p.c.conn.metrics();
     assert_eq!((m.reply_chunks, m.long_replies), (1, 1));
     assert_eq!(m.reply_chunk_bytes, want.len() as u64);
@@ -383,14 +391,14 @@ fn inline_call_delivered_as_the_general_path_delivers_it() {
         let r = replies(&ev);
         assert_eq!(r.len(), 1);
         assert_eq!(
-            r[0].message,
+            r[0].message.flatten(),
             stream(&simple_reply(call.xid, &data(24, 5)).message, call.xid)
         );
         assert_eq!(p.s.conn.pending_incoming(), 0);
         got.push(call);
     }
     let (a, mut b) = (got.remove(0), got.remove(0));
-    assert_eq!(a.message, stream(&msg, a.xid));
+    assert_eq!(a.message.flatten(), stream(&msg, a.xid));
     assert!(a.reply_chunk.is_some());
     b.long = false;
     assert_eq!(a, b);
@@ -439,7 +447,7 @@ fn backchannel_calls_both_directions() {
     let bc = p.client_calls();
     assert_eq!(bc.len(), 1);
     assert!(bc[0].backchannel);
-    assert_eq!(bc[0].message, stream(&bmsg, bc[0].xid));
+    assert_eq!(bc[0].message.flatten(), stream(&bmsg, bc[0].xid));
     let fc = p.server_calls();
     assert_eq!(fc.len(), 1);
     assert!(!fc[0].backchannel);
@@ -459,7 +467,7 @@ fn backchannel_calls_both_directions() {
     let r = replies(&sev);
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].id, bid);
-    assert_eq!(r[0].message[24..], [5; 8]);
+    assert_eq!(r[0].message.flatten()[24..], [5; 8]);
     // The client granted 4 backchannel credits.
     assert_eq!(p.s.conn.credits(), 4);
     let cev = p.client_events();
@@ -504,23 +512,26 @@ fn swi_case(
         ddp_results,
     });
     let call = p.server_calls().remove(0);
-    assert_eq!(&call.message[44..44 + arg.len()], &arg[..]);
+    assert_eq!(&call.message.flatten()[44..44 + arg.len()], &arg[..]);
     let result = data(3000, 2);
     let mut head = reply_header(call.xid);
     head.extend(word(3000));
     p.reply(
         call.handle,
         OutgoingReply {
-            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
+            message: rpcrdma_proto::engine::Message::from_pieces([
+                Piece::Inline(head.into()),
+                Piece::Ddp(result.clone().into()),
+            ]),
         },
     );
     let ev = p.client_events();
     let r = replies(&ev);
     assert_eq!(r.len(), 1);
     if write_chunk {
-        assert_eq!(r[0].results, vec![result]);
+        assert_eq!(r[0].message.results(), vec![result]);
     } else {
-        assert_eq!(&r[0].message[28..], &result[..]);
+        assert_eq!(&r[0].message.flatten()[28..], &result[..]);
     }
     let (sm, cm) = (p.s.conn.metrics(), p.c.conn.metrics());
     (
@@ -566,7 +577,9 @@ fn oversized_descriptions_are_refused_synchronously() {
     let r = p.c.conn.start_call(p.now, &mut p.c.prov, huge);
     assert!(matches!(r, Err(CallError::TooLarge { .. })), "{r:?}");
     let no_header = OutgoingCall {
-        message: smallvec::smallvec![Piece::Ddp(vec![1, 2, 3, 4, 5, 6, 7, 8].into())],
+        message: rpcrdma_proto::engine::Message::from_pieces([Piece::Ddp(
+            vec![1, 2, 3, 4, 5, 6, 7, 8].into(),
+        )]),
         reply_max: 256,
         ddp_results: vec![],
     };
@@ -583,19 +596,19 @@ fn long_call_with_write_chunk_and_reply_chunk_together() {
     head.extend(data(5000, 1));
     head.extend(word(10_000));
     let ddp = data(10_000, 2);
-    let msg = vec![
-        Piece::Inline(head),
+    let msg = rpcrdma_proto::engine::Message::from_pieces([
+        Piece::Inline(head.into()),
         Piece::Ddp(ddp.clone().into()),
-        Piece::Inline(word(1)),
-    ];
+        Piece::Inline(word(1).into()),
+    ]);
     p.call(OutgoingCall {
-        message: msg.clone().into(),
+        message: msg.clone(),
         reply_max: 30_000,
         ddp_results: vec![8192],
     });
     let c = p.server_calls().remove(0);
     assert!(c.long);
-    assert_eq!(c.message, stream(&msg, c.xid));
+    assert_eq!(c.message.flatten(), stream(&msg, c.xid));
     assert_eq!(c.write_chunks, vec![8192]);
     assert_eq!(c.reply_chunk, Some(30_000));
     let result = data(6001, 3);
@@ -605,18 +618,18 @@ fn long_call_with_write_chunk_and_reply_chunk_together() {
     let form = p.reply(
         c.handle,
         OutgoingReply {
-            message: smallvec::smallvec![
-                Piece::Inline(rhead.clone()),
+            message: rpcrdma_proto::engine::Message::from_pieces([
+                Piece::Inline(rhead.clone().into()),
                 Piece::Ddp(result.clone().into()),
-            ],
+            ]),
         },
     );
     assert_eq!(form, ReplyForm::ReplyChunk);
     let ev = p.client_events();
     let r = replies(&ev);
     assert!(r[0].long);
-    assert_eq!(r[0].message, rhead);
-    assert_eq!(r[0].results, vec![result]);
+    assert_eq!(r[0].message.flatten(), rhead);
+    assert_eq!(r[0].message.results(), vec![result]);
 }
 
 #[test]
@@ -629,18 +642,24 @@ fn megabyte_read_and_write_chunks() {
         ddp_results: vec![1 << 20],
     });
     let c = p.server_calls().remove(0);
-    assert_eq!(c.ddp.len(), 1);
-    assert_eq!(&c.message[c.ddp[0].clone()], &arg[..]);
+    assert_eq!(ddp_ranges(&c.message).len(), 1);
+    assert_eq!(
+        &c.message.flatten()[ddp_ranges(&c.message)[0].clone()],
+        &arg[..]
+    );
     let mut head = reply_header(c.xid);
     head.extend(word(1 << 20));
     p.reply(
         c.handle,
         OutgoingReply {
-            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(arg.clone().into())],
+            message: rpcrdma_proto::engine::Message::from_pieces([
+                Piece::Inline(head.into()),
+                Piece::Ddp(arg.clone().into()),
+            ]),
         },
     );
     let ev = p.client_events();
-    assert_eq!(replies(&ev)[0].results[0], arg);
+    assert_eq!(replies(&ev)[0].message.results()[0], arg);
 }
 
 #[test]
@@ -659,11 +678,14 @@ fn unaligned_write_chunks_leave_room_for_a_legacy_pad() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
+            message: rpcrdma_proto::engine::Message::from_pieces([
+                Piece::Inline(head.into()),
+                Piece::Ddp(result.clone().into()),
+            ]),
         },
     );
     let ev = p.client_events();
-    assert_eq!(replies(&ev)[0].results, vec![result]);
+    assert_eq!(replies(&ev)[0].message.results(), vec![result]);
 }
 
 #[test]
@@ -681,7 +703,7 @@ fn a_refused_reply_leaves_the_call_to_answer() {
         &mut p.s.prov,
         c.handle,
         OutgoingReply {
-            message: smallvec::smallvec![Piece::Ddp(vec![0; 8].into())],
+            message: rpcrdma_proto::engine::Message::from_pieces([Piece::Ddp(vec![0; 8].into())]),
         },
     );
     assert!(matches!(r, Err(CallError::BadMessage(_))), "{r:?}");
@@ -698,7 +720,7 @@ fn a_refused_reply_leaves_the_call_to_answer() {
     let mut m = reply_header(c.xid);
     m.extend(word(42));
     let reply = OutgoingReply {
-        message: smallvec::smallvec![Piece::Inline(m)],
+        message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(m.into())]),
     };
     assert_eq!(p.reply(c.handle, reply.clone()), ReplyForm::Inline);
     assert_eq!(p.s.conn.pending_incoming(), 0);

@@ -59,8 +59,8 @@ fn many_large_read_chunk_calls_stay_under_the_budget_and_all_complete() {
     for (k, c) in calls.iter().enumerate() {
         // Arrival order is kept.
         assert_eq!(c.xid, 100 + k as u32);
-        assert_eq!(&c.message[44..44 + CHUNK], &args[k][..]);
-        assert_eq!(c.ddp, vec![44..44 + CHUNK]);
+        assert_eq!(&c.message.flatten()[44..44 + CHUNK], &args[k][..]);
+        assert_eq!(ddp_ranges(&c.message), vec![44..44 + CHUNK]);
     }
     let m = p.side.conn.metrics();
     assert!(m.max_read_sink_bytes <= budget, "{}", m.max_read_sink_bytes);
@@ -180,14 +180,17 @@ fn engine_client_with_many_read_chunk_calls_against_a_small_budget() {
             break;
         }
         for c in &calls {
-            let k = c.ddp[0].len() - 30_000;
-            assert_eq!(&c.message[c.ddp[0].clone()], &args[k][..]);
+            let k = ddp_ranges(&c.message)[0].len() - 30_000;
+            assert_eq!(
+                &c.message.flatten()[ddp_ranges(&c.message)[0].clone()],
+                &args[k][..]
+            );
             let mut m = reply_header(c.xid);
             m.extend(word(0));
             p.reply(
                 c.handle,
                 OutgoingReply {
-                    message: smallvec::smallvec![Piece::Inline(m)],
+                    message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(m.into())]),
                 },
             );
             served += 1;
@@ -271,7 +274,9 @@ fn replies_not_yet_sent_count_against_the_credit_limit() {
         assert_eq!(calls.len(), 1, "call {xid:#x} delivered");
         for c in calls {
             let r = OutgoingReply {
-                message: smallvec::smallvec![Piece::Inline(reply_header(c.xid))],
+                message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                    reply_header(c.xid).into(),
+                )]),
             };
             p.side
                 .conn
@@ -324,7 +329,7 @@ mod prop {
             prop_assert_eq!(calls.iter().map(|c| c.xid).collect::<Vec<_>>(),
                 fits.iter().map(|&k| 1000 + k as u32).collect::<Vec<_>>());
             for (c, &k) in calls.iter().zip(&fits) {
-                prop_assert_eq!(&c.message[44..44 + sizes[k]], &args[k][..]);
+                prop_assert_eq!(&c.message.flatten()[44..44 + sizes[k]], &args[k][..]);
             }
             prop_assert_eq!(p.raw.got.len(), sizes.len() - fits.len(), "one ERR_CHUNK per oversized call");
             prop_assert!(p.side.conn.metrics().max_read_sink_bytes <= budget);

@@ -62,7 +62,7 @@ proptest! {
                         let mut m = reply_header(c.xid);
                         m.extend([0u8; 4]);
                         p.s.conn.send_reply(p.now, &mut p.s.prov, c.handle,
-                            rpcrdma_proto::engine::OutgoingReply { message: smallvec::smallvec![rpcrdma_proto::engine::Piece::Inline(m)] }).unwrap();
+                            rpcrdma_proto::engine::OutgoingReply { message: rpcrdma_proto::engine::Message::from_pieces([rpcrdma_proto::engine::Piece::Inline(m.into())]) }).unwrap();
                     }
                 }
                 Op::Grant(g) => {
@@ -91,7 +91,7 @@ proptest! {
                 let mut m = reply_header(c.xid);
                 m.extend([0u8; 4]);
                 p.s.conn.send_reply(p.now, &mut p.s.prov, c.handle,
-                    rpcrdma_proto::engine::OutgoingReply { message: smallvec::smallvec![rpcrdma_proto::engine::Piece::Inline(m)] }).unwrap();
+                    rpcrdma_proto::engine::OutgoingReply { message: rpcrdma_proto::engine::Message::from_pieces([rpcrdma_proto::engine::Piece::Inline(m.into())]) }).unwrap();
             }
             p.run();
             step(&mut p, &mut pending, &mut done);

@@ -58,9 +58,9 @@ impl Bench {
     /// to come inline (the call registers a Reply chunk).
     fn call(&mut self, reply_chunk: bool) -> CallId {
         let call = OutgoingCall {
-            message: smallvec::smallvec![Piece::Inline(words(&[
-                0, 0, 2, 100_003, 3, 0, 0, 0, 0, 0
-            ]))],
+            message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                words(&[0, 0, 2, 100_003, 3, 0, 0, 0, 0, 0]).into(),
+            )]),
             reply_max: if reply_chunk { 8192 } else { 512 },
             ddp_results: Vec::new(),
         };
@@ -225,7 +225,9 @@ fn backchannel_call_waits_for_a_credit_and_replies_pass_it() {
     );
     // The reply to the forward call goes out at once, D still waits.
     let reply = OutgoingReply {
-        message: smallvec::smallvec![Piece::Inline(words(&[0, 1, 0, 0, 0, 0]))],
+        message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+            words(&[0, 1, 0, 0, 0, 0]).into(),
+        )]),
     };
     b.side
         .conn

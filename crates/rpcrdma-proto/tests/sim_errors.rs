@@ -403,8 +403,8 @@ fn several_read_chunks_multi_segment_and_included_roundup() {
     want.extend(words(&[6]));
     want.extend([6, 7, 8, 9, 10, 11, 0, 0]);
     want.extend(words(&[0xfeed_f00d]));
-    assert_eq!(c.message, want);
-    assert_eq!(c.ddp, vec![44..49, 56..64]);
+    assert_eq!(c.message.flatten(), want);
+    assert_eq!(ddp_ranges(&c.message), vec![44..49, 56..64]);
     assert!(!c.long);
     assert_eq!(p.side.conn.metrics().rdma_reads, 3);
 }
@@ -428,8 +428,8 @@ fn position_zero_read_chunk_with_a_data_chunk() {
     want.extend(words(&[5]));
     want.extend([9, 9, 9, 9, 9, 0, 0, 0]);
     want.extend(words(&[0xfeed_f00d]));
-    assert_eq!(c.message, want);
-    assert_eq!(c.ddp, vec![44..49]);
+    assert_eq!(c.message.flatten(), want);
+    assert_eq!(ddp_ranges(&c.message), vec![44..49]);
     assert!(c.long);
 }
 
@@ -472,10 +472,10 @@ fn write_chunk_reply_bytes_by_hand() {
             &mut p.side.prov,
             c.handle,
             OutgoingReply {
-                message: smallvec::smallvec![
-                    Piece::Inline(head.clone()),
+                message: rpcrdma_proto::engine::Message::from_pieces([
+                    Piece::Inline(head.clone().into()),
                     Piece::Ddp(result.clone().into()),
-                ],
+                ]),
             },
         )
         .unwrap();
@@ -529,7 +529,7 @@ fn rdma_reads_never_exceed_the_ord() {
     p.raw.send(&m);
     p.run();
     let c = delivered(&mut p);
-    assert_eq!(&c.message[44..744], &arg[..]);
+    assert_eq!(&c.message.flatten()[44..744], &arg[..]);
     let mt = p.side.conn.metrics();
     assert_eq!(mt.rdma_reads, 7);
     assert_eq!(mt.max_reads_in_flight, 2);
@@ -545,7 +545,9 @@ fn chunks_are_invalidated_before_the_reply_is_delivered() {
             p.now,
             &mut p.side.prov,
             OutgoingCall {
-                message: smallvec::smallvec![rpcrdma_proto::engine::Piece::Inline(rpc_call(0))],
+                message: rpcrdma_proto::engine::Message::from_pieces([
+                    rpcrdma_proto::engine::Piece::Inline(rpc_call(0).into()),
+                ]),
                 reply_max: 9000,
                 ddp_results: vec![8192],
             },
@@ -575,7 +577,7 @@ fn chunks_are_invalidated_before_the_reply_is_delivered() {
         Some(Event::ReplyReceived(r)) => r.clone(),
         other => panic!("{other:?}"),
     };
-    assert_eq!(r.results, vec![vec![7; 100]]);
+    assert_eq!(r.message.results(), vec![vec![7; 100]]);
     assert_eq!(p.side.conn.metrics().local_invalidations, 1);
     // Once delivered, the STag is dead: a late Write is refused by the
     // client's side (and, as on iWARP, ends the connection).

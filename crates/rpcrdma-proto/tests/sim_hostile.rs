@@ -69,7 +69,7 @@ proptest! {
             let mut m = reply_header(c.xid);
             m.extend([0u8; 4]);
             let _ = p.side.conn.send_reply(p.now, &mut p.side.prov, c.handle,
-                rpcrdma_proto::engine::OutgoingReply { message: smallvec::smallvec![Piece::Inline(m)] });
+                rpcrdma_proto::engine::OutgoingReply { message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(m.into())]) });
         }
         p.run();
     }

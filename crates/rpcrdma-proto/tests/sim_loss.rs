@@ -18,8 +18,8 @@ use util::*;
 /// The server's answer: echo the call's opaque argument, as a DDP result
 /// if the call offered a Write chunk.
 fn echo(call: &IncomingCall) -> OutgoingReply {
-    let len = u32::from_be_bytes(call.message[40..44].try_into().unwrap()) as usize;
-    let arg = call.message[44..44 + len].to_vec();
+    let len = u32::from_be_bytes(call.message.flatten()[40..44].try_into().unwrap()) as usize;
+    let arg = call.message.flatten()[44..44 + len].to_vec();
     let mut head = reply_header(call.xid);
     head.extend(word(len as u32));
     if call.write_chunks.is_empty() {
@@ -27,22 +27,25 @@ fn echo(call: &IncomingCall) -> OutgoingReply {
         b.resize(b.len() + (4 - len % 4) % 4, 0);
         head.extend(b);
         OutgoingReply {
-            message: smallvec::smallvec![Piece::Inline(head)],
+            message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(head.into())]),
         }
     } else {
         OutgoingReply {
-            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(arg.into())],
+            message: rpcrdma_proto::engine::Message::from_pieces([
+                Piece::Inline(head.into()),
+                Piece::Ddp(arg.into()),
+            ]),
         }
     }
 }
 
 /// Checks a reply against the argument the call sent.
 fn check_echo(r: &rpcrdma_proto::engine::Reply, arg: &[u8]) {
-    if r.results.first().is_some_and(|x| !x.is_empty()) {
-        assert_eq!(r.results[0], arg, "DDP result of call {:?}", r.id);
+    if r.message.results().first().is_some_and(|x| !x.is_empty()) {
+        assert_eq!(r.message.results()[0], arg, "DDP result of call {:?}", r.id);
     } else {
         assert_eq!(
-            &r.message[28..28 + arg.len()],
+            &r.message.flatten()[28..28 + arg.len()],
             arg,
             "inline result of {:?}",
             r.id
@@ -363,7 +366,9 @@ fn the_next_timeout_follows_the_earliest_waiting_call() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: smallvec::smallvec![Piece::Inline(reply_header(c.xid))],
+            message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                reply_header(c.xid).into(),
+            )]),
         },
     );
     assert!(p.c.conn.credits() >= 3);
@@ -384,7 +389,9 @@ fn the_next_timeout_follows_the_earliest_waiting_call() {
         p.reply(
             c.handle,
             OutgoingReply {
-                message: smallvec::smallvec![Piece::Inline(reply_header(c.xid))],
+                message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                    reply_header(c.xid).into(),
+                )]),
             },
         );
     };
@@ -400,7 +407,9 @@ fn the_next_timeout_follows_the_earliest_waiting_call() {
         p.reply(
             c.handle,
             OutgoingReply {
-                message: smallvec::smallvec![Piece::Inline(reply_header(c.xid))],
+                message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                    reply_header(c.xid).into(),
+                )]),
             },
         );
     }

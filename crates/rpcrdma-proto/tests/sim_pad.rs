@@ -32,7 +32,9 @@ fn client_with_write_chunk(max: u32) -> (RawPair, u32, u32, u32) {
             p.now,
             &mut p.side.prov,
             OutgoingCall {
-                message: smallvec::smallvec![Piece::Inline(rpc_call(0))],
+                message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                    rpc_call(0).into(),
+                )]),
                 reply_max: max + 200,
                 ddp_results: vec![max],
             },
@@ -81,7 +83,11 @@ fn requester_accepts_a_legacy_pad_without_delivering_it() {
     p.raw.send(&reply_with(xid, stag, 5004, 5001));
     p.run();
     let r = reply_event(&p).expect("the reply is accepted");
-    assert_eq!(r.results[0].len(), 5004, "as long as the responder said");
+    assert_eq!(
+        r.message.results()[0].len(),
+        5004,
+        "as long as the responder said"
+    );
     // With the XDR length word the pad is never part of the data.
     assert_eq!(r.result(0, 5001), Some(&result[..]));
     // A length word that disagrees by more than the pad is refused.
@@ -98,7 +104,7 @@ fn requester_takes_an_exact_length_as_is() {
     p.raw.send(&reply_with(xid, stag, 4001, 4001));
     p.run();
     let r = reply_event(&p).expect("reply");
-    assert_eq!(r.results, vec![result.clone()]);
+    assert_eq!(r.message.results(), vec![result.clone()]);
     assert_eq!(r.result(0, 4001), Some(&result[..]));
 }
 
@@ -155,10 +161,10 @@ fn responder_never_writes_the_pad_and_returns_actual_lengths() {
             &mut p.side.prov,
             c.handle,
             OutgoingReply {
-                message: smallvec::smallvec![
-                    Piece::Inline(head.clone()),
+                message: rpcrdma_proto::engine::Message::from_pieces([
+                    Piece::Inline(head.clone().into()),
                     Piece::Ddp(result.clone().into()),
-                ],
+                ]),
             },
         )
         .unwrap();
@@ -222,7 +228,10 @@ fn engine_pair_unaligned_result_round_trip_through_reply() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(result.clone().into())],
+            message: rpcrdma_proto::engine::Message::from_pieces([
+                Piece::Inline(head.into()),
+                Piece::Ddp(result.clone().into()),
+            ]),
         },
     );
     let ev = p.client_events();
@@ -233,7 +242,7 @@ fn engine_pair_unaligned_result_round_trip_through_reply() {
             _ => None,
         })
         .unwrap();
-    assert_eq!(r.results, vec![result.clone()]);
+    assert_eq!(r.message.results(), vec![result.clone()]);
     assert_eq!(r.result(0, 4093), Some(&result[..]));
     assert_eq!(p.s.conn.metrics().rdma_write_bytes, 4093);
 }

@@ -115,8 +115,8 @@ fn requester_read_chunk_layout_by_hand() {
     //# If a chunk contains a counted array data type, the count of array
     //# elements MUST remain in the Payload stream, while the array elements
     //# MUST be moved to the chunk.
-    let mut inline = match &opaque_call(7, &arg, true)[0] {
-        Piece::Inline(b) => b.clone(),
+    let mut inline = match &opaque_call(7, &arg, true).pieces()[0] {
+        Piece::Inline(b) => b.to_vec(),
         _ => unreachable!(),
     };
     inline[..4].copy_from_slice(&xid.to_be_bytes());
@@ -182,7 +182,10 @@ fn start_call_refuses_unaligned_inline_pieces() {
         p.now,
         &mut p.side.prov,
         OutgoingCall {
-            message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(vec![9; 5000].into())],
+            message: rpcrdma_proto::engine::Message::from_pieces([
+                Piece::Inline(head.into()),
+                Piece::Ddp(vec![9; 5000].into()),
+            ]),
             reply_max: 256,
             ddp_results: Vec::new(),
         },
@@ -210,7 +213,9 @@ fn requester_accepts_a_short_reply_with_its_reply_chunk_echoed() {
         p.reply(
             c.handle,
             OutgoingReply {
-                message: smallvec::smallvec![Piece::Inline(m.clone())],
+                message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                    m.clone().into()
+                )]),
             },
         ),
         ReplyForm::Inline
@@ -223,7 +228,7 @@ fn requester_accepts_a_short_reply_with_its_reply_chunk_echoed() {
             _ => None,
         })
         .expect("reply");
-    assert_eq!(r.message, m);
+    assert_eq!(r.message.flatten(), m);
     assert!(!r.long);
 }
 
@@ -279,9 +284,9 @@ fn responder_returns_an_item_inline_for_an_empty_write_chunk() {
         &mut p,
         &c,
         vec![
-            Piece::Inline(head.clone()),
+            Piece::Inline(head.clone().into()),
             Piece::Ddp(small.clone().into()),
-            Piece::Inline(word(3000)),
+            Piece::Inline(word(3000).into()),
             Piece::Ddp(big.clone().into()),
         ],
     );
@@ -330,7 +335,10 @@ fn responder_returns_an_unconsumed_last_write_chunk_as_unused() {
     answer(
         &mut p,
         &c,
-        vec![Piece::Inline(head.clone()), Piece::Ddp(item.clone().into())],
+        vec![
+            Piece::Inline(head.clone().into()),
+            Piece::Ddp(item.clone().into()),
+        ],
     );
     //= rfc8166#section-4.3.2.2
     //# If this is the last or only Write chunk available and it remains
@@ -374,7 +382,7 @@ fn responder_echoes_the_reply_chunk_in_a_short_reply() {
     let c = deliver(&mut p, &m);
     assert_eq!(c.reply_chunk, Some(8192));
     let body = words(&[72, 1, 0, 0, 0, 0, 5]);
-    let f = answer(&mut p, &c, vec![Piece::Inline(body.clone())]);
+    let f = answer(&mut p, &c, vec![Piece::Inline(body.clone().into())]);
     assert_eq!(f, ReplyForm::Inline);
     //= rfc8166#section-4.3.3
     //# When a Requester provides a Reply chunk in an RPC Call message, the
@@ -396,7 +404,7 @@ fn responder_uses_the_reply_chunk_for_a_large_reply() {
     let c = deliver(&mut p, &m);
     let mut body = words(&[73, 1, 0, 0, 0, 0, 5000]);
     body.extend(data(5000, 8));
-    let f = answer(&mut p, &c, vec![Piece::Inline(body.clone())]);
+    let f = answer(&mut p, &c, vec![Piece::Inline(body.clone().into())]);
     //= rfc8166#section-3.5.3
     //# If a Reply chunk was provided and the reduced
     //# Payload stream is larger than the reply inline threshold, the
@@ -434,7 +442,11 @@ fn a_larger_grant_posts_its_receives_before_any_reply_advertises_it() {
     let mut m = words(&[74, 1, 8, 0, 0, 0, 0]);
     m.extend(rpc_call(74));
     let c = deliver(&mut p, &m);
-    answer(&mut p, &c, vec![Piece::Inline(words(&[74, 1, 0, 0, 0, 0]))]);
+    answer(
+        &mut p,
+        &c,
+        vec![Piece::Inline(words(&[74, 1, 0, 0, 0, 0]).into())],
+    );
     assert_eq!(w(&p.raw.got[0], 2), 100, "the reply grants 100");
 }
 
@@ -445,7 +457,11 @@ fn a_zero_grant_is_never_sent() {
     let mut m = words(&[75, 1, 8, 0, 0, 0, 0]);
     m.extend(rpc_call(75));
     let c = deliver(&mut p, &m);
-    answer(&mut p, &c, vec![Piece::Inline(words(&[75, 1, 0, 0, 0, 0]))]);
+    answer(
+        &mut p,
+        &c,
+        vec![Piece::Inline(words(&[75, 1, 0, 0, 0, 0]).into())],
+    );
     //= rfc8166#section-3.3.1
     //# The granted value MUST NOT be zero, since such a value
     //# would result in deadlock.
@@ -470,7 +486,9 @@ fn requester_closes_the_connection_when_it_cannot_invalidate() {
     start(
         &mut p,
         OutgoingCall {
-            message: smallvec::smallvec![Piece::Inline(rpc_call(0))],
+            message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                rpc_call(0).into(),
+            )]),
             reply_max: 9000,
             ddp_results: vec![8192],
         },
@@ -526,7 +544,9 @@ fn responder_closes_the_connection_when_it_cannot_send_a_reply() {
         &mut p.side.prov,
         c.handle,
         OutgoingReply {
-            message: smallvec::smallvec![Piece::Inline(words(&[76, 1, 0, 0, 0, 0]))],
+            message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(
+                words(&[76, 1, 0, 0, 0, 0]).into(),
+            )]),
         },
     );
     p.run();
@@ -636,9 +656,9 @@ fn a_zero_length_ddp_item_leaves_its_write_chunk_for_the_next_item() {
         &mut p,
         &c,
         vec![
-            Piece::Inline(head.clone()),
+            Piece::Inline(head.clone().into()),
             Piece::Ddp(Default::default()),
-            Piece::Inline(word(64)),
+            Piece::Inline(word(64).into()),
             Piece::Ddp(item.clone().into()),
         ],
     );

@@ -184,7 +184,7 @@ fn many_calls_on_three_connections_never_exceed_the_budget_and_all_complete() {
         assert_eq!(calls.len(), 8, "connection {i}");
         for (call, (xid, arg)) in calls.iter().zip(&sent[i]) {
             assert_eq!(call.xid, *xid);
-            assert_eq!(&call.message[44..44 + arg.len()], &arg[..]);
+            assert_eq!(&call.message.flatten()[44..44 + arg.len()], &arg[..]);
         }
         assert!(!c.p.side.conn.is_closed());
     }

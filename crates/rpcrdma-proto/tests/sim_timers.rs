@@ -80,7 +80,7 @@ fn a_call_whose_reads_are_answered_in_part_ends_the_connection_at_the_read_deadl
     let calls = take_calls(&mut p.side.events);
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].xid, 1);
-    assert_eq!(&calls[0].message[44..44 + a.len()], &a[..]);
+    assert_eq!(&calls[0].message.flatten()[44..44 + a.len()], &a[..]);
     assert_eq!(p.side.prov.stats().stalled_reads, 1);
     // Call 2 holds its sinks until its deadline, no longer.
     assert_eq!(budget.in_use(), (4 << 20) - 1024);

@@ -136,9 +136,9 @@ fn reverse_call_with_a_different_rpc_xid_gets_err_chunk() {
             &mut p.side.prov,
             c[0].handle,
             rpcrdma_proto::engine::OutgoingReply {
-                message: smallvec::smallvec![rpcrdma_proto::engine::Piece::Inline(words(&[
-                    0, 1, 0, 0, 0, 0,
-                ]))],
+                message: rpcrdma_proto::engine::Message::from_pieces([
+                    rpcrdma_proto::engine::Piece::Inline(words(&[0, 1, 0, 0, 0, 0]).into()),
+                ]),
             },
         )
         .unwrap();
@@ -305,7 +305,7 @@ fn long_reply_with_a_different_rpc_xid_is_dropped() {
     let r = replies(&p);
     assert_eq!(r.len(), 1);
     assert!(r[0].long);
-    assert_eq!(r[0].message, words(&[xid, 1, 0, 0, 0, 0, 0xabcd]));
+    assert_eq!(r[0].message.flatten(), words(&[xid, 1, 0, 0, 0, 0, 0xabcd]));
 }
 
 #[test]

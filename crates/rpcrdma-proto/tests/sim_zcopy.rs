@@ -62,7 +62,10 @@ fn read_call(p: &mut Pair, max: u32, result: Bytes) -> Reply {
     let mut head = reply_header(c.xid);
     head.extend(word(result.len() as u32));
     let r = OutgoingReply {
-        message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(result)],
+        message: rpcrdma_proto::engine::Message::from_pieces([
+            Piece::Inline(head.into()),
+            Piece::Ddp(result),
+        ]),
     };
     assert_eq!(p.reply(c.handle, r), ReplyForm::Inline);
     let mut r = take_replies(p);
@@ -90,7 +93,10 @@ fn write_chunk_source_is_registered_as_is_until_the_write_is_done() {
                 &mut p.s.prov,
                 c.handle,
                 OutgoingReply {
-                    message: smallvec::smallvec![Piece::Inline(head), Piece::Ddp(result)],
+                    message: rpcrdma_proto::engine::Message::from_pieces([
+                        Piece::Inline(head.into()),
+                        Piece::Ddp(result),
+                    ]),
                 },
             )
             .expect("send_reply");
@@ -102,7 +108,7 @@ fn write_chunk_source_is_registered_as_is_until_the_write_is_done() {
     // Written, completed, deregistered: nothing holds them any more.
     assert!(dropped.load(Ordering::SeqCst));
     let r = take_replies(&mut p);
-    assert_eq!(r[0].results, vec![want]);
+    assert_eq!(r[0].message.results(), vec![want]);
     assert_eq!(p.s.conn.metrics().rdma_write_bytes, 65_536);
 }
 
@@ -119,11 +125,11 @@ fn read_chunk_source_is_registered_as_is_until_the_call_completes() {
                 p.now,
                 &mut p.c.prov,
                 OutgoingCall {
-                    message: smallvec::smallvec![
-                        Piece::Inline(head),
+                    message: rpcrdma_proto::engine::Message::from_pieces([
+                        Piece::Inline(head.into()),
                         Piece::Ddp(arg),
-                        Piece::Inline(word(0xfeed_f00d)),
-                    ],
+                        Piece::Inline(word(0xfeed_f00d).into()),
+                    ]),
                     reply_max: 512,
                     ddp_results: vec![],
                 },
@@ -131,8 +137,15 @@ fn read_chunk_source_is_registered_as_is_until_the_call_completes() {
             .expect("start_call");
     p.run();
     let c = p.server_calls().remove(0);
-    assert_eq!(c.ddp.len(), 1, "the argument went in a Read chunk");
-    assert_eq!(&c.message[c.ddp[0].clone()], &want[..]);
+    assert_eq!(
+        ddp_ranges(&c.message).len(),
+        1,
+        "the argument went in a Read chunk"
+    );
+    assert_eq!(
+        &c.message.flatten()[ddp_ranges(&c.message)[0].clone()],
+        &want[..]
+    );
     assert_eq!(p.c.conn.metrics().read_chunk_bytes, 20_000);
     // Still the caller's bytes (kept for a retransmission) until the reply.
     assert!(!dropped.load(Ordering::SeqCst));
@@ -141,7 +154,7 @@ fn read_chunk_source_is_registered_as_is_until_the_call_completes() {
     p.reply(
         c.handle,
         OutgoingReply {
-            message: smallvec::smallvec![Piece::Inline(m)],
+            message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(m.into())]),
         },
     );
     let r = take_replies(&mut p);
@@ -154,32 +167,40 @@ fn write_chunk_results_are_the_chunk_buffers_and_are_pooled_only_once_dropped() 
     let mut p = Pair::new(Config::client(), Config::server());
     let (d1, d2, d3) = (data(5001, 1), data(5001, 2), data(4000, 3));
     let r1 = read_call(&mut p, 8192, Bytes::from(d1.clone()));
-    assert_eq!(r1.results, vec![d1.clone()], "exact length, intact");
+    assert_eq!(
+        r1.message.results(),
+        vec![d1.clone()],
+        "exact length, intact"
+    );
     assert_eq!(r1.result(0, 5001), Some(&d1[..]));
-    let p1 = r1.results[0].as_ptr();
+    let p1 = r1.message.results()[0].as_ptr();
     // While the first result is held, the next call gets another buffer,
     // and the first result is never written again.
     let r2 = read_call(&mut p, 8192, Bytes::from(d2.clone()));
-    assert_eq!(r2.results, vec![d2.clone()]);
-    let p2 = r2.results[0].as_ptr();
+    assert_eq!(r2.message.results(), vec![d2.clone()]);
+    let p2 = r2.message.results()[0].as_ptr();
     assert_ne!(p1, p2);
-    assert_eq!(r1.results, vec![d1.clone()], "a held result is not reused");
+    assert_eq!(
+        r1.message.results(),
+        vec![d1.clone()],
+        "a held result is not reused"
+    );
     // A clone keeps the buffer out of the pool as well.
-    let keep = r2.results[0].clone();
+    let keep = r2.message.results()[0].clone();
     drop(r1);
     drop(r2);
     // The first buffer is back in the pool: the next call's chunk is it.
     let r3 = read_call(&mut p, 8192, Bytes::from(d3.clone()));
-    assert_eq!(r3.results, vec![d3.clone()]);
-    assert_eq!(r3.results[0].as_ptr(), p1);
+    assert_eq!(r3.message.results(), vec![d3.clone()]);
+    assert_eq!(r3.message.results()[0].as_ptr(), p1);
     assert_eq!(keep, d2, "the cloned result is untouched");
     drop(keep);
     // Both buffers pooled now; results stay exact in length whatever the
     // buffer held before.
     let r4 = read_call(&mut p, 8192, Bytes::from_static(b"short"));
-    assert_eq!(&r4.results[0][..], b"short");
-    assert!(r4.results[0].as_ptr() == p2 || r4.results[0].as_ptr() == p1);
-    assert_eq!(r3.results, vec![d3]);
+    assert_eq!(&r4.message.results()[0][..], b"short");
+    assert!(r4.message.results()[0].as_ptr() == p2 || r4.message.results()[0].as_ptr() == p1);
+    assert_eq!(r3.message.results(), vec![d3]);
     let m = p.c.conn.metrics();
     assert_eq!(m.write_chunks, 4);
     assert_eq!(m.write_chunk_bytes, 5001 + 5001 + 4000 + 5);
@@ -190,7 +211,7 @@ fn results_outlive_the_connection() {
     let mut p = Pair::new(Config::client(), Config::server());
     let d = data(3000, 4);
     let r = read_call(&mut p, 4096, Bytes::from(d.clone()));
-    let result = r.results[0].clone();
+    let result = r.message.results()[0].clone();
     drop(r);
     // The engine (and its pool) go away; the result stays valid.
     let Pair { c, s, .. } = p;

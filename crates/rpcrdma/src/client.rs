@@ -20,7 +20,7 @@ use crate::message::{Message, MessageReader, Piece};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::server::Server;
 use crate::tcp::{TcpClientTransport, TcpConfig};
-use crate::transport::{ClientTransport, OutgoingCall, TransportError};
+use crate::transport::{AttemptRef, ClientTransport, OutgoingCall, TransportError};
 
 /// Credentials a client sends.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -492,24 +492,6 @@ pub(crate) struct Attempts<'a> {
     config: &'a ClientConfig,
     metrics: &'a Metrics,
     attempts: u32,
-}
-
-/// One transmission of a call, borrowed from its [`Attempts`] (for a
-/// transport that copies what it sends at once: no copy of the message).
-pub(crate) struct AttemptRef<'m> {
-    /// The XID.
-    pub(crate) xid: u32,
-    /// Inline octets before `args` (the RPC header; empty when `args` is
-    /// the whole call). Owned when nothing needs it after this attempt: the
-    /// transport may keep the buffer, whose spare capacity fits the inline
-    /// octets of `args`.
-    pub(crate) header: std::borrow::Cow<'m, [u8]>,
-    /// The rest of the call message.
-    pub(crate) args: &'m Message,
-    /// See [`OutgoingCall::reply_max`].
-    pub(crate) reply_max: u32,
-    /// See [`OutgoingCall::ddp_results`].
-    pub(crate) ddp_results: &'m [u32],
 }
 
 impl<'a> Attempts<'a> {

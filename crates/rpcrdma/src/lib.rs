@@ -10,10 +10,13 @@
 //! [`record`] → the provider and the engine. `docs/design/rpcrdma.md` draws
 //! a call's path from [`Client::call`] to the socket and back.
 //!
-//! * [`message`]: [`Message`] = list of [`Piece`]s (inline XDR and
-//!   DDP-eligible data), builder and reader, flatten to contiguous XDR;
+//! * [`message`] (`rpcrdma_proto::message`, re-exported): [`Message`] =
+//!   list of [`Piece`]s (inline XDR and DDP-eligible data), builder and
+//!   reader, flatten to contiguous XDR; the same type the RPC-over-RDMA
+//!   engine takes and gives out, so no layer converts messages;
 //! * [`transport`]: the [`ClientTransport`] / [`ServerConnection`] /
-//!   [`CallDispatcher`] traits (driver tasks + channels);
+//!   [`CallDispatcher`] traits (driver tasks + channels) and what the
+//!   transports and the client share; it depends on no module above it;
 //! * [`record`]: RFC 5531 record marking codec (sans-IO);
 //! * [`tcp`]: the TCP transport;
 //! * [`rdma`]: RPC-over-RDMA v1 over the engine and any provider of the
@@ -60,7 +63,7 @@
 
 pub mod client;
 pub mod drc;
-pub mod message;
+pub use rpcrdma_proto::message;
 pub mod metrics;
 pub mod rdma;
 pub mod reconnect;

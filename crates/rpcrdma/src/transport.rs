@@ -119,8 +119,8 @@ pub struct OutgoingCall {
 
 impl OutgoingCall {
     /// The call, borrowed.
-    pub(crate) fn as_ref(&self) -> crate::client::AttemptRef<'_> {
-        crate::client::AttemptRef {
+    pub(crate) fn as_ref(&self) -> AttemptRef<'_> {
+        AttemptRef {
             xid: self.xid,
             header: std::borrow::Cow::Borrowed(&[]),
             args: &self.message,
@@ -128,6 +128,24 @@ impl OutgoingCall {
             ddp_results: &self.ddp_results,
         }
     }
+}
+
+/// One transmission of a call, borrowed from the client that makes it (for
+/// a transport that copies what it sends at once: no copy of the message).
+pub(crate) struct AttemptRef<'m> {
+    /// The XID.
+    pub(crate) xid: u32,
+    /// Inline octets before `args` (the RPC header; empty when `args` is
+    /// the whole call). Owned when nothing needs it after this attempt: the
+    /// transport may keep the buffer, whose spare capacity fits the inline
+    /// octets of `args`.
+    pub(crate) header: std::borrow::Cow<'m, [u8]>,
+    /// The rest of the call message.
+    pub(crate) args: &'m Message,
+    /// See [`OutgoingCall::reply_max`].
+    pub(crate) reply_max: u32,
+    /// See [`OutgoingCall::ddp_results`].
+    pub(crate) ddp_results: &'m [u32],
 }
 
 /// Where a reply (the complete reply message: RPC header and results) or

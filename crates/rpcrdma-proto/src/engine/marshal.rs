@@ -246,9 +246,9 @@ mod tests {
     #[test]
     fn flatten_and_strip() {
         let pieces = vec![
-            Piece::Inline(vec![1, 2, 3, 4, 0, 0, 0, 5]),
+            Piece::Inline(vec![1, 2, 3, 4, 0, 0, 0, 5].into()),
             Piece::Ddp(vec![9, 9, 9, 9, 9].into()),
-            Piece::Inline(vec![7, 7, 7, 7]),
+            Piece::Inline(vec![7, 7, 7, 7].into()),
         ];
         let (s, d) = flatten(&pieces);
         assert_eq!(
@@ -268,11 +268,11 @@ mod tests {
     #[test]
     fn layout_and_inline_except_match_flatten_and_strip() {
         let pieces = vec![
-            Piece::Inline(vec![1, 2, 3, 4, 0, 0, 0, 5]),
+            Piece::Inline(vec![1, 2, 3, 4, 0, 0, 0, 5].into()),
             Piece::Ddp(vec![9, 9, 9, 9, 9].into()),
-            Piece::Inline(vec![0, 0, 0, 2]),
+            Piece::Inline(vec![0, 0, 0, 2].into()),
             Piece::Ddp(vec![6, 6].into()),
-            Piece::Inline(vec![7, 7, 7, 7]),
+            Piece::Inline(vec![7, 7, 7, 7].into()),
         ];
         let (total, items) = layout(&pieces);
         assert_eq!(total, 28);
@@ -309,9 +309,9 @@ mod tests {
     #[test]
     fn write_except_overwrites_every_octet_of_a_reused_buffer() {
         let pieces = vec![
-            Piece::Inline(vec![1, 2, 3, 4]),
+            Piece::Inline(vec![1, 2, 3, 4].into()),
             Piece::Ddp(vec![9, 9, 9, 9, 9].into()),
-            Piece::Inline(vec![0, 0, 0, 2]),
+            Piece::Inline(vec![0, 0, 0, 2].into()),
             Piece::Ddp(vec![6].into()),
         ];
         for skip in [&[][..], &[1], &[3], &[1, 3]] {

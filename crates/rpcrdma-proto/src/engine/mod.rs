@@ -41,7 +41,6 @@
 //! Read-sink budget), `ids`.
 
 use core::fmt;
-use core::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,6 +60,7 @@ mod responder;
 mod setup;
 mod timer;
 
+pub use crate::message::{Message, Piece};
 pub use crate::wire::direction::Role;
 pub use budget::ReadSinkBudget;
 pub use connection::Connection;
@@ -211,32 +211,16 @@ impl Config {
     }
 }
 
-/// One piece of an RPC message's XDR stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Piece {
-    /// Octets sent inline (or in a Position-Zero Read chunk / Reply chunk).
-    Inline(Vec<u8>),
-    /// The data of a DDP-eligible opaque (its length word stays in the
-    /// preceding inline piece), without XDR pad. Conveyed by a Read chunk
-    /// (calls) or a Write chunk (replies) when it does not fit inline; the
-    /// chunk's source is then these very bytes, registered read-only with
-    /// [`Provider::register_shared`](crate::provider::Provider::register_shared)
-    /// (no copy, and never written).
-    Ddp(Bytes),
-}
-
-/// The pieces of an outgoing message: up to two (a header and its body,
-/// the usual case) without an allocation for the list. Built like a `Vec`
-/// (`Pieces::from_vec`, `.into()` from a `Vec<Piece>`, [`smallvec::smallvec!`]).
-pub type Pieces = smallvec::SmallVec<[Piece; 2]>;
-
 /// A call to send. The first piece must be inline and start with the RPC
 /// header; its first word (the XID) is overwritten with the XID the engine
 /// assigns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutgoingCall {
-    /// The whole RPC call message.
-    pub message: Pieces,
+    /// The whole RPC call message. Its [`Piece::Ddp`] data goes into Read
+    /// chunks when it does not fit inline: registered read-only as it is
+    /// ([`Provider::register_shared`](crate::provider::Provider::register_shared):
+    /// no copy, never written).
+    pub message: Message,
     /// Largest possible reply in octets, DDP results included (0: the
     /// configured default).
     pub reply_max: u32,
@@ -247,9 +231,9 @@ pub struct OutgoingCall {
 
 impl OutgoingCall {
     /// A call whose message is one inline piece.
-    pub fn inline(message: Vec<u8>, reply_max: u32) -> Self {
+    pub fn inline(message: impl Into<Bytes>, reply_max: u32) -> Self {
         OutgoingCall {
-            message: smallvec::smallvec![Piece::Inline(message)],
+            message: Message::inline(message),
             reply_max,
             ddp_results: Vec::new(),
         }
@@ -260,8 +244,9 @@ impl OutgoingCall {
 /// order; the first word (XID) is overwritten with the call's XID.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutgoingReply {
-    /// The whole RPC reply message.
-    pub message: Pieces,
+    /// The whole RPC reply message (its DDP pieces registered read-only as
+    /// they are, as a call's).
+    pub message: Message,
 }
 
 /// Identifies a call we started (stable across [`Connection::reconnect`]).
@@ -281,11 +266,10 @@ pub struct IncomingCall {
     pub xid: u32,
     /// True for a backchannel (RFC 8167) call.
     pub backchannel: bool,
-    /// The complete reassembled RPC call.
-    pub message: Vec<u8>,
-    /// Ranges of `message` that arrived by RDMA Read (data of DDP-eligible
-    /// items, pads excluded).
-    pub ddp: Vec<Range<usize>>,
+    /// The complete reassembled RPC call: the data of each DDP-eligible
+    /// item that arrived by RDMA Read is a [`Piece::Ddp`] (its XDR pad not
+    /// included), the rest inline; all of it slices of one buffer.
+    pub message: Message,
     /// The call arrived as a Long Call (RDMA_NOMSG + Position-Zero Read
     /// chunk).
     pub long: bool,
@@ -302,23 +286,24 @@ pub struct Reply {
     pub id: CallId,
     /// Its XID.
     pub xid: u32,
-    /// The RPC reply without the DDP results that arrived in Write chunks
-    /// (their length words are in place, their data is in `results`).
-    pub message: Vec<u8>,
-    /// Data written into each Write chunk we offered, as long as the
-    /// responder said (empty for a chunk the responder did not use, in
-    /// which case the result is inline in `message`). A conforming
-    /// responder returns the item's exact length; a legacy (RFC 5666)
-    /// responder may also have written and counted the item's XDR pad (up to
-    /// 3 octets, which always fit: Write chunks are registered rounded up to
-    /// a multiple of four). Take the item with [`Reply::result`] and the XDR
-    /// length word from `message`, which never yields the pad.
+    /// The RPC reply: one inline piece without the DDP results that
+    /// arrived in Write chunks (their length words are in place), and, as
+    /// the message's out-of-band results ([`Message::results`]), the data
+    /// written into each Write chunk we offered, as long as the responder
+    /// said (empty for a chunk the responder did not use, in which case the
+    /// result is inline). A conforming responder returns the item's exact
+    /// length; a legacy (RFC 5666) responder may also have written and
+    /// counted the item's XDR pad (up to 3 octets, which always fit: Write
+    /// chunks are registered rounded up to a multiple of four). Take the
+    /// item with [`Reply::result`] or
+    /// [`MessageReader::ddp_opaque`](crate::message::MessageReader::ddp_opaque),
+    /// which never yield the pad.
     ///
     /// Each result is the chunk's own buffer, handed over without a copy
     /// once its registration has ended (so the responder can no longer
     /// reach it); the buffer goes back to the connection's pool for a later
     /// call's chunks when the last clone of the `Bytes` is dropped.
-    pub results: Vec<Bytes>,
+    pub message: Message,
     /// The reply came in the Reply chunk (RDMA_NOMSG).
     pub long: bool,
 }
@@ -326,13 +311,13 @@ pub struct Reply {
 impl Reply {
     /// The data of the DDP-eligible result that went into Write chunk `i`,
     /// given its XDR length word `xdr_len` (from `message`): the first
-    /// `xdr_len` octets of `results[i]` when the responder returned exactly
+    /// `xdr_len` octets of the result `i` when the responder returned exactly
     /// `xdr_len` octets, or `xdr_len` plus its XDR pad (a legacy responder);
     /// the pad is never part of the data. `None` when chunk `i` is unused
     /// or was not offered, or the returned length disagrees with `xdr_len`
     /// by more than the pad.
     pub fn result(&self, i: usize, xdr_len: u32) -> Option<&[u8]> {
-        let r = self.results.get(i)?;
+        let r = self.message.results().get(i)?;
         let n = xdr_len as usize;
         if n == 0 {
             return Some(&[]);
@@ -690,12 +675,14 @@ mod tests {
         let r = Reply {
             id: CallId(1),
             xid: 1,
-            message: Vec::new(),
-            results: vec![
-                Bytes::from_static(&[1, 2, 3, 4, 5, 0, 0, 0]),
-                Bytes::from(vec![9; 8]),
+            message: Message::with_results(
                 Bytes::new(),
-            ],
+                [
+                    Bytes::from_static(&[1, 2, 3, 4, 5, 0, 0, 0]),
+                    Bytes::from(vec![9; 8]),
+                    Bytes::new(),
+                ],
+            ),
             long: false,
         };
         // 5 octets + 3 of pad returned: the data is the 5.

@@ -367,7 +367,7 @@ mod tests {
     }
 
     fn inline(n: usize) -> Piece {
-        Piece::Inline(vec![0; n])
+        Piece::Inline(vec![0; n].into())
     }
 
     fn ddp(n: usize) -> Piece {

@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 use arbitrary::{Result, Unstructured};
 
 use crate::engine::{
-    CallHandle, CallId, Config, Connection, Event, OutgoingCall, OutgoingReply, Piece, Role,
+    CallHandle, CallId, Config, Connection, Event, Message, OutgoingCall, OutgoingReply, Piece,
+    Role,
 };
 use crate::provider::{
     Bytes, Completion, ConnectionEvent, ConnectionInfo, DisconnectReason, Opcode, Provider, Stag,
@@ -356,16 +357,17 @@ impl Harness {
         for _ in 0..u.int_in_range(0u8..=4)? {
             head.extend(u.arbitrary::<u32>()?.to_be_bytes());
         }
-        let mut message: crate::engine::Pieces = smallvec::smallvec![Piece::Inline(head)];
+        let mut message = Message::new();
         if u.ratio(1, 3)? {
             let n = usize::from(u.int_in_range(1u16..=3000)?);
-            if let Some(Piece::Inline(h)) = message.first_mut() {
-                h.extend((n as u32).to_be_bytes());
-            }
+            head.extend((n as u32).to_be_bytes());
+            message.push(Piece::Inline(head.into()));
             message.push(Piece::Ddp(Bytes::from(vec![0x6b; n])));
             if u.ratio(1, 2)? {
-                message.push(Piece::Inline(vec![0; 4]));
+                message.push(Piece::Inline(vec![0; 4].into()));
             }
+        } else {
+            message.push(Piece::Inline(head.into()));
         }
         let reply_max = match u.int_in_range(0u8..=3)? {
             0 => 0,
@@ -389,13 +391,14 @@ impl Harness {
         for _ in 0..u.int_in_range(0u8..=4)? {
             head.extend(u.arbitrary::<u32>()?.to_be_bytes());
         }
-        let mut message: crate::engine::Pieces = smallvec::smallvec![Piece::Inline(head)];
+        let mut message = Message::new();
         if u.ratio(1, 3)? {
             let n = usize::from(u.int_in_range(0u16..=5000)?);
-            if let Some(Piece::Inline(h)) = message.first_mut() {
-                h.extend((n as u32).to_be_bytes());
-            }
+            head.extend((n as u32).to_be_bytes());
+            message.push(Piece::Inline(head.into()));
             message.push(Piece::Ddp(Bytes::from(vec![0x3c; n])));
+        } else {
+            message.push(Piece::Inline(head.into()));
         }
         Ok(OutgoingReply { message })
     }

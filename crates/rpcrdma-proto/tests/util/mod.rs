@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use rpcrdma_proto::engine::{
-    CallHandle, CallId, Config, Connection, Event, IncomingCall, OutgoingCall, OutgoingReply,
-    Piece, ReplyForm,
+    CallHandle, CallId, Config, Connection, Event, IncomingCall, Message, OutgoingCall,
+    OutgoingReply, Piece, ReplyForm,
 };
 use rpcrdma_proto::provider::fault::{FaultConfig, FaultInjector};
 use rpcrdma_proto::provider::mem::{self, MemConfig, MemProvider};
@@ -272,26 +272,40 @@ pub fn word(n: u32) -> Vec<u8> {
 }
 
 /// A call: header, then `arg` as an XDR opaque (DDP-eligible if `ddp`).
-pub fn opaque_call(proc_: u32, arg: &[u8], ddp: bool) -> rpcrdma_proto::engine::Pieces {
+pub fn opaque_call(proc_: u32, arg: &[u8], ddp: bool) -> Message {
     let mut head = call_header(100_003, proc_);
     head.extend(word(arg.len() as u32));
-    let mut v = rpcrdma_proto::engine::Pieces::new();
-    v.push(Piece::Inline(head));
+    let mut v = Message::new();
+    v.push(Piece::Inline(head.into()));
     if ddp {
         v.push(Piece::Ddp(arg.to_vec().into()));
     } else {
         let mut b = arg.to_vec();
         b.resize(b.len() + (4 - b.len() % 4) % 4, 0);
-        v.push(Piece::Inline(b));
+        v.push(Piece::Inline(b.into()));
     }
-    v.push(Piece::Inline(word(0xfeed_f00d)));
+    v.push(Piece::Inline(word(0xfeed_f00d).into()));
     v
 }
 
-/// The full XDR stream of `pieces` with the first word replaced by `xid`.
-pub fn stream(pieces: &[Piece], xid: u32) -> Vec<u8> {
+/// Where the DDP pieces of a received call are in its full XDR stream
+/// (data only, pads excluded): the ranges that arrived by RDMA Read.
+pub fn ddp_ranges(m: &Message) -> Vec<std::ops::Range<usize>> {
+    let mut at = 0;
     let mut out = Vec::new();
-    for p in pieces {
+    for p in m.pieces() {
+        if let Piece::Ddp(b) = p {
+            out.push(at..at + b.len());
+        }
+        at += p.xdr_len();
+    }
+    out
+}
+
+/// The full XDR stream of `pieces` with the first word replaced by `xid`.
+pub fn stream(pieces: &Message, xid: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in pieces.pieces() {
         match p {
             Piece::Inline(b) => out.extend_from_slice(b),
             Piece::Ddp(b) => {

@@ -41,10 +41,11 @@ use super::thread::ThreadShell;
 use super::wake::ThreadWake;
 use super::{Connected, RdmaClientConfig, RdmaStatus};
 use crate::client::{
-    clock_xid, AttemptRef, Attempts, CallOptions, ClientConfig, Reply, RpcError, Transmission,
+    clock_xid, Attempts, CallOptions, ClientConfig, Reply, RpcError, Transmission,
 };
 use crate::message::Message;
 use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::transport::AttemptRef;
 use crate::transport::{ClientIdentity, TransportError};
 
 /// A blocking RPC-over-RDMA client: one connection, one call at a time,

@@ -39,12 +39,11 @@ use rpcrdma_proto::engine::{
 };
 use rpcrdma_proto::provider::{Completion, ConnectionEvent, ConnectionState, Notify, Provider};
 
-use super::convert;
 use super::handle::{call_span, engine_call, Cmd, ConnHandle, ReplySink, Shared};
 use super::{BoxProvider, Connected};
-use crate::client::AttemptRef;
 use crate::message::Message;
 use crate::metrics::Metrics;
+use crate::transport::AttemptRef;
 use crate::transport::{
     CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ServerConnection, TransportError,
 };
@@ -519,9 +518,7 @@ impl Core {
             self.now,
             &mut self.prov,
             handle,
-            OutgoingReply {
-                message: convert::into_engine(reply),
-            },
+            OutgoingReply { message: reply },
         );
         match r {
             Ok(form) => tracing::debug!(xid, ?form, "reply sent"),
@@ -574,19 +571,21 @@ impl Core {
                     return;
                 };
                 Metrics::inc(&self.shared.metrics.calls_received);
-                Metrics::add(&self.shared.metrics.bytes_received, ic.message.len() as u64);
+                Metrics::add(
+                    &self.shared.metrics.bytes_received,
+                    ic.message.xdr_len() as u64,
+                );
                 tracing::debug!(
                     xid = ic.xid,
                     backchannel = ic.backchannel,
                     long = ic.long,
-                    ddp = ic.ddp.len(),
+                    ddp = ic.message.ddp_count(),
                     write_chunks = ic.write_chunks.len(),
                     reply_chunk = ?ic.reply_chunk,
                     "rpc/rdma call received"
                 );
-                let message = convert::incoming(ic.message, &ic.ddp);
                 let call = IncomingCall {
-                    message,
+                    message: ic.message,
                     client: self.identity.clone(),
                     conn: self.conn_handle.clone(),
                     guard: CallGuard::none(),
@@ -599,15 +598,27 @@ impl Core {
                     Metrics::inc(&self.shared.metrics.replies_unmatched);
                     return;
                 };
-                let bytes = r.message.len() + r.results.iter().map(|b| b.len()).sum::<usize>();
+                let results = r.message.results();
+                let bytes = r.message.inline_len() + results.iter().map(|b| b.len()).sum::<usize>();
                 Metrics::inc(&self.shared.metrics.replies_received);
                 Metrics::add(&self.shared.metrics.bytes_received, bytes as u64);
                 {
                     let _e = p.span.enter();
                     p.span.record("wire_xid", r.xid);
-                    tracing::debug!(long = r.long, results = r.results.len(), "rpc/rdma reply");
+                    tracing::debug!(long = r.long, results = results.len(), "rpc/rdma reply");
                 }
-                let m = convert::reply(r.message, r.results, p.xid);
+                // The runtime's XID back in place of the wire XID; the
+                // Write chunk data goes along unplaced, as the message's
+                // out-of-band results, each DDP-eligible item taking the
+                // next as the upper layer decodes the reply
+                // ([`MessageReader::ddp_opaque`](crate::MessageReader::ddp_opaque)).
+                //= rfc8166#section-3.4.6
+                //# In addition, the XDR position of DDP-eligible data items in the
+                //# reply's Payload stream is not predictable when a Requester constructs
+                //# an RPC Call message.  Therefore, RDMA segments in a Write chunk do
+                //# not have a Position field.
+                let mut m = r.message;
+                m.set_xid(p.xid);
                 // The caller may look at the status as soon as it has the
                 // reply: publish first.
                 self.publish();

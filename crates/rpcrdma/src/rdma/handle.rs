@@ -5,15 +5,15 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use rpcrdma_proto::engine::OutgoingCall as ECall;
 use tokio::sync::{mpsc, oneshot};
 
-use super::convert;
 use super::wake::ThreadWake;
 use super::RdmaStatus;
-use crate::client::AttemptRef;
 use crate::message::Message;
 use crate::metrics::Metrics;
+use crate::transport::AttemptRef;
 use crate::transport::{
     CallDispatcher, CallGuard, ClientTransport, OutgoingCall, ReplyReceiver, ServerConnection,
     TransportError,
@@ -210,9 +210,9 @@ pub(crate) fn call_span(xid: u32) -> tracing::Span {
     tracing::debug_span!("rpc.rdma.call", xid, wire_xid = tracing::field::Empty)
 }
 
-/// The engine's call for `call` (the message copied into engine pieces,
-/// the header's buffer kept when it is handed over), its XID, and its
-/// length in XDR octets.
+/// The engine's call for `call` (the arguments' pieces shared, the
+/// header's buffer kept when it is handed over), its XID, and its length in
+/// XDR octets.
 #[inline]
 pub(crate) fn engine_call(call: AttemptRef<'_>) -> (ECall, u32, usize) {
     let AttemptRef {
@@ -225,15 +225,17 @@ pub(crate) fn engine_call(call: AttemptRef<'_>) -> (ECall, u32, usize) {
     let ddp_total: u64 = ddp_results.iter().map(|&l| u64::from(l)).sum();
     let reply_max = u32::try_from(u64::from(reply_max) + ddp_total).unwrap_or(u32::MAX);
     let len = header.len() + args.xdr_len();
-    let message = match header {
-        std::borrow::Cow::Borrowed([]) => convert::to_engine_after(Vec::new(), args),
-        std::borrow::Cow::Borrowed(h) => {
-            let mut v = Vec::with_capacity(h.len() + args.inline_len());
-            v.extend_from_slice(h);
-            convert::to_engine_after(v, args)
-        }
-        std::borrow::Cow::Owned(h) => convert::to_engine_after(h, args),
+    // The engine takes the message as it is: the arguments' pieces shared,
+    // not copied; only a borrowed header is copied (it is needed again).
+    let header = match header {
+        std::borrow::Cow::Borrowed([]) => Bytes::new(),
+        std::borrow::Cow::Borrowed(h) => Bytes::copy_from_slice(h),
+        std::borrow::Cow::Owned(h) => Bytes::from(h),
     };
+    let mut message = Message::inline(header);
+    for p in args.pieces() {
+        message.push(p.clone());
+    }
     let ecall = ECall {
         message,
         reply_max,

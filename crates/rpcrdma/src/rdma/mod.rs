@@ -104,11 +104,12 @@
 //!
 //! # DDP results in replies
 //!
-//! The engine delivers a reply as its inline XDR stream (the length words
-//! of DDP-eligible items stay in place, their data and pad do not) plus the
+//! The engine delivers a reply as a [`Message`](crate::Message): its
+//! inline XDR stream (the length words of DDP-eligible items stay in place,
+//! their data and pad do not) and, as the message's out-of-band results, the
 //! data written into each Write chunk, in Write-list order. The transport
-//! passes both on unchanged as [`Message::with_results`](crate::Message::with_results);
-//! the upper layer's decoder places them: each DDP-eligible item, read with
+//! passes it on unchanged (only the runtime's XID put back); the upper
+//! layer's decoder places the results: each DDP-eligible item, read with
 //! [`MessageReader::ddp_opaque`](crate::MessageReader::ddp_opaque), takes the
 //! next result (RFC 8166 section 4.3.2: Write chunks are consumed in order),
 //! and an unused (empty) chunk means the item came inline. See
@@ -140,7 +141,6 @@ use crate::transport::ClientIdentity;
 
 mod accept;
 mod blocking;
-mod convert;
 mod core;
 mod driver;
 mod handle;

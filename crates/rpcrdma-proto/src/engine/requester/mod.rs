@@ -252,6 +252,20 @@ impl Requester {
     }
 }
 
+/// True when every run of consecutive inline pieces of `pieces` is a
+/// multiple of four octets long.
+fn inline_runs_aligned(pieces: &[Piece]) -> bool {
+    let mut run = 0usize;
+    for p in pieces {
+        match p {
+            Piece::Inline(b) => run += b.len(),
+            Piece::Ddp(_) if !run.is_multiple_of(4) => return false,
+            Piece::Ddp(_) => run = 0,
+        }
+    }
+    run.is_multiple_of(4)
+}
+
 impl Connection {
     /// Starts a call (a forward call at a client, a backchannel call at a
     /// server). It is queued until the connection is established and a
@@ -265,7 +279,7 @@ impl Connection {
         if let Some(e) = &self.error {
             return Err(CallError::Closed(e.clone()));
         }
-        match call.message.first() {
+        match call.message.pieces().first() {
             Some(Piece::Inline(b)) if b.len() >= 8 => {}
             _ => {
                 return Err(CallError::BadMessage(
@@ -276,19 +290,17 @@ impl Connection {
         //= rfc8166#section-3.4.5
         //# The value in this field
         //# MUST be a multiple of four.
-        // Read chunk positions are offsets in the XDR stream: every inline
-        // piece must be whole XDR items, so every DDP item starts aligned.
-        if call
-            .message
-            .iter()
-            .any(|p| matches!(p, Piece::Inline(b) if b.len() % 4 != 0))
-        {
+        // Read chunk positions are offsets in the XDR stream: every run of
+        // inline pieces must be whole XDR items, so every DDP item starts
+        // aligned.
+        if !inline_runs_aligned(call.message.pieces()) {
             return Err(CallError::BadMessage(
                 "inline pieces must be whole XDR items (multiples of four octets)",
             ));
         }
         let len: usize = call
             .message
+            .pieces()
             .iter()
             .map(|p| match p {
                 Piece::Inline(b) => b.len(),

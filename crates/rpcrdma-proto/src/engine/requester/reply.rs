@@ -360,8 +360,7 @@ impl Connection {
                 Event::ReplyReceived(Reply {
                     id: call.id,
                     xid: call.xid,
-                    message,
-                    results,
+                    message: crate::message::Message::from_reply_parts(message.into(), results),
                     long,
                 })
             }

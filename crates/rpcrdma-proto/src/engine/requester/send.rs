@@ -57,7 +57,7 @@ impl Connection {
         // Nothing is copied yet: the stream is built only for the form
         // chosen below, and DDP items that go into Read chunks are
         // registered as they are.
-        let (stream_len, ddp) = marshal::layout(&call.call.message);
+        let (stream_len, ddp) = marshal::layout(call.call.message.pieces());
         let ddp: Vec<(usize, DdpItem)> = ddp.into_iter().filter(|d| d.1.len > 0).collect();
         let reply_max = match call.call.reply_max {
             0 => self.config.default_reply_max,
@@ -114,7 +114,7 @@ impl Connection {
         // XID set to this call's.
         let body = inline
             .as_ref()
-            .map(|skip| (&call.call.message[..], &skip[..]));
+            .map(|skip| (call.call.message.pieces(), &skip[..]));
         let (send_mr, send_len) = match self.res.header_and_body(p, &header, body, Some(call.xid)) {
             Ok(x) => x,
             Err(e) => {
@@ -156,7 +156,7 @@ impl Connection {
             //# their contents.
             // `stream` is the whole XDR stream, DDP items padded, the RPC
             // XID set to this call's.
-            let mut stream = marshal::flatten(&call.call.message).0;
+            let mut stream = marshal::flatten(call.call.message.pieces()).0;
             if let Some(w) = stream.get_mut(..4) {
                 w.copy_from_slice(&call.xid.to_be_bytes());
             }
@@ -172,7 +172,7 @@ impl Connection {
             return Ok((reads, Shape::Nomsg, None));
         }
         for &(pi, d) in ddp {
-            let Some(Piece::Ddp(data)) = call.call.message.get(pi) else {
+            let Some(Piece::Ddp(data)) = call.call.message.pieces().get(pi) else {
                 continue;
             };
             //= rfc8166#section-3.4.5.2

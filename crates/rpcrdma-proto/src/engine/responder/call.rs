@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::engine::connection::Connection;
 use crate::engine::framing::{invalidation_handle, rpc_prefix, ErrorReply, Shape};
 use crate::engine::marshal;
-use crate::engine::{CallHandle, Event, IncomingCall};
+use crate::engine::{CallHandle, Event, IncomingCall, Message};
 use crate::provider::Provider;
 use crate::wire::chunk::{ChunkLists, Segment, WriteChunk};
 use crate::wire::rpc::MsgType;
@@ -259,8 +259,7 @@ impl Connection {
             handle: CallHandle(handle),
             xid,
             backchannel: self.resp.backchannel(),
-            message: payload,
-            ddp: Vec::new(),
+            message: Message::inline(payload),
             long: false,
             write_chunks: chunks.writes.iter().map(WriteChunk::total_len).collect(),
             reply_chunk: chunks.reply.as_ref().map(WriteChunk::total_len),

@@ -10,7 +10,7 @@ use crate::engine::marshal::{self, DdpItem};
 use crate::engine::plan::{plan_reply, ReplyPlan, WriteOp};
 use crate::engine::resources::Op;
 use crate::engine::{
-    CallError, CallHandle, ConnectionError, OutgoingReply, Piece, Pieces, ReplyForm,
+    CallError, CallHandle, ConnectionError, Message, OutgoingReply, Piece, ReplyForm,
 };
 use crate::provider::{Access, Bytes, MemoryRegion, Provider, SendOp, SendWr, Sges};
 use smallvec::smallvec;
@@ -29,11 +29,11 @@ impl Connection {
         if let Some(e) = &self.error {
             return Err(CallError::Closed(e.clone()));
         }
-        let xid = match self.resp.incoming.get(&handle.0) {
-            Some(c) if matches!(c.state, InState::Delivered) => c.xid,
-            _ => return Err(CallError::UnknownHandle),
-        };
-        match reply.message.first() {
+        if !matches!(self.resp.incoming.get(&handle.0), Some(c) if matches!(c.state, InState::Delivered))
+        {
+            return Err(CallError::UnknownHandle);
+        }
+        match reply.message.pieces().first() {
             Some(Piece::Inline(b)) if b.len() >= 4 => {}
             _ => {
                 return Err(CallError::BadMessage(
@@ -44,13 +44,8 @@ impl Connection {
         let thr = self.params().send_threshold;
         // The DDP data is never copied: the pieces that go into Write
         // chunks are registered as they are (see `post_reply`).
-        let mut message = reply.message;
-        let (stream_len, ddp) = marshal::layout(&message);
-        if let Some(Piece::Inline(b)) = message.first_mut() {
-            if let Some(w) = b.get_mut(..4) {
-                w.copy_from_slice(&xid.to_be_bytes());
-            }
-        }
+        let message = reply.message;
+        let (stream_len, ddp) = marshal::layout(message.pieces());
         if self.resp.backchannel() {
             let need = self.params().framing.min_msg_header_len() + stream_len;
             if need > thr {
@@ -66,7 +61,8 @@ impl Connection {
         self.answer(p, call, message, stream_len, &ddp)
     }
 
-    /// Sends the reply `message` (its XID set) to `call`, whose XDR stream
+    /// Sends the reply `message` to `call` (the call's XID written over
+    /// the message's first word where the message is laid out), whose XDR stream
     /// is `stream_len` octets with the DDP items `ddp`: plans it, builds
     /// its Send buffer and posts its RDMA Writes and Send; or answers
     /// ERR_CHUNK when no form fits. A failure to post ends the connection.
@@ -74,7 +70,7 @@ impl Connection {
         &mut self,
         p: &mut dyn Provider,
         call: InCall,
-        mut message: Pieces,
+        message: Message,
         stream_len: usize,
         ddp: &[(usize, DdpItem)],
     ) -> Result<ReplyForm, CallError> {
@@ -106,12 +102,17 @@ impl Connection {
         // The inline part (the message minus the written DDP pieces) is
         // not built: it is written straight into the Send buffer, or, for
         // a Long Reply, built as the source of the Reply chunk's Writes.
-        let long_src = (form == ReplyForm::ReplyChunk)
-            .then(|| Bytes::from(marshal::inline_except(&message, &written)));
+        let long_src = (form == ReplyForm::ReplyChunk).then(|| {
+            let mut v = marshal::inline_except(message.pieces(), &written);
+            if let Some(w) = v.get_mut(..4) {
+                w.copy_from_slice(&xid.to_be_bytes());
+            }
+            Bytes::from(v)
+        });
         // Header and (Short reply) inline part, straight into the Send
-        // buffer; the XID is already in the message's first piece.
-        let body = (form == ReplyForm::Inline).then_some((&message[..], &written[..]));
-        let send = match self.res.header_and_body(p, &header, body, None) {
+        // buffer, the RPC XID set to the call's.
+        let body = (form == ReplyForm::Inline).then_some((message.pieces(), &written[..]));
+        let send = match self.res.header_and_body(p, &header, body, Some(xid)) {
             Ok(x) => x,
             Err(e) => return Err(self.reply_lost(p, ConnectionError::Provider(e))),
         };
@@ -127,8 +128,8 @@ impl Connection {
         if !written.is_empty() || long_src.is_some() {
             sources = written
                 .iter()
-                .map(|&pi| match message.get_mut(pi) {
-                    Some(Piece::Ddp(b)) => std::mem::take(b),
+                .map(|&pi| match message.pieces().get(pi) {
+                    Some(Piece::Ddp(b)) => b.clone(),
                     _ => Bytes::new(),
                 })
                 .collect();

@@ -34,9 +34,11 @@
 //! DDP-eligible (and for positioned DDP pieces); it never looks at
 //! out-of-band results.
 
+use crate::xdr::{pad_len, DecodeErrorKind, Reader, XdrEncode};
+use crate::{DecodeError, EncodeError};
+use core::ops::Range;
+
 use bytes::{BufMut, Bytes, BytesMut};
-use rpcrdma_proto::xdr::{pad_len, DecodeErrorKind, Reader, XdrEncode};
-use rpcrdma_proto::{DecodeError, EncodeError};
 use smallvec::SmallVec;
 
 /// One piece of a [`Message`].
@@ -82,7 +84,36 @@ pub struct Message {
     pieces: SmallVec<[Piece; 2]>,
     /// Out-of-band DDP results, one per Write chunk offered, in Write list
     /// order (empty: the chunk came back unused or empty).
-    results: Vec<Bytes>,
+    results: Results,
+}
+
+/// The out-of-band results of a [`Message`]: one pointer when there are
+/// none (every message but an RPC-over-RDMA reply with Write chunks), so
+/// that a message, and a call carrying one, stays small enough to move
+/// without a `memcpy` call.
+// A thin pointer on purpose (a `Vec` is three words, a boxed slice two).
+#[allow(clippy::box_collection)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Results(Option<Box<Vec<Bytes>>>);
+
+impl Results {
+    /// `v`, kept only when not empty.
+    fn from_vec(v: Vec<Bytes>) -> Self {
+        Results((!v.is_empty()).then(|| Box::new(v)))
+    }
+
+    fn as_slice(&self) -> &[Bytes] {
+        self.0.as_deref().map_or(&[], |v| &v[..])
+    }
+
+    /// Appends `other`'s results after ours.
+    fn extend(&mut self, other: Results) {
+        match (&mut self.0, other.0) {
+            (_, None) => {}
+            (None, o) => self.0 = o,
+            (Some(v), Some(o)) => v.extend(*o),
+        }
+    }
 }
 
 const ZERO_PAD: [u8; 3] = [0; 3];
@@ -97,7 +128,7 @@ impl Message {
     pub fn new() -> Self {
         Message {
             pieces: SmallVec::new(),
-            results: Vec::new(),
+            results: Results::default(),
         }
     }
 
@@ -132,7 +163,7 @@ impl Message {
         results: impl IntoIterator<Item = R>,
     ) -> Self {
         let mut m = Message::inline(inline);
-        m.results = results.into_iter().map(Into::into).collect();
+        m.results = Results::from_vec(results.into_iter().map(Into::into).collect());
         m
     }
 
@@ -143,7 +174,57 @@ impl Message {
         if !inline.is_empty() {
             pieces.push(Piece::Inline(inline));
         }
-        Message { pieces, results }
+        Message {
+            pieces,
+            results: Results::from_vec(results),
+        }
+    }
+
+    /// A reassembled received call (`message`: the whole XDR stream, each
+    /// DDP item followed by its XDR pad): the `ddp` ranges (the data that
+    /// arrived by RDMA Read) become DDP pieces, their pads skipped, the
+    /// rest inline; all slices of one buffer, no copy. Ranges that overlap
+    /// or fall outside the message give one inline piece.
+    pub(crate) fn from_reassembled(message: Vec<u8>, ddp: &[Range<usize>]) -> Self {
+        let b = Bytes::from(message);
+        if ddp.is_empty() {
+            return Message::inline(b);
+        }
+        let mut ranges = ddp.to_vec();
+        ranges.sort_by_key(|r| r.start);
+        let mut m = Message::new();
+        let mut pos = 0usize;
+        for r in &ranges {
+            if r.start < pos || r.end < r.start || r.end > b.len() {
+                return Message::inline(b);
+            }
+            if r.start > pos {
+                m.push(Piece::Inline(b.slice(pos..r.start)));
+            }
+            m.push(Piece::Ddp(b.slice(r.clone())));
+            pos = r.end.saturating_add(pad_len(r.end - r.start)).min(b.len());
+        }
+        if pos < b.len() {
+            m.push(Piece::Inline(b.slice(pos..)));
+        }
+        m
+    }
+
+    /// Overwrites the first word of the message (an RPC message's XID)
+    /// when the first piece is inline and at least a word long; the piece's
+    /// buffer is copied only when it is shared (a received reply's is
+    /// not). A runtime that numbers calls its own way puts its XID back
+    /// into a reply the engine delivered under the wire XID.
+    pub fn set_xid(&mut self, xid: u32) {
+        if let Some(Piece::Inline(b)) = self.pieces.first_mut() {
+            if b.len() >= 4 {
+                let mut m = BytesMut::from(std::mem::take(b));
+                if let Some(w) = m.get_mut(..4) {
+                    w.copy_from_slice(&xid.to_be_bytes());
+                }
+                *b = m.freeze();
+            }
+        }
     }
 
     /// A message from pieces as they are (empty pieces are dropped).
@@ -195,7 +276,7 @@ impl Message {
 
     /// Consumes the message, giving its pieces without collecting them
     /// (out-of-band results, if any, are dropped).
-    pub(crate) fn into_piece_iter(self) -> impl Iterator<Item = Piece> {
+    pub fn into_piece_iter(self) -> impl Iterator<Item = Piece> {
         self.pieces.into_iter()
     }
 
@@ -203,7 +284,7 @@ impl Message {
     /// list order (empty for a chunk that came back unused or empty). Empty
     /// except for a reply received over RPC-over-RDMA.
     pub fn results(&self) -> &[Bytes] {
-        &self.results
+        self.results.as_slice()
     }
 
     /// The DDP data, in order: the DDP pieces' data, then the non-empty
@@ -215,7 +296,7 @@ impl Message {
                 Piece::Ddp(b) => Some(b),
                 Piece::Inline(_) => None,
             })
-            .chain(self.results.iter().filter(|b| !b.is_empty()))
+            .chain(self.results.as_slice().iter().filter(|b| !b.is_empty()))
     }
 
     /// Number of items of [`Message::ddp_data`]: DDP pieces and non-empty
@@ -232,6 +313,7 @@ impl Message {
         pieces
             + self
                 .results
+                .as_slice()
                 .iter()
                 .map(|b| round_up4(b.len()))
                 .sum::<usize>()
@@ -248,7 +330,8 @@ impl Message {
 
     /// True when the message has no octets at all.
     pub fn is_empty(&self) -> bool {
-        self.pieces.iter().all(|p| p.bytes().is_empty()) && self.results.iter().all(Bytes::is_empty)
+        self.pieces.iter().all(|p| p.bytes().is_empty())
+            && self.results.as_slice().iter().all(Bytes::is_empty)
     }
 
     /// The contiguous XDR stream: pieces in order, each DDP piece followed by
@@ -319,7 +402,7 @@ impl Message {
     /// [`Message::split_inline_prefix`] consuming the message: a message of
     /// one inline piece (any received reply) is cut in place, without a new
     /// message, a copy of the results list or a shared buffer.
-    pub(crate) fn into_split_inline_prefix(mut self, n: usize) -> Option<Message> {
+    pub fn into_split_inline_prefix(mut self, n: usize) -> Option<Message> {
         if let [Piece::Inline(b)] = self.pieces.as_mut_slice() {
             match n.cmp(&b.len()) {
                 std::cmp::Ordering::Less => bytes::Buf::advance(b, n),
@@ -359,6 +442,20 @@ impl Message {
             out.push(p.clone());
         }
         Some(out)
+    }
+}
+
+impl From<Vec<Piece>> for Message {
+    /// [`Message::from_pieces`].
+    fn from(pieces: Vec<Piece>) -> Self {
+        Message::from_pieces(pieces)
+    }
+}
+
+impl FromIterator<Piece> for Message {
+    /// [`Message::from_pieces`].
+    fn from_iter<I: IntoIterator<Item = Piece>>(pieces: I) -> Self {
+        Message::from_pieces(pieces)
     }
 }
 
@@ -505,7 +602,7 @@ impl MessageReader {
             inline,
             ddp,
             next_ddp: 0,
-            results: m.results.clone(),
+            results: m.results.as_slice().to_vec(),
             next_result: 0,
             pos: 0,
             ddp_consumed: 0,
@@ -572,20 +669,8 @@ impl MessageReader {
         limit: &'static str,
         field: &'static str,
     ) -> Result<usize, DecodeError> {
-        let at = self.position();
-        let len = self.u32(field)?;
-        if len > max {
-            return Err(DecodeError::new(
-                DecodeErrorKind::LimitExceeded {
-                    limit,
-                    max: max as u64,
-                    value: len as u64,
-                },
-                at,
-                field,
-            ));
-        }
-        Ok(len as usize)
+        self.with_reader(|r| r.opaque_len(max, limit, field))
+            .map(|n| n as usize)
     }
 
     /// The `len` data octets of an opaque whose length word was just read:
@@ -1089,6 +1174,119 @@ mod tests {
         assert!(Message::inline(vec![0u8; 4])
             .split_inline_prefix(8)
             .is_none());
+    }
+
+    // A received reply as the engine gives it out (`Message::from_reply_parts`)
+    // with the runtime's XID put back (`Message::set_xid`), and a received
+    // call's DDP ranges (`Message::from_reassembled`): what
+    // the runtime's conversion layer did before the engine gave out
+    // messages.
+    fn engine_reply(message: Vec<u8>, results: Vec<Bytes>, xid: u32) -> Message {
+        let mut m = Message::from_reply_parts(Bytes::from(message), results);
+        m.set_xid(xid);
+        m
+    }
+
+    fn incoming(message: Vec<u8>, ddp: &[std::ops::Range<usize>]) -> Message {
+        Message::from_reassembled(message, ddp)
+    }
+
+    fn words(w: &[u32]) -> Vec<u8> {
+        w.iter().flat_map(|x| x.to_be_bytes()).collect()
+    }
+
+    /// xid, REPLY, MSG_ACCEPTED, AUTH_NONE, length 0, SUCCESS.
+    const HDR: [u32; 6] = [0xaaaa_aaaa, 1, 0, 0, 0, 0];
+
+    fn reply_words(body: &[u32]) -> Vec<u8> {
+        let mut w = HDR.to_vec();
+        w.extend_from_slice(body);
+        words(&w)
+    }
+
+    #[test]
+    fn reply_rewrites_the_xid_and_keeps_the_rest_inline() {
+        let m = reply_words(&[5]);
+        let r = engine_reply(m.clone(), vec![Bytes::from_static(b"hello")], 0x0102_0304);
+        // One inline piece, byte for byte what the engine delivered except
+        // the first word.
+        assert_eq!(r.pieces().len(), 1);
+        assert_eq!(&r.pieces()[0].bytes()[..8], &[1, 2, 3, 4, 0, 0, 0, 1][..]);
+        assert_eq!(&r.pieces()[0].bytes()[4..], &m[4..]);
+        // The result goes along out of band, unplaced.
+        assert_eq!(r.results(), &[Bytes::from_static(b"hello")][..]);
+        assert_eq!(r.ddp_count(), 1);
+        // Placed by the reader.
+        let mut rd = r.reader();
+        rd.fixed_opaque(24, "hdr").unwrap();
+        assert_eq!(&rd.ddp_opaque(100, "max", "data").unwrap()[..], b"hello");
+        rd.finish("end").unwrap();
+        // A reply shorter than a word keeps its octets.
+        assert_eq!(
+            &engine_reply(vec![7, 7], vec![], 9).flatten()[..],
+            &[7, 7][..]
+        );
+    }
+
+    #[test]
+    fn reply_result_followed_by_a_word_equal_to_its_length() {
+        // {opaque data<> (DDP); unsigned trailer; unsigned another} with
+        // trailer == 3 == the data length: the old backwards search put the
+        // data after `trailer`. Inline: length 3, trailer 3, another 0xfeed.
+        let m = reply_words(&[3, 3, 0xfeed]);
+        let r = engine_reply(m, vec![Bytes::from_static(b"abc")], 9);
+        let mut rd = r.reader();
+        rd.fixed_opaque(24, "hdr").unwrap();
+        assert_eq!(&rd.ddp_opaque(10, "max", "data").unwrap()[..], b"abc");
+        assert_eq!(rd.u32("trailer").unwrap(), 3);
+        assert_eq!(rd.u32("another").unwrap(), 0xfeed);
+        rd.finish("end").unwrap();
+    }
+
+    #[test]
+    fn reply_slots_keep_write_list_order_including_empty_ones() {
+        // Two DDP items; the first chunk came back unused (item inline), the
+        // second holds "xy". Inline: len 1, "q" + pad, len 2.
+        let mut m = reply_words(&[1]);
+        m.extend_from_slice(b"q\0\0\0");
+        m.extend(words(&[2]));
+        let r = engine_reply(m, vec![Bytes::new(), Bytes::from_static(b"xy")], 9);
+        assert_eq!(r.results().len(), 2);
+        assert_eq!(r.ddp_count(), 1);
+        let mut rd = r.reader();
+        rd.fixed_opaque(24, "hdr").unwrap();
+        assert_eq!(&rd.ddp_opaque(10, "max", "a").unwrap()[..], b"q");
+        assert_eq!(&rd.ddp_opaque(10, "max", "b").unwrap()[..], b"xy");
+        rd.finish("end").unwrap();
+    }
+
+    #[test]
+    fn empty_results_leave_the_reply_inline() {
+        let m = reply_words(&[0]);
+        let r = engine_reply(m.clone(), vec![Bytes::new()], 7);
+        assert_eq!(r.pieces().len(), 1);
+        assert_eq!(r.ddp_count(), 0);
+        assert_eq!(&r.flatten()[4..], &m[4..]);
+        let mut rd = r.reader();
+        rd.fixed_opaque(24, "hdr").unwrap();
+        assert!(rd.ddp_opaque(10, "max", "data").unwrap().is_empty());
+        rd.finish("end").unwrap();
+    }
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)]
+    fn incoming_ranges_become_ddp_pieces_without_pad() {
+        // header word, length 5, data "hello", pad 3, trailer.
+        let mut m = words(&[7, 5]);
+        m.extend_from_slice(b"hello\0\0\0");
+        m.extend(words(&[0xfeed]));
+        let r = incoming(m, &[8..13]);
+        let p = r.pieces();
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[1], Piece::Ddp(Bytes::from_static(b"hello")));
+        assert_eq!(&p[2].bytes()[..], &words(&[0xfeed])[..]);
+        // A bad range: one inline piece.
+        assert_eq!(incoming(vec![0; 8], &[4..20]).pieces().len(), 1);
     }
 
     #[derive(Debug, Clone)]
