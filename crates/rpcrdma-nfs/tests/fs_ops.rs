@@ -441,3 +441,26 @@ fn errors_map_to_nfsstat3() {
     );
     assert_eq!(NfsError::Stale.status(), 70);
 }
+
+#[test]
+fn the_handle_table_is_bounded() {
+    let s = Scratch::with(ExportConfig {
+        max_handles: 3,
+        ..ExportConfig::default()
+    });
+    for n in ["a", "b", "c"] {
+        std::fs::write(s.path(n), b"").unwrap();
+    }
+    let root = s.root();
+    let a = s.export.lookup(&root, b"a").unwrap().handle;
+    s.export.lookup(&root, b"b").unwrap();
+    assert_eq!(s.export.handle_count(), 3);
+    assert_eq!(
+        s.export.lookup(&root, b"c").map(|_| ()),
+        Err(NfsError::ServerFault)
+    );
+    // Known objects still resolve; removing one frees its slot.
+    assert_eq!(s.export.lookup(&root, b"a").unwrap().handle, a);
+    s.export.remove(&root, b"a").unwrap();
+    assert!(s.export.lookup(&root, b"c").is_ok());
+}
