@@ -232,6 +232,8 @@ fn a_directory_moved_out_of_the_export_is_stale_until_it_returns() {
     std::fs::rename(s.outside().join("d"), s.path("d2")).unwrap();
     assert_eq!(s.export.getattr(&d).unwrap().ftype, FileType::Directory);
     assert_eq!(s.walk("d2"), d);
+    // Files in it were unreachable, not forgotten.
+    assert_eq!(s.export.read(&f, 0, 1).unwrap().data, b"x");
 }
 
 #[test]

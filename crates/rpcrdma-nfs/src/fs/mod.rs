@@ -31,7 +31,10 @@
 //!   `Stale` until it comes back) and still exists;
 //! - a non-directory is re-opened below its parent with `O_NOFOLLOW` and
 //!   must be the same (device, inode, birth time), else `Stale`;
-//! - mount points inside DIR are not crossed (`Acces`).
+//! - mount points inside DIR are not crossed (`Acces`);
+//! - SETATTR's mode goes through the object's own descriptor (`.` of a
+//!   directory, `/proc/self/fd/N` of anything else), never a name that
+//!   could have been swapped meanwhile; this needs /proc mounted.
 //!
 //! # Permissions
 //! The export acts with the server process's own credentials. The
@@ -39,7 +42,10 @@
 //! enforced here: ACCESS answers what the server process may do
 //! (`faccessat2(AT_EACCESS)`), and every operation succeeds or fails as
 //! the process's own system call does. Run the server as a user that may
-//! do no more than every client may.
+//! do no more than every client may. Unlike knfsd, the owner of a file
+//! gets no override: a server that is not root cannot WRITE a file it
+//! owns with mode 0444 (knfsd lets the owner write such a file, for
+//! clients that create read-only files and then fill them).
 //!
 //! # Blocking
 //! The operations do blocking file I/O; [`AsyncExport`] runs them on

@@ -1,6 +1,7 @@
 //! GETATTR, SETATTR, ACCESS.
 
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::Timespec;
 use rustix::fs::{
@@ -34,7 +35,8 @@ impl Export {
     }
 
     /// SETATTR. `guard` is SETATTR's `sattrguard3`: when given, it must
-    /// equal the object's ctime or nothing changes (`NotSync`). The size
+    /// equal the object's ctime or nothing changes (`NotSync`); the whole
+    /// time is compared (knfsd compares the seconds only). The size
     /// is changed first, then owner, then mode (so a mode sent with an
     /// owner keeps its set-id bits), then times. A mode on a symlink is
     /// ignored, as knfsd does.
@@ -119,8 +121,6 @@ fn may(obj: &Obj, want: Access) -> bool {
         None => accessat(&*obj.fd, ".", want, AtFlags::EACCESS).is_ok(),
     }
 }
-
-use std::os::unix::ffi::OsStrExt;
 
 /// chmod of exactly the resolved object: a directory through `.` below
 /// its own descriptor, anything else through its `/proc/self/fd` link

@@ -141,14 +141,19 @@ impl Table {
 
     fn resolve_leaf(&self, id: u64, ident: Ident, links: Vec<Link>) -> NfsResult<Obj> {
         for link in links {
-            let found = self.resolve(link.parent).and_then(|dir| {
-                let (fd, attr, now) = lookup_child(&*dir.fd, &link.name)?;
-                (now == ident)
-                    .then_some((dir, fd, attr))
-                    .ok_or(NfsError::Stale)
-            });
-            match found {
-                Ok((dir, fd, attr)) => {
+            let dir = match self.resolve(link.parent) {
+                Ok(dir) => dir,
+                // The parent is gone for good: so is this name.
+                Err(NfsError::Stale) if !self.lock().entries.contains_key(&link.parent) => {
+                    self.drop_link(id, &link);
+                    continue;
+                }
+                // The parent is outside the export for now (it may return).
+                Err(NfsError::Stale) => continue,
+                Err(other) => return Err(other),
+            };
+            match lookup_child(&*dir.fd, &link.name) {
+                Ok((fd, attr, now)) if now == ident => {
                     return Ok(Obj {
                         id,
                         fd: Arc::new(fd),
@@ -157,9 +162,8 @@ impl Table {
                         link: Some((dir.fd, link.name)),
                     })
                 }
-                Err(NfsError::Stale | NfsError::NoEnt | NfsError::NotDir) => {
-                    self.drop_link(id, &link);
-                }
+                // Another object (or a symlink) under that name now, or none.
+                Ok(_) | Err(NfsError::NoEnt) => self.drop_link(id, &link),
                 Err(other) => return Err(other),
             }
         }
