@@ -9,3 +9,5 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
+
+pub mod fs;

@@ -1,0 +1,161 @@
+//! READ, WRITE, COMMIT.
+
+use std::os::fd::OwnedFd;
+
+use rustix::fs::{fdatasync, fsync, OFlags};
+use rustix::io::{pread, pwrite};
+
+use super::attr::{stat_fd, Attr, FileType, Wcc};
+use super::error::{NfsError, NfsResult};
+use super::export::{Export, MAX_IO};
+use super::handle::FileHandle;
+use super::table::Obj;
+
+/// `stable_how`: how far WRITE must have put the data before replying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StableHow {
+    /// UNSTABLE: in the server's cache; COMMIT makes it stable.
+    Unstable,
+    /// DATA_SYNC: data and the metadata needed to read it back on stable
+    /// storage (`fdatasync`).
+    DataSync,
+    /// FILE_SYNC: data and all metadata on stable storage (`fsync`).
+    FileSync,
+}
+
+/// The result of READ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    /// The octets read (fewer than asked at the end of the file).
+    pub data: Vec<u8>,
+    /// Whether the read reached the end of the file.
+    pub eof: bool,
+    /// The file's attributes after the read.
+    pub attr: Attr,
+}
+
+/// The result of WRITE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// Octets written (all of them: a short write is retried).
+    pub count: u32,
+    /// How far the data was committed (what was asked: never less).
+    pub committed: StableHow,
+    /// [`Export::write_verifier`].
+    pub verf: [u8; 8],
+    /// The file before and after.
+    pub wcc: Wcc,
+}
+
+/// The result of COMMIT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    /// [`Export::write_verifier`].
+    pub verf: [u8; 8],
+    /// The file before and after.
+    pub wcc: Wcc,
+}
+
+/// A regular file, or the error NFSv3 gives for the others.
+fn regular(obj: &Obj) -> NfsResult<()> {
+    match obj.attr.ftype {
+        FileType::Regular => Ok(()),
+        FileType::Directory => Err(NfsError::IsDir),
+        _ => Err(NfsError::Inval),
+    }
+}
+
+/// The largest offset + length a file may reach (`off_t` is signed).
+const MAX_END: u64 = i64::MAX as u64;
+
+impl Export {
+    /// READ of up to `count` octets at `offset`; `count` is capped at
+    /// [`MAX_IO`] (FSINFO `rtmax`), as knfsd caps it at its payload size.
+    pub fn read(&self, fh: &FileHandle, offset: u64, count: u32) -> NfsResult<Read> {
+        let obj = self.obj(fh)?;
+        regular(&obj)?;
+        let want = count.min(MAX_IO) as usize;
+        let file = self.reopen(&obj, OFlags::RDONLY)?;
+        let mut data = vec![0u8; want];
+        let mut got = 0;
+        while got < want {
+            let at = offset.saturating_add(got as u64);
+            if at >= MAX_END {
+                break;
+            }
+            match pread(&file, &mut data[got..], at)? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        data.truncate(got);
+        let (attr, _) = stat_fd(&file)?;
+        let eof = offset.saturating_add(got as u64) >= attr.size;
+        Ok(Read { data, eof, attr })
+    }
+
+    /// WRITE of `data` at `offset`. `Unstable` returns once the data is
+    /// in the page cache; `DataSync` adds `fdatasync`, `FileSync` adds
+    /// `fsync`; the reply's `committed` is what was asked (knfsd does the
+    /// same). More than [`MAX_IO`] octets is `Inval`; past the largest
+    /// file offset is `FBig`.
+    pub fn write(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+        stable: StableHow,
+    ) -> NfsResult<Write> {
+        if data.len() > MAX_IO as usize {
+            return Err(NfsError::Inval);
+        }
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|end| end > MAX_END)
+        {
+            return Err(NfsError::FBig);
+        }
+        let obj = self.obj(fh)?;
+        regular(&obj)?;
+        let file = self.reopen(&obj, OFlags::WRONLY)?;
+        let mut done = 0;
+        while done < data.len() {
+            match pwrite(&file, &data[done..], offset + done as u64)? {
+                0 => return Err(NfsError::Io),
+                n => done += n,
+            }
+        }
+        sync(&file, stable)?;
+        Ok(Write {
+            count: done as u32,
+            committed: stable,
+            verf: self.write_verifier(),
+            wcc: self.after(&obj),
+        })
+    }
+
+    /// COMMIT: `fsync` of the whole file (a superset of the range asked;
+    /// knfsd syncs the range).
+    pub fn commit(&self, fh: &FileHandle, _offset: u64, _count: u32) -> NfsResult<Commit> {
+        let obj = self.obj(fh)?;
+        regular(&obj)?;
+        // fsync needs a real descriptor; either access mode will do.
+        let file = self
+            .reopen(&obj, OFlags::RDONLY)
+            .or_else(|_| self.reopen(&obj, OFlags::WRONLY))?;
+        sync(&file, StableHow::FileSync)?;
+        Ok(Commit {
+            verf: self.write_verifier(),
+            wcc: self.after(&obj),
+        })
+    }
+}
+
+fn sync(file: &OwnedFd, how: StableHow) -> NfsResult<()> {
+    match how {
+        StableHow::Unstable => {}
+        StableHow::DataSync => fdatasync(file)?,
+        StableHow::FileSync => fsync(file)?,
+    }
+    Ok(())
+}
