@@ -111,9 +111,7 @@ pub fn reply_size(args: &Nfs3Args, l: &Limits) -> ReplySize {
         Nfs3Args::Setattr(_) | Nfs3Args::Remove(_) | Nfs3Args::Rmdir(_) => fixed(ST + WCC),
         Nfs3Args::Lookup(_) => fixed(ST + FH + 2 * POST_OP_ATTR),
         Nfs3Args::Access(_) => fixed(ST + POST_OP_ATTR + 4),
-        Nfs3Args::Readlink(_) => {
-            fixed(ST + POST_OP_ATTR + opaque_len(l.max_path_len as usize))
-        }
+        Nfs3Args::Readlink(_) => fixed(ST + POST_OP_ATTR + opaque_len(l.max_path_len as usize)),
         Nfs3Args::Read(a) => ReplySize {
             // status, file_attributes, count, eof, the data's length word.
             results_max: (ST + POST_OP_ATTR + 4 + 4 + 4) as u32,
@@ -124,12 +122,8 @@ pub fn reply_size(args: &Nfs3Args, l: &Limits) -> ReplySize {
             fixed(ST + POST_OP_FH + POST_OP_ATTR + WCC)
         }
         Nfs3Args::Rename(_) => fixed(ST + 2 * WCC),
-        Nfs3Args::Readdir(a) => {
-            fixed(READDIR_HEAD + a.count as usize + DIRLIST_END)
-        }
-        Nfs3Args::Readdirplus(a) => {
-            fixed(READDIR_HEAD + a.maxcount as usize + DIRLIST_END)
-        }
+        Nfs3Args::Readdir(a) => fixed(READDIR_HEAD + a.count as usize + DIRLIST_END),
+        Nfs3Args::Readdirplus(a) => fixed(READDIR_HEAD + a.maxcount as usize + DIRLIST_END),
         Nfs3Args::Fsstat(_) => fixed(ST + POST_OP_ATTR + 6 * 8 + 4),
         Nfs3Args::Fsinfo(_) => fixed(ST + POST_OP_ATTR + 7 * 4 + 8 + 8 + 4),
         Nfs3Args::Pathconf(_) => fixed(ST + POST_OP_ATTR + 6 * 4),

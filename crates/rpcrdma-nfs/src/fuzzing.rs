@@ -32,7 +32,11 @@ pub const TIGHT_LIMITS: Limits = Limits {
 
 fn roundtrip(data: &[u8], v: &impl XdrEncode, what: &str) {
     let enc = v.to_vec().expect("a decoded value encodes");
-    assert_eq!(enc.len(), v.encoded_len(), "{what}: encoded_len is not exact");
+    assert_eq!(
+        enc.len(),
+        v.encoded_len(),
+        "{what}: encoded_len is not exact"
+    );
     assert_eq!(&enc[..], data, "{what}: re-encoding changed the octets");
 }
 

@@ -32,4 +32,7 @@ pub mod limits;
 pub mod mount;
 pub mod nfs3;
 
+#[cfg(test)]
+mod tests;
+
 pub use limits::{ArgError, Limits};

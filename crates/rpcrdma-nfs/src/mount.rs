@@ -162,12 +162,7 @@ impl Codec for MountRes {
         match Mountstat3::get(r, l)? {
             Mountstat3::MNT3_OK => {
                 let fhandle = FileHandle::get(r, l)?;
-                let n = r.count(
-                    l.max_auth_flavors,
-                    "max_auth_flavors",
-                    4,
-                    "auth_flavors",
-                )?;
+                let n = r.count(l.max_auth_flavors, "max_auth_flavors", 4, "auth_flavors")?;
                 let mut auth_flavors = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     auth_flavors.push(r.i32("auth_flavors")?);
@@ -226,7 +221,9 @@ impl Codec for Exports {
         4 + self
             .0
             .iter()
-            .map(|e| 4 + e.dir.xdr_len() + 4 + e.groups.iter().map(|g| 4 + g.xdr_len()).sum::<usize>())
+            .map(|e| {
+                4 + e.dir.xdr_len() + 4 + e.groups.iter().map(|g| 4 + g.xdr_len()).sum::<usize>()
+            })
             .sum::<usize>()
     }
     fn put(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {

@@ -97,4 +97,3 @@ macro_rules! gen_enum {
     };
 }
 pub(crate) use gen_enum;
-

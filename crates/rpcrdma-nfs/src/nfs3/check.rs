@@ -32,11 +32,17 @@ impl Nfs3Args {
                 if n > l.max_path_len as usize {
                     return Err(ArgError::status(
                         Nfsstat3::NFS3ERR_NAMETOOLONG,
-                        format!("symlink target of {n} octets exceeds max_path_len = {}", l.max_path_len),
+                        format!(
+                            "symlink target of {n} octets exceeds max_path_len = {}",
+                            l.max_path_len
+                        ),
                     ));
                 }
                 if n == 0 {
-                    return Err(ArgError::status(Nfsstat3::NFS3ERR_INVAL, "empty symlink target"));
+                    return Err(ArgError::status(
+                        Nfsstat3::NFS3ERR_INVAL,
+                        "empty symlink target",
+                    ));
                 }
                 Ok(())
             }
@@ -76,7 +82,10 @@ fn name(n: &Filename, l: &Limits) -> Result<(), ArgError> {
     if len > l.max_name_len as usize {
         return Err(ArgError::status(
             Nfsstat3::NFS3ERR_NAMETOOLONG,
-            format!("name of {len} octets exceeds max_name_len = {}", l.max_name_len),
+            format!(
+                "name of {len} octets exceeds max_name_len = {}",
+                l.max_name_len
+            ),
         ));
     }
     Ok(())

@@ -1,9 +1,7 @@
 //! The failure result a server answers with a status and nothing else to
 //! say (no attributes: every `post_op_attr` / `pre_op_attr` FALSE).
 
-use super::{
-    CreateRes, Nfs3Res, Nfsstat3, RenameWcc, Res, WccData, NFSPROC3_LINK, NFSPROC3_MKNOD,
-};
+use super::{CreateRes, Nfs3Res, Nfsstat3, RenameWcc, Res, WccData, NFSPROC3_LINK, NFSPROC3_MKNOD};
 
 impl Nfs3Res {
     /// The results of `proc` failing with `status` (which must not be

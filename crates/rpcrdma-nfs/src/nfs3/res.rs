@@ -151,7 +151,6 @@ pub(crate) use codec_via_ddp;
 #[cfg(test)]
 impl<O: crate::testgen::Gen, F: crate::testgen::Gen> crate::testgen::Gen for Res<O, F> {
     fn gen(g: &mut crate::testgen::Rng) -> Self {
-        use crate::testgen::Gen;
         if g.coin() {
             Res::Ok(O::gen(g))
         } else {

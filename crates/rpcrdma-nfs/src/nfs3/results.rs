@@ -8,8 +8,8 @@ use rpcrdma_proto::{DecodeError, EncodeError};
 use super::ddp::{get_ddp_opaque, DdpCodec, DdpParts, DdpSource};
 use super::res::{codec_via_ddp, Res};
 use super::types::{
-    Cookieverf3, Fattr3, FileHandle, Filename, NfsPath, Nfstime3, PostOpAttr, PostOpFh3,
-    StableHow, WccData, Writeverf3,
+    Cookieverf3, Fattr3, FileHandle, Filename, NfsPath, Nfstime3, PostOpAttr, PostOpFh3, StableHow,
+    WccData, Writeverf3,
 };
 use crate::codec::{xdr_encode_via_codec, xdr_struct, Codec};
 use crate::Limits;

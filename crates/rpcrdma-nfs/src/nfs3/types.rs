@@ -173,7 +173,12 @@ impl Codec for FileHandle {
     //#    opaque       data<NFS3_FHSIZE>;
     //# };
     fn get(r: &mut Reader<'_>, _: &Limits) -> Result<Self, DecodeError> {
-        Ok(FileHandle(get_bounded(r, NFS3_FHSIZE, "NFS3_FHSIZE", "nfs_fh3")?))
+        Ok(FileHandle(get_bounded(
+            r,
+            NFS3_FHSIZE,
+            "NFS3_FHSIZE",
+            "nfs_fh3",
+        )?))
     }
 }
 
@@ -377,7 +382,6 @@ impl Codec for SetTime {
 #[cfg(test)]
 impl crate::testgen::Gen for SetTime {
     fn gen(g: &mut crate::testgen::Rng) -> Self {
-        use crate::testgen::Gen;
         match g.below(3) {
             0 => SetTime::DontChange,
             1 => SetTime::ServerTime,
