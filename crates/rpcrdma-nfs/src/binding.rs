@@ -122,6 +122,19 @@ pub fn reply_size(args: &Nfs3Args, l: &Limits) -> ReplySize {
             fixed(ST + POST_OP_FH + POST_OP_ATTR + WCC)
         }
         Nfs3Args::Rename(_) => fixed(ST + 2 * WCC),
+        // RFC 1813 bounds the whole resok by count / maxcount; as Linux, we
+        // add the head on top, so a server that counts only the entries
+        // still fits.
+        //= rfc1813#section-3.3.16
+        //# The maximum size of the READDIR3resok structure, in
+        //# bytes.  The size must include all XDR overhead. The
+        //# server is free to return less than count bytes of
+        //# data.
+        //= rfc1813#section-3.3.17
+        //# The maximum size of the READDIRPLUS3resok structure, in
+        //# bytes. The size must include all XDR overhead. The
+        //# server is free to return fewer than maxcount bytes of
+        //# data.
         Nfs3Args::Readdir(a) => fixed(READDIR_HEAD + a.count as usize + DIRLIST_END),
         Nfs3Args::Readdirplus(a) => fixed(READDIR_HEAD + a.maxcount as usize + DIRLIST_END),
         Nfs3Args::Fsstat(_) => fixed(ST + POST_OP_ATTR + 6 * 8 + 4),

@@ -4,7 +4,8 @@
 //! [`Codec`] is implemented by every field type (primitives, fixed opaques,
 //! optional data, the NFS structures); `xdr_struct!`
 //! declares an XDR `struct` as a Rust struct with its [`Codec`] and
-//! [`XdrEncode`] implementations, fields in wire order. Decoding is bounded
+//! [`XdrEncode`](rpcrdma_proto::XdrEncode) implementations, fields in wire
+//! order. Decoding is bounded
 //! by the input: every variable-length item is checked against the octets
 //! left (by the reader) before anything is copied, and lists carry a named
 //! limit from [`crate::Limits`].

@@ -80,3 +80,37 @@ proptest! {
         crate::fuzzing::fuzz_nfs_args(&data);
     }
 }
+
+/// Writes the seed corpus of the `nfs_args` fuzz target (valid arguments
+/// of every NFSv3 and MOUNT procedure, and a few results):
+/// `cargo test -p rpcrdma-nfs -- --ignored write_seed_corpus`.
+#[test]
+#[ignore = "writes fuzz/corpus/nfs_args"]
+fn write_seed_corpus() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/nfs_args");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut g = Rng::new(0x5eed);
+    let write = |name: String, b: Vec<u8>| std::fs::write(dir.join(name), b).unwrap();
+    for &p in nfs3::PROCEDURES {
+        for i in 0..2 {
+            write(
+                format!("seed-nfs3-args-{p:02}-{i}"),
+                gen_args(p, &mut g).unwrap().to_vec().unwrap(),
+            );
+        }
+        write(
+            format!("seed-nfs3-res-{p:02}"),
+            gen_res(p, &mut g).unwrap().to_vec().unwrap(),
+        );
+    }
+    for &p in mount::PROCEDURES {
+        write(
+            format!("seed-mount-args-{p}"),
+            mount::gen::args(p, &mut g).unwrap().to_vec().unwrap(),
+        );
+        write(
+            format!("seed-mount-res-{p}"),
+            mount::gen::results(p, &mut g).unwrap().to_vec().unwrap(),
+        );
+    }
+}
