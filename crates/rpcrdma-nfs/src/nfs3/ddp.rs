@@ -10,8 +10,8 @@
 //!   stream and asks a [`DdpSource`] for the data: [`Inline`] reads it from
 //!   the same stream (TCP, a message sent inline); the transport binding
 //!   (`crate::binding`) takes it from a Read chunk or a Write chunk.
-//! * Encoding: [`DdpCodec::put_head`] writes the head and
-//!   [`DdpCodec::ddp_item`] gives the item, which the binding hands to the
+//! * Encoding: [`DdpParts::put_head`] writes the head and
+//!   [`DdpParts::ddp_item`] gives the item, which the binding hands to the
 //!   transport as a DDP-eligible piece.
 
 use bytes::Bytes;
@@ -82,10 +82,10 @@ pub trait DdpParts {
     /// result does not).
     fn ddp_item(&self) -> Option<Bytes>;
 
-    /// Octets of [`DdpCodec::put_head`].
+    /// Octets of [`DdpParts::put_head`].
     fn head_len(&self) -> usize;
 
     /// Writes everything before the DDP-eligible item's length word (the
-    /// whole value when [`DdpCodec::ddp_item`] is `None`).
+    /// whole value when [`DdpParts::ddp_item`] is `None`).
     fn put_head(&self, w: &mut Writer<'_>) -> Result<(), EncodeError>;
 }
