@@ -37,40 +37,30 @@ impl Codec for () {
     }
 }
 
-impl Codec for u32 {
-    fn xdr_len(&self) -> usize {
-        4
-    }
-    fn put(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
-        w.u32(*self)
-    }
-    fn get(r: &mut Reader<'_>, _: &Limits) -> Result<Self, DecodeError> {
-        r.u32("uint32")
-    }
+/// [`Codec`] for the XDR primitives `unsigned int`, `unsigned hyper` and
+/// `bool` (strictly 0 or 1).
+macro_rules! codec_primitive {
+    ($($t:ty => $len:literal, $method:ident, $field:literal);* $(;)?) => {
+        $(
+        impl Codec for $t {
+            fn xdr_len(&self) -> usize {
+                $len
+            }
+            fn put(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
+                w.$method(*self)
+            }
+            fn get(r: &mut Reader<'_>, _: &Limits) -> Result<Self, DecodeError> {
+                r.$method($field)
+            }
+        }
+        )*
+    };
 }
 
-impl Codec for u64 {
-    fn xdr_len(&self) -> usize {
-        8
-    }
-    fn put(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
-        w.u64(*self)
-    }
-    fn get(r: &mut Reader<'_>, _: &Limits) -> Result<Self, DecodeError> {
-        r.u64("uint64")
-    }
-}
-
-impl Codec for bool {
-    fn xdr_len(&self) -> usize {
-        4
-    }
-    fn put(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
-        w.bool(*self)
-    }
-    fn get(r: &mut Reader<'_>, _: &Limits) -> Result<Self, DecodeError> {
-        r.bool("bool")
-    }
+codec_primitive! {
+    u32 => 4, u32, "uint32";
+    u64 => 8, u64, "uint64";
+    bool => 4, bool, "bool";
 }
 
 /// The eight-octet fixed opaques (`cookieverf3`, `createverf3`,
@@ -199,21 +189,12 @@ macro_rules! xdr_struct {
             }
         }
 
-        impl rpcrdma_proto::XdrEncode for $name {
-            fn encoded_len(&self) -> usize {
-                $crate::codec::Codec::xdr_len(self)
-            }
-            fn write(
-                &self,
-                w: &mut rpcrdma_proto::xdr::Writer<'_>,
-            ) -> Result<(), rpcrdma_proto::EncodeError> {
-                $crate::codec::Codec::put(self, w)
-            }
-        }
+        $crate::codec::xdr_encode_via_codec!($name);
     };
 }
 
-/// `XdrEncode` for types that implement [`Codec`] by hand (unions, lists).
+/// `XdrEncode` for types that implement [`Codec`] (by hand: unions,
+/// lists; or by `xdr_struct!`).
 macro_rules! xdr_encode_via_codec {
     ($($name:ty),* $(,)?) => {
         $(
@@ -249,38 +230,13 @@ pub fn encode_to_vec<T: Codec>(v: &T) -> Result<Vec<u8>, EncodeError> {
     Ok(out)
 }
 
-/// [`Codec`] for an open enumeration (an `open_enum!` `u32` newtype):
-/// every value decodes (an XDR union over it has a `default` arm, or the
-/// receiver copes with unknown values).
-macro_rules! codec_open_enum {
-    ($($name:ty),* $(,)?) => {
-        $(
-        impl $crate::codec::Codec for $name {
-            fn xdr_len(&self) -> usize {
-                4
-            }
-            fn put(
-                &self,
-                w: &mut rpcrdma_proto::xdr::Writer<'_>,
-            ) -> Result<(), rpcrdma_proto::EncodeError> {
-                w.u32(self.0)
-            }
-            fn get(
-                r: &mut rpcrdma_proto::xdr::Reader<'_>,
-                _: &$crate::Limits,
-            ) -> Result<Self, rpcrdma_proto::DecodeError> {
-                Ok(Self(r.u32(stringify!($name))?))
-            }
-        }
-        )*
-    };
-}
-
-/// [`Codec`] for an enumeration decoded closed: a value without a name is
-/// a decode error (RFC 4506 §4.3), for the switches of unions without a
-/// `default` arm and for enums whose unknown value nobody could act on.
-macro_rules! codec_closed_enum {
-    ($($name:ty),* $(,)?) => {
+/// [`Codec`] for an `open_enum!` `u32` newtype. `open`: every value
+/// decodes (an XDR union over it has a `default` arm, or the receiver copes
+/// with unknown values). `closed`: a value without a name is a decode error
+/// (RFC 4506 §4.3), for the switches of unions without a `default` arm and
+/// for enums whose unknown value nobody could act on.
+macro_rules! codec_enum {
+    ($kind:ident: $($name:ty),* $(,)?) => {
         $(
         impl $crate::codec::Codec for $name {
             fn xdr_len(&self) -> usize {
@@ -298,12 +254,71 @@ macro_rules! codec_closed_enum {
             ) -> Result<Self, rpcrdma_proto::DecodeError> {
                 let at = r.position();
                 let v = Self(r.u32(stringify!($name))?);
-                $crate::codec::closed(v.name().is_some(), v.0, at, stringify!($name))?;
+                let known = $crate::codec::codec_enum!(@known $kind, v);
+                $crate::codec::closed(known, v.0, at, stringify!($name))?;
                 Ok(v)
             }
         }
         )*
     };
+    (@known open, $v:ident) => {
+        true
+    };
+    (@known closed, $v:ident) => {
+        $v.name().is_some()
+    };
 }
 
-pub(crate) use {codec_closed_enum, codec_open_enum, xdr_encode_via_codec, xdr_struct};
+/// Declares a newtype over the octets of an XDR `string` or `opaque`:
+/// `bounded $max, $limit` for a type the XDR bounds (`dirpath<MNTPATHLEN>`:
+/// longer does not decode), `unbounded` for one it leaves unbounded
+/// (`filename3<>`: decoded bounded by the input, the server's limit checked
+/// after decoding).
+macro_rules! xdr_string {
+    ($(#[$m:meta])* $name:ident, $field:literal, bounded $max:expr, $limit:literal) => {
+        $crate::codec::xdr_string!(@def $(#[$m])* $name, |r| $crate::codec::get_bounded(r, $max, $limit, $field));
+    };
+    ($(#[$m:meta])* $name:ident, $field:literal, unbounded) => {
+        $crate::codec::xdr_string!(@def $(#[$m])* $name, |r| $crate::codec::get_unbounded(r, $field).map(<[u8]>::to_vec));
+    };
+    (@def $(#[$m:meta])* $name:ident, $get:expr) => {
+        $(#[$m])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+        pub struct $name(pub Vec<u8>);
+
+        impl $name {
+            /// The octets (not necessarily UTF-8).
+            pub fn as_bytes(&self) -> &[u8] {
+                &self.0
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.as_bytes().to_vec())
+            }
+        }
+
+        impl $crate::codec::Codec for $name {
+            fn xdr_len(&self) -> usize {
+                $crate::codec::opaque_len(self.0.len())
+            }
+            fn put(
+                &self,
+                w: &mut rpcrdma_proto::xdr::Writer<'_>,
+            ) -> Result<(), rpcrdma_proto::EncodeError> {
+                w.var_opaque(&self.0)
+            }
+            fn get(
+                r: &mut rpcrdma_proto::xdr::Reader<'_>,
+                _: &$crate::Limits,
+            ) -> Result<Self, rpcrdma_proto::DecodeError> {
+                let get: fn(&mut rpcrdma_proto::xdr::Reader<'_>)
+                    -> Result<Vec<u8>, rpcrdma_proto::DecodeError> = $get;
+                get(r).map($name)
+            }
+        }
+    };
+}
+
+pub(crate) use {codec_enum, xdr_encode_via_codec, xdr_string, xdr_struct};

@@ -21,7 +21,7 @@ use rpcrdma_proto::open_enum;
 use rpcrdma_proto::xdr::{DecodeErrorKind, Reader, Writer};
 use rpcrdma_proto::{DecodeError, EncodeError, XdrEncode};
 
-use crate::codec::{codec_open_enum, get_bounded, opaque_len, xdr_encode_via_codec, Codec};
+use crate::codec::{codec_enum, xdr_encode_via_codec, xdr_string, Codec};
 use crate::limits::{MNTNAMLEN, MNTPATHLEN};
 use crate::nfs3::FileHandle;
 use crate::{ArgError, Limits};
@@ -71,52 +71,25 @@ open_enum! {
         MNT3ERR_SERVERFAULT = 10006,
     }
 }
-codec_open_enum!(Mountstat3);
+codec_enum!(open: Mountstat3);
 
-/// Declares a newtype over an XDR string bounded by its type.
-macro_rules! bounded_string {
-    ($(#[$m:meta])* $name:ident, $max:expr, $limit:literal, $field:literal) => {
-        $(#[$m])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-        pub struct $name(pub Vec<u8>);
-
-        impl Codec for $name {
-            fn xdr_len(&self) -> usize {
-                opaque_len(self.0.len())
-            }
-            fn put(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
-                w.var_opaque(&self.0)
-            }
-            fn get(r: &mut Reader<'_>, _: &Limits) -> Result<Self, DecodeError> {
-                Ok($name(get_bounded(r, $max, $limit, $field)?))
-            }
-        }
-
-        impl From<&str> for $name {
-            fn from(s: &str) -> Self {
-                $name(s.as_bytes().to_vec())
-            }
-        }
-    };
-}
-
-bounded_string!(
+xdr_string!(
     /// `dirpath` (`string<MNTPATHLEN>`, 1024).
     Dirpath,
-    MNTPATHLEN,
-    "MNTPATHLEN",
-    "dirpath"
+    "dirpath",
+    bounded MNTPATHLEN,
+    "MNTPATHLEN"
 );
 //= rfc1813#section-5.1.4
 //# const MNTPATHLEN = 1024;  /* Maximum bytes in a path name */
 //# const MNTNAMLEN  = 255;   /* Maximum bytes in a name */
 //# const FHSIZE3    = 64;    /* Maximum bytes in a V3 file handle */
-bounded_string!(
+xdr_string!(
     /// `name` (`string<MNTNAMLEN>`, 255).
     Name,
-    MNTNAMLEN,
-    "MNTNAMLEN",
-    "name"
+    "name",
+    bounded MNTNAMLEN,
+    "MNTNAMLEN"
 );
 
 /// `mountres3_ok`.

@@ -29,15 +29,7 @@ impl Nfs3Args {
             Nfs3Args::Symlink(a) => {
                 name(&a.place.name, l)?;
                 let n = a.symlink_data.0.len();
-                if n > l.max_path_len as usize {
-                    return Err(ArgError::status(
-                        Nfsstat3::NFS3ERR_NAMETOOLONG,
-                        format!(
-                            "symlink target of {n} octets exceeds max_path_len = {}",
-                            l.max_path_len
-                        ),
-                    ));
-                }
+                too_long("symlink target", n, l.max_path_len, "max_path_len")?;
                 if n == 0 {
                     return Err(ArgError::status(
                         Nfsstat3::NFS3ERR_INVAL,
@@ -78,14 +70,15 @@ impl Nfs3Args {
 //# server's file system maximum filename length, the operation will
 //# fail with the error, NFS3ERR_NAMETOOLONG.
 fn name(n: &Filename, l: &Limits) -> Result<(), ArgError> {
-    let len = n.0.len();
-    if len > l.max_name_len as usize {
+    too_long("name", n.0.len(), l.max_name_len, "max_name_len")
+}
+
+/// NFS3ERR_NAMETOOLONG if `len` exceeds `max` (the limit named `limit`).
+fn too_long(what: &str, len: usize, max: u32, limit: &str) -> Result<(), ArgError> {
+    if len > max as usize {
         return Err(ArgError::status(
             Nfsstat3::NFS3ERR_NAMETOOLONG,
-            format!(
-                "name of {len} octets exceeds max_name_len = {}",
-                l.max_name_len
-            ),
+            format!("{what} of {len} octets exceeds {limit} = {max}"),
         ));
     }
     Ok(())

@@ -5,9 +5,7 @@ use rpcrdma_proto::open_enum;
 use rpcrdma_proto::xdr::{Reader, Writer};
 use rpcrdma_proto::{DecodeError, EncodeError};
 
-use crate::codec::{
-    codec_closed_enum, codec_open_enum, get_bounded, get_unbounded, opaque_len, xdr_struct, Codec,
-};
+use crate::codec::{codec_enum, get_bounded, opaque_len, xdr_string, xdr_struct, Codec};
 use crate::limits::NFS3_FHSIZE;
 use crate::Limits;
 
@@ -135,8 +133,8 @@ open_enum! {
     }
 }
 
-codec_open_enum!(Nfsstat3, Ftype3);
-codec_closed_enum!(StableHow, Createmode3, TimeHow);
+codec_enum!(open: Nfsstat3, Ftype3);
+codec_enum!(closed: StableHow, Createmode3, TimeHow);
 
 #[cfg(test)]
 crate::testgen::gen_enum! {
@@ -182,59 +180,32 @@ impl Codec for FileHandle {
     }
 }
 
-/// Declares a newtype over the octets of an XDR `string<>` the protocol
-/// leaves unbounded (decoded bounded by the input; the server's limit is
-/// checked after decoding).
-macro_rules! unbounded_string {
-    ($(#[$m:meta])* $name:ident, $field:literal) => {
-        $(#[$m])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-        pub struct $name(pub Vec<u8>);
-
-        impl $name {
-            /// The octets (not necessarily UTF-8).
-            pub fn as_bytes(&self) -> &[u8] {
-                &self.0
-            }
-        }
-
-        impl From<&str> for $name {
-            fn from(s: &str) -> Self {
-                $name(s.as_bytes().to_vec())
-            }
-        }
-
-        impl Codec for $name {
-            fn xdr_len(&self) -> usize {
-                opaque_len(self.0.len())
-            }
-            fn put(&self, w: &mut Writer<'_>) -> Result<(), EncodeError> {
-                w.var_opaque(&self.0)
-            }
-            fn get(r: &mut Reader<'_>, _: &Limits) -> Result<Self, DecodeError> {
-                Ok($name(get_unbounded(r, $field)?.to_vec()))
-            }
-        }
-
-        #[cfg(test)]
-        impl crate::testgen::Gen for $name {
-            fn gen(g: &mut crate::testgen::Rng) -> Self {
-                $name(g.bytes(255))
-            }
-        }
-    };
-}
-
-unbounded_string!(
+xdr_string!(
     /// `filename3` (`string<>`): one path component.
     Filename,
-    "filename3"
+    "filename3",
+    unbounded
 );
-unbounded_string!(
+xdr_string!(
     /// `nfspath3` (`string<>`): a symbolic link's target.
     NfsPath,
-    "nfspath3"
+    "nfspath3",
+    unbounded
 );
+
+#[cfg(test)]
+impl crate::testgen::Gen for Filename {
+    fn gen(g: &mut crate::testgen::Rng) -> Self {
+        Filename(g.bytes(255))
+    }
+}
+
+#[cfg(test)]
+impl crate::testgen::Gen for NfsPath {
+    fn gen(g: &mut crate::testgen::Rng) -> Self {
+        NfsPath(g.bytes(255))
+    }
+}
 
 #[cfg(test)]
 impl crate::testgen::Gen for FileHandle {
