@@ -4,10 +4,39 @@
 //! `rpcrdma` runtime, with the NFS upper-layer binding for RPC-over-RDMA
 //! (RFC 8267 §4: which items are DDP-eligible).
 //!
-//! Work in progress (issue 14): the XDR of the NFSv3 and MOUNT procedures,
-//! the RFC 8267 binding, a server exporting a directory, a client.
+//! * [`nfs3`]: the XDR of the NFSv3 procedures (arguments and results,
+//!   decode and exact-size encode), with [`nfs3::Nfs3Args`] /
+//!   [`nfs3::Nfs3Res`] dispatching on the procedure number;
+//! * [`mount`]: MOUNT v3 (RFC 1813 Appendix I);
+//! * [`limits`]: the named limits on everything a peer controls, and
+//!   [`ArgError`]: what a server answers for bad arguments (GARBAGE_ARGS or
+//!   an `nfsstat3`);
+//! * [`binding`]: RFC 8267 §4 on the runtime's messages: DDP-eligible
+//!   items, and the largest reply of each call (the client offers a Reply
+//!   chunk from it);
+//! * [`fuzzing`]: the `nfs_args` fuzz entry point (also replayed by
+//!   `cargo test`);
+//! * [`fs`]: the export: confined, openat-based operations behind stable
+//!   keyed file handles, blocking I/O on tokio's blocking pool.
+//!
+//! Work in progress (issue 14): the RPC server that wires the procedures to
+//! [`fs`], and the client.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
+pub mod codec;
+#[cfg(test)]
+pub(crate) mod testgen;
+
+pub mod binding;
 pub mod fs;
+pub mod fuzzing;
+pub mod limits;
+pub mod mount;
+pub mod nfs3;
+
+#[cfg(test)]
+mod tests;
+
+pub use limits::{ArgError, Limits};

@@ -18,6 +18,10 @@
 ///
 /// With `unknown = "label"`, `Display` prints `NAME (value)` or
 /// `label value`; without it, `NAME` or `Type(value)`.
+///
+/// Exported (as `rpcrdma_proto::open_enum!`) so that upper layers declare
+/// their wire enumerations the same way (the NFS crate's `nfsstat3`, …).
+#[macro_export]
 macro_rules! open_enum {
     (
         $(#[$m:meta])*
@@ -41,7 +45,7 @@ macro_rules! open_enum {
 
         impl core::fmt::Display for $name {
             fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                open_enum!(@display self, f, $name $(, $unknown)?)
+                $crate::open_enum!(@display self, f, $name $(, $unknown)?)
             }
         }
     };
