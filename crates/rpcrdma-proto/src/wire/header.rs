@@ -960,6 +960,137 @@ mod tests {
         assert_eq!(hdr.version_error(), None);
     }
 
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-9
+    //# New OPTIONAL transport header types may be introduced by later
+    //# Standards Track documents.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+    //# RDMA2_ERR_INVAL_HTYPE If a responder recognizes the value in the
+    //# rdma_start.rdma_vers field, but it does not recognize the value in
+    //# the rdma_start.rdma_htype field or does not support that header type,
+    //# it MUST set the rdma_err field to RDMA2_ERR_INVAL_HTYPE.
+    #[test]
+    fn every_unknown_htype_decodes_to_an_inval_htype_answer() {
+        for htype in [2u32, 3, 6, 7, 0x8000_0000, u32::MAX] {
+            for body in ["", "deadbeef", "00000001 00000002 00000003"] {
+                let b = h(&format!(
+                    "00000042 00000002 00000010 {htype:08x} 00000000 {body}"
+                ));
+                let (hdr, n) = dec(&b).unwrap();
+                assert_eq!(n, b.len(), "the unknown body is kept whole");
+                assert_eq!(hdr.proc_code(), htype);
+                assert!(!hdr.has_payload());
+                assert_eq!(
+                    hdr.answer(),
+                    Some(WireAnswer::V2InvalHtype { xid: 0x42 }),
+                    "htype {htype}"
+                );
+                let reply = hdr.answer().unwrap().to_header(8, (1, 2)).unwrap();
+                // xid and vers copied, RDMA2_ERROR, F_RESPONSE, INVAL_HTYPE.
+                assert_eq!(
+                    reply.to_vec().unwrap(),
+                    h("00000042 00000002 00000008 00000004 00000001 00000003")
+                );
+                // The same unknown type sent as a response (F_RESPONSE):
+                // the receiver is its requester, which never sends
+                // RDMA2_ERROR, so it is not answered.
+                let mut r = b.clone();
+                r[19] = 1;
+                assert_eq!(dec(&r).unwrap().0.answer(), None, "htype {htype}");
+            }
+        }
+    }
+
+    fn connprop(props_hex: &str) -> Vec<u8> {
+        h(&format!(
+            "00000011 00000002 00000001 00000005 00000000 {props_hex}"
+        ))
+    }
+
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.1
+    //# In cases in which the rpcrdma2_propid specified by rdma_which is
+    //# understood by the receiver, the receiver also MUST report the error
+    //# RDMA2_ERR_BAD_XDR if either of the following occur:
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.1
+    //# The nominally opaque data within rdma_data is not valid when
+    //# interpreted using the property-associated typedef.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.1
+    //# The length of rdma_data is insufficient to contain the data
+    //# represented by the property-associated typedef.
+    #[test]
+    fn malformed_known_property_answers_bad_xdr() {
+        let cases = [
+            // not valid: BRS values outside enum rpcrdma2_rvreqsup
+            ("00000001 00000002 00000004 00000003", "BRS 3"),
+            ("00000001 00000002 00000004 ffffffff", "BRS 0xffffffff"),
+            // insufficient: RBSIZ / BRS with 1..3 octets of rdma_data
+            ("00000001 00000001 00000001 10000000", "RBSIZ 1 octet"),
+            ("00000001 00000001 00000003 00100000", "RBSIZ 3 octets"),
+            ("00000001 00000002 00000002 00010000", "BRS 2 octets"),
+            // more than the typedef: a uint32 is 4 octets, not 8
+            (
+                "00000001 00000001 00000008 00001000 00000000",
+                "RBSIZ 8 octets",
+            ),
+            // a valid property first, then a bad one
+            (
+                "00000002 00000001 00000004 00001000 00000002 00000004 00000009",
+                "2nd bad",
+            ),
+            // rdma_data beyond the message (section 4.1's own example)
+            ("00000001 00000001 00000010 00001000", "beyond the message"),
+        ];
+        for (props, what) in cases {
+            let e = dec(&connprop(props)).unwrap_err();
+            assert_eq!(
+                e.answer(),
+                WireAnswer::V2BadXdr { xid: 0x11 },
+                "{what}: {e}"
+            );
+            assert_eq!(
+                e.answer().to_header(1, (1, 2)).unwrap().to_vec().unwrap(),
+                h("00000011 00000002 00000001 00000004 00000001 00000002"),
+                "{what}"
+            );
+        }
+    }
+
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.4
+    //# Those receiving an RDMA2_CONNPROP may encounter properties that they
+    //# do not support or are unaware of.  In such cases, these properties
+    //# are simply ignored without any error response being generated.
+    #[test]
+    fn unknown_properties_are_skipped_not_answered() {
+        // Unknown (odd length, padded, and empty) around the known ones;
+        // the known ones are still found, nothing is answered.
+        let b = connprop(
+            "00000004
+             00000063 00000003 0a0b0c00
+             00000001 00000004 00004000
+             00007fff 00000000
+             00000002 00000004 00000000",
+        );
+        let (hdr, n) = dec(&b).unwrap();
+        assert_eq!(n, b.len());
+        assert_eq!(hdr.answer(), None);
+        let TransportHeader::V2(v2::Header {
+            body: v2::Body::Connprop(p),
+            ..
+        }) = &hdr
+        else {
+            panic!("not CONNPROP: {hdr}")
+        };
+        assert_eq!(p.rbsiz(), 0x4000);
+        assert_eq!(p.brs(), v2::RvReqSup::None);
+        assert_eq!(
+            p.props[0],
+            v2::PropVal::Unknown {
+                id: v2::PropId(0x63),
+                data: vec![0x0a, 0x0b, 0x0c]
+            }
+        );
+        assert_eq!(hdr.to_vec().unwrap(), b);
+    }
+
     proptest! {
         #[test]
         fn v1_v2_roundtrip_through_dispatch(
@@ -976,6 +1107,11 @@ mod tests {
             }
             let (d, dn) = dec(&b).unwrap();
             prop_assert_eq!(dn, n);
+            // A v2 header's reserved flag bits are never sent.
+            let hdr = match hdr {
+                TransportHeader::V2(h) => TransportHeader::V2(v2::Header { flags: h.flags.sent(), ..h }),
+                other => other,
+            };
             prop_assert_eq!(d, hdr);
         }
 
@@ -1010,7 +1146,8 @@ mod tests {
             }
             match dec(&b) {
                 Ok((hdr, n)) => {
-                    prop_assert_eq!(hdr.to_vec().unwrap(), b[..n].to_vec());
+                    let sent = if hdr.vers() == 2 { v2::as_sent(&b[..n]) } else { b[..n].to_vec() };
+                    prop_assert_eq!(hdr.to_vec().unwrap(), sent);
                     let _ = hdr.to_string();
                 }
                 Err(e) => {
