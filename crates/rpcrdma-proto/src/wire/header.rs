@@ -100,19 +100,19 @@ impl TransportHeader {
     /// RDMA2_ERR_VERS (v2 layout). The v1 layout with `rdma_vers` 2 does not
     /// decode: see [`HeaderError::version_error`].
     pub fn version_error(&self) -> Option<VersionError> {
-        match self {
+        let (xid, credit, vers, layout, low, high) = match self {
             TransportHeader::V1(v1::Header {
                 xid,
                 credit,
                 body: v1::Body::Error(v1::RdmaError::Vers { low, high }),
-            }) => Some(VersionError {
-                xid: *xid,
-                vers: v1::RPCRDMA_VERSION,
-                credit: *credit,
-                low: *low,
-                high: *high,
-                layout: VersErrorLayout::V1,
-            }),
+            }) => (
+                xid,
+                credit,
+                v1::RPCRDMA_VERSION,
+                VersErrorLayout::V1,
+                low,
+                high,
+            ),
             //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
             //# RDMA2_ERR_VERS This is the equivalent of ERR_VERS in
             //# RPC-over-RDMA version 1. The error code value, semantics, and
@@ -122,16 +122,24 @@ impl TransportHeader {
                 credit,
                 body: v2::Body::Error(v2::RdmaError::Vers { low, high }),
                 ..
-            }) => Some(VersionError {
-                xid: *xid,
-                vers: v2::RPCRDMA_VERSION_2,
-                credit: *credit,
-                low: *low,
-                high: *high,
-                layout: VersErrorLayout::V2,
-            }),
-            _ => None,
-        }
+            }) => (
+                xid,
+                credit,
+                v2::RPCRDMA_VERSION_2,
+                VersErrorLayout::V2,
+                low,
+                high,
+            ),
+            _ => return None,
+        };
+        Some(VersionError {
+            xid: *xid,
+            vers,
+            credit: *credit,
+            low: *low,
+            high: *high,
+            layout,
+        })
     }
 
     /// What a responder sends back for a header that decoded but that it
