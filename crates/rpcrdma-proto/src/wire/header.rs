@@ -10,6 +10,12 @@
 //! A failed decode is a [`HeaderError`]; [`HeaderError::answer`] says what
 //! goes back on the wire and who is to blame ([`WireAnswer`]), and
 //! [`WireAnswer::to_header`] builds that error header.
+//!
+//! A version error comes back in more than one layout (see
+//! [`crate::wire::vers_error`]): [`TransportHeader::version_error`] finds it
+//! in a decoded header, [`HeaderError::version_error`] in the one form that
+//! does not decode (a v1-layout ERR_VERS echoing `rdma_vers` 2, what Linux
+//! svcrdma sends to a v2 message).
 
 use core::fmt;
 
@@ -17,6 +23,7 @@ use crate::wire::common::hex_string;
 pub use crate::wire::common::{Prefix, FIXED_PREFIX_LEN};
 use crate::wire::v1;
 use crate::wire::v2::{self, Flags, HType};
+use crate::wire::vers_error::{VersErrorLayout, VersionError};
 use crate::xdr::{DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
 
@@ -86,6 +93,53 @@ impl TransportHeader {
             TransportHeader::V2(h) => h.has_payload(),
             TransportHeader::UnknownVersion(_) => false,
         }
+    }
+
+    /// The version error this header reports, if it is an ERR_VERS (v1
+    /// layout, any `rdma_vers` the v1 decoder takes, i.e. 1) or an
+    /// RDMA2_ERR_VERS (v2 layout). The v1 layout with `rdma_vers` 2 does not
+    /// decode: see [`HeaderError::version_error`].
+    pub fn version_error(&self) -> Option<VersionError> {
+        let (xid, credit, vers, layout, low, high) = match self {
+            TransportHeader::V1(v1::Header {
+                xid,
+                credit,
+                body: v1::Body::Error(v1::RdmaError::Vers { low, high }),
+            }) => (
+                xid,
+                credit,
+                v1::RPCRDMA_VERSION,
+                VersErrorLayout::V1,
+                low,
+                high,
+            ),
+            //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+            //# RDMA2_ERR_VERS This is the equivalent of ERR_VERS in
+            //# RPC-over-RDMA version 1. The error code value, semantics, and
+            //# utilization are the same.
+            TransportHeader::V2(v2::Header {
+                xid,
+                credit,
+                body: v2::Body::Error(v2::RdmaError::Vers { low, high }),
+                ..
+            }) => (
+                xid,
+                credit,
+                v2::RPCRDMA_VERSION_2,
+                VersErrorLayout::V2,
+                low,
+                high,
+            ),
+            _ => return None,
+        };
+        Some(VersionError {
+            xid: *xid,
+            vers,
+            credit: *credit,
+            low: *low,
+            high: *high,
+            layout,
+        })
     }
 
     /// What a responder sends back for a header that decoded but that it
@@ -251,6 +305,14 @@ pub struct HeaderError {
     pub prefix: Option<Prefix>,
     /// `rdma_flags` of a version 2 message, if it could be read.
     pub flags: Option<Flags>,
+    /// The message is a version 1 RDMA_ERROR / ERR_VERS that echoes
+    /// `rdma_vers` 2 (seven words, no `rdma_flags`): how a v1-only server
+    /// (Linux svcrdma, libntirpc, our v1 engine) refuses a version 2
+    /// message. It is not a version 2 header, so it does not decode; a v2
+    /// requester acts on this value instead (see [`crate::wire::vers_error`]).
+    /// [`HeaderError::answer`] is [`WireAnswer::Drop`] for it, as for any
+    /// error report.
+    pub version_error: Option<VersionError>,
 }
 
 impl HeaderError {
@@ -306,7 +368,11 @@ impl HeaderError {
 
 impl fmt::Display for HeaderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}; answer: {}", self.error, self.answer())
+        write!(f, "{}; answer: {}", self.error, self.answer())?;
+        if let Some(v) = self.version_error {
+            write!(f, "; {v}")?;
+        }
+        Ok(())
     }
 }
 
@@ -334,6 +400,7 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<(TransportHeader, usize), H
             }),
             prefix: None,
             flags: None,
+            version_error: None,
         });
     };
     r.skip(FIXED_PREFIX_LEN);
@@ -379,16 +446,22 @@ fn decode_general(
 #[cold]
 #[inline(never)]
 fn header_error(buf: &[u8], prefix: Prefix, error: DecodeError) -> HeaderError {
-    let flags = if prefix.vers == v2::RPCRDMA_VERSION_2 {
-        buf.get(16..20)
-            .map(|b| Flags(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+    let (flags, version_error) = if prefix.vers == v2::RPCRDMA_VERSION_2 {
+        (
+            buf.get(16..20)
+                .map(|b| Flags(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))),
+            // Only once the message failed as a version 2 header: a valid
+            // v2 header is never reinterpreted.
+            VersionError::v1_layout_of_v2(buf),
+        )
     } else {
-        None
+        (None, None)
     };
     HeaderError {
         error,
         prefix: Some(prefix),
         flags,
+        version_error,
     }
 }
 
@@ -719,6 +792,313 @@ mod tests {
         );
     }
 
+    /// What Linux svcrdma sends to a message whose `rdma_vers` is not 1
+    /// (net/sunrpc/xprtrdma/svc_rdma_sendto.c, `svc_rdma_send_error_msg()`
+    /// with status `-EPROTONOSUPPORT`), word by word, for a v2 probe with
+    /// XID 0x5a5a0001 and a server credit grant of 128.
+    fn linux_err_vers_to_v2() -> Vec<u8> {
+        h("5a5a0001   # *p++ = *rdma_argp;           rdma_xid echoed
+           00000002   # *p++ = *(rdma_argp + 1);     rdma_vers echoed: 2
+           00000080   # *p++ = rdma->sc_fc_credits;  credit grant
+           00000004   # *p = rdma_error;             RDMA_ERROR
+           00000001   # *p++ = err_vers;             ERR_VERS
+           00000001   # *p++ = rpcrdma_version;      low 1
+           00000001   # *p = rpcrdma_version;        high 1"
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join(" ")
+            .as_str())
+    }
+
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-7.2
+    //# If the server does not support RPC-over-RDMA version 2, it MUST send
+    //# an RPC-over-RDMA message to the client with the same XID, with
+    //# RDMA2_ERROR in the rdma_start.rdma_htype field, and with the error
+    //# code RDMA2_ERR_VERS.
+    // A v1-only server cannot know the v2 layout: it sends the v1 one, whose
+    // fourth and fifth words have the same values (4, 1) but which has no
+    // rdma_flags word. Both are accepted.
+    #[test]
+    fn v1_layout_err_vers_echoing_2_is_a_version_error() {
+        let b = linux_err_vers_to_v2();
+        assert_eq!(b.len(), crate::wire::vers_error::V1_ERR_VERS_LEN);
+        let e = dec(&b).unwrap_err();
+        let want = VersionError {
+            xid: 0x5a5a_0001,
+            vers: 2,
+            credit: 128,
+            low: 1,
+            high: 1,
+            layout: VersErrorLayout::V1,
+        };
+        assert_eq!(e.version_error, Some(want));
+        assert!(!want.supports(2) && want.supports(1));
+        // An error report is never answered (RFC 8166 §4.5: "A receiver
+        // MUST silently discard an RDMA_ERROR procedure that it cannot
+        // decode"; draft §5.3.3: errors never flow from requester).
+        assert_eq!(e.answer(), WireAnswer::Drop);
+        assert!(e.to_string().contains("peer supports 1..=1"), "{e}");
+        // libntirpc rewrites the received header in place: the credit word
+        // is the requester's own; same form otherwise.
+        let mut n = b.clone();
+        n[8..12].copy_from_slice(&1u32.to_be_bytes());
+        assert_eq!(
+            dec(&n).unwrap_err().version_error.map(|v| v.credit),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn our_v1_engine_err_vers_to_v2_is_a_version_error() {
+        // The v1 engine answers a vers-2 message with exactly this
+        // (engine/framing/v1.rs encode_error -> WireAnswer::ErrVers with
+        // its VERSIONS (1, 1)).
+        let ours = WireAnswer::ErrVers { xid: 7, vers: 2 }
+            .to_header(32, (1, 1))
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        assert_eq!(
+            ours,
+            h("00000007 00000002 00000020 00000004 00000001 00000001 00000001")
+        );
+        let e = dec(&ours).unwrap_err();
+        assert_eq!(
+            e.version_error,
+            Some(VersionError {
+                xid: 7,
+                vers: 2,
+                credit: 32,
+                low: 1,
+                high: 1,
+                layout: VersErrorLayout::V1
+            })
+        );
+    }
+
+    #[test]
+    fn v1_layout_err_vers_with_vers_1_is_a_version_error() {
+        // A server that puts its own version in rdma_vers: a plain v1
+        // ERR_VERS (the sample is that form).
+        let (hdr, _) = dec(&sample("v1_error_vers")).unwrap();
+        assert_eq!(
+            hdr.version_error(),
+            Some(VersionError {
+                xid: 5,
+                vers: 1,
+                credit: 64,
+                low: 1,
+                high: 1,
+                layout: VersErrorLayout::V1
+            })
+        );
+        assert_eq!(hdr.answer(), None);
+        // The v2 layout (a v2 peer's RDMA2_ERR_VERS).
+        let (hdr, _) = dec(&sample("v2_error_vers")).unwrap();
+        let v = hdr.version_error().unwrap();
+        assert_eq!(
+            (v.vers, v.low, v.high, v.layout),
+            (2, 1, 2, VersErrorLayout::V2)
+        );
+        // Other headers report none.
+        for name in [
+            "v1_error_chunk",
+            "v2_error_bad_xdr",
+            "v2_msg_call",
+            "unknown_version",
+        ] {
+            assert_eq!(
+                dec(&sample(name)).unwrap().0.version_error(),
+                None,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn truncated_or_padded_err_vers_forms_are_rejected() {
+        for b in [linux_err_vers_to_v2(), sample("v1_error_vers")] {
+            for cut in 0..b.len() {
+                let e = dec(&b[..cut]).unwrap_err();
+                assert_eq!(e.version_error, None, "{cut} octets");
+                assert_eq!(e.answer(), WireAnswer::Drop, "{cut} octets");
+            }
+            let mut long = b.clone();
+            long.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
+            let e = dec(&long).unwrap_err();
+            assert_eq!(e.version_error, None);
+            assert_eq!(e.answer(), WireAnswer::Drop);
+        }
+        // One zero word more and the Linux form is a valid v2 RDMA2_ERR_VERS
+        // (flags F_RESPONSE, low 1, high 0): still "no version 2".
+        let mut b = linux_err_vers_to_v2();
+        b.extend_from_slice(&[0, 0, 0, 0]);
+        let v = dec(&b).unwrap().0.version_error().unwrap();
+        assert_eq!((v.low, v.high, v.layout), (1, 0, VersErrorLayout::V2));
+        assert!(!v.supports(2));
+        // Seven words, vers 2, RDMA_ERROR, but ERR_CHUNK (2): not ERR_VERS.
+        let mut b = linux_err_vers_to_v2();
+        b[19] = 2;
+        assert_eq!(dec(&b).map(|_| ()).map_err(|e| e.version_error), Err(None));
+        // Seven words, vers 2, ERR_VERS, but rdma_proc RDMA_MSG (0).
+        let mut b = linux_err_vers_to_v2();
+        b[15] = 0;
+        assert!(dec(&b).map_or_else(|e| e.version_error.is_none(), |_| true));
+    }
+
+    /// Documented limit of the recogniser (docs/compliance-v2.md, decision
+    /// on ERR_VERS forms): a seven-word message that *is* a valid version 2
+    /// header stays one. With `rdma_vers_low` 4, 5, 6 or 8 the v1 layout
+    /// reads as an RDMA2_ERROR with flags F_RESPONSE and a one-word code;
+    /// no v1-only server sends such a range (they send 1..1).
+    #[test]
+    fn valid_v2_header_is_not_reinterpreted() {
+        let b = h("00000009 00000002 00000001 00000004 00000001 00000004 00000003");
+        let (hdr, _) = dec(&b).unwrap();
+        assert_eq!(
+            hdr,
+            TransportHeader::V2(v2::Header {
+                xid: 9,
+                credit: 1,
+                flags: Flags::RESPONSE,
+                body: v2::Body::Error(v2::RdmaError::ReadChunks { max_chunks: 3 })
+            })
+        );
+        assert_eq!(hdr.version_error(), None);
+    }
+
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-9
+    //# New OPTIONAL transport header types may be introduced by later
+    //# Standards Track documents.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+    //# RDMA2_ERR_INVAL_HTYPE If a responder recognizes the value in the
+    //# rdma_start.rdma_vers field, but it does not recognize the value in
+    //# the rdma_start.rdma_htype field or does not support that header type,
+    //# it MUST set the rdma_err field to RDMA2_ERR_INVAL_HTYPE.
+    #[test]
+    fn every_unknown_htype_decodes_to_an_inval_htype_answer() {
+        for htype in [2u32, 3, 6, 7, 0x8000_0000, u32::MAX] {
+            for body in ["", "deadbeef", "00000001 00000002 00000003"] {
+                let b = h(&format!(
+                    "00000042 00000002 00000010 {htype:08x} 00000000 {body}"
+                ));
+                let (hdr, n) = dec(&b).unwrap();
+                assert_eq!(n, b.len(), "the unknown body is kept whole");
+                assert_eq!(hdr.proc_code(), htype);
+                assert!(!hdr.has_payload());
+                assert_eq!(
+                    hdr.answer(),
+                    Some(WireAnswer::V2InvalHtype { xid: 0x42 }),
+                    "htype {htype}"
+                );
+                let reply = hdr.answer().unwrap().to_header(8, (1, 2)).unwrap();
+                // xid and vers copied, RDMA2_ERROR, F_RESPONSE, INVAL_HTYPE.
+                assert_eq!(
+                    reply.to_vec().unwrap(),
+                    h("00000042 00000002 00000008 00000004 00000001 00000003")
+                );
+                // The same unknown type sent as a response (F_RESPONSE):
+                // the receiver is its requester, which never sends
+                // RDMA2_ERROR, so it is not answered.
+                let mut r = b.clone();
+                r[19] = 1;
+                assert_eq!(dec(&r).unwrap().0.answer(), None, "htype {htype}");
+            }
+        }
+    }
+
+    fn connprop(props_hex: &str) -> Vec<u8> {
+        h(&format!(
+            "00000011 00000002 00000001 00000005 00000000 {props_hex}"
+        ))
+    }
+
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.1
+    //# In cases in which the rpcrdma2_propid specified by rdma_which is
+    //# understood by the receiver, the receiver also MUST report the error
+    //# RDMA2_ERR_BAD_XDR if either of the following occur:
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.1
+    //# The nominally opaque data within rdma_data is not valid when
+    //# interpreted using the property-associated typedef.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.1
+    //# The length of rdma_data is insufficient to contain the data
+    //# represented by the property-associated typedef.
+    #[test]
+    fn malformed_known_property_answers_bad_xdr() {
+        let cases = [
+            // not valid: BRS values outside enum rpcrdma2_rvreqsup
+            ("00000001 00000002 00000004 00000003", "BRS 3"),
+            ("00000001 00000002 00000004 ffffffff", "BRS 0xffffffff"),
+            // insufficient: RBSIZ / BRS with 1..3 octets of rdma_data
+            ("00000001 00000001 00000001 10000000", "RBSIZ 1 octet"),
+            ("00000001 00000001 00000003 00100000", "RBSIZ 3 octets"),
+            ("00000001 00000002 00000002 00010000", "BRS 2 octets"),
+            // more than the typedef: a uint32 is 4 octets, not 8
+            (
+                "00000001 00000001 00000008 00001000 00000000",
+                "RBSIZ 8 octets",
+            ),
+            // a valid property first, then a bad one
+            (
+                "00000002 00000001 00000004 00001000 00000002 00000004 00000009",
+                "2nd bad",
+            ),
+            // rdma_data beyond the message (section 4.1's own example)
+            ("00000001 00000001 00000010 00001000", "beyond the message"),
+        ];
+        for (props, what) in cases {
+            let e = dec(&connprop(props)).unwrap_err();
+            assert_eq!(
+                e.answer(),
+                WireAnswer::V2BadXdr { xid: 0x11 },
+                "{what}: {e}"
+            );
+            assert_eq!(
+                e.answer().to_header(1, (1, 2)).unwrap().to_vec().unwrap(),
+                h("00000011 00000002 00000001 00000004 00000001 00000002"),
+                "{what}"
+            );
+        }
+    }
+
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.4
+    //# Those receiving an RDMA2_CONNPROP may encounter properties that they
+    //# do not support or are unaware of.  In such cases, these properties
+    //# are simply ignored without any error response being generated.
+    #[test]
+    fn unknown_properties_are_skipped_not_answered() {
+        // Unknown (odd length, padded, and empty) around the known ones;
+        // the known ones are still found, nothing is answered.
+        let b = connprop(
+            "00000004
+             00000063 00000003 0a0b0c00
+             00000001 00000004 00004000
+             00007fff 00000000
+             00000002 00000004 00000000",
+        );
+        let (hdr, n) = dec(&b).unwrap();
+        assert_eq!(n, b.len());
+        assert_eq!(hdr.answer(), None);
+        let TransportHeader::V2(v2::Header {
+            body: v2::Body::Connprop(p),
+            ..
+        }) = &hdr
+        else {
+            panic!("not CONNPROP: {hdr}")
+        };
+        assert_eq!(p.rbsiz(), 0x4000);
+        assert_eq!(p.brs(), v2::RvReqSup::None);
+        assert_eq!(
+            p.props[0],
+            v2::PropVal::Unknown {
+                id: v2::PropId(0x63),
+                data: vec![0x0a, 0x0b, 0x0c]
+            }
+        );
+        assert_eq!(hdr.to_vec().unwrap(), b);
+    }
+
     proptest! {
         #[test]
         fn v1_v2_roundtrip_through_dispatch(
@@ -735,7 +1115,35 @@ mod tests {
             }
             let (d, dn) = dec(&b).unwrap();
             prop_assert_eq!(dn, n);
+            // A v2 header's reserved flag bits are never sent.
+            let hdr = match hdr {
+                TransportHeader::V2(h) => TransportHeader::V2(v2::Header { flags: h.flags.sent(), ..h }),
+                other => other,
+            };
             prop_assert_eq!(d, hdr);
+        }
+
+        /// Any seven words with vers 2 and RDMA_ERROR: decodes, or fails
+        /// with a version error exactly when the v1 ERR_VERS layout is
+        /// there; never a panic.
+        #[test]
+        fn seven_word_v2_errors(mut w in proptest::array::uniform7(any::<u32>()), err_vers in any::<bool>()) {
+            w[1] = 2;
+            w[3] = 4;
+            if err_vers {
+                w[4] = 1;
+            }
+            let b: Vec<u8> = w.iter().flat_map(|x| x.to_be_bytes()).collect();
+            match dec(&b) {
+                Ok((hdr, _)) => prop_assert!(matches!(hdr, TransportHeader::V2(_))),
+                Err(e) => {
+                    prop_assert_eq!(e.answer(), WireAnswer::Drop);
+                    prop_assert_eq!(e.version_error.is_some(), w[4] == 1);
+                    if let Some(v) = e.version_error {
+                        prop_assert_eq!((v.xid, v.vers, v.credit, v.low, v.high), (w[0], 2, w[2], w[5], w[6]));
+                    }
+                }
+            }
         }
 
         #[test]
@@ -746,7 +1154,8 @@ mod tests {
             }
             match dec(&b) {
                 Ok((hdr, n)) => {
-                    prop_assert_eq!(hdr.to_vec().unwrap(), b[..n].to_vec());
+                    let sent = if hdr.vers() == 2 { v2::as_sent(&b[..n]) } else { b[..n].to_vec() };
+                    prop_assert_eq!(hdr.to_vec().unwrap(), sent);
                     let _ = hdr.to_string();
                 }
                 Err(e) => {

@@ -7,6 +7,7 @@
 //! | [`v1`] | RPC-over-RDMA version 1 transport header (RFC 8166 §4–5) |
 //! | [`v2`] | version 2 transport header (draft-cel-nfsv4-rpcrdma-version-two-09 §3–6) |
 //! | [`header`] | version dispatch on the `rdma_vers` word |
+//! | [`vers_error`] | a received ERR_VERS in every form a server sends (v1 layout with `rdma_vers` 2 or 1, v2 layout) |
 //! | [`private_data`] | RFC 8797 RDMA-CM private data |
 //! | [`rpc`] | ONC RPC message header (RFC 5531) |
 //! | [`direction`] | forward/backward call/reply classification (RFC 8167) |
@@ -71,3 +72,4 @@ pub mod private_data;
 pub mod rpc;
 pub mod v1;
 pub mod v2;
+pub mod vers_error;

@@ -48,7 +48,9 @@ pub const RPCRDMA_VERSION_2: u32 = 2;
 /// Octets of `rpcrdma2_hdr_prefix` (the common four words plus `rdma_flags`).
 pub const PREFIX_LEN: usize = 20;
 
-/// `rdma_flags` (bits other than the defined ones are kept as received).
+/// `rdma_flags`. A decoded header keeps the word as received (so a
+/// capture shows what the peer sent); a receiver acts only on the defined
+/// bits, and the encoder writes only the defined bits ([`Flags::sent`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Flags(pub u32);
 
@@ -64,14 +66,38 @@ impl Flags {
         self.0 & Self::RESPONSE.0 != 0
     }
 
-    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-3.2
-    //# The other bits are reserved for future use as described in
-    //# Section 9.4.  The sender MUST set these to zero.
     /// The reserved bits that are set (a conforming sender sets none; a
-    /// receiver keeps them, so a header re-encodes byte-exactly).
+    /// receiver keeps them in the decoded value and ignores them).
     pub fn reserved(self) -> u32 {
         self.0 & !Self::DEFINED
     }
+
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-3.2
+    //# The other bits are reserved for future use as described in
+    //# Section 9.4.  The sender MUST set these to zero.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-9.4
+    //# The sender needs to be provided with a means to determine whether the
+    //# receiver is prepared to receive transport headers with the new flag
+    //# set.
+    /// The word as this implementation sends it: the defined bits only. No
+    /// extension flag is negotiated (no property offers one), so none may be
+    /// set on the wire.
+    pub fn sent(self) -> Flags {
+        Flags(self.0 & Self::DEFINED)
+    }
+}
+
+/// The octets a v2 header `b` (as received) re-encodes to: `b` with the
+/// reserved bits of `rdma_flags` cleared ([`Flags::sent`]); every other
+/// octet is unchanged. For the round-trip checks of tests and fuzz targets.
+pub fn as_sent(b: &[u8]) -> Vec<u8> {
+    let mut out = b.to_vec();
+    if let Some(w) = out.get_mut(16..PREFIX_LEN) {
+        for (o, m) in w.iter_mut().zip(Flags::DEFINED.to_be_bytes()) {
+            *o &= m;
+        }
+    }
+    out
 }
 
 impl fmt::Display for Flags {
@@ -861,7 +887,7 @@ impl XdrEncode for Header {
         w.u32(RPCRDMA_VERSION_2)?;
         w.u32(self.credit)?;
         w.u32(self.htype().0)?;
-        w.u32(self.flags.0)?;
+        w.u32(self.flags.sent().0)?;
         match &self.body {
             Body::Msg(c) | Body::Nomsg(c) => c.write(w),
             Body::Error(e) => e.write(w),
@@ -994,15 +1020,40 @@ pub(crate) mod tests {
         assert_eq!(dec(&t).unwrap_err().kind, DecodeErrorKind::TrailingBytes(4));
     }
 
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-3.2
+    //# The other bits are reserved for future use as described in
+    //# Section 9.4.  The sender MUST set these to zero.
     #[test]
-    fn unknown_flag_bits_preserved() {
-        let mut b = sample("v2_nomsg_reply");
+    fn unknown_flag_bits_ignored_on_receipt_and_never_sent() {
+        let plain = sample("v2_nomsg_reply");
+        let mut b = plain.clone();
         b[16] = 0x80;
         b[18] = 0x01;
-        let (hdr, _) = roundtrip_exact(&b);
+        let (hdr, n) = dec(&b).unwrap();
+        let (want, _) = dec(&plain).unwrap();
+        // Kept in the value (a capture shows them), ignored otherwise: the
+        // direction bit and every other field read as without them.
         assert_eq!(hdr.flags, Flags(0x8000_0101));
-        assert!(hdr.flags.is_response());
         assert_eq!(hdr.flags.reserved(), 0x8000_0100);
+        assert!(hdr.flags.is_response());
+        assert_eq!(
+            Header {
+                flags: Flags::RESPONSE,
+                ..hdr.clone()
+            },
+            want
+        );
+        // Sent as zero: the encoder writes the defined bits only.
+        let enc = hdr.to_vec().unwrap();
+        assert_eq!(enc, plain);
+        assert_eq!(enc, as_sent(&b[..n]));
+        assert_eq!(enc.len(), hdr.encoded_len());
+        // Also with F_RESPONSE clear and every reserved bit set.
+        let h2 = Header {
+            flags: Flags(0xffff_fffe),
+            ..want.clone()
+        };
+        assert_eq!(&h2.to_vec().unwrap()[16..20], &[0, 0, 0, 0]);
     }
 
     #[test]
@@ -1129,6 +1180,64 @@ pub(crate) mod tests {
         // Non-zero XDR padding in an unknown property.
         let e = dec(&connprop_with("00000063 00000001 ff000001")).unwrap_err();
         assert_eq!(e.kind.name(), "bad-padding");
+    }
+
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.4
+    //# All relevant transport properties that the sender is aware of should
+    //# be included in rdma_props.
+    /// The encoder's octets, word by word against the XDR of §4.1, §4.2.1,
+    /// §4.2.2 and §5.3.4 (`struct rpcrdma2_connprop { rpcrdma2_propset
+    /// rdma_props; }`, `rpcrdma2_propval { rdma_which; opaque rdma_data<>; }`).
+    #[test]
+    fn connprop_encodes_as_the_xdr_says() {
+        let hdr = Header {
+            xid: 0x77,
+            credit: 32,
+            flags: Flags::default(),
+            body: Body::Connprop(PropSet {
+                props: vec![
+                    PropVal::Rbsiz(Some(65536)),
+                    PropVal::Brs(Some(RvReqSup::Genl)),
+                    PropVal::Brs(None),
+                ],
+            }),
+        };
+        let want = h("00000077 00000002 00000020 00000005  # xid, vers 2, credit, RDMA2_CONNPROP
+                      00000000                             # rdma_flags
+                      00000003                             # rdma_props<>: 3
+                      00000001 00000004 00010000           # RDMA2_PROPID_RBSIZ, uint32 65536
+                      00000002 00000004 00000002           # RDMA2_PROPID_BRS, RDMA2_RVREQSUP_GENL
+                      00000002 00000000                    # RDMA2_PROPID_BRS, zero length: default"
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join(" ")
+            .as_str());
+        assert_eq!(hdr.to_vec().unwrap(), want);
+        assert_eq!(hdr.encoded_len(), want.len());
+        let (back, n) = dec(&want).unwrap();
+        assert_eq!((back, n), (hdr, want.len()));
+        // The empty propset: every property at its default.
+        let empty = Header {
+            xid: 1,
+            credit: 1,
+            flags: Flags::RESPONSE,
+            body: Body::Connprop(PropSet::default()),
+        };
+        assert_eq!(
+            empty.to_vec().unwrap(),
+            h("00000001 00000002 00000001 00000005 00000001 00000000")
+        );
+        // Each BRS level's value.
+        for (v, w) in [
+            (RvReqSup::None, 0u32),
+            (RvReqSup::Inline, 1),
+            (RvReqSup::Genl, 2),
+        ] {
+            assert_eq!(PropVal::Brs(Some(v)).data(), w.to_be_bytes());
+            assert_eq!(RvReqSup::from_u32(w), Some(v));
+        }
+        assert_eq!(RvReqSup::from_u32(3), None);
     }
 
     #[test]
@@ -1309,7 +1418,7 @@ pub(crate) mod tests {
             }
             let (d, n) = dec(&bytes).unwrap();
             prop_assert_eq!(n, header_len);
-            prop_assert_eq!(d, hdr);
+            prop_assert_eq!(d, Header { flags: hdr.flags.sent(), ..hdr });
         }
 
         #[test]
@@ -1329,7 +1438,7 @@ pub(crate) mod tests {
             b[4..8].copy_from_slice(&2u32.to_be_bytes());
             b[12..16].copy_from_slice(&ht.to_be_bytes());
             if let Ok((hdr, n)) = dec(&b) {
-                prop_assert_eq!(hdr.to_vec().unwrap(), b[..n].to_vec());
+                prop_assert_eq!(hdr.to_vec().unwrap(), as_sent(&b[..n]));
                 let _ = hdr.to_string();
             }
         }
