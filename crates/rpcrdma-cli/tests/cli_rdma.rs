@@ -670,17 +670,34 @@ fn call_to_a_silent_server_gives_up_after_the_retransmissions() {
     let l = Listener::bind("127.0.0.1:0", IwarpConfig::default()).unwrap();
     let addr = l.local_addr().unwrap().to_string();
     // Accepts for a bounded time (until the call is over); keeps every
-    // connection open, reads nothing. (A connection it closed would be a
-    // transport loss, which does not use up a transmission.)
+    // connection open, answers nothing. (A connection it closed would be a
+    // transport loss, which does not use up a transmission.) It posts
+    // receives before accepting, as a real responder does: accepting
+    // processes what already arrived, and a call Send that arrived with no
+    // receive posted would be answered with a Terminate (DDP untagged
+    // buffer error, "no buffer available") — a connection loss, not a
+    // timeout, so one more transmission (seen 1 in ~100 runs under load).
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let over = done.clone();
     let silent = std::thread::spawn(move || {
+        use rpcrdma_proto::provider::{Access, Provider, RecvWr};
         let mut kept = Vec::new();
         let end = Instant::now() + Duration::from_secs(20);
         while Instant::now() < end && !over.load(std::sync::atomic::Ordering::SeqCst) {
-            let Ok(pc) = l.accept(Duration::from_millis(50)) else {
+            let Ok(mut pc) = l.accept(Duration::from_millis(50)) else {
                 continue;
             };
+            let p = pc.provider_mut();
+            for wr_id in 0..8 {
+                let mr = p
+                    .register(vec![0u8; 4096].into_boxed_slice(), Access::LOCAL_WRITE)
+                    .unwrap();
+                p.post_recv(RecvWr {
+                    wr_id,
+                    sge: mr.sge(0, 4096),
+                })
+                .unwrap();
+            }
             kept.push(
                 pc.accept(IwarpConfig::default(), Duration::from_secs(5))
                     .unwrap(),
