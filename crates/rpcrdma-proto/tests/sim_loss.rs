@@ -228,13 +228,9 @@ fn a_call_timeout_ends_the_connection() {
     assert!(p.s.conn.is_closed());
 }
 
-/// A peer that never answers: each call timeout ends the connection, the
-/// call goes out again with the same XID on the next one, and after
-/// `max_transmissions` connections it fails for good with `NoReply`
-/// (not kept for another connection). Linux: `retrans`, then the major
-/// timeout.
-#[test]
-fn a_silent_peer_fails_the_call_after_max_transmissions() {
+/// A client allowed 3 transmissions of a call (5 s timeout each) and a
+/// server, with one small inline call started.
+fn one_call_with_three_transmissions() -> (Pair, CallId) {
     let mut cfg = Config::client();
     cfg.call_timeout = Some(Duration::from_secs(5));
     cfg.max_transmissions = Some(3);
@@ -243,6 +239,17 @@ fn a_silent_peer_fails_the_call_after_max_transmissions() {
         stream(&opaque_call(1, &[0; 4], false), 0),
         256,
     ));
+    (p, id)
+}
+
+/// A peer that never answers: each call timeout ends the connection, the
+/// call goes out again with the same XID on the next one, and after
+/// `max_transmissions` connections it fails for good with `NoReply`
+/// (not kept for another connection). Linux: `retrans`, then the major
+/// timeout.
+#[test]
+fn a_silent_peer_fails_the_call_after_max_transmissions() {
+    let (mut p, id) = one_call_with_three_transmissions();
     let mut xids = Vec::new();
     for n in 1..=3u32 {
         let calls = p.server_calls();
@@ -304,14 +311,7 @@ fn a_silent_peer_fails_the_call_after_max_transmissions() {
 /// answered" within milliseconds (found by the fault campaign).
 #[test]
 fn connection_losses_without_a_timeout_do_not_fail_the_call() {
-    let mut cfg = Config::client();
-    cfg.call_timeout = Some(Duration::from_secs(5));
-    cfg.max_transmissions = Some(3);
-    let mut p = Pair::new(cfg, Config::server());
-    let id = p.call(OutgoingCall::inline(
-        stream(&opaque_call(1, &[0; 4], false), 0),
-        256,
-    ));
+    let (mut p, id) = one_call_with_three_transmissions();
     let mut xids = Vec::new();
     for n in 1..=6u32 {
         let calls = p.server_calls();
