@@ -370,6 +370,10 @@ fn rdma_params(st: &RdmaStatus) -> Map<String, Value> {
     let mut p = Map::new();
     p.insert("mpa_rev".into(), json!(st.link.mpa_rev));
     p.insert("crc".into(), json!(st.link.crc));
+    p.insert(
+        "crc32c_impl".into(),
+        json!(rpcrdma_iwarp::crc::selected().describe()),
+    );
     p.insert("markers".into(), json!(st.link.markers));
     p.insert("ird".into(), json!(st.link.ird));
     p.insert("ord".into(), json!(st.link.ord));
@@ -903,6 +907,10 @@ fn fail(msg: &str) -> ExitCode {
 
 /// Runs `rpcrdma bench`.
 pub fn run(args: BenchArgs) -> ExitCode {
+    // A misspelt RPCRDMA_CRC32C_IMPL would measure the default silently.
+    if let Err(e) = rpcrdma_iwarp::crc::from_env() {
+        return fail(&e);
+    }
     let rt = if args.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

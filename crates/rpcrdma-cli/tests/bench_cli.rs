@@ -237,6 +237,61 @@ fn rdma_bench_in_process() {
     assert!(j["mb_per_sec"].as_f64().unwrap() > 0.0, "{j}");
 }
 
+#[test]
+fn rdma_bench_with_mpa_crc_under_every_forced_implementation() {
+    // Client and server (in process) use the implementation forced by
+    // RPCRDMA_CRC32C_IMPL; a CRC either side got wrong ends the stream
+    // with a Terminate, i.e. errors.
+    for imp in ["auto", "sse42", "table"] {
+        let out = rpcrdma()
+            .env("RPCRDMA_CRC32C_IMPL", imp)
+            .args([
+                "bench",
+                "127.0.0.1:0",
+                "--transport",
+                "rdma",
+                "--proc",
+                "read",
+                "--size",
+                "200K",
+                "--count",
+                "20",
+                "--crc",
+                "on",
+                "--json",
+            ])
+            .output()
+            .expect("run rpcrdma");
+        assert!(
+            out.status.success(),
+            "{imp}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(j["errors"], 0, "{imp}: {j}");
+        assert_eq!(j["calls"], 20, "{imp}: {j}");
+        assert_eq!(j["params"]["crc"], true, "{imp}: {j}");
+        let described = j["params"]["crc32c_impl"].as_str().unwrap_or_default();
+        assert!(described.starts_with(imp), "{imp}: {j}");
+    }
+    // A misspelt value is refused rather than measuring the default.
+    let out = rpcrdma()
+        .env("RPCRDMA_CRC32C_IMPL", "pclmul")
+        .args([
+            "bench",
+            "127.0.0.1:0",
+            "--transport",
+            "rdma",
+            "--count",
+            "1",
+        ])
+        .output()
+        .expect("run rpcrdma");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("RPCRDMA_CRC32C_IMPL=pclmul"), "{err}");
+}
+
 /// The address a `bench --serve` child prints on its first line.
 fn listening_addr(child: &mut std::process::Child) -> String {
     let mut line = String::new();

@@ -20,6 +20,12 @@ use super::{QpState, QueuePair, RespJob, WrState};
 /// Output bytes queued before the queue pair stops framing more.
 const OUT_BUDGET: usize = 1 << 20;
 
+/// The same with MPA CRC on: framing computes each FPDU's CRC, so frame
+/// little ahead of the socket — the kernel then copies each FPDU's octets
+/// right after its CRC read them (from L1/L2), instead of after a CRC pass
+/// over a whole 1 MiB message that a 512 KiB L2 does not hold.
+const OUT_BUDGET_CRC: usize = 128 << 10;
+
 /// FPDUs with at most this many payload octets are copied into the
 /// staging buffer rather than sent from registered memory.
 const STAGE_PAYLOAD_MAX: usize = 1024;
@@ -514,9 +520,14 @@ impl QueuePair {
     }
 
     fn fill_slow(&mut self) {
+        let budget = if self.params.crc {
+            OUT_BUDGET_CRC
+        } else {
+            OUT_BUDGET
+        };
         while matches!(self.state, QpState::Established)
             && !self.tx_closed
-            && self.out_bytes < OUT_BUDGET
+            && self.out_bytes < budget
         {
             if self.cur.is_none() && !self.start_next() {
                 break;
