@@ -57,6 +57,7 @@ impl WrSlab {
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
+                crate::provider::memory::reserve_gently(&mut self.slots);
                 self.slots.push((0, None));
                 (self.slots.len() - 1) as u32
             }

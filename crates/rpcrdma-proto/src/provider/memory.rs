@@ -31,6 +31,17 @@ use super::{
     RegisterError, RemoteAddr, SendOp, SendWr, Sge, Stag,
 };
 
+/// Makes room for one more element in a table that lives as long as its
+/// connection (the registration table, the engine's work-request slab):
+/// a quarter more (at least 8) instead of doubling, so that a connection
+/// that registered 66 regions keeps room for 77, not 128. Still amortized
+/// constant time per push.
+pub(crate) fn reserve_gently<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 4).max(8));
+    }
+}
+
 /// What the owner's use of a lent receive buffer other than receiving into
 /// it and reading it gets.
 const LENT: ProviderError =
@@ -345,6 +356,7 @@ impl MemoryTable {
                 if i >= 1 << 24 {
                     return Err((ProviderError::QueueFull, buf));
                 }
+                reserve_gently(&mut self.slots);
                 self.slots.push(Slot {
                     key: self.key_base,
                     region: None,
@@ -977,5 +989,16 @@ mod tests {
             t.register_lent(65, &caps()).err(),
             Some(ProviderError::TooLong)
         );
+    }
+
+    #[test]
+    fn tables_grow_by_a_quarter_not_by_doubling() {
+        let mut v: Vec<u64> = Vec::new();
+        for i in 0..66 {
+            reserve_gently(&mut v);
+            v.push(i);
+            assert!(v.capacity() >= v.len());
+        }
+        assert!(v.capacity() < 80, "capacity {}", v.capacity());
     }
 }
