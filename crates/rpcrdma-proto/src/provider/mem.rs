@@ -347,6 +347,12 @@ impl MemProvider {
         self.mem.registered()
     }
 
+    /// Octets of registered memory this end holds (see
+    /// [`MemoryTable::resident_bytes`](super::memory::MemoryTable::resident_bytes)).
+    pub fn resident_bytes(&self) -> usize {
+        self.mem.resident_bytes()
+    }
+
     fn establish(&mut self, peer_private_data: Vec<u8>, ird: u8, ord: u8) {
         let info = ConnectionInfo {
             peer_private_data,

@@ -208,6 +208,20 @@ impl MemoryTable {
         self.registered
     }
 
+    /// Octets of memory behind the live registrations that this table
+    /// owns (shared read-only bytes not counted; a lent receive buffer
+    /// only while a message is in it).
+    pub fn resident_bytes(&self) -> usize {
+        self.slots
+            .iter()
+            .filter_map(|s| s.region.as_ref())
+            .filter_map(|r| match &r.buf {
+                Buffer::Owned(b) => Some(b.len()),
+                Buffer::Shared(_) => None,
+            })
+            .sum()
+    }
+
     /// The region an STag or local key names, with its index; `None` if the
     /// index is unused or the key byte is stale.
     #[inline]
