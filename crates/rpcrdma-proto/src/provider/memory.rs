@@ -342,8 +342,10 @@ impl MemoryTable {
         if let Some(r) = self.region_at_mut(idx) {
             if let (Some(l), Buffer::Owned(b)) = (r.lent.as_mut(), &mut r.buf) {
                 l.visible = off.saturating_add(len).min(b.len());
-                if let Some(before) = b.get_mut(..off.min(l.visible)) {
-                    before.fill(0);
+                if off > 0 {
+                    if let Some(before) = b.get_mut(..off.min(l.visible)) {
+                        before.fill(0);
+                    }
                 }
             }
         }
