@@ -184,6 +184,38 @@ pub fn vm_rss_kib(pid: u32) -> Result<u64, String> {
         .ok_or_else(|| format!("{path}: no VmRSS line"))
 }
 
+/// Pages of kernel memory in TCP socket buffers, for the whole host (the
+/// `mem` field of the `TCP:` line of `/proc/net/sockstat`): memory no
+/// process's VmRSS counts.
+pub fn tcp_kernel_pages() -> Result<u64, String> {
+    let path = "/proc/net/sockstat";
+    let text = std::fs::read_to_string(path).map_err(|e| format!("read {path}: {e}"))?;
+    parse_tcp_mem(&text).ok_or_else(|| format!("{path}: no TCP mem field"))
+}
+
+/// KiB of kernel slab memory, for the whole host (`Slab:` of
+/// `/proc/meminfo`): where each socket's own structures live (`TCP`,
+/// `sock_inode_cache`, `dentry`, `file`, epoll items).
+pub fn kernel_slab_kib() -> Result<u64, String> {
+    let path = "/proc/meminfo";
+    let text = std::fs::read_to_string(path).map_err(|e| format!("read {path}: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Slab:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| format!("{path}: no Slab line"))
+}
+
+fn parse_tcp_mem(sockstat: &str) -> Option<u64> {
+    let line = sockstat.lines().find_map(|l| l.strip_prefix("TCP:"))?;
+    let mut words = line.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "mem" {
+            return words.next()?.parse().ok();
+        }
+    }
+    None
+}
+
 /// `on` / `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OnOff {
@@ -496,7 +528,13 @@ pub async fn serve(
     match transport {
         Transport::Tcp if blocking => Err("--blocking applies to --transport rdma only".into()),
         Transport::Tcp => server
-            .serve_tcp(addr, TcpConfig::default())
+            .serve_tcp(
+                addr,
+                TcpConfig {
+                    max_connections: BENCH_MAX_CONNECTIONS,
+                    ..TcpConfig::default()
+                },
+            )
             .await
             .map(Serving::Tcp)
             .map_err(|e| format!("serve tcp {addr}: {e}")),
@@ -507,10 +545,14 @@ pub async fn serve(
     }
 }
 
+/// Connections the benchmark server accepts (either transport):
+/// `scripts/bench-conns` opens 10,000.
+const BENCH_MAX_CONNECTIONS: usize = 16_384;
+
 /// The benchmark server's settings: the defaults without the per-source
 /// caps, since a benchmark's whole load comes from one address (e.g.
-/// `scripts/bench-conns`: 1,000 connections from 127.0.0.1, set up 32 at
-/// once).
+/// `scripts/bench-conns`: 10,000 connections from 127.0.0.1, set up 32 at
+/// once), and room for [`BENCH_MAX_CONNECTIONS`].
 fn bench_rdma_config(blocking: bool) -> RdmaServerConfig {
     let mut d = RdmaServerConfig::default();
     if let Some(cm) = d.provider.iwarp_mut() {
@@ -518,7 +560,8 @@ fn bench_rdma_config(blocking: bool) -> RdmaServerConfig {
     }
     RdmaServerConfig {
         blocking,
-        max_connections_per_source: d.max_connections,
+        max_connections: BENCH_MAX_CONNECTIONS,
+        max_connections_per_source: BENCH_MAX_CONNECTIONS,
         ..d
     }
 }
@@ -1002,7 +1045,11 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
             blocking: args.blocking,
         };
         let rss0 = match args.report_server_rss {
-            Some(pid) => Some(vm_rss_kib(pid)?),
+            Some(pid) => Some((
+                vm_rss_kib(pid)?,
+                tcp_kernel_pages().ok(),
+                kernel_slab_kib().ok(),
+            )),
             None => None,
         };
         let setup_start = Instant::now();
@@ -1018,7 +1065,7 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
                 args.ramp.max(1)
             );
         }
-        if let (Some(pid), Some(rss0)) = (args.report_server_rss, rss0) {
+        if let (Some(pid), Some((rss0, tcp0, slab0))) = (args.report_server_rss, rss0) {
             // One NULL call on every connection, then idle.
             for c in &clients {
                 c.null()
@@ -1035,6 +1082,22 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
             params.insert("server_rss_0_kib".into(), json!(rss0));
             params.insert("server_rss_n_kib".into(), json!(rss_n));
             params.insert("server_rss_per_idle_conn_kib".into(), json!(per));
+            // Socket buffers are kernel memory: not in VmRSS. Both ends of
+            // every loopback connection, and the rest of the host.
+            if let (Some(t0), Ok(tn)) = (tcp0, tcp_kernel_pages()) {
+                let kib = (tn as f64 - t0 as f64) * 4.0 / n as f64;
+                eprintln!(
+                    "kernel TCP buffers (host-wide, both ends): {t0} -> {tn} pages; {kib:.1} KiB per idle connection"
+                );
+                params.insert("tcp_kernel_kib_per_idle_conn".into(), json!(kib));
+            }
+            if let (Some(s0), Ok(sn)) = (slab0, kernel_slab_kib()) {
+                let kib = (sn as f64 - s0 as f64) / n as f64;
+                eprintln!(
+                    "kernel slab (host-wide, both ends): {s0} -> {sn} KiB; {kib:.1} KiB per idle connection"
+                );
+                params.insert("kernel_slab_kib_per_idle_conn".into(), json!(kib));
+            }
         }
         params.insert(
             "server".into(),
@@ -1181,6 +1244,18 @@ async fn serve_forever(args: &BenchArgs) -> Result<ExitCode, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn kernel_tcp_memory_is_the_mem_field_of_the_tcp_line() {
+        assert_eq!(
+            super::parse_tcp_mem(
+                "sockets: used 19\nTCP: inuse 2 orphan 0 tw 1 alloc 2 mem 98\nUDP: inuse 0 mem 7\n"
+            ),
+            Some(98)
+        );
+        assert_eq!(super::parse_tcp_mem("TCP: inuse 2 mem\n"), None);
+        assert_eq!(super::parse_tcp_mem("UDP: inuse 0 mem 7\n"), None);
+    }
+
     use super::*;
     use clap::Parser;
 

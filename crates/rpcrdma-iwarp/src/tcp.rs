@@ -61,8 +61,29 @@ use crate::qp::{QpEvent, QpStats, QueuePair};
 use crate::rtr::{self, ReadRtr, Step};
 use crate::TerminateCode;
 
-/// Octets of read-ahead buffer.
+/// Octets of read-ahead buffer (one per thread, see [`with_rbuf`]).
 const RBUF: usize = 64 * 1024;
+
+thread_local! {
+    /// The read-ahead buffer of the providers this thread drives. Every
+    /// read into it is handed to the queue pair at once, which keeps what
+    /// it must (a partial FPDU header) itself, so nothing lives in it
+    /// between reads and a connection needs none of its own: an idle
+    /// connection costs no read-ahead memory, and a thousand connections
+    /// driven by two threads share two buffers.
+    static RBUF_TLS: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0u8; RBUF].into_boxed_slice());
+}
+
+/// Runs `f` with this thread's read-ahead buffer ([`RBUF`] octets).
+fn with_rbuf<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
+    RBUF_TLS.with(|b| match b.try_borrow_mut() {
+        Ok(mut b) => f(&mut b),
+        // Not reachable (nothing reads from inside `f`); a private buffer
+        // keeps it correct anyway.
+        Err(_) => f(&mut vec![0u8; RBUF]),
+    })
+}
 /// Most octets read in one progress pass by default (so one busy peer
 /// cannot starve the caller); see [`IwarpProvider::set_read_budget`].
 const READ_BUDGET: usize = 8 << 20;
@@ -106,7 +127,6 @@ pub struct IwarpProvider {
     info: Option<ConnectionInfo>,
     est: Option<Established>,
     local_frame: Option<MpaFrame>,
-    rbuf: Box<[u8]>,
     waker: Option<(Waker, Notify)>,
     shut_wr: bool,
     eof: bool,
@@ -226,7 +246,6 @@ impl IwarpProvider {
             info: None,
             est: None,
             local_frame: None,
-            rbuf: vec![0u8; RBUF].into_boxed_slice(),
             waker: None,
             shut_wr: false,
             eof: false,
@@ -544,7 +563,8 @@ impl IwarpProvider {
         loop {
             // Read only what the Reply can still need, so that FPDU octets
             // after it go through the queue pair's normal path.
-            let n = match self.sock.read(&mut self.rbuf[..532]) {
+            let mut buf = [0u8; 532];
+            let n = match self.sock.read(&mut buf) {
                 Ok(0) => {
                     self.hs = None;
                     self.eof = true;
@@ -560,7 +580,7 @@ impl IwarpProvider {
                     return;
                 }
             };
-            let data = self.rbuf[..n].to_vec();
+            let data = buf[..n].to_vec();
             self.record(Direction::Received, &data);
             let Some(hs) = self.hs.as_mut() else { return };
             match hs.feed(&data) {
@@ -777,16 +797,22 @@ impl IwarpProvider {
         } else {
             let len = self.qp.suggested_read_len().min(RBUF).min(budget);
             asked = len;
-            match sock_read(&self.sock, &mut self.rbuf[..len], self.dontwait, wait) {
-                Ok(n) if n > 0 => {
-                    if let Some(c) = self.capture.as_mut() {
-                        c.push((Direction::Received, self.rbuf[..n].to_vec()));
+            let (sock, qp, cap) = (&self.sock, &mut self.qp, &mut self.capture);
+            let dontwait = self.dontwait;
+            with_rbuf(|rbuf| {
+                let rbuf = &mut rbuf[..len];
+                match sock_read(sock, rbuf, dontwait, wait) {
+                    Ok(n) if n > 0 => {
+                        let got = rbuf.get(..n).unwrap_or_default();
+                        if let Some(c) = cap.as_mut() {
+                            c.push((Direction::Received, got.to_vec()));
+                        }
+                        qp.handle_input(got);
+                        Ok(n)
                     }
-                    self.qp.handle_input(&self.rbuf[..n]);
-                    Ok(n)
+                    other => other,
                 }
-                other => other,
-            }
+            })
         };
         match r {
             Ok(0) => {
@@ -940,6 +966,10 @@ impl Provider for IwarpProvider {
         access: rpcrdma_proto::provider::Access,
     ) -> Result<MemoryRegion, RegisterError> {
         self.qp.register(buf, access)
+    }
+
+    fn register_recv(&mut self, len: usize) -> Result<MemoryRegion, ProviderError> {
+        self.qp.register_recv(len)
     }
 
     fn register_shared(

@@ -306,6 +306,47 @@ fn receiver_not_ready_is_fatal_both_ways() {
     assert!(a.tx_finished() && b.tx_finished());
 }
 
+/// A lent receive buffer (`register_recv`, memory only once a Send
+/// arrives) receives like an owned one, and a Send beyond the receives
+/// posted (a peer exceeding its credits) still gets the Terminate
+/// DDP_UNTAGGED_NO_BUFFER, with nothing placed.
+#[test]
+fn lent_receive_buffers_receive_and_an_extra_send_is_still_refused() {
+    let (mut a, mut b) = pair(params(false, false));
+    let src = reg(&mut a, vec![7; 8], Access::NONE);
+    let rb = b.register_recv(16).unwrap();
+    b.post_recv(RecvWr {
+        wr_id: 9,
+        sge: rb.sge(0, 16),
+    })
+    .unwrap();
+    for wr_id in [1, 2] {
+        a.post_send(SendWr {
+            wr_id,
+            op: SendOp::Send { solicited: false },
+            sges: vec![src.sge(0, 8)].into(),
+        })
+        .unwrap();
+    }
+    pump(&mut a, &mut b);
+    let cb = cq(&mut b);
+    assert_eq!(
+        (cb[0].wr_id, cb[0].status, cb[0].byte_len),
+        (9, Status::Success, 8)
+    );
+    assert_eq!(b.region(&rb).unwrap(), &[7; 8]);
+    let t = *b.terminate_sent().expect("b sent a Terminate");
+    assert_eq!(t.code, TerminateCode::DDP_UNTAGGED_NO_BUFFER);
+    match t.ddp.map(|d| d.header) {
+        Some(DdpHeader::Untagged(u)) => assert_eq!((u.qn, u.msn), (0, 2)),
+        other => panic!("copied header {other:?}"),
+    }
+    let ca = cq(&mut a);
+    let by_id = |id| ca.iter().find(|c| c.wr_id == id).map(|c| c.status);
+    assert_eq!(by_id(2), Some(Status::ReceiverNotReady));
+    assert!(b.deregister(&rb).unwrap().is_empty());
+}
+
 #[test]
 fn receive_too_small_terminates_with_too_long() {
     let (mut a, mut b) = pair(params(true, false));

@@ -398,6 +398,15 @@ impl QueuePair {
         self.mem.register(buf, access, &self.caps)
     }
 
+    /// Registers a receive buffer lent by the queue pair (see
+    /// [`rpcrdma_proto::provider::Provider::register_recv`]): no memory
+    /// is behind it until a Send arrives for a receive posted into it
+    /// (then a buffer comes from `rpcrdma_proto::provider::recv_pool`),
+    /// and the buffer goes back when the region is posted again.
+    pub fn register_recv(&mut self, len: usize) -> Result<MemoryRegion, ProviderError> {
+        self.mem.register_lent(len, &self.caps)
+    }
+
     /// Registers shared read-only bytes without a copy (see
     /// [`rpcrdma_proto::provider::Provider::register_shared`]): only
     /// `NONE` or `REMOTE_READ` access; RDMA Writes and Sends gather from

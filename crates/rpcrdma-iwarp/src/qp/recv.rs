@@ -521,8 +521,12 @@ impl QueuePair {
                     return;
                 }
                 let off = r.sge.offset + u64::from(pl.offset);
+                let idx = r.idx;
+                // A Send arrives for this receive: a lent buffer gets its
+                // memory now (checks passed, nothing placed yet).
+                self.mem.back(idx);
                 self.rx.dst = Dst::Mem {
-                    idx: r.idx,
+                    idx,
                     off: off as usize,
                 };
                 self.rx.action = RxAction::Send {
@@ -662,6 +666,8 @@ impl QueuePair {
         while let Some(r) = self.rq.front() {
             let Some((op, len, se)) = r.done else { break };
             let Some(r) = self.rq.pop_front() else { break };
+            self.mem
+                .received(r.idx, r.sge.offset as usize, len as usize);
             self.rq_msn = self.rq_msn.wrapping_add(1);
             if se {
                 self.solicited = true;

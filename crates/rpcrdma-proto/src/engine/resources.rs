@@ -57,6 +57,7 @@ impl WrSlab {
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
+                crate::provider::memory::reserve_gently(&mut self.slots);
                 self.slots.push((0, None));
                 (self.slots.len() - 1) as u32
             }
@@ -262,8 +263,10 @@ impl Res {
         Ok(true)
     }
 
-    /// Posts receives (pooled buffers first, else new registrations) until
-    /// `target` are posted. A full receive queue stops it quietly: the
+    /// Posts receives (pooled buffers first, else new registrations of
+    /// receive buffers the provider lends, which need hold no memory while
+    /// nothing arrives: `Provider::register_recv`) until `target` are
+    /// posted. A full receive queue stops it quietly: the
     /// grant is clamped to it (`clamp_grant`), so this only delays our own
     /// calls. Any other refusal is the caller's to handle (fatal).
     pub(super) fn post_receives(
@@ -274,12 +277,7 @@ impl Res {
         while self.recv_posted < target {
             let mr = match self.recv_free.pop() {
                 Some(mr) => mr,
-                None => p
-                    .register(
-                        vec![0u8; self.recv_size].into_boxed_slice(),
-                        Access::LOCAL_WRITE,
-                    )
-                    .map_err(|e| e.error)?,
+                None => p.register_recv(self.recv_size)?,
             };
             let sge = mr.sge(0, mr.len() as u32);
             let wr_id = self.wr(Op::Recv(mr));

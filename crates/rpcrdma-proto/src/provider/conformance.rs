@@ -70,6 +70,9 @@ macro_rules! ensure {
     };
 }
 
+mod lent;
+pub use lent::lent_receive_buffers;
+
 /// Two ends and the completions collected from each.
 #[derive(Debug)]
 pub struct Harness<P> {
@@ -885,7 +888,7 @@ pub fn shared_buffer_remote_access_refused<P: Provider>(
 }
 
 /// Number of checks [`run_all`] runs.
-pub const CHECK_COUNT: usize = 16;
+pub const CHECK_COUNT: usize = 17;
 
 /// Runs every check, each on a fresh pair from `new_pair`; returns the
 /// number of checks passed ([`CHECK_COUNT`]) or the first failure.
@@ -920,5 +923,6 @@ pub fn run_all<P: Provider>(
     run(&shared_buffer_is_a_read_only_source)?;
     run(&|h| shared_buffer_remote_access_refused(h, true))?;
     run(&|h| shared_buffer_remote_access_refused(h, false))?;
+    run(&lent_receive_buffers)?;
     Ok(n)
 }

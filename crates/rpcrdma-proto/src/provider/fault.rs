@@ -258,6 +258,10 @@ impl<P: Provider> Provider for FaultInjector<P> {
         self.inner.register_shared(buf, access)
     }
 
+    fn register_recv(&mut self, len: usize) -> Result<MemoryRegion, ProviderError> {
+        self.inner.register_recv(len)
+    }
+
     fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
         self.inner.deregister(mr)
     }

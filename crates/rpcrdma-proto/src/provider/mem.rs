@@ -347,6 +347,12 @@ impl MemProvider {
         self.mem.registered()
     }
 
+    /// Octets of registered memory this end holds (see
+    /// [`MemoryTable::resident_bytes`](super::memory::MemoryTable::resident_bytes)).
+    pub fn resident_bytes(&self) -> usize {
+        self.mem.resident_bytes()
+    }
+
     fn establish(&mut self, peer_private_data: Vec<u8>, ird: u8, ord: u8) {
         let info = ConnectionInfo {
             peer_private_data,
@@ -667,10 +673,12 @@ impl MemProvider {
             }
         }
         let idx = Stag(recv.sge.lkey).index();
+        self.mem.back(idx);
         let placed = self.place(idx, recv.sge.offset as usize, &data);
         let mut entry = recv.entry;
         entry.opcode = opcode;
         if placed {
+            self.mem.received(idx, recv.sge.offset as usize, data.len());
             self.complete(entry, Status::Success, data.len() as u32);
             self.push(Msg::Ack { seq });
         } else {
@@ -816,6 +824,10 @@ impl Provider for MemProvider {
         access: Access,
     ) -> Result<MemoryRegion, ProviderError> {
         self.mem.register_shared(buf, access, &self.caps)
+    }
+
+    fn register_recv(&mut self, len: usize) -> Result<MemoryRegion, ProviderError> {
+        self.mem.register_lent(len, &self.caps)
     }
 
     fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {

@@ -17,11 +17,35 @@
 //! `LocalInvalidate` names. These return the [`Hold`]s the caller takes with
 //! [`MemoryTable::hold`] when it queues the WR and gives back with
 //! [`MemoryTable::release`] when the completion is polled.
+//!
+//! Lent receive buffers ([`MemoryTable::register_lent`], the software
+//! providers' [`Provider::register_recv`](super::Provider::register_recv))
+//! have memory behind them only while a message is in them: the provider
+//! calls [`MemoryTable::back`] when a Send arrives for the receive (a
+//! buffer from [`super::recv_pool`]) and [`MemoryTable::received`] when the
+//! receive completes; posting the region again (its writing hold) or
+//! deregistering it gives the buffer back.
 
 use super::{
     check_shared_access, Access, Buffer, Bytes, Caps, MemoryRegion, Opcode, ProviderError, RecvWr,
     RegisterError, RemoteAddr, SendOp, SendWr, Sge, Stag,
 };
+
+/// Makes room for one more element in a table that lives as long as its
+/// connection (the registration table, the engine's work-request slab):
+/// a quarter more (at least 8) instead of doubling, so that a connection
+/// that registered 66 regions keeps room for 77, not 128. Still amortized
+/// constant time per push.
+pub(crate) fn reserve_gently<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 4).max(8));
+    }
+}
+
+/// What the owner's use of a lent receive buffer other than receiving into
+/// it and reading it gets.
+const LENT: ProviderError =
+    ProviderError::InvalidArgument("a lent receive buffer is for receives only");
 
 /// One registered buffer. Its hold counts are private to the table.
 #[derive(Debug)]
@@ -31,13 +55,52 @@ pub struct Region {
     remote_valid: bool,
     readers: u32,
     writers: u32,
+    /// A lent receive buffer: its registered length and how many octets
+    /// the last completed receive placed (all that is visible).
+    lent: Option<Lent>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Lent {
+    len: usize,
+    visible: usize,
 }
 
 impl Region {
-    /// The registered bytes.
+    /// The registered bytes (of a lent receive buffer: what the last
+    /// completed receive placed).
     #[inline]
     pub fn buf(&self) -> &[u8] {
-        &self.buf
+        match self.lent {
+            None => &self.buf,
+            Some(l) => self.buf.get(..l.visible).unwrap_or_default(),
+        }
+    }
+
+    /// The registered length (a lent buffer's, whether memory is behind it
+    /// or not).
+    #[inline]
+    fn len(&self) -> usize {
+        match self.lent {
+            None => self.buf.len(),
+            Some(l) => l.len,
+        }
+    }
+
+    /// True for a lent receive buffer ([`MemoryTable::register_lent`]).
+    #[inline]
+    pub fn is_lent(&self) -> bool {
+        self.lent.is_some()
+    }
+
+    /// A lent buffer's memory goes back to the pool; nothing is visible.
+    fn unback(&mut self) {
+        if let Some(l) = self.lent.as_mut() {
+            l.visible = 0;
+            if let Buffer::Owned(b) = &mut self.buf {
+                super::recv_pool::give(std::mem::take(b));
+            }
+        }
     }
 
     /// The registered bytes, for a provider placing inbound data; `None`
@@ -145,6 +208,20 @@ impl MemoryTable {
         self.registered
     }
 
+    /// Octets of memory behind the live registrations that this table
+    /// owns (shared read-only bytes not counted; a lent receive buffer
+    /// only while a message is in it).
+    pub fn resident_bytes(&self) -> usize {
+        self.slots
+            .iter()
+            .filter_map(|s| s.region.as_ref())
+            .filter_map(|r| match &r.buf {
+                Buffer::Owned(b) => Some(b.len()),
+                Buffer::Shared(_) => None,
+            })
+            .sum()
+    }
+
     /// The region an STag or local key names, with its index; `None` if the
     /// index is unused or the key byte is stale.
     #[inline]
@@ -204,7 +281,7 @@ impl MemoryTable {
                 buf,
             });
         }
-        self.insert(Buffer::Owned(buf), access, caps)
+        self.insert(Buffer::Owned(buf), access, None, caps)
             .map_err(|(error, buf)| RegisterError {
                 error,
                 buf: buf.into_owned(),
@@ -222,17 +299,67 @@ impl MemoryTable {
         caps: &Caps,
     ) -> Result<MemoryRegion, ProviderError> {
         check_shared_access(access)?;
-        self.insert(Buffer::Shared(buf), access, caps)
+        self.insert(Buffer::Shared(buf), access, None, caps)
             .map_err(|(e, _)| e)
+    }
+
+    /// Registers a lent receive buffer of `len` octets (see the [module
+    /// docs](self)): `LOCAL_WRITE` only, no memory behind it yet, within
+    /// `caps.max_mr` and `caps.max_mr_size`.
+    pub fn register_lent(
+        &mut self,
+        len: usize,
+        caps: &Caps,
+    ) -> Result<MemoryRegion, ProviderError> {
+        self.insert(
+            Buffer::Owned(Box::default()),
+            Access::LOCAL_WRITE,
+            Some(len),
+            caps,
+        )
+        .map_err(|(e, _)| e)
+    }
+
+    /// A Send arrives for the receive that holds the region at `idx`: a
+    /// lent buffer without memory gets a buffer of its length from the
+    /// pool (nothing for any other region).
+    #[inline]
+    pub fn back(&mut self, idx: u32) {
+        if let Some(r) = self.region_at_mut(idx) {
+            if let (Some(l), Buffer::Owned(b)) = (r.lent, &mut r.buf) {
+                if b.len() != l.len {
+                    *b = super::recv_pool::take(l.len);
+                }
+            }
+        }
+    }
+
+    /// The receive into the region at `idx` completed with `len` octets
+    /// placed at offset `off`: a lent buffer shows those, after `off`
+    /// zeros (never what an earlier message left before them).
+    #[inline]
+    pub fn received(&mut self, idx: u32, off: usize, len: usize) {
+        if let Some(r) = self.region_at_mut(idx) {
+            if let (Some(l), Buffer::Owned(b)) = (r.lent.as_mut(), &mut r.buf) {
+                l.visible = off.saturating_add(len).min(b.len());
+                if off > 0 {
+                    if let Some(before) = b.get_mut(..off.min(l.visible)) {
+                        before.fill(0);
+                    }
+                }
+            }
+        }
     }
 
     fn insert(
         &mut self,
         buf: Buffer,
         access: Access,
+        lent: Option<usize>,
         caps: &Caps,
     ) -> Result<MemoryRegion, (ProviderError, Buffer)> {
-        if buf.len() as u64 > caps.max_mr_size {
+        let len = lent.unwrap_or(buf.len());
+        if len as u64 > caps.max_mr_size {
             return Err((ProviderError::TooLong, buf));
         }
         if self.registered >= caps.max_mr {
@@ -245,6 +372,7 @@ impl MemoryTable {
                 if i >= 1 << 24 {
                     return Err((ProviderError::QueueFull, buf));
                 }
+                reserve_gently(&mut self.slots);
                 self.slots.push(Slot {
                     key: self.key_base,
                     region: None,
@@ -252,7 +380,7 @@ impl MemoryTable {
                 i
             }
         };
-        let len = buf.len() as u64;
+        let len = len as u64;
         let Some(slot) = self.slots.get_mut(idx as usize) else {
             return Err((ProviderError::QueueFull, buf));
         };
@@ -263,6 +391,7 @@ impl MemoryTable {
             remote_valid: true,
             readers: 0,
             writers: 0,
+            lent: lent.map(|len| Lent { len, visible: 0 }),
         });
         self.registered += 1;
         let stag = Stag::new(idx, slot.key);
@@ -275,11 +404,12 @@ impl MemoryTable {
         if r.readers != 0 || r.writers != 0 {
             return Err(ProviderError::Busy);
         }
-        let region = self
+        let mut region = self
             .slots
             .get_mut(idx as usize)
             .and_then(|s| s.region.take())
             .ok_or(ProviderError::InvalidHandle)?;
+        region.unback();
         self.free.push(idx);
         self.registered = self.registered.saturating_sub(1);
         Ok(region.buf)
@@ -292,7 +422,7 @@ impl MemoryTable {
         if r.writers != 0 {
             return Err(ProviderError::Busy);
         }
-        Ok(r.buf.as_slice())
+        Ok(r.buf())
     }
 
     /// The region's bytes for writing; `Busy` while any WR holds it,
@@ -302,6 +432,9 @@ impl MemoryTable {
         let (idx, r) = self.lookup(mr.lkey()).ok_or(ProviderError::InvalidHandle)?;
         if r.writers != 0 || r.readers != 0 {
             return Err(ProviderError::Busy);
+        }
+        if r.is_lent() {
+            return Err(LENT);
         }
         self.region_at_mut(idx)
             .ok_or(ProviderError::InvalidHandle)?
@@ -320,7 +453,7 @@ impl MemoryTable {
             .offset
             .checked_add(u64::from(sge.length))
             .ok_or(ProviderError::OutOfBounds)?;
-        if end > r.buf.len() as u64 {
+        if end > r.len() as u64 {
             return Err(ProviderError::OutOfBounds);
         }
         if !r.access.contains(need) {
@@ -334,18 +467,21 @@ impl MemoryTable {
     pub fn check_remote(&self, remote: RemoteAddr, len: u64, need: Access) -> Option<(u32, usize)> {
         let (idx, r) = self.lookup(remote.stag.0)?;
         let end = remote.offset.checked_add(len)?;
-        if !r.remote_valid || !r.access.contains(need) || end > r.buf.len() as u64 {
+        if !r.remote_valid || !r.access.contains(need) || end > r.len() as u64 {
             return None;
         }
         Some((idx, usize::try_from(remote.offset).ok()?))
     }
 
-    /// Takes holds (see [`Hold`]); unknown indices are ignored.
+    /// Takes holds (see [`Hold`]); unknown indices are ignored. A writing
+    /// hold on a lent receive buffer is a receive posted into it: its
+    /// earlier message has been consumed, its memory goes back to the pool.
     #[inline]
     pub fn hold(&mut self, holds: &[Hold]) {
         for h in holds {
             if let Some(r) = self.region_at_mut(h.idx) {
                 if h.write {
+                    r.unback();
                     r.writers = r.writers.saturating_add(1);
                 } else {
                     r.readers = r.readers.saturating_add(1);
@@ -424,6 +560,9 @@ impl MemoryTable {
         let mut total: u64 = 0;
         for s in &wr.sges {
             let idx = self.check_sge(s, need)?;
+            if self.region_at(idx).is_some_and(Region::is_lent) {
+                return Err(LENT);
+            }
             total += u64::from(s.length);
             holds.push(Hold { idx, write });
         }
@@ -793,5 +932,89 @@ mod tests {
             t.check_send(&inv, &caps(), &RULES),
             Err(ProviderError::BadSgeCount)
         );
+    }
+
+    #[test]
+    fn a_lent_receive_buffer_holds_memory_only_with_a_message_and_shows_only_it() {
+        let mut t = MemoryTable::new(0);
+        let mr = t.register_lent(16, &caps()).expect("lent");
+        assert_eq!((mr.len(), mr.access()), (16, Access::LOCAL_WRITE));
+        let idx = mr.stag().index();
+        let mem = |t: &MemoryTable| t.region_at(idx).map_or(0, |r| r.buf.len());
+        // No memory until a Send arrives; bounds are the registered length.
+        assert_eq!(mem(&t), 0);
+        let wr = RecvWr {
+            wr_id: 1,
+            sge: mr.sge(0, 16),
+        };
+        let h = t.check_recv(&wr).expect("receive");
+        assert_eq!(
+            t.check_recv(&RecvWr {
+                wr_id: 1,
+                sge: mr.sge(0, 17)
+            }),
+            Err(ProviderError::OutOfBounds)
+        );
+        for (round, (fill, len)) in [(7u8, 12usize), (9, 4)].into_iter().enumerate() {
+            t.hold(&[h]);
+            assert_eq!(mem(&t), 0, "round {round}: posted, nothing arrived");
+            t.back(idx);
+            assert_eq!(mem(&t), 16);
+            let buf = t
+                .region_at_mut(idx)
+                .and_then(Region::buf_mut)
+                .expect("backed");
+            buf[..len].fill(fill);
+            t.received(idx, 0, len);
+            t.release(&[h]);
+            // Exactly the message: never the end of the longer one before.
+            assert_eq!(t.region(&mr).expect("read"), &vec![fill; len][..]);
+        }
+        // At an offset: the octets before it read as zeros.
+        t.hold(&[h]);
+        t.back(idx);
+        let buf = t
+            .region_at_mut(idx)
+            .and_then(Region::buf_mut)
+            .expect("backed");
+        buf.fill(5);
+        t.received(idx, 3, 2);
+        t.release(&[h]);
+        assert_eq!(t.region(&mr).expect("read"), &[0, 0, 0, 5, 5]);
+        // Receives only: no Send source, no owner writes.
+        assert!(matches!(
+            t.check_send(&send(vec![mr.sge(0, 1)]), &caps(), &RULES),
+            Err(ProviderError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            t.region_mut(&mr),
+            Err(ProviderError::InvalidArgument(_))
+        ));
+        // Deregistered: the memory went back to the pool, nothing comes back.
+        let back = t.deregister(&mr).expect("deregister");
+        assert!(back.is_empty());
+        // A failed receive (flushed before completing) shows nothing.
+        let mr = t.register_lent(16, &caps()).expect("lent");
+        let idx = mr.stag().index();
+        let h = Hold { idx, write: true };
+        t.hold(&[h]);
+        t.back(idx);
+        t.release(&[h]);
+        assert_eq!(t.region(&mr).expect("read"), &[] as &[u8]);
+        assert_eq!(
+            t.register_lent(65, &caps()).err(),
+            Some(ProviderError::TooLong)
+        );
+    }
+
+    #[test]
+    fn tables_grow_by_a_quarter_not_by_doubling() {
+        let mut v: Vec<u64> = Vec::new();
+        for i in 0..66 {
+            reserve_gently(&mut v);
+            v.push(i);
+            assert!(v.capacity() >= v.len());
+        }
+        assert!(v.capacity() < 80, "capacity {}", v.capacity());
     }
 }

@@ -41,6 +41,28 @@
 //! chunk is complete from the protocol (the Reply), and then invalidates the
 //! STag (or has the peer do so with Send With Invalidate).
 //!
+//! # Receive buffers lent by the provider
+//!
+//! [`Provider::register_recv`] registers a receive buffer whose memory is the
+//! provider's, not the owner's: the owner names it in Receive work requests
+//! and reads it with [`Provider::region`] once a receive into it has
+//! completed; it never writes it nor names it in a Send-queue WR (a
+//! lending provider refuses both with [`ProviderError::InvalidArgument`]),
+//! and its octets are
+//! defined only from that completion until the region is posted again or
+//! deregistered (posting it again is how the owner says it has consumed the
+//! message). Meanwhile the provider need not keep memory behind it: a
+//! software provider takes a buffer from a bounded pool when a Send arrives
+//! for the receive and puts it back when the region is posted again, so an
+//! idle connection holds no receive memory however many credits it granted
+//! (hardware posts real buffers or uses a shared receive queue). A lending
+//! provider shows only the octets the completed receive placed
+//! ([`Provider::region`] is that long), so a pooled buffer never shows
+//! what an earlier message left in it, and a receive that did not complete
+//! shows nothing. Every
+//! receive-side rule is unchanged: a Send that finds no posted receive, or
+//! one too small, fails exactly as before, before any memory is taken.
+//!
 //! # Keys
 //!
 //! A registration yields a local key ([`MemoryRegion::lkey`], named by
@@ -116,6 +138,7 @@ pub mod fault;
 pub mod mem;
 pub mod mem_cm;
 pub mod memory;
+pub mod recv_pool;
 
 pub use cm::{
     CmError, ConnectRequest, ConnectionManager, DropReason, LinkInfo, ListenEvent, Listener,
@@ -849,6 +872,22 @@ pub trait Provider {
             .map_err(|e| e.error)
     }
 
+    /// Registers a receive buffer of `len` octets whose memory the provider
+    /// lends (see "Receive buffers lent by the provider" in the [module
+    /// docs](self)): [`Access::LOCAL_WRITE`] only, for Receive work
+    /// requests only. Its octets are defined from the successful
+    /// completion of a receive into it until it is posted again or
+    /// deregistered, and then [`Provider::region`] shows exactly the
+    /// octets that receive placed; [`Provider::deregister`] gives back an
+    /// empty [`Buffer::Owned`].
+    ///
+    /// The default registers an owned zeroed buffer (always resident, and
+    /// usable as any other region).
+    fn register_recv(&mut self, len: usize) -> Result<MemoryRegion, ProviderError> {
+        self.register(vec![0u8; len].into_boxed_slice(), Access::LOCAL_WRITE)
+            .map_err(|e| e.error)
+    }
+
     /// Ends a registration and returns the buffer. The STag becomes invalid.
     /// [`ProviderError::Busy`] while a WR still references the region.
     fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError>;
@@ -988,6 +1027,9 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
         access: Access,
     ) -> Result<MemoryRegion, ProviderError> {
         (**self).register_shared(buf, access)
+    }
+    fn register_recv(&mut self, len: usize) -> Result<MemoryRegion, ProviderError> {
+        (**self).register_recv(len)
     }
     fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
         (**self).deregister(mr)
