@@ -738,18 +738,7 @@ impl IwarpProvider {
                 Ok(n)
             });
             match r {
-                Ok(_) => {
-                    self.write_blocked = self.qp.has_output();
-                    // An event-loop owner (no blocking reads) confirms what
-                    // this pass handed to TCP at once, as Linux siw
-                    // completes a Send once TCP took it: waiting for the
-                    // next pass (step 2) cost that owner a wake-up and a
-                    // pass of its own per message (`arm` wakes at once
-                    // while Sends await confirmation).
-                    if !self.dontwait {
-                        self.qp.confirm_transmitted();
-                    }
-                }
+                Ok(_) => self.write_blocked = self.qp.has_output(),
                 Err(_) => {
                     self.write_blocked = false;
                     self.qp.transport_lost();
