@@ -74,8 +74,12 @@ pub(crate) enum Publish {
     /// Marked stale; the shell publishes before it sleeps, and the core
     /// before it delivers a call's outcome (whose caller may look at the
     /// status at once): one lock and copy per call instead of one per
-    /// round.
+    /// round (the thread shell).
     BeforeSleep,
+    /// As `BeforeSleep`, and before a received call is dispatched (the
+    /// task shell: its peer may look at the status as soon as it has the
+    /// reply, which the dispatch may send before the shell sleeps).
+    BeforeSleepAndDispatch,
     /// Only when asked (a blocking client, the only reader of its state).
     OnDemand,
 }
@@ -400,7 +404,7 @@ impl Core {
     /// Publishes now if the state is stale (the thread shell, before it
     /// sleeps).
     pub(crate) fn publish_stale(&mut self) {
-        if self.publish == Publish::BeforeSleep && std::mem::take(&mut self.stale) {
+        if self.publish != Publish::OnDemand && std::mem::take(&mut self.stale) {
             self.publish_now();
         }
     }
@@ -408,7 +412,7 @@ impl Core {
     /// Publishes now, before a call's outcome is delivered (unless the state
     /// is published on demand only).
     fn publish_for_caller(&mut self) {
-        if self.publish == Publish::BeforeSleep {
+        if self.publish != Publish::OnDemand {
             self.stale = false;
             self.publish_now();
         }
@@ -597,6 +601,10 @@ impl Core {
                     conn: self.conn_handle.clone(),
                     guard: CallGuard::none(),
                 };
+                if self.publish == Publish::BeforeSleepAndDispatch {
+                    self.stale = false;
+                    self.publish_now();
+                }
                 self.dispatch(&*d, ic.xid, ic.handle, call);
                 self.dispatcher = Some(d);
             }

@@ -51,7 +51,10 @@ pub(crate) fn build(
         dispatcher,
         identity,
         resend,
-        Publish::BeforeSleep,
+        match wake {
+            Some(_) => Publish::BeforeSleep,
+            None => Publish::BeforeSleepAndDispatch,
+        },
     );
     let d = match wake {
         Some(w) => Driver::Thread(ThreadShell::new(core, rx, w)),

@@ -210,8 +210,8 @@ impl TaskShell {
             // `Pending` left with the channel (and one that came before
             // it was flagged). A look that finds commands drains the
             // channel to `Pending`, registering again.
-            let look = self.core.shared().queued.swap(false, Ordering::AcqRel)
-                || !self.rx_registered;
+            let look =
+                self.core.shared().queued.swap(false, Ordering::AcqRel) || !self.rx_registered;
             let (rx, rx_done, reg) = (&mut self.rx, &mut self.rx_done, &mut self.rx_registered);
             if look {
                 *reg = false;
