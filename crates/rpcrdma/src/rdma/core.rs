@@ -71,12 +71,15 @@ pub(crate) enum Next {
 /// When the core publishes its state for [`super::RdmaStatus`] readers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Publish {
-    /// After every round that moved (the task shell: readers on other
-    /// tasks).
-    Always,
-    /// Marked stale; the shell publishes before it sleeps (the thread
-    /// shell: one lock and copy per call instead of one per pass).
+    /// Marked stale; the shell publishes before it sleeps, and the core
+    /// before it delivers a call's outcome (whose caller may look at the
+    /// status at once): one lock and copy per call instead of one per
+    /// round (the thread shell).
     BeforeSleep,
+    /// As `BeforeSleep`, and before a received call is dispatched (the
+    /// task shell: its peer may look at the status as soon as it has the
+    /// reply, which the dispatch may send before the shell sleeps).
+    BeforeSleepAndDispatch,
     /// Only when asked (a blocking client, the only reader of its state).
     OnDemand,
 }
@@ -310,7 +313,9 @@ impl Core {
     /// the waker), then says what to wait for.
     pub(crate) fn before_sleep(&mut self, waker: &Waker) -> Next {
         self.prov.arm(waker, Notify::Any);
-        if self.step() {
+        // A settled provider has nothing a step would find (and `arm`
+        // wakes at once for what would): the step only when it is not.
+        if !self.prov.settled() && self.step() {
             return Next::Round;
         }
         if self.conn.is_closed() {
@@ -393,16 +398,22 @@ impl Core {
 
     /// Publishes the connection's state (see [`Publish`]).
     fn publish(&mut self) {
-        match self.publish {
-            Publish::Always => self.publish_now(),
-            _ => self.stale = true,
-        }
+        self.stale = true;
     }
 
     /// Publishes now if the state is stale (the thread shell, before it
     /// sleeps).
     pub(crate) fn publish_stale(&mut self) {
-        if self.publish == Publish::BeforeSleep && std::mem::take(&mut self.stale) {
+        if self.publish != Publish::OnDemand && std::mem::take(&mut self.stale) {
+            self.publish_now();
+        }
+    }
+
+    /// Publishes now, before a call's outcome is delivered (unless the state
+    /// is published on demand only).
+    fn publish_for_caller(&mut self) {
+        if self.publish != Publish::OnDemand {
+            self.stale = false;
             self.publish_now();
         }
     }
@@ -590,6 +601,10 @@ impl Core {
                     conn: self.conn_handle.clone(),
                     guard: CallGuard::none(),
                 };
+                if self.publish == Publish::BeforeSleepAndDispatch {
+                    self.stale = false;
+                    self.publish_now();
+                }
                 self.dispatch(&*d, ic.xid, ic.handle, call);
                 self.dispatcher = Some(d);
             }
@@ -621,7 +636,7 @@ impl Core {
                 m.set_xid(p.xid);
                 // The caller may look at the status as soon as it has the
                 // reply: publish first.
-                self.publish();
+                self.publish_for_caller();
                 self.deliver(p.tx, p.xid, Ok(m));
             }
             Event::CallFailed {
@@ -663,7 +678,7 @@ impl Core {
         };
         let _e = p.span.enter();
         tracing::debug!(wire_xid = xid, error = %err, "rpc/rdma call failed");
-        self.publish();
+        self.publish_for_caller();
         self.deliver(p.tx, p.xid, Err(err));
     }
 

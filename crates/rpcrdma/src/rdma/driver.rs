@@ -42,10 +42,6 @@ pub(crate) fn build(
     let (tx, rx) = mpsc::unbounded_channel();
     let peer = connected.info.peer.clone();
     let shared = Arc::new(Shared::new(tx, metrics, peer, client, wake.clone()));
-    let publish = match wake {
-        Some(_) => Publish::BeforeSleep,
-        None => Publish::Always,
-    };
     let resend = wake.is_none() && reconnect.is_some();
     let core = Core::new(
         connected,
@@ -55,7 +51,10 @@ pub(crate) fn build(
         dispatcher,
         identity,
         resend,
-        publish,
+        match wake {
+            Some(_) => Publish::BeforeSleep,
+            None => Publish::BeforeSleepAndDispatch,
+        },
     );
     let d = match wake {
         Some(w) => Driver::Thread(ThreadShell::new(core, rx, w)),

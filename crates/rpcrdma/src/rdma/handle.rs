@@ -70,9 +70,13 @@ pub(crate) struct Shared {
     /// Set when the driver runs on a thread of its own (the thread shell):
     /// how other threads wake it after queueing a command.
     pub(crate) wake: Option<Arc<ThreadWake>>,
-    /// Set after each command is queued: a thread shell's pass looks at
-    /// the channel only when it is set (an empty `try_recv` costs as much
-    /// as the rest of a small call's pass).
+    /// Set before and after each command is queued: a pass looks at the
+    /// channel only when it is set (an empty `try_recv` or `poll_recv`
+    /// costs as much as the rest of a small call's pass). The set after
+    /// the send is the thread shell's (a pass that clears the flag sees
+    /// the command); the set before is the task shell's (a command sent
+    /// after a poll that found the flag clear wakes the waker that poll
+    /// left registered with the channel; see `TaskShell::poll_work`).
     pub(crate) queued: AtomicBool,
     /// Replies sent while the driver runs a handler inline.
     dispatching: Mutex<Dispatching>,
@@ -139,6 +143,9 @@ impl Shared {
     /// Queues `cmd` for the driver (without the closed check) and wakes a
     /// thread shell.
     pub(crate) fn push(&self, cmd: Cmd) -> Result<(), TransportError> {
+        // Before the send: a task shell's poll that finds it clear left
+        // its waker with the channel, which this send wakes.
+        self.queued.store(true, Ordering::Release);
         let r = self.tx.send(cmd).map_err(|_| TransportError::Closed);
         // After the send: a pass that clears the flag sees the command.
         self.queued.store(true, Ordering::Release);

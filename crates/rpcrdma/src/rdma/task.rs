@@ -18,6 +18,7 @@ use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,10 @@ pub(crate) struct TaskShell {
     core: Core,
     rx: mpsc::UnboundedReceiver<Cmd>,
     rx_done: bool,
+    /// The task's waker is registered with the channel (a `poll_recv`
+    /// returned `Pending` since the last poll that found the channel
+    /// flagged; see [`TaskShell::poll_work`]).
+    rx_registered: bool,
     reconnect: Option<Reconnect>,
 }
 
@@ -91,6 +96,7 @@ impl TaskShell {
             core,
             rx,
             rx_done: false,
+            rx_registered: false,
             reconnect,
         }
     }
@@ -103,6 +109,7 @@ impl TaskShell {
         tokio::pin!(timer);
         loop {
             let mut armed = None;
+            self.rx_registered = false;
             std::future::poll_fn(|cx| self.poll_work(cx, timer.as_mut(), &mut armed)).await;
             // The engine closed.
             if !self.core.is_closing() && self.reconnect.is_some() && self.reconnect_loop().await {
@@ -119,9 +126,12 @@ impl TaskShell {
     fn next_cmd(
         rx: &mut mpsc::UnboundedReceiver<Cmd>,
         rx_done: &mut bool,
+        registered: &mut bool,
         cx: &mut Context<'_>,
     ) -> Option<Cmd> {
         if *rx_done {
+            // Nothing to register with any more.
+            *registered = true;
             return None;
         }
         match rx.poll_recv(cx) {
@@ -129,10 +139,25 @@ impl TaskShell {
             // Every handle is gone: nobody can use the connection.
             Poll::Ready(None) => {
                 *rx_done = true;
+                *registered = true;
                 Some(Cmd::Close)
             }
-            Poll::Pending => None,
+            Poll::Pending => {
+                *registered = true;
+                None
+            }
         }
+    }
+
+    /// True when the busy round just made left nothing for another (the
+    /// thread shell's `settled`): no command flagged or deferred and the
+    /// provider settled. The shell then goes to [`Core::before_sleep`]
+    /// at once (which steps once more after arming the provider's waker)
+    /// instead of making an empty round first.
+    fn settled(&self) -> bool {
+        !self.core.shared().queued.load(Ordering::Acquire)
+            && !self.core.has_deferred()
+            && self.core.provider_settled()
     }
 
     /// Takes the socket's readiness edges, readable and (if `writable`)
@@ -178,19 +203,36 @@ impl TaskShell {
             let now = Instant::now();
             let writable = self.core.wants_write();
             self.take_edges(cx, writable);
-            let (rx, rx_done) = (&mut self.rx, &mut self.rx_done);
-            let busy = self
-                .core
-                .round(now, &mut || Self::next_cmd(rx, rx_done, cx));
+            // The channel only when a command was flagged since the last
+            // look, or the task's waker is not registered with it yet:
+            // `Shared::push` sets the flag before it sends, so a command
+            // that comes after this look wakes the waker the last
+            // `Pending` left with the channel (and one that came before
+            // it was flagged). A look that finds commands drains the
+            // channel to `Pending`, registering again.
+            let look =
+                self.core.shared().queued.swap(false, Ordering::AcqRel) || !self.rx_registered;
+            let (rx, rx_done, reg) = (&mut self.rx, &mut self.rx_done, &mut self.rx_registered);
+            if look {
+                *reg = false;
+            }
+            let busy = self.core.round(now, &mut || {
+                if look {
+                    Self::next_cmd(rx, rx_done, reg, cx)
+                } else {
+                    None
+                }
+            });
             if self.core.is_closed() {
                 return Poll::Ready(());
             }
-            if busy {
+            if busy && !self.settled() {
                 // Keep going while there is work, without a trip through
                 // the scheduler; now and then let the runtime's other tasks
                 // (e.g. callers woken by replies) run.
                 spins += 1;
                 if spins >= BUSY_SPINS {
+                    self.core.publish_stale();
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
@@ -201,6 +243,15 @@ impl TaskShell {
                 Next::Closed => return Poll::Ready(()),
                 Next::Sleep(w) => w,
             };
+            // A command flagged meanwhile (the flag's look is cheaper
+            // than the wake-up it would otherwise cost).
+            if !self.rx_registered || self.core.shared().queued.load(Ordering::Acquire) {
+                continue;
+            }
+            // Readers of the status see this round's state while the task
+            // sleeps (a reply's caller saw it already: the core publishes
+            // before it delivers).
+            self.core.publish_stale();
             // Register for the socket's next readiness edge: the one taken
             // at the top of this round took its waker (and a round that
             // read without producing work never looked again). Likewise for
