@@ -29,8 +29,13 @@ pub(super) enum Op {
     CallSend(u32),
     /// A Local Invalidate of one of our call's chunks (by XID).
     CallInv(u32),
-    /// An RDMA Read for a received call.
-    Read(u64),
+    /// An RDMA Read of `len` octets for received call `handle`.
+    Read {
+        /// The call.
+        handle: u64,
+        /// Octets asked for.
+        len: u32,
+    },
     /// A Write or Send of one of our replies.
     Reply(u64),
     /// The Send of one of our replies that has no RDMA Write: its Send
@@ -99,9 +104,9 @@ const SEND_POOL_MAX: usize = 256;
 const SINK_POOL_BYTES: usize = 32 << 20;
 
 /// Buffers of deregistered chunk sinks, for the next calls' Write and
-/// Reply chunks (see [`Res::sink_buffer`]). Shared with the
-/// [`PooledSink`]s that carry Write-chunk results to the upper layer, which
-/// give their buffer back when dropped.
+/// Reply chunks and Read sinks (see [`Res::sink_buffer`]). Shared with the
+/// [`PooledSink`]s that carry Write-chunk results and received Read-chunk
+/// data to the upper layer, which give their buffer back when dropped.
 #[derive(Debug, Default)]
 struct SinkPool {
     bufs: Vec<Box<[u8]>>,
@@ -126,9 +131,10 @@ impl SinkPool {
     }
 }
 
-/// The buffer of a Write chunk whose registration has ended, owned by the
-/// `Bytes` of a [`Reply`](super::Reply) result: nobody but the holders of that `Bytes`
-/// can reach it. Dropped, it goes back to its connection's pool (if the
+/// The buffer of a Write chunk or a Read sink whose registration has
+/// ended, owned by the `Bytes` of a [`Reply`](super::Reply) result or of a
+/// received call's message: nobody but the holders of that `Bytes` can
+/// reach it. Dropped, it goes back to its connection's pool (if the
 /// connection still exists).
 struct PooledSink {
     buf: Box<[u8]>,
@@ -324,16 +330,21 @@ impl Res {
         }
     }
 
-    /// A buffer of `len` octets for a Write or Reply chunk: a pooled one of
-    /// that size if there is one, else a new zeroed one. A pooled buffer is
-    /// not cleared: it only ever held zeros or what this connection's peer
-    /// placed in it (a result handed out as `Bytes` comes back unchanged,
-    /// and only once every clone is dropped, so nothing the upper layer
-    /// still holds is ever reused), so nothing in it is new to the peer,
-    /// which can never read a chunk anyway (they are registered
-    /// `REMOTE_WRITE` only), and a caller only ever sees the octets the
-    /// responder says it wrote for that call. The pool dies with the
-    /// connection (results returned later are freed).
+    /// A buffer of `len` octets for a Write or Reply chunk, or for the
+    /// sink of a received call's Read chunk: a pooled one of that size if
+    /// there is one, else a new zeroed one. A pooled buffer is not cleared:
+    /// it only ever held zeros or what this connection's peer placed in it
+    /// (a result or a received call's chunk data handed out as `Bytes`
+    /// comes back unchanged, and only once every clone is dropped, so
+    /// nothing the upper layer still holds is ever reused), so nothing in
+    /// it is new to the peer, which can never read a sink anyway (none is
+    /// registered `REMOTE_READ`), and the upper layer only ever sees the
+    /// octets the responder says it wrote for that call, or those the
+    /// RDMA Reads of that call placed (a received call is delivered only
+    /// once its Reads have all completed with every octet asked for). A
+    /// fresh buffer of a size first seen costs its zeroing and its page
+    /// faults; a pooled one neither. The pool dies with the connection
+    /// (results returned later are freed).
     pub(super) fn sink_buffer(&mut self, len: usize) -> Vec<u8> {
         match self.pool().take(len) {
             Some(b) => Vec::from(b),
@@ -348,7 +359,8 @@ impl Res {
     }
 
     /// The first `len` octets of a Write chunk whose STag has been
-    /// invalidated, as `Bytes`: the chunk's buffer itself once deregistered
+    /// invalidated, or of a Read sink whose Reads are all done, as `Bytes`:
+    /// the chunk's buffer itself once deregistered
     /// (it goes back to the pool when the `Bytes` is dropped; `mr` is
     /// removed from `mrs` so it is not released twice), or, if the region
     /// cannot be deregistered yet (still held by a work request after a
