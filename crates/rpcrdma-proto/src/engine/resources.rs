@@ -101,7 +101,13 @@ pub(super) type Mrs = SmallVec<[MemoryRegion; 2]>;
 /// Send buffers kept registered for reuse.
 const SEND_POOL_MAX: usize = 256;
 /// Octets of (unregistered) chunk-sink buffers kept for reuse.
-const SINK_POOL_BYTES: usize = 32 << 20;
+pub(super) const SINK_POOL_BYTES: usize = 32 << 20;
+/// Octets of pooled buffers up to which the Read sink of a received call
+/// goes back to the pool: the peer chooses the sizes of its Read chunks,
+/// and what is pooled stays while the connection is idle, so a server
+/// keeps at most this much per connection beyond its Read-sink budgets
+/// (enough for a 1 MiB WRITE and a second in flight).
+pub(super) const READ_SINK_POOL_BYTES: usize = 2 << 20;
 
 /// Buffers of deregistered chunk sinks, for the next calls' Write and
 /// Reply chunks and Read sinks (see [`Res::sink_buffer`]). Shared with the
@@ -114,9 +120,9 @@ struct SinkPool {
 }
 
 impl SinkPool {
-    /// Keeps `buf` if the pool has room.
-    fn put(&mut self, buf: Box<[u8]>) {
-        if !buf.is_empty() && self.bytes + buf.len() <= SINK_POOL_BYTES {
+    /// Keeps `buf` if the pool then holds at most `cap` octets.
+    fn put(&mut self, buf: Box<[u8]>, cap: usize) {
+        if !buf.is_empty() && self.bytes + buf.len() <= cap.min(SINK_POOL_BYTES) {
             self.bytes += buf.len();
             self.bufs.push(buf);
         }
@@ -139,6 +145,9 @@ impl SinkPool {
 struct PooledSink {
     buf: Box<[u8]>,
     pool: Weak<Mutex<SinkPool>>,
+    /// The pool's size up to which the buffer is kept (see
+    /// [`SinkPool::put`]).
+    cap: usize,
 }
 
 impl AsRef<[u8]> for PooledSink {
@@ -151,7 +160,9 @@ impl Drop for PooledSink {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.upgrade() {
             let buf = std::mem::take(&mut self.buf);
-            pool.lock().unwrap_or_else(PoisonError::into_inner).put(buf);
+            pool.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .put(buf, self.cap);
         }
     }
 }
@@ -319,7 +330,7 @@ impl Res {
         // later call, which registers it afresh under a new STag.
         if !self.closed && mr.access().contains(Access::REMOTE_WRITE) {
             match p.deregister(&mr) {
-                Ok(Buffer::Owned(buf)) => self.pool().put(buf),
+                Ok(Buffer::Owned(buf)) => self.pool().put(buf, SINK_POOL_BYTES),
                 Ok(Buffer::Shared(_)) => {}
                 Err(_) => self.zombies.push(mr),
             }
@@ -364,13 +375,16 @@ impl Res {
     /// (it goes back to the pool when the `Bytes` is dropped; `mr` is
     /// removed from `mrs` so it is not released twice), or, if the region
     /// cannot be deregistered yet (still held by a work request after a
-    /// failure), a copy. Never more than the registered length.
+    /// failure), a copy. Never more than the registered length. Dropped,
+    /// the buffer goes back to the pool if the pool then holds at most
+    /// `pool_cap` octets.
     pub(super) fn take_result(
         &mut self,
         p: &mut dyn Provider,
         mr: &MemoryRegion,
         len: usize,
         mrs: &mut Mrs,
+        pool_cap: usize,
     ) -> Bytes {
         if len == 0 {
             return Bytes::new();
@@ -382,6 +396,7 @@ impl Res {
                     Buffer::Owned(buf) if len <= buf.len() => Bytes::from_owner(PooledSink {
                         buf,
                         pool: Arc::downgrade(&self.sink_pool),
+                        cap: pool_cap,
                     })
                     .slice(..len),
                     other => Bytes::copy_from_slice(other.get(..len).unwrap_or_default()),
@@ -518,6 +533,33 @@ impl Res {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn received_read_sinks_are_pooled_only_up_to_their_cap() {
+        // A peer choosing its Read chunks' sizes cannot make an idle
+        // connection keep more than READ_SINK_POOL_BYTES of them.
+        let pool = Arc::new(Mutex::new(SinkPool::default()));
+        let sink = |len: usize, cap: usize| {
+            Bytes::from_owner(PooledSink {
+                buf: vec![0u8; len].into_boxed_slice(),
+                pool: Arc::downgrade(&pool),
+                cap,
+            })
+        };
+        let held: Vec<Bytes> = (0..8)
+            .map(|i| sink((1 << 20) - 4 * i, READ_SINK_POOL_BYTES))
+            .collect();
+        drop(held);
+        let bytes = pool.lock().unwrap().bytes;
+        assert!(bytes <= READ_SINK_POOL_BYTES, "{bytes}");
+        assert_eq!(pool.lock().unwrap().bufs.len(), 2);
+        // Write-chunk results keep the larger cap.
+        drop(sink(1 << 20, SINK_POOL_BYTES));
+        assert_eq!(pool.lock().unwrap().bufs.len(), 3);
+        // A pooled buffer is handed out by exact size only.
+        assert!(pool.lock().unwrap().take(1 << 20).is_some());
+        assert!(pool.lock().unwrap().take(12345).is_none());
+    }
 
     #[test]
     fn wr_ids_of_finished_work_requests_never_match_again() {

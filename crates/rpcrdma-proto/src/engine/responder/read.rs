@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::engine::connection::Connection;
 use crate::engine::framing::{message_prefix, ErrorReply};
 use crate::engine::marshal;
-use crate::engine::resources::{Mrs, Op};
+use crate::engine::resources::{Mrs, Op, READ_SINK_POOL_BYTES};
 use crate::engine::{CallHandle, ConnectionError, Event, IncomingCall};
 use crate::provider::{
     Access, Blame, Bytes, MemoryRegion, Provider, RemoteAddr, SendOp, SendWr, Stag, Status,
@@ -220,7 +220,9 @@ impl Connection {
                 // Should it still be held, the data is copied out and the
                 // region released as usual.
                 sinks.push(mr);
-                c.data = self.res.take_result(p, &mr, c.len, &mut sinks);
+                c.data = self
+                    .res
+                    .take_result(p, &mr, c.len, &mut sinks, READ_SINK_POOL_BYTES);
             }
         }
         let base = match call.pz {
