@@ -32,7 +32,7 @@ use rpcrdma::rdma::{
     connect_client, RdmaBlockingClient, RdmaClientConfig, RdmaServer, RdmaServerConfig, RdmaStatus,
 };
 use rpcrdma::testprog::{
-    self, PROC_ECHO, PROC_NULL, PROC_READ, TEST_MAX_DATA, TEST_PROG, TEST_VERS,
+    self, PROC_ECHO, PROC_NULL, PROC_READ, PROC_WRITE, TEST_MAX_DATA, TEST_PROG, TEST_VERS,
 };
 use rpcrdma::{
     CallContext, Client, ClientConfig, Handler, HandlerError, HandlerFuture, Message,
@@ -449,29 +449,45 @@ type PatternCache = Arc<Mutex<Option<(u32, u32, Bytes)>>>;
 
 /// The test program's handler with READ results served from a cache of the
 /// last pattern generated (same bytes as `testprog::test_handler`, but a
-/// benchmark measures the transport, not the xorshift generator). Every
-/// other procedure goes to `testprog::test_handler` as it is (no cache
-/// reference taken per call).
+/// benchmark measures the transport, not the xorshift generator), and WRITE
+/// data counted, not checksummed ([`bench_write_ready`]). Every other
+/// procedure goes to `testprog::test_handler` as it is (no cache reference
+/// taken per call).
 struct BenchHandler {
     cache: PatternCache,
 }
 
 impl Handler for BenchHandler {
     fn call(&self, ctx: CallContext) -> HandlerFuture {
-        if ctx.proc != PROC_READ {
-            return Box::pin(testprog::test_handler(ctx));
+        match ctx.proc {
+            PROC_READ => Box::pin(bench_read(ctx, self.cache.clone())),
+            PROC_WRITE => Box::pin(async move { bench_write_ready(&ctx) }),
+            _ => Box::pin(testprog::test_handler(ctx)),
         }
-        Box::pin(bench_read(ctx, self.cache.clone()))
     }
 
     /// Every procedure is answered at once: no boxed future per call.
     fn call_ready(&self, ctx: &CallContext) -> Option<Result<Message, HandlerError>> {
-        Some(if ctx.proc != PROC_READ {
-            testprog::test_handler_ready(ctx)
-        } else {
-            bench_read_ready(ctx, &self.cache)
+        Some(match ctx.proc {
+            PROC_READ => bench_read_ready(ctx, &self.cache),
+            PROC_WRITE => bench_write_ready(ctx),
+            _ => testprog::test_handler_ready(ctx),
         })
     }
+}
+
+/// WRITE as the libtirpc peer's: the data is decoded (over RDMA it is the
+/// Read sink itself, no copy) and counted; its CRC32C is not computed (the
+/// result's `crc32c` is 0), since a benchmark measures the transport, not a
+/// checksum of the payload (`rpcrdma bench` does not check it). The
+/// arguments get the same checks as `testprog::test_handler`'s.
+fn bench_write_ready(ctx: &CallContext) -> Result<Message, HandlerError> {
+    let mut r = ctx.reader();
+    let data = r.opaque(TEST_MAX_DATA, "TEST_MAX_DATA", "write.data")?;
+    r.finish("write args")?;
+    let mut b = Message::builder();
+    b.put_u32(data.len() as u32).put_u32(0);
+    Ok(b.finish())
 }
 
 /// READ from the pattern cache.
@@ -664,7 +680,7 @@ impl WorkerResult {
 /// Consecutive errors after which a worker gives up.
 const MAX_WORKER_ERRORS: u64 = 100;
 
-async fn one_call(c: &Client, proc: BenchProc, payload: &[u8], size: u32) -> Result<(), String> {
+async fn one_call(c: &Client, proc: BenchProc, payload: &Bytes, size: u32) -> Result<(), String> {
     let e = |e: RpcError| e.to_string();
     match proc {
         BenchProc::Null => testprog::null(c).await.map_err(e),
@@ -677,7 +693,10 @@ async fn one_call(c: &Client, proc: BenchProc, payload: &[u8], size: u32) -> Res
             check_read(got.len(), size)
         }
         BenchProc::Write => {
-            let (n, _crc) = testprog::write(c, payload).await.map_err(e)?;
+            // The payload is shared, not copied (a Read chunk over RDMA).
+            let (n, _crc) = testprog::write_shared(c, payload.clone())
+                .await
+                .map_err(e)?;
             check_write(n, size)
         }
     }
@@ -686,7 +705,7 @@ async fn one_call(c: &Client, proc: BenchProc, payload: &[u8], size: u32) -> Res
 async fn worker(
     client: Arc<Client>,
     spec: Arc<LoadSpec>,
-    payload: Arc<Vec<u8>>,
+    payload: Bytes,
     shared: Arc<Shared>,
 ) -> WorkerResult {
     let mut res = WorkerResult::new();
@@ -705,7 +724,7 @@ async fn worker(
 fn one_call_blocking(
     c: &mut RdmaBlockingClient,
     proc: BenchProc,
-    payload: &[u8],
+    payload: &Bytes,
     size: u32,
 ) -> Result<(), String> {
     use testprog::blocking as t;
@@ -721,7 +740,7 @@ fn one_call_blocking(
             check_read(got.len(), size)
         }
         BenchProc::Write => {
-            let (n, _crc) = t::write(c, payload).map_err(e)?;
+            let (n, _crc) = t::write_shared(c, payload.clone()).map_err(e)?;
             check_write(n, size)
         }
     }
@@ -752,7 +771,7 @@ fn check_write(n: u32, size: u32) -> Result<(), String> {
 fn blocking_worker(
     client: Arc<Mutex<RdmaBlockingClient>>,
     spec: Arc<LoadSpec>,
-    payload: Arc<Vec<u8>>,
+    payload: Bytes,
     shared: Arc<Shared>,
 ) -> WorkerResult {
     let mut c = lock(&client);
@@ -806,7 +825,7 @@ async fn phase(
     stop: Stop,
     progress: bool,
 ) -> PhaseResult {
-    let payload = Arc::new(match spec.proc {
+    let payload = Bytes::from(match spec.proc {
         BenchProc::Echo | BenchProc::Write => testprog::pattern(7, spec.size as usize),
         _ => Vec::new(),
     });

@@ -446,6 +446,7 @@ fn faults(seed: u64, attempt: u64, client: bool) -> FaultConfig {
         remote_access_error_chance: if client { 0.0 } else { 0.01 },
         drop_recv_chance: if client { 0.005 } else { 0.0 },
         stall_read_len: None,
+        short_read_len: None,
     }
 }
 

@@ -8,8 +8,12 @@ mod util;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rpcrdma_proto::engine::{Config, Event, OutgoingCall, OutgoingReply, Piece, Reply, ReplyForm};
-use rpcrdma_proto::provider::Bytes;
+use rpcrdma_proto::engine::{
+    Config, ConnectionError, Event, OutgoingCall, OutgoingReply, Piece, Reply, ReplyForm,
+};
+use rpcrdma_proto::provider::fault::FaultConfig;
+use rpcrdma_proto::provider::mem::MemConfig;
+use rpcrdma_proto::provider::{Bytes, Status};
 use util::*;
 
 /// Bytes whose owner records when it is dropped (when the last clone of
@@ -218,4 +222,115 @@ fn results_outlive_the_connection() {
     drop(c);
     drop(s);
     assert_eq!(result, d);
+}
+
+/// One WRITE-like call whose argument `arg` goes in a Read chunk (followed
+/// by one inline word), answered at once (the requester's credit comes
+/// back); returns the call as the server received it, its message still
+/// held.
+fn write_call(p: &mut Pair, arg: &[u8]) -> rpcrdma_proto::engine::IncomingCall {
+    let mut head = call_header(100_003, 7);
+    head.extend(word(arg.len() as u32));
+    p.call(OutgoingCall {
+        message: rpcrdma_proto::engine::Message::from_pieces([
+            Piece::Inline(head.into()),
+            Piece::Ddp(Bytes::copy_from_slice(arg)),
+            Piece::Inline(word(0xfeed_f00d).into()),
+        ]),
+        reply_max: 512,
+        ddp_results: vec![],
+    });
+    let mut calls = p.server_calls();
+    assert_eq!(calls.len(), 1, "the call is delivered");
+    let c = calls.remove(0);
+    let mut m = reply_header(c.xid);
+    m.extend(word(arg.len() as u32));
+    p.reply(
+        c.handle,
+        OutgoingReply {
+            message: rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(m.into())]),
+        },
+    );
+    assert_eq!(take_replies(p).len(), 1);
+    c
+}
+
+/// The data of a received call's one Read chunk, and the piece before it.
+fn read_chunk_data(c: &rpcrdma_proto::engine::IncomingCall) -> (Bytes, Bytes) {
+    match c.message.pieces() {
+        [Piece::Inline(head), Piece::Ddp(d), Piece::Inline(_)] => (head.clone(), d.clone()),
+        other => panic!("unexpected pieces {other:?}"),
+    }
+}
+
+#[test]
+fn read_chunk_data_is_the_sink_buffer_and_is_pooled_only_once_dropped() {
+    let mut p = Pair::new(Config::client(), Config::server());
+    let (d1, d2, d3) = (data(5000, 1), data(5000, 2), data(5000, 3));
+    let c1 = write_call(&mut p, &d1);
+    let (head, got) = read_chunk_data(&c1);
+    assert_eq!(got, d1);
+    // Not copied into one buffer with the inline part: the piece is the
+    // sink the RDMA Read placed it in.
+    assert_ne!(got.as_ptr(), head.as_ptr().wrapping_add(head.len()));
+    let p1 = got.as_ptr();
+    drop(got);
+    // While the first call's data is held, the next call gets another
+    // sink, and the first call's data is never written again.
+    let c2 = write_call(&mut p, &d2);
+    let (_, got2) = read_chunk_data(&c2);
+    assert_eq!(got2, d2);
+    assert_ne!(got2.as_ptr(), p1);
+    assert_eq!(read_chunk_data(&c1).1, d1, "held data is not reused");
+    // A clone keeps the buffer out of the pool as well.
+    let keep = got2;
+    drop(c1);
+    drop(c2);
+    // The first sink is back in the pool: the next call's sink is it.
+    let c3 = write_call(&mut p, &d3);
+    let (_, got3) = read_chunk_data(&c3);
+    assert_eq!(got3, d3);
+    assert_eq!(got3.as_ptr(), p1);
+    assert_eq!(keep, d2, "the cloned data is untouched");
+    assert_eq!(p.s.conn.metrics().rdma_read_bytes, 15_000);
+}
+
+#[test]
+fn a_read_completion_short_of_its_length_is_never_delivered() {
+    // The provider reports a successful Read of 4,999 octets where 5,000
+    // were asked (the sink's last octet would be whatever it held before):
+    // the call is not delivered and the connection ends.
+    let fs = FaultConfig {
+        short_read_len: Some(5000),
+        ..FaultConfig::default()
+    };
+    let mut p = Pair::with_faults(
+        Config::client(),
+        Config::server(),
+        MemConfig::DEFAULT,
+        FaultConfig::default(),
+        fs,
+    );
+    let mut head = call_header(100_003, 7);
+    head.extend(word(5000));
+    p.call(OutgoingCall {
+        message: rpcrdma_proto::engine::Message::from_pieces([
+            Piece::Inline(head.into()),
+            Piece::Ddp(Bytes::from(data(5000, 1))),
+        ]),
+        reply_max: 512,
+        ddp_results: vec![],
+    });
+    assert!(p.server_calls().is_empty(), "nothing delivered");
+    assert!(
+        matches!(
+            p.s.conn.error(),
+            Some(ConnectionError::Completion {
+                status: Status::LocalLength,
+                ..
+            })
+        ),
+        "{:?}",
+        p.s.conn.error()
+    );
 }

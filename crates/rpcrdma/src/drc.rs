@@ -2,10 +2,18 @@
 //!
 //! A retransmitted call (same client, XID, program, version, procedure and
 //! the same call octets) must be executed once and answered again. The key
-//! is `(client identity, XID, prog, vers, proc, CRC32C of the whole call)`:
-//! the client identity comes from the transport and is never the source
-//! port, so a call retransmitted on a new connection after a reconnect still
-//! hits; the checksum separates a reused XID with different content.
+//! is `(client identity, XID, prog, vers, proc, length of the call, CRC32C
+//! of its first DRC_CSUM_LEN octets)` ([`call_checksum`]): the client
+//! identity comes from the transport and is never the source port, so a
+//! call retransmitted on a new connection after a reconnect still hits; the
+//! length and checksum separate a reused XID with different content.
+//!
+//! Only a prefix is checksummed, as Linux nfsd does (`RC_CSUMLEN`, 256
+//! octets, with the request length in the key): the call header and the
+//! leading arguments (an NFS WRITE's file handle, offset and count) are
+//! what tells two calls under one XID apart, and checksumming a whole
+//! bulk argument (a megabyte of WRITE data, or of any Read chunk) would
+//! cost more than the transfer itself.
 //!
 //! While the original is executing, a retransmission is dropped (the
 //! original's reply answers it). Bounded by entry count and by the octets of
@@ -29,8 +37,29 @@ pub struct DrcKey {
     pub vers: u32,
     /// Procedure.
     pub proc: u32,
-    /// CRC32C of the complete call message (contiguous XDR).
+    /// Octets of the call message (contiguous XDR).
+    pub len: usize,
+    /// CRC32C of the first [`DRC_CSUM_LEN`] octets of the call message.
     pub crc: u32,
+}
+
+/// Octets of a call checksummed for its [`DrcKey`] (Linux nfsd's
+/// `RC_CSUMLEN`).
+pub const DRC_CSUM_LEN: usize = 256;
+
+/// The `(len, crc)` of a call's [`DrcKey`]: the octets of its contiguous
+/// XDR stream, and the CRC32C of the first [`DRC_CSUM_LEN`] of them.
+pub fn call_checksum(call: &Message) -> (usize, u32) {
+    let mut crc = 0u32;
+    let mut left = DRC_CSUM_LEN;
+    call.for_each_xdr_chunk(|c| {
+        let take = c.get(..left.min(c.len())).unwrap_or_default();
+        if !take.is_empty() {
+            crc = crc32c::crc32c_append(crc, take);
+            left -= take.len();
+        }
+    });
+    (call.xdr_len(), crc)
 }
 
 /// What to do with a call.
@@ -189,8 +218,47 @@ mod tests {
             prog: 1,
             vers: 1,
             proc: 1,
+            len: 100,
             crc,
         }
+    }
+
+    #[test]
+    fn call_checksum_covers_the_length_and_a_prefix() {
+        use rpcrdma_proto::engine::Piece;
+        let stream: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let whole = Message::inline(stream.clone());
+        let (len, crc) = call_checksum(&whole);
+        assert_eq!(len, 1000);
+        assert_eq!(crc, crc32c::crc32c(&stream[..DRC_CSUM_LEN]));
+        // The same stream in pieces (a DDP piece across the prefix's end,
+        // its pad in the stream): the same key.
+        let mut pieces = Message::new();
+        pieces.push(Piece::Inline(Bytes::copy_from_slice(&stream[..200])));
+        pieces.push(Piece::Ddp(Bytes::copy_from_slice(&stream[200..298])));
+        let mut padded = stream[..298].to_vec();
+        padded.extend([0, 0]);
+        pieces.push(Piece::Inline(Bytes::copy_from_slice(&stream[300..])));
+        padded.extend(&stream[300..]);
+        let split = call_checksum(&pieces);
+        assert_eq!(split, (1000, crc32c::crc32c(&padded[..DRC_CSUM_LEN])));
+        // A change in the prefix or in the length is a different call; one
+        // past the prefix is not seen (as in Linux nfsd).
+        let mut other = stream.clone();
+        other[DRC_CSUM_LEN - 1] ^= 1;
+        assert_ne!(call_checksum(&Message::inline(other)), (len, crc));
+        assert_ne!(
+            call_checksum(&Message::inline(stream[..999].to_vec())).0,
+            len
+        );
+        let mut late = stream.clone();
+        late[DRC_CSUM_LEN] ^= 1;
+        assert_eq!(call_checksum(&Message::inline(late)), (len, crc));
+        // A call shorter than the prefix is checksummed whole.
+        assert_eq!(
+            call_checksum(&Message::inline(stream[..10].to_vec())),
+            (10, crc32c::crc32c(&stream[..10]))
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
 use crate::client::{inline_prefix, Client, ClientConfig, RpcError};
-use crate::drc::{DrcKey, DrcLookup, DuplicateReplyCache};
+use crate::drc::{call_checksum, DrcKey, DrcLookup, DuplicateReplyCache};
 use crate::message::{Message, MessageReader, Piece};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::tcp::{TcpConfig, TcpServer};
@@ -421,13 +421,17 @@ impl Server {
                 return None;
             }
         };
-        let key = (!registered.uncached.contains(&cb.procedure)).then(|| DrcKey {
-            client: client.clone(),
-            xid,
-            prog: cb.prog,
-            vers: cb.vers,
-            proc: cb.procedure,
-            crc: message.crc32c(),
+        let key = (!registered.uncached.contains(&cb.procedure)).then(|| {
+            let (len, crc) = call_checksum(&message);
+            DrcKey {
+                client: client.clone(),
+                xid,
+                prog: cb.prog,
+                vers: cb.vers,
+                proc: cb.procedure,
+                len,
+                crc,
+            }
         });
         let lookup = match &key {
             Some(key) => self

@@ -277,13 +277,13 @@ fn read_result(r: &Reply, count: u32) -> Result<Bytes, RpcError> {
     Ok(out)
 }
 
-fn write_call(data: &[u8]) -> Result<Prepared, RpcError> {
+fn write_call(data: Bytes) -> Result<Prepared, RpcError> {
     check_len(data.len())?;
-    Ok((
-        PROC_WRITE,
-        opaque_args(data, true)?,
-        reply_of(8, Vec::new()),
-    ))
+    // The caller's bytes themselves (over RDMA, registered as they are for
+    // the Read chunk): no copy.
+    let mut b = Message::builder();
+    b.put_ddp_opaque(data)?;
+    Ok((PROC_WRITE, b.finish(), reply_of(8, Vec::new())))
 }
 
 fn write_result(r: &Reply) -> Result<(u32, u32), RpcError> {
@@ -316,6 +316,11 @@ pub async fn read(c: &Client, count: u32, seed: u32) -> Result<Bytes, RpcError> 
 /// TEST_WRITE: sends `data` (DDP-eligible); returns the server's
 /// `(count, crc32c)`.
 pub async fn write(c: &Client, data: &[u8]) -> Result<(u32, u32), RpcError> {
+    write_shared(c, Bytes::copy_from_slice(data)).await
+}
+
+/// [`write`] of bytes the caller shares (not copied).
+pub async fn write_shared(c: &Client, data: Bytes) -> Result<(u32, u32), RpcError> {
     write_result(&call_async(c, write_call(data)?).await?)
 }
 
@@ -348,6 +353,11 @@ pub mod blocking {
     /// TEST_WRITE: sends `data` (DDP-eligible); returns the server's
     /// `(count, crc32c)`.
     pub fn write(c: &mut RdmaBlockingClient, data: &[u8]) -> Result<(u32, u32), RpcError> {
+        write_shared(c, Bytes::copy_from_slice(data))
+    }
+
+    /// [`write`] of bytes the caller shares (not copied).
+    pub fn write_shared(c: &mut RdmaBlockingClient, data: Bytes) -> Result<(u32, u32), RpcError> {
         write_result(&call(c, write_call(data)?)?)
     }
 }

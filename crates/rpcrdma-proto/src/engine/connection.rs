@@ -228,7 +228,7 @@ impl Connection {
             Op::Recv(mr) => self.on_receive(now, p, mr, c.byte_len as usize, c.opcode),
             Op::CallSend(xid) => self.call_sent(p, xid),
             Op::CallInv(xid) => self.call_invalidated(p, xid),
-            Op::Read(handle) => self.read_done(now, p, handle),
+            Op::Read { handle, len } => self.read_done(now, p, handle, len, c.byte_len),
             Op::Reply(job) => self.job_step(p, job),
             Op::ReplySend(mr) => self.reply_sent(p, mr),
             Op::Bare(mr) => self.error_sent(p, mr),
@@ -449,7 +449,7 @@ impl Connection {
                 self.res.zombies.push(mr);
             }
             Op::ReplySend(mr) => self.res.zombies.push(mr),
-            Op::Read(_) => {
+            Op::Read { .. } => {
                 self.resp.reads_outstanding = self.resp.reads_outstanding.saturating_sub(1)
             }
             Op::CallSend(_) | Op::CallInv(_) | Op::Reply(_) => {}

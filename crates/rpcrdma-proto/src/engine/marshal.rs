@@ -4,7 +4,10 @@
 
 use core::ops::Range;
 
+use bytes::Bytes;
+
 use super::Piece;
+use crate::message::Message;
 
 /// XDR roundup of `n` to a multiple of four, minus `n`.
 pub(crate) const fn pad4(n: usize) -> usize {
@@ -220,6 +223,49 @@ pub(crate) fn reassemble(base: Vec<u8>, chunks: &[(u32, Vec<u8>)]) -> (Vec<u8>, 
     (out, ranges)
 }
 
+/// The received call `base` (its inline part, or its Position-Zero Read
+/// chunk) with each Read chunk's data (`(position, data)`, wire order)
+/// inserted at its position, as a [`Message`] whose pieces share the
+/// buffers given (the Read sinks and the inline part are not copied): the
+/// same message as `Message::from_reassembled` of [`reassemble`], which
+/// copies everything into one buffer first.
+///
+/// Pieces are laid out directly when the positions are in order and each
+/// falls inside the inline part still to come (what [`check_positions`]
+/// ensures of every call admitted); anything else goes to the general path.
+pub(crate) fn assemble(base: Bytes, chunks: &[(u32, Bytes)]) -> Message {
+    if chunks.is_empty() {
+        return Message::inline(base);
+    }
+    let mut m = Message::new();
+    let mut out = 0usize; // octets of the reassembled stream so far
+    let mut inline_at = 0usize; // octets of `base` consumed so far
+    for (pos, data) in chunks {
+        let pos = *pos as usize;
+        let inline_off = pos
+            .checked_sub(out)
+            .and_then(|gap| inline_at.checked_add(gap))
+            .filter(|&off| off <= base.len());
+        let Some(inline_off) = inline_off else {
+            return assemble_slow(&base, chunks);
+        };
+        m.push(Piece::Inline(base.slice(inline_at..inline_off)));
+        m.push(Piece::Ddp(data.clone()));
+        inline_at = inline_off;
+        out = pos + data.len() + pad4(data.len());
+    }
+    m.push(Piece::Inline(base.slice(inline_at..)));
+    m
+}
+
+/// [`assemble`] by the general path: copied into one buffer by
+/// [`reassemble`], then split into pieces again.
+pub(crate) fn assemble_slow(base: &[u8], chunks: &[(u32, Bytes)]) -> Message {
+    let data: Vec<(u32, Vec<u8>)> = chunks.iter().map(|(p, d)| (*p, d.to_vec())).collect();
+    let (message, ddp) = reassemble(base.to_vec(), &data);
+    Message::from_reassembled(message, &ddp)
+}
+
 /// How `len` octets spread over segments of the given lengths:
 /// `(segment index, offset in the data, octets)`, or `None` if they do not
 /// fit.
@@ -354,6 +400,59 @@ mod tests {
             vec![1, 1, 1, 1, 9, 9, 9, 9, 9, 9, 9, 9, 2, 2, 2, 2, 8, 0, 0, 0]
         );
         assert_eq!(r, vec![4..12, 16..17]);
+    }
+
+    #[test]
+    fn assemble_shares_the_buffers() {
+        let base = Bytes::from(vec![1u8, 1, 1, 1, 2, 2, 2, 2]);
+        let a = Bytes::from(vec![9u8; 8]);
+        let b = Bytes::from(vec![8u8]);
+        let m = assemble(base.clone(), &[(4, a.clone()), (16, b.clone())]);
+        assert_eq!(
+            m.pieces(),
+            &[
+                Piece::Inline(base.slice(..4)),
+                Piece::Ddp(a.clone()),
+                Piece::Inline(base.slice(4..)),
+                Piece::Ddp(b.clone()),
+            ]
+        );
+        // No copy: the DDP pieces are the sinks themselves.
+        assert_eq!(m.pieces()[1].bytes().as_ptr(), a.as_ptr());
+        assert_eq!(m.pieces()[3].bytes().as_ptr(), b.as_ptr());
+        let slow = assemble_slow(&base, &[(4, a), (16, b)]);
+        assert_eq!(m, slow);
+    }
+
+    proptest::proptest! {
+        /// The fast path is the general path: the same message for any
+        /// inline part and any chunks, positions valid or not.
+        #[test]
+        fn assemble_is_reassemble(
+            base in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+            chunks in proptest::collection::vec(
+                (0u32..64, proptest::collection::vec(proptest::num::u8::ANY, 0..13)),
+                0..4,
+            ),
+            aligned in proptest::bool::ANY,
+        ) {
+            let chunks: Vec<(u32, Bytes)> = chunks
+                .into_iter()
+                .map(|(p, d)| (if aligned { p & !3 } else { p }, Bytes::from(d)))
+                .collect();
+            let fast = assemble(Bytes::from(base.clone()), &chunks);
+            let slow = assemble_slow(&base, &chunks);
+            proptest::prop_assert_eq!(&fast, &slow);
+            proptest::prop_assert_eq!(fast.pieces(), slow.pieces());
+            // And the RPC header words the responder checks are those of
+            // the flat reassembled stream, wherever they lie.
+            let data: Vec<(u32, Vec<u8>)> = chunks.iter().map(|(p, d)| (*p, d.to_vec())).collect();
+            let flat = reassemble(base, &data).0;
+            proptest::prop_assert_eq!(
+                crate::engine::framing::message_prefix(&fast),
+                crate::engine::framing::rpc_prefix(&flat)
+            );
+        }
     }
 
     #[test]

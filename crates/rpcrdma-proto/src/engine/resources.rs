@@ -29,8 +29,13 @@ pub(super) enum Op {
     CallSend(u32),
     /// A Local Invalidate of one of our call's chunks (by XID).
     CallInv(u32),
-    /// An RDMA Read for a received call.
-    Read(u64),
+    /// An RDMA Read of `len` octets for received call `handle`.
+    Read {
+        /// The call.
+        handle: u64,
+        /// Octets asked for.
+        len: u32,
+    },
     /// A Write or Send of one of our replies.
     Reply(u64),
     /// The Send of one of our replies that has no RDMA Write: its Send
@@ -97,12 +102,18 @@ pub(super) type Mrs = SmallVec<[MemoryRegion; 2]>;
 /// Send buffers kept registered for reuse.
 const SEND_POOL_MAX: usize = 256;
 /// Octets of (unregistered) chunk-sink buffers kept for reuse.
-const SINK_POOL_BYTES: usize = 32 << 20;
+pub(super) const SINK_POOL_BYTES: usize = 32 << 20;
+/// Octets of pooled buffers up to which the Read sink of a received call
+/// goes back to the pool: the peer chooses the sizes of its Read chunks,
+/// and what is pooled stays while the connection is idle, so a server
+/// keeps at most this much per connection beyond its Read-sink budgets
+/// (enough for a 1 MiB WRITE and a second in flight).
+pub(super) const READ_SINK_POOL_BYTES: usize = 2 << 20;
 
 /// Buffers of deregistered chunk sinks, for the next calls' Write and
-/// Reply chunks (see [`Res::sink_buffer`]). Shared with the
-/// [`PooledSink`]s that carry Write-chunk results to the upper layer, which
-/// give their buffer back when dropped.
+/// Reply chunks and Read sinks (see [`Res::sink_buffer`]). Shared with the
+/// [`PooledSink`]s that carry Write-chunk results and received Read-chunk
+/// data to the upper layer, which give their buffer back when dropped.
 #[derive(Debug, Default)]
 struct SinkPool {
     bufs: Vec<Box<[u8]>>,
@@ -110,9 +121,9 @@ struct SinkPool {
 }
 
 impl SinkPool {
-    /// Keeps `buf` if the pool has room.
-    fn put(&mut self, buf: Box<[u8]>) {
-        if !buf.is_empty() && self.bytes + buf.len() <= SINK_POOL_BYTES {
+    /// Keeps `buf` if the pool then holds at most `cap` octets.
+    fn put(&mut self, buf: Box<[u8]>, cap: usize) {
+        if !buf.is_empty() && self.bytes + buf.len() <= cap.min(SINK_POOL_BYTES) {
             self.bytes += buf.len();
             self.bufs.push(buf);
         }
@@ -127,13 +138,17 @@ impl SinkPool {
     }
 }
 
-/// The buffer of a Write chunk whose registration has ended, owned by the
-/// `Bytes` of a [`Reply`](super::Reply) result: nobody but the holders of that `Bytes`
-/// can reach it. Dropped, it goes back to its connection's pool (if the
+/// The buffer of a Write chunk or a Read sink whose registration has
+/// ended, owned by the `Bytes` of a [`Reply`](super::Reply) result or of a
+/// received call's message: nobody but the holders of that `Bytes` can
+/// reach it. Dropped, it goes back to its connection's pool (if the
 /// connection still exists).
 struct PooledSink {
     buf: Box<[u8]>,
     pool: Weak<Mutex<SinkPool>>,
+    /// The pool's size up to which the buffer is kept (see
+    /// [`SinkPool::put`]).
+    cap: usize,
 }
 
 impl AsRef<[u8]> for PooledSink {
@@ -146,7 +161,9 @@ impl Drop for PooledSink {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.upgrade() {
             let buf = std::mem::take(&mut self.buf);
-            pool.lock().unwrap_or_else(PoisonError::into_inner).put(buf);
+            pool.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .put(buf, self.cap);
         }
     }
 }
@@ -311,7 +328,7 @@ impl Res {
         // later call, which registers it afresh under a new STag.
         if !self.closed && mr.access().contains(Access::REMOTE_WRITE) {
             match p.deregister(&mr) {
-                Ok(Buffer::Owned(buf)) => self.pool().put(buf),
+                Ok(Buffer::Owned(buf)) => self.pool().put(buf, SINK_POOL_BYTES),
                 Ok(Buffer::Shared(_)) => {}
                 Err(_) => self.zombies.push(mr),
             }
@@ -322,16 +339,21 @@ impl Res {
         }
     }
 
-    /// A buffer of `len` octets for a Write or Reply chunk: a pooled one of
-    /// that size if there is one, else a new zeroed one. A pooled buffer is
-    /// not cleared: it only ever held zeros or what this connection's peer
-    /// placed in it (a result handed out as `Bytes` comes back unchanged,
-    /// and only once every clone is dropped, so nothing the upper layer
-    /// still holds is ever reused), so nothing in it is new to the peer,
-    /// which can never read a chunk anyway (they are registered
-    /// `REMOTE_WRITE` only), and a caller only ever sees the octets the
-    /// responder says it wrote for that call. The pool dies with the
-    /// connection (results returned later are freed).
+    /// A buffer of `len` octets for a Write or Reply chunk, or for the
+    /// sink of a received call's Read chunk: a pooled one of that size if
+    /// there is one, else a new zeroed one. A pooled buffer is not cleared:
+    /// it only ever held zeros or what this connection's peer placed in it
+    /// (a result or a received call's chunk data handed out as `Bytes`
+    /// comes back unchanged, and only once every clone is dropped, so
+    /// nothing the upper layer still holds is ever reused), so nothing in
+    /// it is new to the peer, which can never read a sink anyway (none is
+    /// registered `REMOTE_READ`), and the upper layer only ever sees the
+    /// octets the responder says it wrote for that call, or those the
+    /// RDMA Reads of that call placed (a received call is delivered only
+    /// once its Reads have all completed with every octet asked for). A
+    /// fresh buffer of a size first seen costs its zeroing and its page
+    /// faults; a pooled one neither. The pool dies with the connection
+    /// (results returned later are freed).
     pub(super) fn sink_buffer(&mut self, len: usize) -> Vec<u8> {
         match self.pool().take(len) {
             Some(b) => Vec::from(b),
@@ -346,17 +368,21 @@ impl Res {
     }
 
     /// The first `len` octets of a Write chunk whose STag has been
-    /// invalidated, as `Bytes`: the chunk's buffer itself once deregistered
+    /// invalidated, or of a Read sink whose Reads are all done, as `Bytes`:
+    /// the chunk's buffer itself once deregistered
     /// (it goes back to the pool when the `Bytes` is dropped; `mr` is
     /// removed from `mrs` so it is not released twice), or, if the region
     /// cannot be deregistered yet (still held by a work request after a
-    /// failure), a copy. Never more than the registered length.
+    /// failure), a copy. Never more than the registered length. Dropped,
+    /// the buffer goes back to the pool if the pool then holds at most
+    /// `pool_cap` octets.
     pub(super) fn take_result(
         &mut self,
         p: &mut dyn Provider,
         mr: &MemoryRegion,
         len: usize,
         mrs: &mut Mrs,
+        pool_cap: usize,
     ) -> Bytes {
         if len == 0 {
             return Bytes::new();
@@ -368,6 +394,7 @@ impl Res {
                     Buffer::Owned(buf) if len <= buf.len() => Bytes::from_owner(PooledSink {
                         buf,
                         pool: Arc::downgrade(&self.sink_pool),
+                        cap: pool_cap,
                     })
                     .slice(..len),
                     other => Bytes::copy_from_slice(other.get(..len).unwrap_or_default()),
@@ -504,6 +531,33 @@ impl Res {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn received_read_sinks_are_pooled_only_up_to_their_cap() {
+        // A peer choosing its Read chunks' sizes cannot make an idle
+        // connection keep more than READ_SINK_POOL_BYTES of them.
+        let pool = Arc::new(Mutex::new(SinkPool::default()));
+        let sink = |len: usize, cap: usize| {
+            Bytes::from_owner(PooledSink {
+                buf: vec![0u8; len].into_boxed_slice(),
+                pool: Arc::downgrade(&pool),
+                cap,
+            })
+        };
+        let held: Vec<Bytes> = (0..8)
+            .map(|i| sink((1 << 20) - 4 * i, READ_SINK_POOL_BYTES))
+            .collect();
+        drop(held);
+        let bytes = pool.lock().unwrap().bytes;
+        assert!(bytes <= READ_SINK_POOL_BYTES, "{bytes}");
+        assert_eq!(pool.lock().unwrap().bufs.len(), 2);
+        // Write-chunk results keep the larger cap.
+        drop(sink(1 << 20, SINK_POOL_BYTES));
+        assert_eq!(pool.lock().unwrap().bufs.len(), 3);
+        // A pooled buffer is handed out by exact size only.
+        assert!(pool.lock().unwrap().take(1 << 20).is_some());
+        assert!(pool.lock().unwrap().take(12345).is_none());
+    }
 
     #[test]
     fn wr_ids_of_finished_work_requests_never_match_again() {

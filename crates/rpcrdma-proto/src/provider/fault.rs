@@ -26,6 +26,10 @@
 //!   Request (a hostile requester that leaves part of a Read chunk
 //!   unanswered while the transport stays healthy); it completes `Flushed`
 //!   once the connection is down.
+//! * **Short Read completions** ([`FaultConfig::short_read_len`]): a Read
+//!   of that many octets that succeeds reports one octet fewer (a provider
+//!   that completes a Read it did not wholly place: what an engine reusing
+//!   its Read sinks must never deliver).
 //!
 //! Every decision comes from one SplitMix64 stream seeded by
 //! [`FaultConfig::seed`], drawn only for faults whose probability is above
@@ -59,6 +63,9 @@ pub struct FaultConfig {
     pub drop_recv_chance: f64,
     /// RDMA Reads of exactly this many octets are never answered.
     pub stall_read_len: Option<u32>,
+    /// Successful RDMA Reads of exactly this many octets report one octet
+    /// fewer in their completion.
+    pub short_read_len: Option<u32>,
 }
 
 /// What was injected so far.
@@ -331,6 +338,13 @@ impl<P: Provider> Provider for FaultInjector<P> {
             if let Some(c) = first {
                 c.status = status;
                 self.rewrite_first_flush = None;
+            }
+        }
+        if let Some(len) = self.config.short_read_len {
+            for c in out.get_mut(start..).unwrap_or_default() {
+                if c.opcode == Opcode::Read && c.status.is_ok() && c.byte_len == len {
+                    c.byte_len = len.saturating_sub(1);
+                }
             }
         }
         let n = out.len() - start;

@@ -9,6 +9,7 @@
 //! errors are richer; its CONNPROP exchange belongs to connection setup
 //! (`super::setup`), not here.
 
+use crate::message::{Message, Piece};
 use crate::provider::{SendOp, Stag};
 use crate::wire::chunk::ChunkLists;
 use crate::wire::rpc::MsgType;
@@ -262,4 +263,24 @@ pub(crate) fn rpc_prefix(msg: &[u8]) -> Option<(u32, MsgType)> {
             .map(u32::from_be_bytes)
     };
     Some((w(0)?, MsgType(w(4)?)))
+}
+
+/// [`rpc_prefix`] of a message's contiguous XDR stream (a reassembled
+/// call, whose first octets may lie in any piece): the first inline piece
+/// when it holds both words (every well-formed call), else the first eight
+/// octets gathered across the pieces and their pads.
+pub(crate) fn message_prefix(m: &Message) -> Option<(u32, MsgType)> {
+    if let Some(Piece::Inline(b)) = m.pieces().first() {
+        if b.len() >= 8 {
+            return rpc_prefix(b);
+        }
+    }
+    let mut head = [0u8; 8];
+    let mut n = 0;
+    m.for_each_xdr_chunk(|c| {
+        let k = c.len().min(head.len() - n);
+        head[n..n + k].copy_from_slice(&c[..k]);
+        n += k;
+    });
+    rpc_prefix(&head[..n])
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::engine::connection::Connection;
 use crate::engine::framing::{rpc_prefix, RdmaErrorReport, Shape};
-use crate::engine::resources::Op;
+use crate::engine::resources::{Op, SINK_POOL_BYTES};
 use crate::engine::{CallFailure, ConnectionError, Event, Reply};
 use crate::provider::{MemoryRegion, Provider, SendOp, SendWr, Sges, Stag};
 use crate::wire::chunk::{ChunkLists, WriteChunk};
@@ -355,7 +355,13 @@ impl Connection {
                 let write_mrs = std::mem::take(&mut call.write_mrs);
                 for (mr, &l) in write_mrs.iter().zip(&data.write_lens) {
                     self.metrics.write_chunk_bytes += u64::from(l);
-                    results.push(self.res.take_result(p, mr, l as usize, &mut call.chunk_mrs));
+                    results.push(self.res.take_result(
+                        p,
+                        mr,
+                        l as usize,
+                        &mut call.chunk_mrs,
+                        SINK_POOL_BYTES,
+                    ));
                 }
                 Event::ReplyReceived(Reply {
                     id: call.id,

@@ -7,7 +7,7 @@ use crate::engine::connection::Connection;
 use crate::engine::framing::{invalidation_handle, rpc_prefix, ErrorReply, Shape};
 use crate::engine::marshal;
 use crate::engine::{CallHandle, Event, IncomingCall, Message};
-use crate::provider::Provider;
+use crate::provider::{Bytes, Provider};
 use crate::wire::chunk::{ChunkLists, Segment, WriteChunk};
 use crate::wire::rpc::MsgType;
 
@@ -174,7 +174,7 @@ impl Connection {
                 position,
                 len: len as usize,
                 sink: None,
-                data: Vec::new(),
+                data: Bytes::new(),
             });
         }
         // A call whose Read chunks can never fit the Read-sink budget (this

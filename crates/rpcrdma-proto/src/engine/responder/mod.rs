@@ -23,7 +23,7 @@ use super::connection::{Connection, Direction};
 use super::ids::IdMap;
 use super::timer::Deadlines;
 use super::{Config, ConnectionError, PeerError};
-use crate::provider::{MemoryRegion, Provider};
+use crate::provider::{Bytes, MemoryRegion, Provider};
 use crate::wire::chunk::{Segment, WriteChunk, WriteList};
 use smallvec::SmallVec;
 
@@ -128,7 +128,8 @@ pub(super) struct ReadChunk {
     position: u32,
     len: usize,
     sink: Option<MemoryRegion>,
-    data: Vec<u8>,
+    /// The chunk's data once its Reads are done: the sink buffer itself.
+    data: Bytes,
 }
 
 /// A call we received.

@@ -5,21 +5,45 @@
 use std::time::Instant;
 
 use crate::engine::connection::Connection;
-use crate::engine::framing::{rpc_prefix, ErrorReply};
+use crate::engine::framing::{message_prefix, ErrorReply};
 use crate::engine::marshal;
-use crate::engine::resources::{Mrs, Op};
+use crate::engine::resources::{Mrs, Op, READ_SINK_POOL_BYTES};
 use crate::engine::{CallHandle, ConnectionError, Event, IncomingCall};
-use crate::provider::{Access, Buffer, MemoryRegion, Provider, RemoteAddr, SendOp, SendWr, Stag};
+use crate::provider::{
+    Access, Blame, Bytes, MemoryRegion, Provider, RemoteAddr, SendOp, SendWr, Stag, Status,
+};
 use crate::wire::chunk::WriteChunk;
 use crate::wire::rpc::MsgType;
-use smallvec::smallvec;
+use smallvec::{smallvec, SmallVec};
 
 use super::InState;
 
 impl Connection {
-    /// An RDMA Read of received call `handle` completed.
-    pub(in crate::engine) fn read_done(&mut self, now: Instant, p: &mut dyn Provider, handle: u64) {
+    /// An RDMA Read of received call `handle` completed successfully with
+    /// `byte_len` octets, `len` asked.
+    pub(in crate::engine) fn read_done(
+        &mut self,
+        now: Instant,
+        p: &mut dyn Provider,
+        handle: u64,
+        len: u32,
+        byte_len: u32,
+    ) {
         self.resp.reads_outstanding = self.resp.reads_outstanding.saturating_sub(1);
+        if byte_len != len {
+            // A successful RDMA Read places every octet asked for (the
+            // iWARP provider refuses a short Read Response before anything
+            // is placed). A provider that says otherwise would leave part
+            // of a (reused) sink unwritten: the call is never delivered.
+            self.fatal(
+                p,
+                ConnectionError::Completion {
+                    status: Status::LocalLength,
+                    blame: Blame::Local,
+                },
+            );
+            return;
+        }
         let done = match self.resp.incoming.get_mut(&handle).map(|c| &mut c.state) {
             Some(InState::Reading { reads_left }) => {
                 *reads_left = reads_left.saturating_sub(1);
@@ -77,7 +101,11 @@ impl Connection {
                     continue;
                 }
                 let mut v = Mrs::new();
-                match self.res.register(p, vec![0u8; len], sink_access, &mut v) {
+                // A pooled buffer if there is one of this size (not
+                // cleared: see `Res::sink_buffer`; the call is only
+                // delivered once Reads have placed all `len` octets).
+                let buf = self.res.sink_buffer(len);
+                match self.res.register(p, buf, sink_access, &mut v) {
                     Ok(mr) => sinks.push(Some(mr)),
                     Err(_) => {
                         failed = true;
@@ -139,7 +167,10 @@ impl Connection {
             else {
                 continue;
             };
-            let wr_id = self.res.wr(Op::Read(r.handle));
+            let wr_id = self.res.wr(Op::Read {
+                handle: r.handle,
+                len: r.seg.length,
+            });
             self.metrics.rdma_reads += 1;
             self.metrics.rdma_read_bytes += u64::from(r.seg.length);
             let res = self.post(
@@ -175,7 +206,7 @@ impl Connection {
         handle: u64,
     ) {
         let backchannel = self.resp.backchannel();
-        let mut sinks = Vec::new();
+        let mut sinks = Mrs::new();
         let Some(call) = self.resp.incoming.get_mut(&handle) else {
             return;
         };
@@ -184,26 +215,14 @@ impl Connection {
         for c in &mut call.chunks {
             if let Some(mr) = c.sink.take() {
                 // Every Read into the sink has completed: its registration
-                // ends and the buffer itself is the chunk's data (no copy).
+                // ends and the buffer itself is the chunk's data (no copy;
+                // back to the sink pool once the upper layer drops it).
                 // Should it still be held, the data is copied out and the
                 // region released as usual.
-                match p.deregister(&mr) {
-                    Ok(Buffer::Owned(buf)) if buf.len() >= c.len => {
-                        let mut v = Vec::from(buf);
-                        v.truncate(c.len);
-                        c.data = v;
-                    }
-                    Ok(other) => c.data = other.get(..c.len).unwrap_or_default().to_vec(),
-                    Err(_) => {
-                        c.data = p
-                            .region(&mr)
-                            .ok()
-                            .and_then(|b| b.get(..c.len))
-                            .map(<[u8]>::to_vec)
-                            .unwrap_or_default();
-                        sinks.push(mr);
-                    }
-                }
+                sinks.push(mr);
+                c.data = self
+                    .res
+                    .take_result(p, &mr, c.len, &mut sinks, READ_SINK_POOL_BYTES);
             }
         }
         let base = match call.pz {
@@ -212,9 +231,9 @@ impl Connection {
                 .get_mut(i)
                 .map(|c| std::mem::take(&mut c.data))
                 .unwrap_or_default(),
-            None => std::mem::take(&mut call.base),
+            None => Bytes::from(std::mem::take(&mut call.base)),
         };
-        let data: Vec<(u32, Vec<u8>)> = call
+        let data: SmallVec<[(u32, Bytes); 2]> = call
             .chunks
             .iter_mut()
             .filter(|c| c.position != 0)
@@ -226,7 +245,7 @@ impl Connection {
         //# length of the data item and the length of the roundup padding.
         // Both forms are accepted: a chunk of unaligned length is followed
         // in the reassembled stream by zero octets of XDR pad.
-        let (message, ddp) = marshal::reassemble(base, &data);
+        let message = marshal::assemble(base, &data);
         //= rfc8166#section-4.2.1
         //# This XID MUST be the same as the XID in the RPC message.
         //= rfc8167#section-5.1
@@ -242,7 +261,7 @@ impl Connection {
         // whose RPC header disagrees with its transport header (forward or
         // reverse, inline or in a Position-Zero Read chunk) is malformed and
         // answered with ERR_CHUNK, never delivered.
-        let header_ok = rpc_prefix(&message) == Some((call.xid, MsgType::CALL));
+        let header_ok = message_prefix(&message) == Some((call.xid, MsgType::CALL));
         let xid = call.xid;
         if header_ok {
             call.state = InState::Delivered;
@@ -251,7 +270,7 @@ impl Connection {
             handle: CallHandle(handle),
             xid: call.xid,
             backchannel,
-            message: crate::message::Message::from_reassembled(message, &ddp),
+            message,
             long: call.long,
             write_chunks: call.writes.iter().map(WriteChunk::total_len).collect(),
             reply_chunk: call.reply.as_ref().map(WriteChunk::total_len),
