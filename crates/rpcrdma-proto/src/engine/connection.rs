@@ -169,6 +169,7 @@ impl Connection {
             read_sink_bytes: self.resp.sink_bytes,
             read_budget_held: self.resp.lease.held(),
             zombies: self.res.zombies.len(),
+            pooled_sink_bytes: self.res.pooled_sink_bytes(),
         }
     }
 
@@ -234,6 +235,7 @@ impl Connection {
             Op::Bare(mr) => self.error_sent(p, mr),
         }
         self.drain_backlog(now, p);
+        self.res.note_pool_use(now);
         self.res.reap(p);
     }
 
@@ -470,6 +472,7 @@ impl Connection {
         self.drop_incoming();
         self.res.zombies.append(&mut self.res.recv_free);
         self.res.zombies.append(&mut self.res.send_pool);
+        self.res.close_sink_pool();
         for wr in std::mem::take(&mut self.res.backlog) {
             if let Some(op) = self.res.ops.remove(wr.wr_id) {
                 self.cleanup_dead(op);

@@ -645,6 +645,9 @@ pub struct Resources {
     /// Regions waiting to be deregistered (still held by a work request
     /// after a failure).
     pub zombies: usize,
+    /// Octets of unregistered chunk-sink buffers pooled for the next bulk
+    /// calls (freed after an idle pause, see `Connection::poll_timeout`).
+    pub pooled_sink_bytes: usize,
 }
 
 impl Resources {

@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
@@ -109,6 +110,11 @@ pub(super) const SINK_POOL_BYTES: usize = 32 << 20;
 /// keeps at most this much per connection beyond its Read-sink budgets
 /// (enough for a 1 MiB WRITE and a second in flight).
 pub(super) const READ_SINK_POOL_BYTES: usize = 2 << 20;
+/// How long a connection keeps what bulk traffic left pooled (chunk-sink
+/// buffers, Send buffers beyond the first) after its last bulk or
+/// concurrent use: an idle connection holds no more than one call at
+/// depth 1 needs (issue 18: an idle connection costs at most 64 KiB).
+pub(super) const POOL_IDLE_TRIM: Duration = Duration::from_secs(2);
 
 /// Buffers of deregistered chunk sinks, for the next calls' Write and
 /// Reply chunks and Read sinks (see [`Res::sink_buffer`]). Shared with the
@@ -118,12 +124,14 @@ pub(super) const READ_SINK_POOL_BYTES: usize = 2 << 20;
 struct SinkPool {
     bufs: Vec<Box<[u8]>>,
     bytes: usize,
+    /// The connection has failed: buffers given back are freed.
+    closed: bool,
 }
 
 impl SinkPool {
     /// Keeps `buf` if the pool then holds at most `cap` octets.
     fn put(&mut self, buf: Box<[u8]>, cap: usize) {
-        if !buf.is_empty() && self.bytes + buf.len() <= cap.min(SINK_POOL_BYTES) {
+        if !self.closed && !buf.is_empty() && self.bytes + buf.len() <= cap.min(SINK_POOL_BYTES) {
             self.bytes += buf.len();
             self.bufs.push(buf);
         }
@@ -208,6 +216,11 @@ pub(super) struct Res {
     pub(super) zombies: Vec<MemoryRegion>,
     /// The connection has failed: nothing is pooled any more.
     pub(super) closed: bool,
+    /// A chunk sink was taken or a second Send buffer pooled since the last
+    /// completion: [`Res::note_pool_use`] turns it into `trim_at`.
+    pool_used: bool,
+    /// When the pools are trimmed ([`Res::trim_pools`]) unless used again.
+    pub(super) trim_at: Option<Instant>,
 }
 
 impl Res {
@@ -226,7 +239,36 @@ impl Res {
             sink_pool: Arc::default(),
             zombies: Vec::new(),
             closed: false,
+            pool_used: false,
+            trim_at: None,
         }
+    }
+
+    /// After a completion at `now`: if the pools were used for more than a
+    /// depth-1 small call, they are trimmed [`POOL_IDLE_TRIM`] from now.
+    #[inline]
+    pub(super) fn note_pool_use(&mut self, now: Instant) {
+        if self.pool_used {
+            self.pool_used = false;
+            self.trim_at = Some(now + POOL_IDLE_TRIM);
+        }
+    }
+
+    /// The connection was idle for [`POOL_IDLE_TRIM`]: frees the pooled
+    /// chunk-sink buffers and every pooled Send buffer but one. Buffers
+    /// still held by upper layers come back to the pool later and arm no
+    /// trim of their own (at most the pool caps stay).
+    pub(super) fn trim_pools(&mut self, p: &mut dyn Provider) {
+        self.trim_at = None;
+        let freed = std::mem::take(&mut self.pool().bufs);
+        self.pool().bytes = 0;
+        drop(freed);
+        while self.send_pool.len() > 1 {
+            if let Some(mr) = self.send_pool.pop() {
+                self.zombies.push(mr);
+            }
+        }
+        self.reap(p);
     }
 
     pub(super) fn wr(&mut self, op: Op) -> u64 {
@@ -319,6 +361,7 @@ impl Res {
             && mr.len() == self.send_size as u64
             && self.send_pool.len() < SEND_POOL_MAX
         {
+            self.pool_used |= !self.send_pool.is_empty();
             self.send_pool.push(mr);
             return;
         }
@@ -355,10 +398,29 @@ impl Res {
     /// faults; a pooled one neither. The pool dies with the connection
     /// (results returned later are freed).
     pub(super) fn sink_buffer(&mut self, len: usize) -> Vec<u8> {
+        self.pool_used = true;
         match self.pool().take(len) {
             Some(b) => Vec::from(b),
             None => vec![0u8; len],
         }
+    }
+
+    /// The connection has failed: the pooled chunk-sink buffers are freed,
+    /// and so are those given back later.
+    pub(super) fn close_sink_pool(&mut self) {
+        self.trim_at = None;
+        let freed = {
+            let mut pool = self.pool();
+            pool.closed = true;
+            pool.bytes = 0;
+            std::mem::take(&mut pool.bufs)
+        };
+        drop(freed);
+    }
+
+    /// Octets of chunk-sink buffers pooled now.
+    pub(super) fn pooled_sink_bytes(&self) -> usize {
+        self.pool().bytes
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, SinkPool> {

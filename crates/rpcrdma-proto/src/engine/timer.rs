@@ -3,11 +3,13 @@
 //! [`Connection::handle_timeout`] should run next, and spurious calls are
 //! harmless.
 //!
-//! Three kinds: each sent call's reply deadline (`Config::call_timeout`,
+//! Four kinds: each sent call's reply deadline (`Config::call_timeout`,
 //! the requester's), each received call's Read deadline
 //! (`Config::read_timeout`, from its admission until its RDMA Reads are
 //! all done) and the idle deadline (`Config::idle_timeout`, until the
-//! peer's first valid call), the responder's. Calls and Reads keep theirs
+//! peer's first valid call), the responder's; and the pool trim
+//! (`resources::POOL_IDLE_TRIM` after the last bulk or concurrent use), both
+//! roles'. Calls and Reads keep theirs
 //! in a [`Deadlines`] queue, sorted, so the next one is read at its front
 //! instead of by a scan.
 
@@ -105,6 +107,9 @@ impl Connection {
                 return;
             }
         }
+        if self.res.trim_at.is_some_and(|d| d <= now) && self.quiet() {
+            self.res.trim_pools(p);
+        }
         let expired = self.call_deadline().is_some_and(|d| d <= now);
         if expired {
             self.count_timeouts(now);
@@ -118,17 +123,28 @@ impl Connection {
             return None;
         }
         let call = self.call_deadline();
-        if self.resp.read_deadlines.is_empty() && self.resp.idle_deadline.is_none() {
+        if self.resp.read_deadlines.is_empty()
+            && self.resp.idle_deadline.is_none()
+            && self.res.trim_at.is_none()
+        {
             return call;
         }
         self.responder_timeout(call)
     }
 
-    /// [`Connection::poll_timeout`] with a Read or idle deadline armed.
+    /// No call in progress either way: the pool-trim pause counts only
+    /// then (a trim that came due meanwhile fires at the next timeout).
+    fn quiet(&self) -> bool {
+        self.req.calls.is_empty() && self.req.queue.is_empty() && self.resp.incoming.is_empty()
+    }
+
+    /// [`Connection::poll_timeout`] with a Read, idle or pool-trim
+    /// deadline armed.
     #[inline(never)]
     fn responder_timeout(&self, call: Option<Instant>) -> Option<Instant> {
         let read = self.resp.read_deadlines.front().map(|(d, _)| d);
-        [call, read, self.resp.idle_deadline]
+        let trim = self.res.trim_at.filter(|_| self.quiet());
+        [call, read, self.resp.idle_deadline, trim]
             .into_iter()
             .flatten()
             .min()
