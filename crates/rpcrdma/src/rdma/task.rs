@@ -62,6 +62,9 @@ pub(crate) struct TaskShell {
     /// flagged; see [`TaskShell::poll_work`]).
     rx_registered: bool,
     reconnect: Option<Reconnect>,
+    /// The waker the armed timer holds (it was polled since its last
+    /// reset).
+    timer_waker: Option<std::task::Waker>,
 }
 
 /// Registers the core's socket with tokio; with it watched, the provider
@@ -98,6 +101,7 @@ impl TaskShell {
             rx_done: false,
             rx_registered: false,
             reconnect,
+            timer_waker: None,
         }
     }
 
@@ -271,8 +275,23 @@ impl TaskShell {
             if armed.is_none_or(|a| want < a) {
                 timer.as_mut().reset(want);
                 *armed = Some(want);
+                self.timer_waker = None;
+            }
+            // Not due by this round's clock, and it holds this waker from
+            // an earlier poll: no need to poll it again (a timer never
+            // fires before its instant, so the round after its wake-up
+            // finds it due and polls it).
+            let due = armed.is_none_or(|a| a <= tokio::time::Instant::from_std(now));
+            if !due
+                && self
+                    .timer_waker
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                return Poll::Pending;
             }
             if timer.as_mut().poll(cx).is_pending() {
+                self.timer_waker = Some(cx.waker().clone());
                 return Poll::Pending;
             }
             // The deadline: round again (the engine or the provider handles
