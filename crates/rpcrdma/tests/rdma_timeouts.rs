@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use rpcrdma::rdma::{connect_client, RdmaClientConfig, RdmaServer, RdmaServerConfig};
 use rpcrdma::{
-    testprog, CallContext, CallOptions, Client, ClientConfig, ClientTransport, HandlerError,
-    Message, ReconnectPolicy, RpcError, Server,
+    testprog, CallOptions, Client, ClientConfig, ClientTransport, Message, ReconnectPolicy,
+    RpcError,
 };
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -19,24 +19,8 @@ async fn bounded<F: std::future::Future>(f: F) -> F::Output {
         .expect("test timed out")
 }
 
-/// Procedure 1 waits `ms` (its argument) before replying with it.
-const SLOW_PROG: u32 = 0x2000_5302;
-
-fn server() -> Server {
-    let server = Server::default();
-    testprog::register(&server);
-    server.register(SLOW_PROG, 1, |ctx: CallContext| async move {
-        if ctx.proc != 1 {
-            return Err(HandlerError::ProcUnavail);
-        }
-        let ms = ctx.args.reader().u32("ms")?;
-        tokio::time::sleep(Duration::from_millis(u64::from(ms))).await;
-        let mut b = Message::builder();
-        b.put_u32(ms);
-        Ok(b.finish())
-    });
-    server
-}
+mod slowprog;
+use slowprog::{server, SLOW_PROG};
 
 async fn slow(c: &Client, ms: u32, timeout: Option<Duration>) -> Result<u32, RpcError> {
     let mut b = Message::builder();

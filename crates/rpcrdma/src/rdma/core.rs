@@ -342,14 +342,13 @@ impl Core {
 
     /// What to wait for besides the waker and the commands.
     pub(crate) fn wait(&self) -> Wait {
-        let deadline = [
-            self.conn.poll_timeout(),
-            self.provider_deadline(),
-            self.deadlines.peek(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
+        let mut deadline = match (self.conn.poll_timeout(), self.provider_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(c) = self.deadlines.peek() {
+            deadline = Some(deadline.map_or(c, |d| d.min(c)));
+        }
         Wait {
             deadline,
             writable: self.wants_write(),

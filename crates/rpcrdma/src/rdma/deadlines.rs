@@ -8,36 +8,30 @@
 //! the live ones ([`Deadlines::compact`]), so memory stays proportional to
 //! the calls outstanding.
 
-use std::collections::VecDeque;
 use std::time::Instant;
 
-use rpcrdma_proto::engine::CallId;
+use rpcrdma_proto::engine::{CallId, Deadlines as Queue};
 
 /// Entries beyond twice the live calls tolerated before a compaction.
 const SLACK: usize = 64;
 
-/// See the module docs.
+/// See the module docs (the engine's sorted queue, [`Queue`], with stale
+/// entries dropped lazily).
 #[derive(Default)]
 pub(crate) struct Deadlines {
-    q: VecDeque<(Instant, CallId)>,
+    q: Queue<CallId>,
 }
 
 impl Deadlines {
     /// Adds the deadline `at` of the call `id`.
     pub(crate) fn push(&mut self, at: Instant, id: CallId) {
-        // From the back: usually the latest deadline of all.
-        if self.q.back().is_none_or(|&(t, _)| t <= at) {
-            self.q.push_back((at, id));
-        } else {
-            let i = self.q.partition_point(|&(t, _)| t <= at);
-            self.q.insert(i, (at, id));
-        }
+        self.q.insert(at, id);
     }
 
     /// The earliest deadline of a call still `live` (entries of calls
     /// that ended before it are dropped on the way), without removing it.
     pub(crate) fn next(&mut self, live: impl Fn(CallId, Instant) -> bool) -> Option<Instant> {
-        while let Some(&(t, id)) = self.q.front() {
+        while let Some((t, id)) = self.q.front() {
             if live(id, t) {
                 return Some(t);
             }
@@ -49,14 +43,14 @@ impl Deadlines {
     /// The earliest deadline, live or not (a shell may wake for one that
     /// no longer matters; the round after drops it).
     pub(crate) fn peek(&self) -> Option<Instant> {
-        self.q.front().map(|&(t, _)| t)
+        self.q.front().map(|(t, _)| t)
     }
 
     /// Removes and returns the first entry if its deadline is `now` or
     /// earlier.
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<CallId> {
         match self.q.front() {
-            Some(&(t, id)) if t <= now => {
+            Some((t, id)) if t <= now => {
                 self.q.pop_front();
                 Some(id)
             }
@@ -68,7 +62,7 @@ impl Deadlines {
     /// twice `live_count` (plus [`SLACK`]).
     pub(crate) fn compact(&mut self, live_count: usize, live: impl Fn(CallId, Instant) -> bool) {
         if self.q.len() > 2 * live_count + SLACK {
-            self.q.retain(|&(t, id)| live(id, t));
+            self.q.retain(|t, id| live(id, t));
         }
     }
 
