@@ -433,17 +433,22 @@ impl Client {
         let metrics = self.transport.metrics();
         let mut call = Attempts::new(xid, (prog, vers, proc), args, opts, &self.config, &metrics)?;
         let reply = loop {
-            let rx = self
-                .transport
-                .send_call(call.next())
-                .map_err(refused_or_transport)?;
-            let t = match tokio::time::timeout(call.timeout(), rx).await {
-                Ok(Ok(Ok(m))) => Transmission::Reply(m),
-                Ok(Ok(Err(e))) => Transmission::Failed(e),
-                Ok(Err(_)) => Transmission::Dropped(self.transport.closed_reason()),
-                Err(_) => {
-                    self.transport.cancel(xid);
-                    Transmission::TimedOut
+            let timeout = call.timeout();
+            let deadline = std::time::Instant::now().checked_add(timeout);
+            let (rx, timed) = match deadline {
+                Some(d) => self.transport.send_call_until(call.next(), d),
+                None => self.transport.send_call(call.next()).map(|rx| (rx, false)),
+            }
+            .map_err(refused_or_transport)?;
+            let t = if timed {
+                self.settled_by_transport(rx, deadline).await
+            } else {
+                match tokio::time::timeout(timeout, rx).await {
+                    Ok(r) => self.received(r),
+                    Err(_) => {
+                        self.transport.cancel(xid);
+                        Transmission::TimedOut
+                    }
                 }
             };
             if let Some(m) = call.settle(t)? {
@@ -451,6 +456,39 @@ impl Client {
             }
         };
         call.finish(reply)
+    }
+}
+
+impl Client {
+    /// The outcome of a transmission the transport times out itself (see
+    /// [`ClientTransport::send_call_until`]): a receiver closed without an
+    /// outcome at or after the deadline is the timeout (the transport has
+    /// forgotten the call already), unless the connection is closed.
+    async fn settled_by_transport(
+        &self,
+        rx: crate::transport::ReplyReceiver,
+        deadline: Option<std::time::Instant>,
+    ) -> Transmission {
+        let r = rx.await;
+        if r.is_err()
+            && deadline.is_some_and(|d| std::time::Instant::now() >= d)
+            && self.transport.closed_reason().is_none()
+        {
+            return Transmission::TimedOut;
+        }
+        self.received(r)
+    }
+
+    /// A transmission's outcome from its receiver.
+    fn received(
+        &self,
+        r: Result<Result<Message, TransportError>, tokio::sync::oneshot::error::RecvError>,
+    ) -> Transmission {
+        match r {
+            Ok(Ok(m)) => Transmission::Reply(m),
+            Ok(Err(e)) => Transmission::Failed(e),
+            Err(_) => Transmission::Dropped(self.transport.closed_reason()),
+        }
     }
 }
 

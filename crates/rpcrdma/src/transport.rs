@@ -156,6 +156,20 @@ pub type ReplyReceiver = oneshot::Receiver<Result<Message, TransportError>>;
 pub trait ClientTransport: Send + Sync + 'static {
     /// Queues a call; the reply with the same XID completes the receiver.
     fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError>;
+    /// Queues a call to be given up at `deadline`. True with the receiver
+    /// when the transport does that itself: then, at `deadline`, it
+    /// forgets the call (as [`ClientTransport::cancel`] does) and drops the
+    /// reply's sender, and the caller needs no timer of its own. False (the
+    /// default: [`ClientTransport::send_call`]) when the caller must time
+    /// the call out and cancel it.
+    fn send_call_until(
+        &self,
+        call: OutgoingCall,
+        deadline: std::time::Instant,
+    ) -> Result<(ReplyReceiver, bool), TransportError> {
+        let _ = deadline;
+        self.send_call(call).map(|rx| (rx, false))
+    }
     /// Forgets an outstanding XID (after a timeout): a late reply is dropped
     /// and counted.
     fn cancel(&self, xid: u32);

@@ -13,32 +13,12 @@ use rpcrdma::rdma::{
     connect_client, RdmaBlockingClient, RdmaClientConfig, RdmaServer, RdmaServerConfig,
 };
 use rpcrdma::testprog::{self, blocking as tb, TEST_PROG, TEST_VERS};
-use rpcrdma::{
-    CallContext, CallOptions, ClientConfig, HandlerError, Message, ReplyError, RpcError, Server,
-};
+use rpcrdma::{CallOptions, ClientConfig, Message, ReplyError, RpcError};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// A program whose procedure 1 waits `ms` (its only argument) on the
-/// runtime's timer before replying with the argument: a handler that is
-/// not ready when first polled.
-const SLOW_PROG: u32 = 0x2000_5301;
-
-fn server() -> Server {
-    let server = Server::default();
-    testprog::register(&server);
-    server.register(SLOW_PROG, 1, |ctx: CallContext| async move {
-        if ctx.proc != 1 {
-            return Err(HandlerError::ProcUnavail);
-        }
-        let ms = ctx.args.reader().u32("ms")?;
-        tokio::time::sleep(Duration::from_millis(u64::from(ms))).await;
-        let mut b = Message::builder();
-        b.put_u32(ms);
-        Ok(b.finish())
-    });
-    server
-}
+mod slowprog;
+use slowprog::{server, SLOW_PROG};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -65,6 +65,7 @@ pub use crate::wire::direction::Role;
 pub use budget::ReadSinkBudget;
 pub use connection::Connection;
 pub use framing::RdmaErrorReport;
+pub use timer::Deadlines;
 
 /// Engine configuration. Defaults follow Linux (anchors §1).
 #[derive(Clone, Debug)]

@@ -20,8 +20,9 @@ use super::{Connection, ConnectionError, PeerError};
 use crate::provider::Provider;
 
 /// `(deadline, key)` pairs sorted by deadline (ties in insertion order).
+/// (Also the runtime's queue of its calls' deadlines.)
 #[derive(Debug)]
-pub(super) struct Deadlines<K> {
+pub struct Deadlines<K> {
     q: VecDeque<(Instant, K)>,
 }
 
@@ -34,12 +35,12 @@ impl<K> Default for Deadlines<K> {
 impl<K: Copy + PartialEq> Deadlines<K> {
     /// The earliest deadline and its key.
     #[inline]
-    pub(super) fn front(&self) -> Option<(Instant, K)> {
+    pub fn front(&self) -> Option<(Instant, K)> {
         self.q.front().copied()
     }
 
     /// Adds `(d, key)`, keeping the order.
-    pub(super) fn insert(&mut self, d: Instant, key: K) {
+    pub fn insert(&mut self, d: Instant, key: K) {
         // Deadlines normally come in order (`now` does not go back): the
         // new one goes at the back.
         if self.q.back().is_none_or(|&(e, _)| e <= d) {
@@ -51,34 +52,34 @@ impl<K: Copy + PartialEq> Deadlines<K> {
     }
 
     /// Drops the earliest deadline.
-    pub(super) fn pop_front(&mut self) {
+    pub fn pop_front(&mut self) {
         self.q.pop_front();
     }
 
     /// Drops the (first) deadline of `key`.
-    pub(super) fn remove(&mut self, key: K) {
+    pub fn remove(&mut self, key: K) {
         if let Some(i) = self.q.iter().position(|&(_, k)| k == key) {
             self.q.remove(i);
         }
     }
 
     /// Keeps the deadlines for which `keep` holds.
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(Instant, K) -> bool) {
+    pub fn retain(&mut self, mut keep: impl FnMut(Instant, K) -> bool) {
         self.q.retain(|&(d, k)| keep(d, k));
     }
 
     /// Deadlines kept (stale ones included).
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.q.len()
     }
 
     /// True when none is kept.
-    pub(super) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.q.is_empty()
     }
 
     /// Drops them all.
-    pub(super) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.q.clear();
     }
 }

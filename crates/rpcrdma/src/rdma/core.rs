@@ -21,8 +21,9 @@
 //!   provider reads ([`Core::note_readable`]), so input arriving after the
 //!   provider's drain is a new edge the shell sees before it sleeps;
 //!   writability likewise while the provider [wants to write](Core::wants_write);
-//! * timers: the engine's next deadline and the provider's own (a Read
-//!   RTR's next nudge) are both in [`Wait::deadline`];
+//! * timers: the engine's next deadline, the provider's own (a Read
+//!   RTR's next nudge) and the earliest deadline of a call (the async
+//!   client's timeouts, [`super::deadlines`]) are all in [`Wait::deadline`];
 //! * the shared Read-sink budget: the engine holds the shell's waker
 //!   ([`Core::set_waker`]) and wakes it when another connection returns
 //!   budget.
@@ -39,6 +40,7 @@ use rpcrdma_proto::engine::{
 };
 use rpcrdma_proto::provider::{Completion, ConnectionEvent, ConnectionState, Notify, Provider};
 
+use super::deadlines::Deadlines;
 use super::handle::{call_span, engine_call, Cmd, ConnHandle, ReplySink, Shared};
 use super::{BoxProvider, Connected};
 use crate::message::Message;
@@ -52,7 +54,7 @@ use crate::transport::{
 /// armed and the command channel).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Wait {
-    /// The earliest deadline of the engine and the provider.
+    /// The earliest deadline of the engine, the provider and the calls.
     pub(crate) deadline: Option<Instant>,
     /// Wait for the socket to become writable too.
     pub(crate) writable: bool,
@@ -88,6 +90,8 @@ struct Pending {
     xid: u32,
     tx: ReplySink,
     span: tracing::Span,
+    /// When the driver ends the call (see [`Core::expire_calls`]).
+    deadline: Option<Instant>,
 }
 
 /// The calls waiting for their replies, by engine id (the engine's events
@@ -135,6 +139,15 @@ impl Outstanding {
         self.by_id.retain(|_, p| p.xid != xid);
     }
 
+    /// True if the call `id` waits with the deadline `at`.
+    fn has_deadline(&self, id: CallId, at: Instant) -> bool {
+        self.get(id).is_some_and(|p| p.deadline == Some(at))
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.one.is_some()) + self.by_id.len()
+    }
+
     /// Every call, in no particular order.
     fn into_all(self) -> impl Iterator<Item = Pending> {
         self.one
@@ -159,6 +172,8 @@ pub(crate) struct Core {
     config: EngineConfig,
     shared: Arc<Shared>,
     pending: Outstanding,
+    /// The deadlines of the calls in `pending` that have one.
+    deadlines: Deadlines,
     /// Keyed by the peer's XIDs: SipHash (a peer chooses the keys). Calls
     /// answered while they are dispatched never enter it (see
     /// [`Core::dispatch`]).
@@ -212,6 +227,7 @@ impl Core {
             config,
             shared,
             pending: Outstanding::default(),
+            deadlines: Deadlines::default(),
             incoming: HashMap::new(),
             inline_replies: Vec::new(),
             dispatcher,
@@ -305,7 +321,7 @@ impl Core {
             // Commands changed the engine (e.g. a reply went out).
             self.publish();
         }
-        busy | self.step()
+        busy | self.step() | self.expire_calls()
     }
 
     /// A round moved nothing: arms the provider's waker with `waker` and
@@ -326,10 +342,13 @@ impl Core {
 
     /// What to wait for besides the waker and the commands.
     pub(crate) fn wait(&self) -> Wait {
-        let deadline = match (self.conn.poll_timeout(), self.provider_deadline()) {
+        let mut deadline = match (self.conn.poll_timeout(), self.provider_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        if let Some(c) = self.deadlines.peek() {
+            deadline = Some(deadline.map_or(c, |d| d.min(c)));
+        }
         Wait {
             deadline,
             writable: self.wants_write(),
@@ -448,7 +467,8 @@ impl Core {
                 xid,
                 tx,
                 span,
-            } => self.start_call(call, xid, tx, span),
+                deadline,
+            } => self.start_call(call, xid, tx, span, deadline),
             Cmd::Cancel(xid) => self.pending.forget_xid(xid),
             Cmd::Reply { xid, reply } => self.reply(xid, reply),
             Cmd::SetBackchannel(d) => {
@@ -471,11 +491,75 @@ impl Core {
     }
 
     /// Starts a call in the engine (at `self.now`).
-    fn start_call(&mut self, call: ECall, xid: u32, tx: ReplySink, span: tracing::Span) {
+    fn start_call(
+        &mut self,
+        call: ECall,
+        xid: u32,
+        tx: ReplySink,
+        span: tracing::Span,
+        deadline: Option<Instant>,
+    ) {
         match self.conn.start_call(self.now, &mut self.prov, call) {
-            Ok(id) => self.pending.insert(id, Pending { xid, tx, span }),
+            Ok(id) => {
+                if let Some(at) = deadline {
+                    self.deadlines.push(at, id);
+                    let pending = &self.pending;
+                    self.deadlines
+                        .compact(pending.len(), |id, t| pending.has_deadline(id, t));
+                }
+                let p = Pending {
+                    xid,
+                    tx,
+                    span,
+                    deadline,
+                };
+                self.pending.insert(id, p);
+            }
             Err(e) => self.deliver(tx, xid, Err(call_error(e))),
         }
+    }
+
+    /// Ends the calls whose deadline passed by the round's clock, as a
+    /// cancel does (a late reply is dropped), and drops their reply
+    /// sinks: the caller, who knows the deadline, takes the closed
+    /// receiver as its timeout (see [`crate::ClientTransport::send_call_until`]).
+    /// Calls deferred during an outage too. True if one ended.
+    fn expire_calls(&mut self) -> bool {
+        let mut any = false;
+        // Most rounds: nothing due, one comparison (entries of calls that
+        // ended are dropped when they are due, or by `compact`).
+        if self.deadlines.peek().is_some_and(|t| t <= self.now) {
+            loop {
+                let pending = &self.pending;
+                match self.deadlines.next(|id, t| pending.has_deadline(id, t)) {
+                    Some(t) if t <= self.now => {}
+                    _ => break,
+                }
+                if let Some(id) = self.deadlines.pop_due(self.now) {
+                    any |= self.pending.remove(id).is_some();
+                }
+            }
+        }
+        if !self.deferred.is_empty() {
+            let now = self.now;
+            let n = self.deferred.len();
+            self.deferred
+                .retain(|c| !matches!(c, Cmd::Call { deadline: Some(d), .. } if *d <= now));
+            any |= self.deferred.len() != n;
+        }
+        any
+    }
+
+    /// The earliest deadline of a call, outstanding or deferred (during an
+    /// outage, when no round runs), after ending those due `now`.
+    pub(crate) fn expire_at(&mut self, now: Instant) -> Option<Instant> {
+        self.now = now;
+        self.expire_calls();
+        let deferred = self.deferred.iter().filter_map(|c| match c {
+            Cmd::Call { deadline, .. } => *deadline,
+            _ => None,
+        });
+        deferred.chain(self.deadlines.peek()).min()
     }
 
     /// Starts `call` now, its reply going to `tx` (a blocking client's own
@@ -483,7 +567,7 @@ impl Core {
     pub(crate) fn call_now(&mut self, call: AttemptRef<'_>, tx: ReplySink) -> usize {
         let (call, xid, len) = engine_call(call);
         self.now = Instant::now();
-        self.start_call(call, xid, tx, call_span(xid));
+        self.start_call(call, xid, tx, call_span(xid), None);
         len
     }
 
@@ -724,6 +808,7 @@ impl Core {
             )
         };
         self.shared.set_closed(err.clone());
+        self.deadlines.clear();
         for p in std::mem::take(&mut self.pending).into_all() {
             self.deliver(p.tx, p.xid, Err(err.clone()));
         }

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use bytes::Bytes;
 use rpcrdma_proto::engine::OutgoingCall as ECall;
@@ -26,6 +27,9 @@ pub(crate) enum Cmd {
         xid: u32,
         tx: ReplySink,
         span: tracing::Span,
+        /// When the driver ends the call if it is still waiting (its
+        /// reply sink dropped; see `Core::expire_calls`).
+        deadline: Option<Instant>,
     },
     Cancel(u32),
     Reply {
@@ -157,6 +161,16 @@ impl Shared {
 
     /// Queues a call (forward at a client, backchannel at a server).
     pub(crate) fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
+        self.send_call_until(call, None)
+    }
+
+    /// Queues a call that the driver ends at `deadline`, if given (see
+    /// [`crate::ClientTransport::send_call_until`]).
+    pub(crate) fn send_call_until(
+        &self,
+        call: OutgoingCall,
+        deadline: Option<Instant>,
+    ) -> Result<ReplyReceiver, TransportError> {
         let (tx, rx) = oneshot::channel();
         let (call, xid, len) = engine_call(call.as_ref());
         let span = call_span(xid);
@@ -165,6 +179,7 @@ impl Shared {
             xid,
             tx: ReplySink::Channel(tx),
             span,
+            deadline,
         })?;
         self.count_sent(len);
         Ok(rx)

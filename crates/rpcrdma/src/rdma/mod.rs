@@ -142,6 +142,7 @@ use crate::transport::ClientIdentity;
 mod accept;
 mod blocking;
 mod core;
+mod deadlines;
 mod driver;
 mod handle;
 pub mod provider;

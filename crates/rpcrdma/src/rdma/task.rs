@@ -62,6 +62,9 @@ pub(crate) struct TaskShell {
     /// flagged; see [`TaskShell::poll_work`]).
     rx_registered: bool,
     reconnect: Option<Reconnect>,
+    /// The waker the armed timer holds (it was polled since its last
+    /// reset).
+    timer_waker: Option<std::task::Waker>,
 }
 
 /// Registers the core's socket with tokio; with it watched, the provider
@@ -98,6 +101,7 @@ impl TaskShell {
             rx_done: false,
             rx_registered: false,
             reconnect,
+            timer_waker: None,
         }
     }
 
@@ -263,11 +267,31 @@ impl TaskShell {
                 *armed = None;
                 return Poll::Pending;
             };
-            if *armed != Some(want) {
+            // Reset only for an earlier deadline: one armed earlier than
+            // needed fires, the round finds nothing due, and the timer is
+            // set again (the calls' deadlines move later with every call
+            // while the first one's stays armed; a reset per call cost a
+            // timer-wheel removal and insert).
+            if armed.is_none_or(|a| want < a) {
                 timer.as_mut().reset(want);
                 *armed = Some(want);
+                self.timer_waker = None;
+            }
+            // Not due by this round's clock, and it holds this waker from
+            // an earlier poll: no need to poll it again (a timer never
+            // fires before its instant, so the round after its wake-up
+            // finds it due and polls it).
+            let due = armed.is_none_or(|a| a <= tokio::time::Instant::from_std(now));
+            if !due
+                && self
+                    .timer_waker
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                return Poll::Pending;
             }
             if timer.as_mut().poll(cx).is_pending() {
+                self.timer_waker = Some(cx.waker().clone());
                 return Poll::Pending;
             }
             // The deadline: round again (the engine or the provider handles
@@ -292,30 +316,64 @@ impl TaskShell {
         // The old socket goes away: deregister it first.
         self.afd = None;
         self.core.drop_link();
-        let (rx, core) = (&mut self.rx, &mut self.core);
-        // Between attempts: a close ends the outage, other commands wait
-        // for the new connection.
-        let stop = || {
-            while let Ok(cmd) = rx.try_recv() {
-                match cmd {
-                    Cmd::Close => {
-                        core.set_closing();
-                        return true;
+        let outcome = {
+            // Borrowed by the attempts (`stop`) and, between their polls, by
+            // the calls' deadlines.
+            // (A mutex, never contended, rather than a `RefCell`: the task's
+            // future must be `Send`.)
+            let both = std::sync::Mutex::new((&mut self.rx, &mut self.core));
+            let lock = || both.lock().unwrap_or_else(|p| p.into_inner());
+            // Between attempts: a close ends the outage, other commands wait
+            // for the new connection.
+            let stop = || {
+                let mut g = lock();
+                let (rx, core) = &mut *g;
+                if core.is_closing() {
+                    return true;
+                }
+                while let Ok(cmd) = rx.try_recv() {
+                    match cmd {
+                        Cmd::Close => {
+                            core.set_closing();
+                            return true;
+                        }
+                        other => core.defer(other),
                     }
-                    other => core.defer(other),
+                }
+                false
+            };
+            let connect = || {
+                let c = connector.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || c())
+                        .await
+                        .map_err(io::Error::other)?
+                }
+            };
+            let attempts = reconnect::with_backoff(&policy, true, stop, connect);
+            tokio::pin!(attempts);
+            // The calls waiting for the new connection still end at their
+            // deadlines (their callers keep no timers): commands are taken
+            // as they come (not only between attempts) and the earliest
+            // deadline is watched.
+            let mut rx_open = true;
+            loop {
+                let next = lock().1.expire_at(Instant::now());
+                let at = tokio::time::Instant::from_std(next.unwrap_or_else(Instant::now));
+                let cmd = std::future::poll_fn(|cx| lock().0.poll_recv(cx));
+                tokio::select! {
+                    r = attempts.as_mut() => break r,
+                    () = tokio::time::sleep_until(at), if next.is_some() => {}
+                    c = cmd, if rx_open => match c {
+                        // Ends the outage at the next check (`stop`).
+                        Some(Cmd::Close) => lock().1.set_closing(),
+                        Some(other) => lock().1.defer(other),
+                        None => rx_open = false,
+                    },
                 }
             }
-            false
         };
-        let connect = || {
-            let c = connector.clone();
-            async move {
-                tokio::task::spawn_blocking(move || c())
-                    .await
-                    .map_err(io::Error::other)?
-            }
-        };
-        match reconnect::with_backoff(&policy, true, stop, connect).await {
+        match outcome {
             Ok(connected) => {
                 tracing::info!(peer = %self.core.shared().peer, "rpc/rdma reconnected");
                 Metrics::inc(&self.core.shared().metrics.connections);

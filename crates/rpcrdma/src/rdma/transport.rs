@@ -128,6 +128,16 @@ impl ClientTransport for RdmaClientTransport {
         self.shared.send_call(call)
     }
 
+    /// The driver ends the call at `deadline` (no timer per call).
+    fn send_call_until(
+        &self,
+        call: OutgoingCall,
+        deadline: std::time::Instant,
+    ) -> Result<(ReplyReceiver, bool), TransportError> {
+        let rx = self.shared.send_call_until(call, Some(deadline))?;
+        Ok((rx, true))
+    }
+
     fn cancel(&self, xid: u32) {
         let _ = self.shared.send(Cmd::Cancel(xid));
     }
