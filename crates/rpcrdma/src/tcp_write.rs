@@ -35,7 +35,7 @@ const WRITEV_MAX: usize = 64;
 const BATCH_MAX: usize = 64;
 
 /// The chunks of a message's contiguous XDR stream (pads included), as
-/// cheap `Bytes` handles; empty chunks left out.
+/// cheap `Bytes` handles; empty chunks left out (the general path).
 fn xdr_chunks(m: &Message) -> SmallVec<[Bytes; 4]> {
     static PAD: [u8; 3] = [0; 3];
     let mut out = SmallVec::new();
@@ -79,57 +79,58 @@ pub(crate) fn record_pieces(m: &Message, max_fragment: u32) -> Vec<Bytes> {
     out
 }
 
-/// A record that can be written directly: one fragment (its header) and
-/// its chunks.
-pub(crate) struct DirectRecord {
-    hdr: [u8; 4],
-    chunks: SmallVec<[Bytes; 4]>,
-}
-
-/// The record of `m` for the direct path, or `None` when it takes the
-/// general path: longer than one fragment of `max_fragment` octets, or more
-/// than [`DIRECT_MAX_IOV`] buffers.
-pub(crate) fn direct_record(m: &Message, max_fragment: u32) -> Option<DirectRecord> {
-    let chunks = xdr_chunks(m);
-    let total: usize = chunks.iter().map(Bytes::len).sum();
-    let max = max_fragment.clamp(1, MAX_FRAGMENT_LEN) as usize;
-    if total > max || chunks.len() + 1 > DIRECT_MAX_IOV {
+/// The buffers of `m`'s record for one `writev` on the direct path, `hdr`
+/// (filled in here: the header of its one fragment) first; `None` when the
+/// record takes the general path: longer than one fragment of
+/// `max_fragment` octets, or more than [`DIRECT_MAX_IOV`] buffers. Borrows
+/// `m`'s pieces: nothing cloned or copied.
+fn direct_iov<'a>(
+    m: &'a Message,
+    max_fragment: u32,
+    hdr: &'a mut [u8; 4],
+) -> Option<SmallVec<[IoSlice<'a>; DIRECT_MAX_IOV]>> {
+    static PAD: [u8; 3] = [0; 3];
+    let mut total = 0usize;
+    let mut bufs = 1usize;
+    for p in m.pieces() {
+        let (b, pad) = match p {
+            Piece::Inline(b) => (b, 0),
+            Piece::Ddp(b) => (b, rpcrdma_proto::xdr::pad_len(b.len())),
+        };
+        total = total.saturating_add(b.len() + pad);
+        bufs += usize::from(!b.is_empty()) + usize::from(pad != 0);
+    }
+    if total > max_fragment.clamp(1, MAX_FRAGMENT_LEN) as usize || bufs > DIRECT_MAX_IOV {
         return None;
     }
     // `total` ≤ MAX_FRAGMENT_LEN: fits the 31-bit length.
-    let hdr = (LAST_FRAGMENT | total as u32).to_be_bytes();
-    Some(DirectRecord { hdr, chunks })
+    *hdr = (LAST_FRAGMENT | total as u32).to_be_bytes();
+    let hdr: &'a [u8; 4] = hdr;
+    let mut v = SmallVec::new();
+    v.push(IoSlice::new(hdr));
+    for p in m.pieces() {
+        let b = p.bytes();
+        if !b.is_empty() {
+            v.push(IoSlice::new(b));
+        }
+        let pad = if p.is_ddp() {
+            rpcrdma_proto::xdr::pad_len(b.len())
+        } else {
+            0
+        };
+        if pad != 0 {
+            v.push(IoSlice::new(&PAD[..pad]));
+        }
+    }
+    Some(v)
 }
 
-impl DirectRecord {
-    /// Octets on the wire (header included).
-    pub(crate) fn wire_len(&self) -> usize {
-        4 + self.chunks.iter().map(Bytes::len).sum::<usize>()
-    }
-
-    /// The buffers for one `writev`.
-    fn io_slices(&self) -> SmallVec<[IoSlice<'_>; DIRECT_MAX_IOV]> {
-        let mut v = SmallVec::new();
-        v.push(IoSlice::new(&self.hdr));
-        v.extend(self.chunks.iter().map(|c| IoSlice::new(c)));
-        v
-    }
-
-    /// What is left to write once the first `n` octets are written.
-    pub(crate) fn rest(self, n: usize) -> Vec<Bytes> {
-        let mut out = Vec::with_capacity(self.chunks.len() + 1);
-        let hdr = Bytes::copy_from_slice(&self.hdr);
-        let mut skip = n;
-        for mut b in std::iter::once(hdr).chain(self.chunks) {
-            let s = skip.min(b.len());
-            skip -= s;
-            let _ = b.split_to(s);
-            if !b.is_empty() {
-                out.push(b);
-            }
-        }
-        out
-    }
+/// What is left of `m`'s record (the general encoding) once its first `n`
+/// octets are written.
+fn rest_after(m: &Message, max_fragment: u32, n: usize) -> Vec<Bytes> {
+    let mut q: VecDeque<Bytes> = record_pieces(m, max_fragment).into();
+    advance(&mut q, n);
+    q.into()
 }
 
 /// What the writer task writes: a whole record, or what a short direct
@@ -230,11 +231,14 @@ impl RecordWriter {
     /// full socket, an error) leaves the whole record to it: the task meets
     /// the error again and reports it.
     fn try_direct(&self, half: &OwnedWriteHalf, m: Message) -> Direct {
-        let Some(d) = direct_record(&m, self.max_fragment) else {
+        let mut hdr = [0u8; 4];
+        let tried = direct_iov(&m, self.max_fragment, &mut hdr).map(|iov| {
+            let len = iov.iter().map(|s| s.len()).sum::<usize>();
+            (half.try_write_vectored(&iov), len)
+        });
+        let Some((r, len)) = tried else {
             return Direct::Queue(Job::Record(m));
         };
-        let len = d.wire_len();
-        let r = half.try_write_vectored(&d.io_slices());
         match r {
             Ok(n) if n >= len => {
                 Metrics::add(&self.metrics.bytes_sent, n as u64);
@@ -242,7 +246,7 @@ impl RecordWriter {
             }
             Ok(n) if n > 0 => {
                 Metrics::add(&self.metrics.bytes_sent, n as u64);
-                Direct::Queue(Job::Rest(d.rest(n)))
+                Direct::Queue(Job::Rest(rest_after(&m, self.max_fragment, n)))
             }
             _ => Direct::Queue(Job::Record(m)),
         }
@@ -433,19 +437,20 @@ mod tests {
             let chunks = xdr_chunks(&m);
             let total: usize = chunks.iter().map(Bytes::len).sum();
             let fits = total <= maxf.max(1) as usize && chunks.len() < DIRECT_MAX_IOV;
-            match direct_record(&m, maxf) {
+            let mut hdr = [0u8; 4];
+            match direct_iov(&m, maxf, &mut hdr) {
                 None => prop_assert!(!fits),
-                Some(d) => {
+                Some(iov) => {
                     prop_assert!(fits);
-                    prop_assert_eq!(d.wire_len(), general.len());
-                    let direct: Vec<u8> = d.io_slices().iter().flat_map(|s| s.iter().copied()).collect();
+                    let direct: Vec<u8> = iov.iter().flat_map(|s| s.iter().copied()).collect();
                     prop_assert_eq!(&direct, &general);
-                    let n = cut.index(general.len() + 1);
-                    let mut wire = direct[..n].to_vec();
-                    wire.extend(concat(&d.rest(n)));
-                    prop_assert_eq!(wire, general);
                 }
             }
+            // A short write anywhere: the rest is the general encoding's.
+            let n = cut.index(general.len() + 1);
+            let mut wire = general[..n].to_vec();
+            wire.extend(concat(&rest_after(&m, maxf, n)));
+            prop_assert_eq!(wire, general);
         }
 
         /// `advance` drops exactly `n` octets.
