@@ -70,6 +70,7 @@ pub mod reconnect;
 pub mod record;
 pub mod server;
 pub mod tcp;
+mod tcp_write;
 pub mod testprog;
 pub mod transport;
 

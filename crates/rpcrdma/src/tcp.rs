@@ -2,9 +2,11 @@
 //!
 //! Each connection has a reader task (record decoding with
 //! [`RecordLimits`], XID matching on the client, dispatch on the server) and
-//! a writer task (record marking, fragments of at most
+//! a record writer (record marking, fragments of at most
 //! [`TcpConfig::max_fragment`] octets, DDP pieces inline with their XDR
-//! pad). A framing violation or an I/O error closes the connection and
+//! pad): a record of one fragment is written by the task that sends it when
+//! nothing is queued, anything else by the connection's writer task
+//! (`tcp_write`). A framing violation or an I/O error closes the connection and
 //! fails every outstanding call with the same [`TransportError`].
 //!
 //! There is no backchannel over TCP in this project:
@@ -13,23 +15,26 @@
 //! [`TransportError::Unsupported`], and calls received on a client
 //! connection are dropped and counted.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::message::{Message, Piece};
+use crate::message::Message;
 use crate::metrics::Metrics;
-use crate::record::{fragment_plan, RecordDecoder, RecordError, RecordLimits};
+use crate::record::{RecordDecoder, RecordError, RecordLimits};
+use crate::tcp_write::RecordWriter;
 use crate::transport::{
     CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
     ReplyReceiver, ServerConnection, TransportError,
@@ -95,90 +100,6 @@ impl std::fmt::Debug for TcpConfig {
     }
 }
 
-/// The chunks of a message's contiguous XDR stream (pads included), as
-/// cheap `Bytes` handles.
-fn xdr_chunks(m: &Message) -> Vec<Bytes> {
-    static PAD: [u8; 3] = [0; 3];
-    let mut out = Vec::with_capacity(m.pieces().len() * 2);
-    for p in m.pieces() {
-        match p {
-            Piece::Inline(b) => out.push(b.clone()),
-            Piece::Ddp(b) => {
-                out.push(b.clone());
-                let pad = rpcrdma_proto::xdr::pad_len(b.len());
-                if pad != 0 {
-                    out.push(Bytes::from_static(&PAD[..pad]));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Writes one record (fragment headers and data) to `w`; returns the octets
-/// written.
-async fn write_record(
-    w: &mut BufWriter<OwnedWriteHalf>,
-    m: &Message,
-    max_fragment: u32,
-) -> io::Result<u64> {
-    let chunks = xdr_chunks(m);
-    let total: usize = chunks.iter().map(Bytes::len).sum();
-    let mut ci = 0usize; // chunk index
-    let mut co = 0usize; // offset in chunk
-    let mut written = 0u64;
-    for (hdr, n) in fragment_plan(total, max_fragment) {
-        w.write_all(&hdr.to_be_bytes()).await?;
-        written += 4;
-        let mut left = n;
-        while left > 0 {
-            let Some(c) = chunks.get(ci) else {
-                return Err(io::Error::other("record shorter than planned"));
-            };
-            let take = (c.len() - co).min(left);
-            w.write_all(&c[co..co + take]).await?;
-            co += take;
-            left -= take;
-            written += take as u64;
-            if co == c.len() {
-                ci += 1;
-                co = 0;
-            }
-        }
-    }
-    Ok(written)
-}
-
-/// What the writer task sends: a message, and the in-flight guard of the
-/// call it answers (released once written and flushed).
-type Outgoing = (Message, CallGuard);
-
-/// The writer task: drains `rx`, flushing whenever the queue is empty. Ends
-/// when every sender is gone (graceful: the write half is shut down) or on
-/// an I/O error (returned).
-async fn writer_task(
-    wr: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
-    max_fragment: u32,
-    metrics: Arc<Metrics>,
-) -> io::Result<()> {
-    let mut w = BufWriter::with_capacity(64 << 10, wr);
-    let mut written = Vec::new();
-    while let Some((m, g)) = rx.recv().await {
-        let n = write_record(&mut w, &m, max_fragment).await?;
-        Metrics::add(&metrics.bytes_sent, n);
-        written.push(g);
-        while let Ok((m, g)) = rx.try_recv() {
-            let n = write_record(&mut w, &m, max_fragment).await?;
-            Metrics::add(&metrics.bytes_sent, n);
-            written.push(g);
-        }
-        w.flush().await?;
-        written.clear();
-    }
-    w.shutdown().await
-}
-
 /// Reads the next record. `Ok(None)` at a clean end of stream.
 async fn read_record(
     rd: &mut OwnedReadHalf,
@@ -212,14 +133,40 @@ fn peek(rec: &[u8]) -> Option<(u32, u32)> {
 
 // ---------------------------------------------------------------- client
 
+/// Hashes the XIDs of the client's own calls: keys the client chose (a peer
+/// only looks them up), so no keyed SipHash per call. One multiplication
+/// (Fibonacci hashing): sequential XIDs spread over the table.
+#[derive(Default)]
+struct XidHasher(u64);
+
+impl Hasher for XidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Outstanding calls by XID.
+type Pending =
+    HashMap<u32, oneshot::Sender<Result<Message, TransportError>>, BuildHasherDefault<XidHasher>>;
+
 struct ClientState {
-    pending: HashMap<u32, oneshot::Sender<Result<Message, TransportError>>>,
+    pending: Pending,
     closed: Option<TransportError>,
-    tx: Option<mpsc::UnboundedSender<Outgoing>>,
 }
 
 struct ClientShared {
     state: Mutex<ClientState>,
+    writer: Arc<RecordWriter>,
     metrics: Arc<Metrics>,
     max_record: usize,
     peer: SocketAddr,
@@ -237,7 +184,7 @@ impl ClientShared {
             if st.closed.is_none() {
                 st.closed = Some(err.clone());
             }
-            st.tx = None;
+            self.writer.close();
             std::mem::take(&mut st.pending)
         };
         if !matches!(err, TransportError::Closed) {
@@ -267,23 +214,22 @@ impl TcpClientTransport {
         stream.set_nodelay(config.nodelay)?;
         let peer = stream.peer_addr()?;
         let (rd, wr) = stream.into_split();
-        let (tx, rx) = mpsc::unbounded_channel();
         let metrics = config.metrics.clone().unwrap_or_default();
         Metrics::inc(&metrics.connections);
+        let (writer, writer_task) = RecordWriter::new(wr, config.max_fragment, metrics.clone());
         let shared = Arc::new(ClientShared {
             state: Mutex::new(ClientState {
-                pending: HashMap::new(),
+                pending: Pending::default(),
                 closed: None,
-                tx: Some(tx),
             }),
+            writer,
             metrics: metrics.clone(),
             max_record: config.record_limits.max_record_size,
             peer,
         });
         let s2 = shared.clone();
-        let max_fragment = config.max_fragment;
         tokio::spawn(async move {
-            if let Err(e) = writer_task(wr, rx, max_fragment, s2.metrics.clone()).await {
+            if let Err(e) = writer_task.await {
                 s2.fail_all(TransportError::Lost(format!("write: {e}")));
             }
         });
@@ -331,7 +277,7 @@ async fn client_reader(mut rd: OwnedReadHalf, limits: RecordLimits, shared: Arc<
                 }
             },
             Ok(None) => {
-                let closing = shared.lock().tx.is_none();
+                let closing = !shared.writer.is_open();
                 break if closing {
                     TransportError::Closed
                 } else {
@@ -353,24 +299,25 @@ impl ClientTransport for TcpClientTransport {
                 max: self.shared.max_record,
             });
         }
-        let mut st = self.shared.lock();
-        if let Some(e) = &st.closed {
-            return Err(e.clone());
-        }
-        let Some(tx) = st.tx.clone() else {
-            return Err(TransportError::Closed);
-        };
-        if st.pending.contains_key(&call.xid) {
-            return Err(TransportError::XidInUse(call.xid));
-        }
         let (otx, orx) = oneshot::channel();
-        st.pending.insert(call.xid, otx);
-        if tx.send((call.message, CallGuard::none())).is_err() {
+        {
+            let mut st = self.shared.lock();
+            if let Some(e) = &st.closed {
+                return Err(e.clone());
+            }
+            // Registered before the call is written: the reply may come
+            // back at once.
+            match st.pending.entry(call.xid) {
+                Entry::Occupied(_) => return Err(TransportError::XidInUse(call.xid)),
+                Entry::Vacant(v) => {
+                    v.insert(otx);
+                }
+            }
+        }
+        if let Err(e) = self.shared.writer.send(call.message, CallGuard::none()) {
+            let mut st = self.shared.lock();
             st.pending.remove(&call.xid);
-            return Err(st
-                .closed
-                .clone()
-                .unwrap_or_else(|| TransportError::Lost("writer stopped".into())));
+            return Err(st.closed.clone().unwrap_or(e));
         }
         Metrics::inc(&self.shared.metrics.calls_sent);
         Ok(orx)
@@ -387,18 +334,18 @@ impl ClientTransport for TcpClientTransport {
     }
 
     fn close(&self) {
-        // Dropping the sender lets the writer flush and shut down the write
-        // half; the reader then sees the server close and fails what is left
-        // with `Closed`.
-        self.shared.lock().tx = None;
+        // The writer writes what is queued and shuts down the write half;
+        // the reader then sees the server close and fails what is left with
+        // `Closed`.
+        self.shared.writer.close();
     }
 
     fn closed_reason(&self) -> Option<TransportError> {
         let st = self.shared.lock();
-        match (&st.closed, &st.tx) {
-            (Some(e), _) => Some(e.clone()),
-            (None, None) => Some(TransportError::Closed),
-            (None, Some(_)) => None,
+        match &st.closed {
+            Some(e) => Some(e.clone()),
+            None if !self.shared.writer.is_open() => Some(TransportError::Closed),
+            None => None,
         }
     }
 
@@ -420,7 +367,7 @@ impl Drop for TcpClientTransport {
 // ---------------------------------------------------------------- server
 
 struct TcpServerConn {
-    tx: Mutex<Option<mpsc::UnboundedSender<Outgoing>>>,
+    writer: Arc<RecordWriter>,
     peer: SocketAddr,
     metrics: Arc<Metrics>,
 }
@@ -432,16 +379,9 @@ impl ServerConnection for TcpServerConn {
         reply: Message,
         guard: CallGuard,
     ) -> Result<(), TransportError> {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        match tx {
-            Some(tx) => {
-                tx.send((reply, guard))
-                    .map_err(|_| TransportError::Lost("writer stopped".into()))?;
-                Metrics::inc(&self.metrics.replies_sent);
-                Ok(())
-            }
-            None => Err(TransportError::Closed),
-        }
+        self.writer.send(reply, guard)?;
+        Metrics::inc(&self.metrics.replies_sent);
+        Ok(())
     }
 
     fn backchannel(&self) -> Result<Arc<dyn ClientTransport>, TransportError> {
@@ -577,10 +517,10 @@ async fn serve_conn(
     let _ = stream.set_nodelay(config.nodelay);
     let client = (config.identify)(peer);
     let (mut rd, wr) = stream.into_split();
-    let (tx, rx) = mpsc::unbounded_channel();
-    let mut writer = tokio::spawn(writer_task(wr, rx, config.max_fragment, metrics.clone()));
+    let (w, writer_task) = RecordWriter::new(wr, config.max_fragment, metrics.clone());
+    let mut writer = tokio::spawn(writer_task);
     let conn = Arc::new(TcpServerConn {
-        tx: Mutex::new(Some(tx)),
+        writer: w,
         peer,
         metrics: metrics.clone(),
     });
@@ -588,11 +528,22 @@ async fn serve_conn(
     let in_flight = Arc::new(Semaphore::new(max_in_flight));
     let mut dec = RecordDecoder::new(config.record_limits);
     let mut buf = BytesMut::new();
+    // One shutdown future for the connection's life (not a fresh one per
+    // call); it ends the loop the first time it completes. Reading comes
+    // first; a peer that keeps the socket readable cannot starve shutdown:
+    // `seen` is looked at after every record.
+    let seen = shutdown.clone();
+    let stop = shutdown.changed();
+    tokio::pin!(stop);
     loop {
         let rec = tokio::select! {
+            biased;
             r = read_record(&mut rd, &mut dec, &mut buf, &metrics) => r,
-            _ = shutdown.changed() => break,
+            _ = &mut stop => break,
         };
+        if seen.has_changed().unwrap_or(true) {
+            break;
+        }
         let rec = match rec {
             Ok(Some(rec)) => rec,
             Ok(None) => break,
@@ -604,12 +555,17 @@ async fn serve_conn(
         };
         match peek(&rec) {
             Some((_, 0)) => {
-                let permit = tokio::select! {
-                    p = in_flight.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => break,
+                let permit = match in_flight.clone().try_acquire_owned() {
+                    Ok(p) => p,
+                    // None free (or closed): wait as the general path does.
+                    Err(_) => tokio::select! {
+                        biased;
+                        p = in_flight.clone().acquire_owned() => match p {
+                            Ok(p) => p,
+                            Err(_) => break,
+                        },
+                        _ = &mut stop => break,
                     },
-                    _ = shutdown.changed() => break,
                 };
                 dispatcher.dispatch(IncomingCall {
                     message: Message::inline(rec),
@@ -638,7 +594,7 @@ async fn serve_conn(
         in_flight.acquire_many(max_in_flight as u32),
     )
     .await;
-    conn.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+    conn.writer.close();
     match tokio::time::timeout(config.shutdown_grace, &mut writer).await {
         Ok(Ok(Err(e))) => tracing::debug!(%peer, error = %e, "rpc/tcp writer ended"),
         Err(_) => {
