@@ -260,9 +260,7 @@ impl Res {
     /// trim of their own (at most the pool caps stay).
     pub(super) fn trim_pools(&mut self, p: &mut dyn Provider) {
         self.trim_at = None;
-        let freed = std::mem::take(&mut self.pool().bufs);
-        self.pool().bytes = 0;
-        drop(freed);
+        self.empty_sink_pool(false);
         while self.send_pool.len() > 1 {
             if let Some(mr) = self.send_pool.pop() {
                 self.zombies.push(mr);
@@ -409,9 +407,15 @@ impl Res {
     /// and so are those given back later.
     pub(super) fn close_sink_pool(&mut self) {
         self.trim_at = None;
+        self.empty_sink_pool(true);
+    }
+
+    /// Frees the pooled chunk-sink buffers (outside the lock); `close`:
+    /// and those given back later.
+    fn empty_sink_pool(&mut self, close: bool) {
         let freed = {
             let mut pool = self.pool();
-            pool.closed = true;
+            pool.closed |= close;
             pool.bytes = 0;
             std::mem::take(&mut pool.bufs)
         };
