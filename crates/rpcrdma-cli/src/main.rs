@@ -10,6 +10,7 @@ mod bench;
 mod decode;
 mod demo;
 mod input;
+mod nfs;
 mod rdma_cmd;
 
 // The presenters live in the library (`src/lib.rs`), which the tests call
@@ -43,6 +44,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Load generator: calls/s, MB/s, latency percentiles, CPU time.
     Bench(bench::BenchArgs),
+    /// NFSv3 over RPC-over-RDMA.
+    Nfs(nfs::NfsArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,5 +57,6 @@ fn main() -> ExitCode {
         Command::Probe(args) => rdma_cmd::probe(args),
         Command::Demo(args) => demo::demo(args),
         Command::Bench(args) => bench::run(args),
+        Command::Nfs(args) => nfs::run(args),
     }
 }
