@@ -493,6 +493,13 @@ async fn connect_mounts_the_export_holding_the_path() {
         assert!(matches!(e, NfsError::Mount { .. }), "{e}");
         assert_eq!(e.blame(), Blame::Status);
 
+        // A MOUNT server that answers garbage: the server's fault.
+        let e = connect(&parse_target("127.0.0.1:/garbage/x").unwrap(), &o)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, NfsError::BadReply { .. }), "{e}");
+        assert_eq!(e.blame(), Blame::Server, "{e}");
+
         // Nobody at the MOUNT port: a transport error, at once.
         let o2 = ConnectOptions {
             mount_port: 1,

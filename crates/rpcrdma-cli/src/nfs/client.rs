@@ -23,8 +23,8 @@
 //! With `--json` exactly one object on standard output:
 //! `{"ok","op","path","bytes","sha256","entries","elapsed_us","error"}`:
 //! `bytes` the octets read or written (`stat`: the size; `ls`: null),
-//! `sha256` of the data read or written (hex; null for `ls`, `stat` and
-//! failures), `entries` for `ls` the entries (`{"name","fileid","type",
+//! `sha256` of the data read or written (hex; null for `ls`, `stat`,
+//! failures and `--no-sha256`), `entries` for `ls` the entries (`{"name","fileid","type",
 //! "mode","size"}`, null otherwise), `elapsed_us` the time of the
 //! operation on the mounted export (LOOKUPs, transfer, COMMIT; not the
 //! MOUNT and connection setup), `error` null or the failure with who is
@@ -92,6 +92,9 @@ pub struct NfsClientArgs {
     /// Print the RPC-over-RDMA counters on standard error at the end.
     #[arg(long)]
     pub stats: bool,
+    /// Skip the sha256 of the data (benchmarks: "sha256" is null).
+    #[arg(long)]
+    pub no_sha256: bool,
     #[command(flatten)]
     pub link: LinkArgs,
 }
@@ -225,7 +228,7 @@ fn run(op: Op, c: NfsClientArgs, local: Option<String>) -> ExitCode {
             Err(e) => return (Err(e), Duration::ZERO),
         };
         let t0 = Instant::now();
-        let res = client_ops::run(op, &session, local.as_deref(), !c.json).await;
+        let res = client_ops::run(op, &session, local.as_deref(), !c.no_sha256).await;
         let elapsed = t0.elapsed();
         if c.stats {
             eprintln!("{}", session.transport.status().mountstats());

@@ -29,12 +29,12 @@ pub(super) enum Done {
     Ls(Vec<EntryOut>),
     Get {
         bytes: u64,
-        sha256: String,
+        sha256: Option<String>,
         local: String,
     },
     Put {
         bytes: u64,
-        sha256: String,
+        sha256: Option<String>,
         summary: WriteSummary,
         remote: String,
     },
@@ -46,12 +46,12 @@ pub(super) async fn run(
     op: Op,
     s: &Session,
     local: Option<&str>,
-    _text: bool,
+    digest: bool,
 ) -> Result<Done, NfsError> {
     match op {
         Op::Ls => ls(&s.nfs, &s.rest).await,
-        Op::Get => get(&s.nfs, &s.rest, local).await,
-        Op::Put => put(&s.nfs, &s.rest, local.unwrap_or_default()).await,
+        Op::Get => get(&s.nfs, &s.rest, local, digest).await,
+        Op::Put => put(&s.nfs, &s.rest, local.unwrap_or_default(), digest).await,
         Op::Stat => Ok(Done::Stat(s.nfs.lookup_path(&s.rest).await?.1)),
     }
 }
@@ -98,7 +98,12 @@ fn entry_out(e: &Entryplus3) -> EntryOut {
     }
 }
 
-async fn get(nfs: &NfsClient, path: &str, local: Option<&str>) -> Result<Done, NfsError> {
+async fn get(
+    nfs: &NfsClient,
+    path: &str,
+    local: Option<&str>,
+    digest: bool,
+) -> Result<Done, NfsError> {
     let (fh, attrs) = nfs.lookup_path(path).await?;
     if attrs.ftype != Ftype3::NF3REG {
         return Err(NfsError::Caller(format!(
@@ -123,7 +128,9 @@ async fn get(nfs: &NfsClient, path: &str, local: Option<&str>) -> Result<Done, N
     let mut h = Sha256::new();
     let bytes = nfs
         .read_file(&fh, Some(attrs.size), |b| {
-            h.update(b);
+            if digest {
+                h.update(b);
+            }
             out.write_all(b)
                 .map_err(|e| NfsError::Caller(format!("writing {local:?}: {e}")))
         })
@@ -132,7 +139,7 @@ async fn get(nfs: &NfsClient, path: &str, local: Option<&str>) -> Result<Done, N
         .map_err(|e| NfsError::Caller(format!("writing {local:?}: {e}")))?;
     Ok(Done::Get {
         bytes,
-        sha256: hex(&h.finalize()),
+        sha256: digest.then(|| hex(&h.finalize())),
         local,
     })
 }
@@ -162,7 +169,7 @@ async fn put_place(
     }
 }
 
-async fn put(nfs: &NfsClient, path: &str, local: &str) -> Result<Done, NfsError> {
+async fn put(nfs: &NfsClient, path: &str, local: &str, digest: bool) -> Result<Done, NfsError> {
     use std::os::unix::fs::PermissionsExt;
     let file = std::fs::File::open(local)
         .map_err(|e| NfsError::Caller(format!("opening {local:?}: {e}")))?;
@@ -184,7 +191,11 @@ async fn put(nfs: &NfsClient, path: &str, local: &str) -> Result<Done, NfsError>
     let src: Arc<dyn WriteSource> = Arc::new((file, meta.len()));
     let mut h = Sha256::new();
     let summary = nfs
-        .write_file(&fh, src, StableHow::UNSTABLE, |b: &Bytes| h.update(b))
+        .write_file(&fh, src, StableHow::UNSTABLE, |b: &Bytes| {
+            if digest {
+                h.update(b)
+            }
+        })
         .await?;
     let parent = parent_of(path);
     let remote = match nfs.lookup_path(path).await {
@@ -194,7 +205,7 @@ async fn put(nfs: &NfsClient, path: &str, local: &str) -> Result<Done, NfsError>
     };
     Ok(Done::Put {
         bytes: summary.bytes,
-        sha256: hex(&h.finalize()),
+        sha256: digest.then(|| hex(&h.finalize())),
         summary,
         remote,
     })
@@ -293,9 +304,10 @@ impl Done {
                 sha256,
                 local,
             } => eprintln!(
-                "{op:?}: {bytes} octets to {local} in {:.3} s ({}), sha256 {sha256}",
+                "{op:?}: {bytes} octets to {local} in {:.3} s ({}), sha256 {}",
                 elapsed.as_secs_f64(),
-                rate(*bytes, elapsed)
+                rate(*bytes, elapsed),
+                sha256.as_deref().unwrap_or("not computed")
             ),
             Done::Put {
                 bytes,
@@ -303,11 +315,12 @@ impl Done {
                 summary,
                 remote,
             } => eprintln!(
-                "{op:?}: {bytes} octets to {remote} in {:.3} s ({}), {} WRITEs, {} COMMITs, sha256 {sha256}",
+                "{op:?}: {bytes} octets to {remote} in {:.3} s ({}), {} WRITEs, {} COMMITs, sha256 {}",
                 elapsed.as_secs_f64(),
                 rate(*bytes, elapsed),
                 summary.writes,
-                summary.commits
+                summary.commits,
+                sha256.as_deref().unwrap_or("not computed")
             ),
             Done::Stat(a) => println!("{}", attrs_json(a)),
         }
