@@ -17,10 +17,9 @@
 //! * [`fuzzing`]: the `nfs_args` fuzz entry point (also replayed by
 //!   `cargo test`);
 //! * [`fs`]: the export: confined, openat-based operations behind stable
-//!   keyed file handles, blocking I/O on tokio's blocking pool.
-//!
-//! Work in progress (issue 14): the RPC server that wires the procedures to
-//! [`fs`], and the client.
+//!   keyed file handles, blocking I/O on tokio's blocking pool;
+//! * [`server`]: the NFSv3 and MOUNT v3 programs as handlers of the
+//!   `rpcrdma` runtime over one export.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -35,6 +34,7 @@ pub mod fuzzing;
 pub mod limits;
 pub mod mount;
 pub mod nfs3;
+pub mod server;
 
 #[cfg(test)]
 mod tests;
