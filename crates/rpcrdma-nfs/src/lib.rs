@@ -19,7 +19,10 @@
 //! * [`fs`]: the export: confined, openat-based operations behind stable
 //!   keyed file handles, blocking I/O on tokio's blocking pool;
 //! * [`server`]: the NFSv3 and MOUNT v3 programs as handlers of the
-//!   `rpcrdma` runtime over one export.
+//!   `rpcrdma` runtime over one export;
+//! * [`client`]: MOUNT v3 over TCP and a typed NFSv3 client over
+//!   RPC-over-RDMA (windowed READ/WRITE, COMMIT with verifier checks,
+//!   READDIRPLUS until end of directory, errors by blame).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -29,6 +32,7 @@ pub mod codec;
 pub(crate) mod testgen;
 
 pub mod binding;
+pub mod client;
 pub mod fs;
 pub mod fuzzing;
 pub mod limits;
