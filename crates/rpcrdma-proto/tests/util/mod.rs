@@ -516,8 +516,19 @@ impl RawPair {
         RawPair::client_with_faults(ccfg, pd, FaultConfig::default())
     }
 
+    /// [`RawPair::client`] with `recvs` receives posted at the raw end
+    /// before the engine first runs (a version 2 client sends its CONNPROP
+    /// as soon as it is established).
+    pub fn client_ready(ccfg: Config, pd: Vec<u8>, recvs: usize) -> RawPair {
+        RawPair::client_inner(ccfg, pd, FaultConfig::default(), recvs)
+    }
+
     /// [`RawPair::client`] with the engine's provider behind `fc`.
     pub fn client_with_faults(ccfg: Config, pd: Vec<u8>, fc: FaultConfig) -> RawPair {
+        RawPair::client_inner(ccfg, pd, fc, 0)
+    }
+
+    fn client_inner(ccfg: Config, pd: Vec<u8>, fc: FaultConfig, recvs: usize) -> RawPair {
         let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
         a.connect(ccfg.connect_params()).unwrap();
         assert!(matches!(
@@ -539,6 +550,7 @@ impl RawPair {
                 events: Vec::new(),
             },
         };
+        p.raw.post_recvs(recvs);
         p.run();
         p
     }

@@ -145,6 +145,33 @@ fn decode_v1_plain(buf: &[u8]) -> Option<Incoming> {
     })
 }
 
+/// What a header that did not decode gets (`HeaderError::answer`).
+fn refused(answer: WireAnswer) -> Incoming {
+    match answer {
+        //= rfc8166#section-4.5
+        //# A receiver MUST silently discard an RDMA_ERROR procedure
+        //# that it cannot decode.
+        WireAnswer::Drop => Incoming::Drop {
+            reason: "undecodable error report",
+        },
+        WireAnswer::ErrVers { xid, vers } => Incoming::Reject {
+            xid,
+            answer: ErrorReply::Vers { vers },
+            reason: "unsupported version",
+        },
+        WireAnswer::V2BadXdr { xid } | WireAnswer::V2InvalHtype { xid } => Incoming::Reject {
+            xid,
+            answer: ErrorReply::Vers { vers: 2 },
+            reason: "unsupported version",
+        },
+        WireAnswer::ErrChunk { xid } => Incoming::Reject {
+            xid,
+            answer: ErrorReply::Chunk,
+            reason: "malformed transport header",
+        },
+    }
+}
+
 /// A version 1 RDMA_DONE, whatever its length or what follows its four
 /// fixed words (the codec's strict decoder refuses trailing octets, which
 /// would have been answered with ERR_CHUNK).
@@ -178,33 +205,7 @@ fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
     }
     let (h, hlen) = match header::decode(buf, limits) {
         Ok(x) => x,
-        Err(e) => {
-            return match e.answer() {
-                //= rfc8166#section-4.5
-                //# A receiver MUST silently discard an RDMA_ERROR procedure
-                //# that it cannot decode.
-                WireAnswer::Drop => Incoming::Drop {
-                    reason: "undecodable error report",
-                },
-                WireAnswer::ErrVers { xid, vers } => Incoming::Reject {
-                    xid,
-                    answer: ErrorReply::Vers { vers },
-                    reason: "unsupported version",
-                },
-                WireAnswer::V2BadXdr { xid } | WireAnswer::V2InvalHtype { xid } => {
-                    Incoming::Reject {
-                        xid,
-                        answer: ErrorReply::Vers { vers: 2 },
-                        reason: "unsupported version",
-                    }
-                }
-                WireAnswer::ErrChunk { xid } => Incoming::Reject {
-                    xid,
-                    answer: ErrorReply::Chunk,
-                    reason: "malformed transport header",
-                },
-            };
-        }
+        Err(e) => return refused(e.answer()),
     };
     let h = match h {
         TransportHeader::V1(h) => h,
@@ -394,6 +395,25 @@ mod tests {
         let got = Framing::V1.encode_data(7, 128, Shape::Msg, ChunkLists::empty(), None, false);
         assert_eq!(got, want);
         assert_eq!(Framing::V1.min_msg_header_len(), 28);
+    }
+
+    #[test]
+    fn error_reports_of_other_versions_are_dropped() {
+        let l = Limits::DEFAULT;
+        // Error reports of another version are never answered: a version 2
+        // RDMA2_ERROR, an unknown version's RDMA_ERROR (rdma_proc 4).
+        //= rfc8166#section-4.2.4
+        //# A Responder MUST silently discard RDMA_ERROR procedures.
+        for e in [
+            hx("00000009 00000002 00000010 00000004 00000001 00000009"),
+            hx("00000009 00000002 00000010 00000004 00000001 00000001 00000002 00000002"),
+            hx("00000009 00000007 00000010 00000004 00000001 00000001 00000001"),
+        ] {
+            assert!(
+                matches!(Framing::V1.decode(&e, &l), Incoming::Drop { .. }),
+                "{e:02x?}"
+            );
+        }
     }
 
     #[test]
