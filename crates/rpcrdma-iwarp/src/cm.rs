@@ -156,6 +156,7 @@ pub const DEFAULT_CAPS: Caps = Caps {
     max_ord: 64,
     max_inline: 4096,
     read_sink_needs_remote_write: true,
+    remote_invalidation: true,
 };
 
 /// Why connection setup failed.
