@@ -3,7 +3,7 @@
 //! `rpcrdma decode` decodes RPC-over-RDMA transport headers (v1 and v2),
 //! RFC 8797 private data and ONC RPC message headers from hex or raw bytes;
 //! `serve`, `call`, `probe` and `demo` run the RPC runtime over
-//! RPC-over-RDMA v1 over software iWARP.
+//! RPC-over-RDMA v1 over software iWARP; `nfs` runs NFSv3 over it.
 
 mod accept_args;
 mod bench;
@@ -44,7 +44,7 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Load generator: calls/s, MB/s, latency percentiles, CPU time.
     Bench(bench::BenchArgs),
-    /// NFSv3 over RPC-over-RDMA.
+    /// NFSv3 over RPC-over-RDMA: serve a directory (MOUNT v3 over TCP).
     Nfs(nfs::NfsArgs),
 }
 
