@@ -231,7 +231,11 @@ fn sock_write(
     Ok(n)
 }
 
-fn wait_fd(fd: &impl AsFd, flags: PollFlags, timeout: Option<Duration>) -> io::Result<bool> {
+pub(crate) fn wait_fd(
+    fd: &impl AsFd,
+    flags: PollFlags,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
     let ts = timeout.map(|d| Timespec {
         tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         tv_nsec: d.subsec_nanos().into(),
@@ -275,9 +279,11 @@ fn write_all_deadline(sock: &mut TcpStream, mut data: &[u8], deadline: Instant) 
 }
 
 impl IwarpProvider {
-    fn new(sock: TcpStream, caps: Caps, key_base: u8) -> io::Result<Self> {
+    fn new(sock: TcpStream, cfg: &IwarpConfig, key_base: u8) -> io::Result<Self> {
+        let caps = cfg.caps;
         sock.set_nodelay(true)?;
         sock.set_nonblocking(true)?;
+        crate::congestion::on_established(&sock, cfg);
         Ok(IwarpProvider {
             sock,
             qp: QueuePair::new(caps, key_base),
@@ -312,7 +318,16 @@ impl IwarpProvider {
     /// [`ConnectionEvent::Disconnected`] (`Rejected` for an MPA Reject).
     /// Receives may be posted at once.
     pub fn connect(addr: impl ToSocketAddrs, cfg: IwarpConfig) -> io::Result<Self> {
-        Self::connect_stream(TcpStream::connect(addr)?, cfg)
+        let mut last = None;
+        for a in addr.to_socket_addrs()? {
+            match crate::congestion::connect(&a, None, &cfg) {
+                Ok(s) => return Self::connect_stream(s, cfg),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")
+        }))
     }
 
     /// [`IwarpProvider::connect`] over a TCP stream the caller connected
@@ -320,7 +335,7 @@ impl IwarpProvider {
     pub fn connect_stream(sock: TcpStream, cfg: IwarpConfig) -> io::Result<Self> {
         let hs = Handshake::initiator(cfg.clone())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let mut p = IwarpProvider::new(sock, cfg.caps, 0)?;
+        let mut p = IwarpProvider::new(sock, &cfg, 0)?;
         p.rtr_timeout = cfg.rtr_timeout;
         p.hs = Some(hs);
         p.state = ConnectionState::Connecting;
@@ -1168,8 +1183,9 @@ impl Provider for IwarpProvider {
 const BACKLOG: i32 = 1024;
 
 /// A TCP listener on `a` (`SO_REUSEADDR`, as `std` sets it) with
-/// [`BACKLOG`].
-fn listen(a: SocketAddr) -> io::Result<TcpListener> {
+/// [`BACKLOG`] (and the congestion control of local connections when `a`
+/// is a loopback address, see [`crate::congestion`]).
+fn listen(a: SocketAddr, cfg: &IwarpConfig) -> io::Result<TcpListener> {
     use rustix::net::{AddressFamily, SocketFlags, SocketType};
     let family = if a.is_ipv4() {
         AddressFamily::INET
@@ -1178,6 +1194,7 @@ fn listen(a: SocketAddr) -> io::Result<TcpListener> {
     };
     let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
     rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
+    crate::congestion::before_listen(&fd, &a, cfg);
     rustix::net::bind(&fd, &a)?;
     rustix::net::listen(&fd, BACKLOG)?;
     Ok(TcpListener::from(fd))
@@ -1197,7 +1214,7 @@ impl Listener {
     pub fn bind(addr: impl ToSocketAddrs, cfg: IwarpConfig) -> io::Result<Self> {
         let mut last = None;
         for a in addr.to_socket_addrs()? {
-            match listen(a) {
+            match listen(a, &cfg) {
                 Ok(l) => {
                     l.set_nonblocking(true)?;
                     return Ok(Listener { l, cfg });
@@ -1231,7 +1248,7 @@ impl Listener {
                 Err(e) => return Err(e),
             }
         };
-        let provider = IwarpProvider::new(sock, self.cfg.caps, 0x80)?;
+        let provider = IwarpProvider::new(sock, &self.cfg, 0x80)?;
         let mut hs = Handshake::responder(self.cfg.clone());
         loop {
             match read_request(&provider.sock, &mut hs) {
@@ -1332,13 +1349,13 @@ impl PendingConnection {
     pub(crate) fn from_request(
         sock: TcpStream,
         peer: SocketAddr,
-        caps: Caps,
+        cfg: &IwarpConfig,
         hs: Handshake,
         request: PeerRequest,
         leftover: Vec<u8>,
     ) -> io::Result<Self> {
         Ok(PendingConnection {
-            provider: IwarpProvider::new(sock, caps, 0x80)?,
+            provider: IwarpProvider::new(sock, cfg, 0x80)?,
             hs,
             request,
             leftover,
