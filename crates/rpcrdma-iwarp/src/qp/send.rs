@@ -665,6 +665,22 @@ impl QueuePair {
         }
     }
 
+    /// [`QueuePair::transmit`] when, and only when, its lone-Send fast path
+    /// applies (see `transmit_lone_small`): the output is exactly one small
+    /// Send, framed and handed to `write` at once. `None`: it does not
+    /// apply, nothing was done (the general path sends it later). A short
+    /// write leaves the rest queued, as `transmit` would.
+    pub fn transmit_lone<W>(&mut self, mut write: W) -> Option<io::Result<usize>>
+    where
+        W: FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
+    {
+        Some(match self.transmit_lone_small(&mut write)? {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            r => r,
+        })
+    }
+
     /// Fast path of [`QueuePair::transmit`] for the usual state of a
     /// ping-pong: no output queued, no message in progress, no Read
     /// Response waiting, and exactly one Send-queue WR waiting, a small Send
