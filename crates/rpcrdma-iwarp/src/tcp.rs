@@ -41,7 +41,7 @@
 //! the provider contract's connection manager.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
@@ -188,6 +188,47 @@ fn sock_read(sock: &TcpStream, buf: &mut [u8], dontwait: bool, wait: bool) -> io
     } else {
         (&*sock).read(buf)
     }
+}
+
+/// Writes `slices` to the socket (with `MSG_DONTWAIT` under blocking
+/// reads, see [`IwarpProvider::set_blocking_reads`]), recording what went
+/// out when capturing.
+fn sock_write(
+    sock: &mut TcpStream,
+    cap: &mut Option<Capture>,
+    dontwait: bool,
+    slices: &[IoSlice<'_>],
+) -> io::Result<usize> {
+    let n = if dontwait {
+        let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
+        match slices {
+            // One slice (a small message framed in place): send(2) spares
+            // the kernel the iovec import.
+            [one] => rustix::net::send(&*sock, one, flags)?,
+            _ => rustix::net::sendmsg(
+                &*sock,
+                slices,
+                &mut rustix::net::SendAncillaryBuffer::default(),
+                flags,
+            )?,
+        }
+    } else {
+        sock.write_vectored(slices)?
+    };
+    if let Some(c) = cap.as_mut() {
+        let mut left = n;
+        let mut v = Vec::with_capacity(n);
+        for s in slices {
+            let k = s.len().min(left);
+            v.extend_from_slice(&s[..k]);
+            left -= k;
+            if left == 0 {
+                break;
+            }
+        }
+        c.push((Direction::Sent, v));
+    }
+    Ok(n)
 }
 
 pub(crate) fn wait_fd(
@@ -737,54 +778,39 @@ impl IwarpProvider {
             self.qp.confirm_transmitted();
         }
         // 3. Write, gathering from registered memory.
-        if !self.shut_wr {
-            let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
-            let dontwait = self.dontwait;
-            let r = qp.transmit(|slices| {
-                let n = if dontwait {
-                    let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
-                    match slices {
-                        // One slice (a small message framed in place):
-                        // send(2) spares the kernel the iovec import.
-                        [one] => rustix::net::send(&*sock, one, flags)?,
-                        _ => rustix::net::sendmsg(
-                            &*sock,
-                            slices,
-                            &mut rustix::net::SendAncillaryBuffer::default(),
-                            flags,
-                        )?,
-                    }
-                } else {
-                    sock.write_vectored(slices)?
-                };
-                if let Some(c) = cap.as_mut() {
-                    let mut left = n;
-                    let mut v = Vec::with_capacity(n);
-                    for s in slices {
-                        let k = s.len().min(left);
-                        v.extend_from_slice(&s[..k]);
-                        left -= k;
-                        if left == 0 {
-                            break;
-                        }
-                    }
-                    c.push((Direction::Sent, v));
-                }
-                Ok(n)
-            });
-            match r {
-                Ok(_) => self.write_blocked = self.qp.has_output(),
-                Err(_) => {
-                    self.write_blocked = false;
-                    self.qp.transport_lost();
-                }
+        self.write_output(false);
+    }
+
+    /// Hands output to TCP (`lone_only`: only when it is one small Send,
+    /// see [`QueuePair::transmit_lone`]), then, after a Terminate or a
+    /// close, sends the FIN.
+    fn write_output(&mut self, lone_only: bool) {
+        if self.shut_wr {
+            return;
+        }
+        let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
+        let dontwait = self.dontwait;
+        let write = |slices: &[IoSlice<'_>]| sock_write(sock, cap, dontwait, slices);
+        let r = if lone_only {
+            match qp.transmit_lone(write) {
+                Some(r) => r,
+                None => return,
             }
-            // 4. After a Terminate or a close: FIN.
-            if self.qp.tx_finished() {
-                let _ = self.sock.shutdown(Shutdown::Write);
-                self.shut_wr = true;
+        } else {
+            qp.transmit(write)
+        };
+        match r {
+            Ok(_) => self.write_blocked = self.qp.has_output(),
+            Err(_) => {
                 self.write_blocked = false;
+                self.qp.transport_lost();
             }
+        }
+        // 4. After a Terminate or a close: FIN.
+        if self.qp.tx_finished() {
+            let _ = self.sock.shutdown(Shutdown::Write);
+            self.shut_wr = true;
+            self.write_blocked = false;
         }
     }
 
@@ -1025,6 +1051,16 @@ impl Provider for IwarpProvider {
             return Err(ProviderError::NotConnected);
         }
         self.qp.post_send(wr)?;
+        // Blocking reads (a thread that drives its connection itself and
+        // sleeps in recv(2)): a lone small Send goes to the socket now,
+        // not in the next progress pass — the owner would make a whole
+        // round just for it (a blocking client after posting its call, a
+        // blocking server after posting the reply it dispatched inline).
+        // Anything else (Writes, several WRs, a full socket) waits for the
+        // pass as before, gathered into one write.
+        if self.dontwait && !self.write_blocked {
+            self.write_output(true);
+        }
         self.wake_self();
         Ok(())
     }

@@ -872,9 +872,10 @@ impl Core {
         self.prov.next_deadline()
     }
 
-    /// Nothing waits to be polled or transmitted in the provider.
+    /// Nothing waits to be polled or transmitted in the provider, nor an
+    /// engine event to be taken.
     pub(crate) fn provider_settled(&self) -> bool {
-        self.prov.settled()
+        self.prov.settled() && !self.conn.has_events()
     }
 
     /// Lets [`Core::read_blocking`] sleep in the socket's receive call.
