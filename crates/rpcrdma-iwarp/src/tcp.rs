@@ -62,7 +62,7 @@ use crate::rtr::{self, ReadRtr, Step};
 use crate::TerminateCode;
 
 /// Octets of read-ahead buffer (one per thread, see [`with_rbuf`]).
-const RBUF: usize = 64 * 1024;
+const RBUF: usize = crate::qp::READ_AHEAD;
 
 thread_local! {
     /// The read-ahead buffer of the providers this thread drives. Every

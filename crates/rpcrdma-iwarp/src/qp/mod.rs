@@ -87,6 +87,7 @@ mod send;
 mod terminate;
 
 use read::{OutRead, RespJob};
+pub use recv::READ_AHEAD;
 use recv::{Rx, RxState};
 use send::{Chunk, TxMsg};
 

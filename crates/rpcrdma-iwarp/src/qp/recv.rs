@@ -20,6 +20,16 @@ use crate::TerminateCode;
 use super::terminate::RxFault;
 use super::{QpState, QueuePair, RespJob};
 
+/// Octets worth reading at once when the next FPDU's header is unknown: a
+/// whole FPDU at the largest ULPDU_Length (2 + 65,535 + 2 + 4 octets) and
+/// what usually comes right after it — the rest of a message, such as the
+/// last short segment of a 64 KiB Read Response or a reply Send of up to
+/// 4 KiB inline — so that one read takes it all. With 64 KiB, a 64 KiB
+/// Read Response (two FPDUs of 65,520 and 60 octets at the default
+/// MULPDU) took three reads: 65,536 octets, the last 38 octets of
+/// payload, the 6 of PAD and CRC.
+pub const READ_AHEAD: usize = 72 * 1024;
+
 /// Largest FPDU header kept while receiving: ULPDU_Length + the longest
 /// prefix [`Segment::parse_prefix`] needs.
 const HBUF_LEN: usize = 2 + Segment::MAX_PREFIX;
@@ -122,12 +132,12 @@ impl QueuePair {
 
     /// How many octets the owner should read from TCP into its read-ahead
     /// buffer next: small right after a large FPDU payload went straight to
-    /// memory (so the next large payload can too), large otherwise.
+    /// memory (so the next large payload can too), [`READ_AHEAD`] otherwise.
     pub fn suggested_read_len(&self) -> usize {
         if self.rx.last_was_large && self.rx.state != RxState::Payload {
             128
         } else {
-            64 * 1024
+            READ_AHEAD
         }
     }
 
