@@ -87,8 +87,8 @@ mod send;
 mod terminate;
 
 use read::{OutRead, RespJob};
-pub use recv::READ_AHEAD;
 use recv::{Rx, RxState};
+pub use recv::{DIRECT_TAIL_MAX, READ_AHEAD};
 use send::{Chunk, TxMsg};
 
 /// What the MPA exchange agreed, for the FPDU phase.
