@@ -103,6 +103,14 @@ impl std::fmt::Debug for TcpConfig {
     }
 }
 
+/// Octets of room a record read asks for when it needs more.
+const READ_CHUNK: usize = 64 << 10;
+
+/// Below this much room left in the read buffer, a read first makes
+/// [`READ_CHUNK`] octets of room (reclaiming the buffer when nothing else
+/// holds it).
+const READ_ROOM_MIN: usize = 32 << 10;
+
 /// Reads the next record. `Ok(None)` at a clean end of stream.
 async fn read_record(
     rd: &mut OwnedReadHalf,
@@ -114,7 +122,14 @@ async fn read_record(
         if let Some(r) = dec.decode(buf).map_err(TransportError::Framing)? {
             return Ok(Some(r));
         }
-        buf.reserve(64 << 10);
+        // Room for the next read. Made only when little is left: a record
+        // handed out without a copy (`RecordDecoder::decode` splits it off)
+        // shares the buffer, so making room means a new buffer; asking for
+        // a full READ_CHUNK after every small record allocated (and later
+        // freed) 64 KiB per record, and pinned them while records lived.
+        if buf.capacity() - buf.len() < READ_ROOM_MIN {
+            buf.reserve(READ_CHUNK);
+        }
         let n = rd
             .read_buf(buf)
             .await
