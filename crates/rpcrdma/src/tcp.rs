@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
-use tokio::sync::{oneshot, watch, Notify, Semaphore};
+use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -628,6 +629,78 @@ async fn accept_loop(
     }
 }
 
+/// The calls of one server connection being executed: at most `max`
+/// (the connection stops reading while that many are), each counted from
+/// its dispatch until its guard ([`InFlightPermit`]) is dropped (its reply
+/// written, or the call dropped). Only the connection's reader takes
+/// permits, so a check and an increment cannot overshoot; a permit given
+/// back at the limit, or the last one, wakes the reader. (A semaphore
+/// permit took a lock to give back, per call.)
+struct InFlight {
+    n: AtomicUsize,
+    max: usize,
+    room: Notify,
+}
+
+/// One call of an [`InFlight`] count (the call's `CallGuard`).
+struct InFlightPermit(Arc<InFlight>);
+
+impl Drop for InFlightPermit {
+    fn drop(&mut self) {
+        let was = self.0.n.fetch_sub(1, AtomicOrdering::AcqRel);
+        if was == self.0.max || was == 1 {
+            self.0.room.notify_one();
+        }
+    }
+}
+
+impl InFlight {
+    fn new(max: usize) -> Arc<InFlight> {
+        Arc::new(InFlight {
+            n: AtomicUsize::new(0),
+            max: max.max(1),
+            room: Notify::new(),
+        })
+    }
+
+    /// A permit if fewer than `max` calls are in flight (the reader only).
+    fn try_acquire(self: &Arc<Self>) -> Option<InFlightPermit> {
+        if self.n.load(AtomicOrdering::Acquire) >= self.max {
+            return None;
+        }
+        self.n.fetch_add(1, AtomicOrdering::AcqRel);
+        Some(InFlightPermit(self.clone()))
+    }
+
+    /// Waits for a permit (the reader only).
+    async fn acquire(self: &Arc<Self>) -> InFlightPermit {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a permit given back after it
+            // wakes this wait.
+            notified.as_mut().enable();
+            if let Some(p) = self.try_acquire() {
+                return p;
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until no call is in flight.
+    async fn drained(&self) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.n.load(AtomicOrdering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 async fn serve_conn(
     stream: TcpStream,
     peer: SocketAddr,
@@ -646,8 +719,7 @@ async fn serve_conn(
         peer,
         metrics: metrics.clone(),
     });
-    let max_in_flight = config.max_in_flight.clamp(1, 1 << 16);
-    let in_flight = Arc::new(Semaphore::new(max_in_flight));
+    let in_flight = InFlight::new(config.max_in_flight.clamp(1, 1 << 16));
     let mut dec = RecordDecoder::new(config.record_limits);
     let mut buf = BytesMut::new();
     // One shutdown future for the connection's life (not a fresh one per
@@ -677,15 +749,12 @@ async fn serve_conn(
         };
         match peek(&rec) {
             Some((_, 0)) => {
-                let permit = match in_flight.clone().try_acquire_owned() {
-                    Ok(p) => p,
-                    // None free (or closed): wait as the general path does.
-                    Err(_) => tokio::select! {
+                let permit = match in_flight.try_acquire() {
+                    Some(p) => p,
+                    // None free: wait for a call to end (or shutdown).
+                    None => tokio::select! {
                         biased;
-                        p = in_flight.clone().acquire_owned() => match p {
-                            Ok(p) => p,
-                            Err(_) => break,
-                        },
+                        p = in_flight.acquire() => p,
                         _ = &mut stop => break,
                     },
                 };
@@ -712,11 +781,7 @@ async fn serve_conn(
     }
     drop(rd);
     // Drain: wait until every call in flight released its permit.
-    let _ = tokio::time::timeout(
-        config.shutdown_grace,
-        in_flight.acquire_many(max_in_flight as u32),
-    )
-    .await;
+    let _ = tokio::time::timeout(config.shutdown_grace, in_flight.drained()).await;
     conn.writer.close();
     match tokio::time::timeout(config.shutdown_grace, &mut writer).await {
         Ok(Ok(Err(e))) => tracing::debug!(%peer, error = %e, "rpc/tcp writer ended"),
@@ -732,3 +797,48 @@ async fn serve_conn(
 /// The record-marking error type, re-exported for matching on
 /// [`TransportError::Framing`].
 pub type FramingError = RecordError;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-flight count: never more than `max` permits; a waiting
+    /// acquire gets one as soon as one is given back; the drain ends
+    /// exactly when the last permit is gone.
+    #[tokio::test]
+    async fn in_flight_permits_are_bounded_and_wake_their_waiter() {
+        let f = InFlight::new(3);
+        let mut held: Vec<InFlightPermit> = (0..3).map(|_| f.try_acquire().unwrap()).collect();
+        assert!(f.try_acquire().is_none());
+        // A waiter at the limit is woken by a permit given back.
+        let waiter = {
+            let f = f.clone();
+            tokio::spawn(async move { f.acquire().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        held.pop();
+        let p = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+        held.push(p);
+        assert_eq!(f.n.load(AtomicOrdering::Acquire), 3);
+        // The drain waits for every permit, and no longer.
+        let drain = {
+            let f = f.clone();
+            tokio::spawn(async move { f.drained().await })
+        };
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(!drain.is_finished());
+            held.pop();
+        }
+        tokio::time::timeout(Duration::from_secs(5), drain)
+            .await
+            .expect("drained")
+            .unwrap();
+        assert_eq!(f.n.load(AtomicOrdering::Acquire), 0);
+        assert!(f.try_acquire().is_some());
+    }
+}
