@@ -20,11 +20,13 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -589,6 +591,10 @@ async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
+    // Each connection's stop, told when the listener shuts down (dead
+    // entries pruned whenever the list has doubled).
+    let mut stops: Vec<Weak<ConnStop>> = Vec::new();
+    let mut prune_at = 64;
     loop {
         tokio::select! {
             r = listener.accept() => match r {
@@ -599,6 +605,12 @@ async fn accept_loop(
                 }
                 Ok((stream, peer)) => {
                     Metrics::inc(&metrics.connections);
+                    let stop = Arc::new(ConnStop::default());
+                    stops.push(Arc::downgrade(&stop));
+                    if stops.len() >= prune_at {
+                        stops.retain(|w| w.strong_count() > 0);
+                        prune_at = (2 * stops.len()).max(64);
+                    }
                     conns.spawn(
                         serve_conn(
                             stream,
@@ -606,7 +618,7 @@ async fn accept_loop(
                             config.clone(),
                             dispatcher.clone(),
                             metrics.clone(),
-                            shutdown.clone(),
+                            stop,
                         )
                         .instrument(tracing::debug_span!("rpc.tcp.conn", %peer)),
                     );
@@ -621,11 +633,60 @@ async fn accept_loop(
         }
     }
     drop(listener);
+    for s in stops.iter().filter_map(Weak::upgrade) {
+        s.stop();
+    }
     let grace = config.shutdown_grace + Duration::from_secs(1);
     let drained =
         tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
     if drained.is_err() {
         conns.abort_all();
+    }
+}
+
+/// The graceful stop of one server connection, told by its listener's
+/// shutdown. The connection's reader waits for it beside every read: an
+/// atomic load and, when the read has to wait, one uncontended lock to
+/// keep the waker (a `watch` channel's `changed` future cost several times
+/// that per call).
+#[derive(Default)]
+struct ConnStop {
+    stopped: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl ConnStop {
+    fn stop(&self) {
+        self.stopped.store(true, AtomicOrdering::Release);
+        let w = self.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(AtomicOrdering::Acquire)
+    }
+
+    /// Ready once stopped (and again every time it is polled after).
+    fn wait(&self) -> impl Future<Output = ()> + Unpin + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.is_stopped() {
+                return Poll::Ready(());
+            }
+            {
+                let mut w = self.waker.lock().unwrap_or_else(|p| p.into_inner());
+                if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *w = Some(cx.waker().clone());
+                }
+            }
+            // Stopped while the waker was being stored: `stop` may have
+            // found none.
+            if self.is_stopped() {
+                return Poll::Ready(());
+            }
+            Poll::Pending
+        })
     }
 }
 
@@ -707,7 +768,7 @@ async fn serve_conn(
     config: TcpConfig,
     dispatcher: Arc<dyn CallDispatcher>,
     metrics: Arc<Metrics>,
-    mut shutdown: watch::Receiver<bool>,
+    stop_flag: Arc<ConnStop>,
 ) {
     let _ = stream.set_nodelay(config.nodelay);
     let client = (config.identify)(peer);
@@ -722,20 +783,17 @@ async fn serve_conn(
     let in_flight = InFlight::new(config.max_in_flight.clamp(1, 1 << 16));
     let mut dec = RecordDecoder::new(config.record_limits);
     let mut buf = BytesMut::new();
-    // One shutdown future for the connection's life (not a fresh one per
-    // call); it ends the loop the first time it completes. Reading comes
-    // first; a peer that keeps the socket readable cannot starve shutdown:
-    // `seen` is looked at after every record.
-    let seen = shutdown.clone();
-    let stop = shutdown.changed();
-    tokio::pin!(stop);
+    // The listener's shutdown ends the loop. Reading comes first; a peer
+    // that keeps the socket readable cannot starve shutdown: the flag is
+    // looked at after every record.
+    let mut stop = stop_flag.wait();
     loop {
         let rec = tokio::select! {
             biased;
             r = read_record(&mut rd, &mut dec, &mut buf, &metrics) => r,
             _ = &mut stop => break,
         };
-        if seen.has_changed().unwrap_or(true) {
+        if stop_flag.is_stopped() {
             break;
         }
         let rec = match rec {
@@ -801,6 +859,32 @@ pub type FramingError = RecordError;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connection's stop: a waiting reader is woken, a stop told before
+    /// the wait is seen at once, and the future stays ready.
+    #[tokio::test]
+    async fn a_connection_stop_wakes_its_reader() {
+        let st = Arc::new(ConnStop::default());
+        let waiter = {
+            let st = st.clone();
+            tokio::spawn(async move {
+                let mut w = st.wait();
+                (&mut w).await;
+                (&mut w).await;
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        st.stop();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert!(st.is_stopped());
+        let early = ConnStop::default();
+        early.stop();
+        early.wait().await;
+    }
 
     /// The in-flight count: never more than `max` permits; a waiting
     /// acquire gets one as soon as one is given back; the drain ends
