@@ -84,6 +84,9 @@ pub(crate) struct Shared {
     pub(crate) queued: AtomicBool,
     /// Replies sent while the driver runs a handler inline.
     dispatching: Mutex<Dispatching>,
+    /// The drive of a task shell, whose state is published when it is read
+    /// ([`Shared::status`]) rather than by its rounds.
+    pub(crate) drive: std::sync::OnceLock<std::sync::Weak<super::task::TaskDrive>>,
 }
 
 #[derive(Default)]
@@ -110,7 +113,18 @@ impl Shared {
             wake,
             queued: AtomicBool::new(false),
             dispatching: Mutex::new(Dispatching::default()),
+            drive: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The connection's state: a task shell's is published now (see
+    /// [`super::task::TaskDrive::publish`]); a thread shell's is what its
+    /// driver published last (before it slept, or when asked).
+    pub(crate) fn status(&self) -> RdmaStatus {
+        if let Some(d) = self.drive.get().and_then(std::sync::Weak::upgrade) {
+            d.publish();
+        }
+        self.lock().status.clone()
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, SharedState> {
