@@ -129,6 +129,18 @@ pub(crate) struct TaskDrive {
     waker: Waker,
     /// [`TaskWake::provider_waker`].
     prov_waker: Waker,
+    /// Tests: the direct path on (default) or off, and how often each of
+    /// its two ways was taken.
+    #[cfg(test)]
+    pub(crate) test: TestHooks,
+}
+
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct TestHooks {
+    pub(crate) channel_only: std::sync::atomic::AtomicBool,
+    pub(crate) driven: std::sync::atomic::AtomicU64,
+    pub(crate) posted: std::sync::atomic::AtomicU64,
 }
 
 /// See the module docs: the driver task's part.
@@ -186,6 +198,8 @@ impl TaskShell {
             prov_waker: wake.provider_waker(),
             wake,
             waker,
+            #[cfg(test)]
+            test: TestHooks::default(),
         });
         let _ = shared.drive.set(Arc::downgrade(&drive));
         TaskShell { drive, reconnect }
@@ -423,6 +437,10 @@ impl TaskDrive {
     /// thread if the connection is free (see the module docs); gives it
     /// back otherwise, for the command channel.
     pub(crate) fn try_call(&self, cmd: Cmd) -> Option<Cmd> {
+        #[cfg(test)]
+        if self.test.channel_only.load(Ordering::Relaxed) {
+            return Some(cmd);
+        }
         let Some(mut d) = self.try_lock() else {
             return Some(cmd);
         };
@@ -443,6 +461,8 @@ impl TaskDrive {
             d.core.command_now(cmd);
             drop(d);
             self.wake.wake();
+            #[cfg(test)]
+            self.test.posted.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         // Nothing queued or deferred before it (see above): it starts now,
@@ -473,6 +493,8 @@ impl TaskDrive {
             // The driver task ends the connection (or reconnects).
             self.wake.hand_over();
         }
+        #[cfg(test)]
+        self.test.driven.fetch_add(1, Ordering::Relaxed);
         None
     }
 }
@@ -671,3 +693,7 @@ pub(crate) fn spawn(shell: TaskShell, span: tracing::Span) -> tokio::task::JoinH
         span,
     )))
 }
+
+#[cfg(test)]
+#[path = "task_tests.rs"]
+mod tests;

@@ -136,6 +136,12 @@ impl RdmaClientTransport {
 }
 
 impl RdmaClientTransport {
+    /// The driver's core (tests).
+    #[cfg(test)]
+    pub(crate) fn drive(&self) -> Option<Arc<TaskDrive>> {
+        self.drive.upgrade()
+    }
+
     /// Starts `call`, to be ended by the driver at `deadline` if given: on
     /// the caller's thread when the connection is free (the direct path,
     /// [`TaskDrive::try_call`]), else through the command channel.

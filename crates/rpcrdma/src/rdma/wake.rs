@@ -326,7 +326,77 @@ impl TaskWake {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU32;
     use std::time::Instant;
+
+    /// Counts its wake-ups.
+    struct Count(AtomicU32);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The task handshake: a wake-up reaches the driver task once while
+    /// nobody holds the lock (more wake-ups before a take cost nothing), is
+    /// left to an active holder (which must make another round when it lets
+    /// go), and the provider's wake-ups are dropped during a round until the
+    /// holder arms it again.
+    #[test]
+    fn task_wake_reaches_the_driver_once_or_the_active_holder() {
+        let count = Arc::new(Count(AtomicU32::new(0)));
+        let driver = Waker::from(count.clone());
+        let woken = || count.0.load(Ordering::SeqCst);
+        let w = TaskWake::new();
+        let (conn, prov) = (w.waker(), w.provider_waker());
+        // Fired from the start, so the first poll makes a round.
+        assert!(w.is_fired());
+        w.set_driver(&driver);
+        assert!(w.take());
+        // Idle: the first wake-up wakes the driver task, the next ones only
+        // find the flag set.
+        conn.wake_by_ref();
+        conn.wake_by_ref();
+        prov.wake_by_ref();
+        assert_eq!(woken(), 1);
+        // A holder takes the flag, then wake-ups while it is active cost
+        // only the flag, and it must round again when it lets go.
+        w.begin();
+        assert!(w.take());
+        conn.wake_by_ref();
+        assert_eq!(woken(), 1);
+        assert!(w.end());
+        w.begin();
+        assert!(w.take());
+        // The provider's wake-ups during a round (the holder's own posts)
+        // are dropped; from its arm on they count.
+        prov.wake_by_ref();
+        assert!(!w.is_fired());
+        w.arming();
+        prov.wake_by_ref();
+        assert!(w.is_fired());
+        assert!(w.end());
+        assert_eq!(woken(), 1);
+        // A holder that lets go with nothing fired: the next wake-up goes to
+        // the driver task again, the provider's too.
+        w.begin();
+        w.take();
+        assert!(!w.end());
+        prov.wake_by_ref();
+        assert_eq!(woken(), 2);
+        w.take();
+        // Handing over: the flag set and the driver task woken.
+        w.hand_over();
+        assert!(w.is_fired());
+        assert_eq!(woken(), 3);
+        // The driver's waker is replaced only when it changes.
+        let other = Arc::new(Count(AtomicU32::new(0)));
+        w.set_driver(&Waker::from(other.clone()));
+        w.take();
+        conn.wake_by_ref();
+        assert_eq!((woken(), other.0.load(Ordering::SeqCst)), (3, 1));
+    }
 
     #[test]
     fn wake_from_another_thread_ends_a_poll_and_awake_wakes_cost_no_octet() {
