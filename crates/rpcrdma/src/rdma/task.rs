@@ -24,15 +24,16 @@
 //!   across an await): on every wake-up of the connection, unless a holder
 //!   took the flag since (then that holder's round saw the work);
 //! * a **caller** of the client ([`TaskDrive::try_call`], never blocking on
-//!   the lock): when the connection has no other call outstanding, it
-//!   starts its call and makes the rounds itself (the Send goes out from
-//!   the caller's poll, with no hand-off to the driver task); when other
-//!   calls are outstanding it only posts its call in the engine and leaves
-//!   the transmission to the driver task's next round, which sends every
-//!   call posted meanwhile in one pass (one wake-up per batch). A caller
-//!   that finds the lock taken, the link down or commands queued before it
-//!   queues its call on the command channel instead, as every other
-//!   command goes.
+//!   the lock): when the connection has no other call outstanding (and the
+//!   caller runs on the connection's runtime, where a handler its rounds
+//!   dispatch may be spawned), it starts its call and makes the rounds
+//!   itself (the Send goes out from the caller's poll, with no hand-off to
+//!   the driver task); otherwise it only posts its call in the engine and
+//!   leaves the transmission to the driver task's next round, which sends
+//!   every call posted meanwhile in one pass (one wake-up per batch). A
+//!   caller that finds the lock taken, the link down or commands queued
+//!   before it queues its call on the command channel instead, as every
+//!   other command goes.
 //!
 //! The reply of every call goes through its `oneshot` channel, delivered
 //! by whichever holder makes the round that receives it; a caller's future
@@ -119,6 +120,10 @@ struct Driven {
     /// Callers may drive: the driver task has started, the link is up and
     /// the connection has not ended.
     live: bool,
+    /// The runtime the driver task runs on: a caller drives only from a
+    /// task of the same runtime (a handler its rounds dispatch may be
+    /// spawned, onto the runtime the connection's handlers run on).
+    runtime: Option<tokio::runtime::Id>,
 }
 
 /// A connection's core behind its lock, and the waker of the connection
@@ -192,6 +197,7 @@ impl TaskShell {
             armed: None,
             timer_registered: false,
             live: false,
+            runtime: None,
         };
         let drive = Arc::new(TaskDrive {
             driven: Mutex::new(driven),
@@ -214,6 +220,7 @@ impl TaskShell {
         {
             let mut d = self.drive.lock();
             d.timer = Some(Box::pin(tokio::time::sleep(Duration::ZERO)));
+            d.runtime = Some(tokio::runtime::Handle::current().id());
             d.live = true;
         }
         loop {
@@ -455,9 +462,11 @@ impl TaskDrive {
             // drives while the link is down.
             return Some(cmd);
         }
-        if d.core.calls_waiting() > 0 {
-            // Other calls are outstanding: posted now, sent by the driver
-            // task's next round with whatever else is posted meanwhile.
+        // Other calls outstanding, or a caller outside the connection's
+        // runtime: posted now, and sent by the driver task's next round with
+        // whatever else is posted meanwhile.
+        let runtime = || tokio::runtime::Handle::try_current().map(|h| h.id()).ok();
+        if d.core.calls_waiting() > 0 || runtime() != d.runtime {
             d.core.command_now(cmd);
             drop(d);
             self.wake.wake();

@@ -379,3 +379,46 @@ fn a_dropped_call_future_disturbs_no_later_call() {
         srv.shutdown().await;
     });
 }
+
+/// A caller on another runtime (its own thread) only posts its calls: the
+/// driver task sends them and delivers the replies.
+#[test]
+fn a_caller_on_another_runtime_posts_its_calls() {
+    let rt = runtime();
+    let (srv, t, c) = rt.block_on(async {
+        let (srv, t) = pair();
+        let c = client(&t, Duration::from_secs(30));
+        started().await;
+        (srv, t, c)
+    });
+    let drive = t.drive().unwrap();
+    // The connection's runtime keeps running (its driver tasks) while the
+    // other thread calls.
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let caller = {
+        let (c, stop) = (c.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let r = runtime().block_on(async {
+                let mut out = Vec::new();
+                for n in [0usize, 10, 3000] {
+                    out.push(run_op(&c, &Op::Echo(n)).await);
+                }
+                out
+            });
+            stop.notify_one();
+            r
+        })
+    };
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), stop.notified())
+            .await
+            .expect("bounded");
+    });
+    assert_eq!(caller.join().unwrap(), vec!["echo true"; 3]);
+    assert_eq!(drive.test.driven.load(Ordering::Relaxed), 0);
+    assert_eq!(drive.test.posted.load(Ordering::Relaxed), 3);
+    rt.block_on(async {
+        t.shutdown().await;
+        srv.shutdown().await;
+    });
+}
