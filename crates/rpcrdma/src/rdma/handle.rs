@@ -80,7 +80,7 @@ pub(crate) struct Shared {
     /// the send is the thread shell's (a pass that clears the flag sees
     /// the command); the set before is the task shell's (a command sent
     /// after a poll that found the flag clear wakes the waker that poll
-    /// left registered with the channel; see `TaskShell::poll_work`).
+    /// left registered with the channel; see `task::Driven::work`).
     pub(crate) queued: AtomicBool,
     /// Replies sent while the driver runs a handler inline.
     dispatching: Mutex<Dispatching>,

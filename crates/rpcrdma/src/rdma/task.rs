@@ -146,6 +146,8 @@ pub(crate) struct TestHooks {
     pub(crate) channel_only: std::sync::atomic::AtomicBool,
     pub(crate) driven: std::sync::atomic::AtomicU64,
     pub(crate) posted: std::sync::atomic::AtomicU64,
+    /// Calls given back for the command channel.
+    pub(crate) queued: std::sync::atomic::AtomicU64,
 }
 
 /// See the module docs: the driver task's part.
@@ -449,6 +451,8 @@ impl TaskDrive {
             return Some(cmd);
         }
         let Some(mut d) = self.try_lock() else {
+            #[cfg(test)]
+            self.test.queued.fetch_add(1, Ordering::Relaxed);
             return Some(cmd);
         };
         let core = &d.core;
@@ -460,6 +464,8 @@ impl TaskDrive {
         {
             // Commands go first in the order they came; the driver task
             // drives while the link is down.
+            #[cfg(test)]
+            self.test.queued.fetch_add(1, Ordering::Relaxed);
             return Some(cmd);
         }
         // Other calls outstanding, or a caller outside the connection's

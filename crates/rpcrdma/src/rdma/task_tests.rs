@@ -415,8 +415,12 @@ fn a_caller_on_another_runtime_posts_its_calls() {
             .expect("bounded");
     });
     assert_eq!(caller.join().unwrap(), vec!["echo true"; 3]);
-    assert_eq!(drive.test.driven.load(Ordering::Relaxed), 0);
-    assert_eq!(drive.test.posted.load(Ordering::Relaxed), 3);
+    // Never driven from there: posted, or queued when the driver task held
+    // the connection (it may still be in the round that delivered the
+    // previous reply when the caller starts the next call).
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    assert_eq!(load(&drive.test.driven), 0);
+    assert_eq!(load(&drive.test.posted) + load(&drive.test.queued), 3);
     rt.block_on(async {
         t.shutdown().await;
         srv.shutdown().await;
