@@ -17,10 +17,12 @@
 //! * [`fuzzing`]: the `nfs_args` fuzz entry point (also replayed by
 //!   `cargo test`);
 //! * [`fs`]: the export: confined, openat-based operations behind stable
-//!   keyed file handles, blocking I/O on tokio's blocking pool.
-//!
-//! Work in progress (issue 14): the RPC server that wires the procedures to
-//! [`fs`], and the client.
+//!   keyed file handles, blocking I/O on tokio's blocking pool;
+//! * [`server`]: the NFSv3 and MOUNT v3 programs as handlers of the
+//!   `rpcrdma` runtime over one export;
+//! * [`client`]: MOUNT v3 over TCP and a typed NFSv3 client over
+//!   RPC-over-RDMA (windowed READ/WRITE, COMMIT with verifier checks,
+//!   READDIRPLUS until end of directory, errors by blame).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -30,11 +32,13 @@ pub mod codec;
 pub(crate) mod testgen;
 
 pub mod binding;
+pub mod client;
 pub mod fs;
 pub mod fuzzing;
 pub mod limits;
 pub mod mount;
 pub mod nfs3;
+pub mod server;
 
 #[cfg(test)]
 mod tests;

@@ -1,11 +1,13 @@
-//! Two-peer simulations of the RPC-over-RDMA v1 engine over the in-memory
-//! provider: every message class, credits, errors, backchannel, loss.
+//! Two-peer simulations of the RPC-over-RDMA engine over the in-memory
+//! provider, in version 1 and in version 2 (each test runs in both, see
+//! `util::VERSIONS`): every message class, credits, errors, backchannel,
+//! loss.
 
 mod util;
 
 use rpcrdma_proto::engine::{
     CallError, CallFailure, CallHandle, Config, Event, OutgoingCall, OutgoingReply, Piece,
-    RdmaErrorReport, ReplyForm,
+    RdmaErrorReport, ReplyForm, RpcRdmaVersion,
 };
 use util::*;
 
@@ -27,6 +29,7 @@ fn simple_reply(xid: u32, body: &[u8]) -> OutgoingReply {
     }
 }
 
+/// Version 1 (RFC 8797); version 2's CONNPROP outcome is in `sim_v2`.
 #[test]
 fn negotiates_linux_defaults() {
     let p = Pair::new(Config::client(), Config::server());
@@ -42,7 +45,13 @@ fn negotiates_linux_defaults() {
 
 #[test]
 fn short_inline_call_and_reply() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        short_inline_call_and_reply_in(v);
+    }
+}
+
+fn short_inline_call_and_reply_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     let msg = opaque_call(1, &data(100, 1), false);
     let id = p.call(OutgoingCall {
         message: msg.clone(),
@@ -83,7 +92,13 @@ fn short_inline_call_and_reply() {
 
 #[test]
 fn read_chunk_call() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        read_chunk_call_in(v);
+    }
+}
+
+fn read_chunk_call_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     let arg = data(9001, 3);
     let msg = opaque_call(7, &arg, true);
     p.call(OutgoingCall {
@@ -119,7 +134,13 @@ fn read_chunk_call() {
 
 #[test]
 fn long_call_in_a_position_zero_read_chunk() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        long_call_in_a_position_zero_read_chunk_in(v);
+    }
+}
+
+fn long_call_in_a_position_zero_read_chunk_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     let arg = data(20_000, 4);
     let msg = opaque_call(8, &arg, false);
     p.call(OutgoingCall {
@@ -153,7 +174,13 @@ fn long_call_in_a_position_zero_read_chunk() {
 
 #[test]
 fn write_chunk_reply_returns_actual_length() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        write_chunk_reply_returns_actual_length_in(v);
+    }
+}
+
+fn write_chunk_reply_returns_actual_length_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     let msg = opaque_call(6, &data(16, 5), false);
     p.call(OutgoingCall {
         message: msg,
@@ -197,7 +224,13 @@ fn write_chunk_reply_returns_actual_length() {
 
 #[test]
 fn long_reply_in_the_reply_chunk() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        long_reply_in_the_reply_chunk_in(v);
+    }
+}
+
+fn long_reply_in_the_reply_chunk_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     p.call(OutgoingCall {
         message: opaque_call(9, &data(8, 7), false),
         reply_max: 30_000,
@@ -224,7 +257,13 @@ fn long_reply_in_the_reply_chunk() {
 
 #[test]
 fn reply_too_big_for_reply_chunk_fails_only_that_xid() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        reply_too_big_for_reply_chunk_fails_only_that_xid_in(v);
+    }
+}
+
+fn reply_too_big_for_reply_chunk_fails_only_that_xid_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     let a = p.call(OutgoingCall {
         message: opaque_call(1, &data(8, 1), false),
         reply_max: 6000,
@@ -249,23 +288,38 @@ fn reply_too_big_for_reply_chunk_fails_only_that_xid() {
     let cb = p.server_calls().remove(0);
     p.reply(cb.handle, simple_reply(cb.xid, &[9, 9, 9, 9]));
     let ev = p.client_events();
+    // Version 2 says how large a Reply chunk it needs (the 7000 octets
+    // and the 24-octet RPC header); version 1 can only say ERR_CHUNK.
+    let want = match v {
+        RpcRdmaVersion::V1 => RdmaErrorReport::Chunk,
+        _ => RdmaErrorReport::ReplyResource {
+            length_needed: 7024,
+        },
+    };
     assert!(ev.iter().any(|e| matches!(e,
-        Event::CallFailed { id, error: CallFailure::RdmaError(RdmaErrorReport::Chunk), retransmit: false, .. }
-        if *id == a)));
+        Event::CallFailed { id, error: CallFailure::RdmaError(r), retransmit: false, .. }
+        if *id == a && *r == want)));
     assert_eq!(replies(&ev).len(), 1);
     assert_eq!(replies(&ev)[0].id, b);
     assert!(!p.c.conn.is_closed());
-    assert_eq!(p.s.conn.metrics().err_chunk_sent, 1);
-    assert_eq!(p.c.conn.metrics().err_chunk_received, 1);
-    // The error carried the grant too.
+    assert_eq!(errors_sent(p.s.conn.metrics()), 1);
+    assert_eq!(errors_received(p.c.conn.metrics()), 1);
+    // The error carried the grant too (version 1), or the CONNPROP did
+    // (version 2).
     assert_eq!(p.c.conn.credits(), 64);
 }
 
 #[test]
 fn credits_limit_outstanding_calls_and_queue_drains() {
-    let mut s = Config::server();
+    for v in VERSIONS {
+        credits_limit_outstanding_calls_and_queue_drains_in(v);
+    }
+}
+
+fn credits_limit_outstanding_calls_and_queue_drains_in(v: RpcRdmaVersion) {
+    let mut s = scfg(v);
     s.credits_granted = 3;
-    let mut p = Pair::new(Config::client(), s);
+    let mut p = Pair::new(ccfg(v), s);
     let mut ids = Vec::new();
     for i in 0..10u8 {
         let id =
@@ -279,9 +333,11 @@ fn credits_limit_outstanding_calls_and_queue_drains() {
         ids.push(id);
     }
     p.run();
-    // Credits start at one: exactly one call reached the server.
-    assert_eq!(p.c.conn.outstanding(), 1);
-    assert_eq!(p.c.conn.queued(), 9);
+    // Credits start at one: exactly one call reached the server (version
+    // 2: the server's CONNPROP granted 3 before any call).
+    let first = if v == RpcRdmaVersion::V1 { 1 } else { 3 };
+    assert_eq!(p.c.conn.outstanding(), first);
+    assert_eq!(p.c.conn.queued(), 10 - first);
     let mut done = 0;
     let mut max_seen = 0;
     while done < 10 {
@@ -302,7 +358,7 @@ fn credits_limit_outstanding_calls_and_queue_drains() {
     }
     assert_eq!(max_seen, 3, "the grant is used once it arrived");
     assert_eq!(p.c.conn.credits(), 3);
-    assert_eq!(p.c.conn.metrics().credit_waits, 9);
+    assert_eq!(p.c.conn.metrics().credit_waits, 10 - first as u64);
 }
 
 /// A call started with a free credit and nothing queued is sent at once
@@ -311,9 +367,15 @@ fn credits_limit_outstanding_calls_and_queue_drains() {
 /// with consecutive XIDs, and only the queued ones count as credit waits.
 #[test]
 fn calls_sent_at_once_or_queued_keep_start_order() {
-    let mut s = Config::server();
+    for v in VERSIONS {
+        calls_sent_at_once_or_queued_keep_start_order_in(v);
+    }
+}
+
+fn calls_sent_at_once_or_queued_keep_start_order_in(v: RpcRdmaVersion) {
+    let mut s = scfg(v);
     s.credits_granted = 2;
-    let mut p = Pair::new(Config::client(), s);
+    let mut p = Pair::new(ccfg(v), s);
     let start = |p: &mut Pair, i: u8| {
         p.c.conn
             .start_call(
@@ -323,10 +385,15 @@ fn calls_sent_at_once_or_queued_keep_start_order() {
             )
             .unwrap()
     };
-    // One credit: the first goes at once, the next two wait.
+    // One credit: the first goes at once, the next two wait (version 2:
+    // the CONNPROP granted two, one waits).
     let ids: Vec<_> = (0..3).map(|i| start(&mut p, i)).collect();
-    assert_eq!((p.c.conn.outstanding(), p.c.conn.queued()), (1, 2));
-    assert_eq!(p.c.conn.metrics().credit_waits, 2);
+    let at_once = if v == RpcRdmaVersion::V1 { 1 } else { 2 };
+    assert_eq!(
+        (p.c.conn.outstanding(), p.c.conn.queued()),
+        (at_once, 3 - at_once)
+    );
+    assert_eq!(p.c.conn.metrics().credit_waits, 3 - at_once as u64);
     p.run();
     let mut xids = Vec::new();
     let mut answered = 0;
@@ -352,7 +419,7 @@ fn calls_sent_at_once_or_queued_keep_start_order() {
     let first = xids[0];
     assert_eq!(xids, (0..5).map(|i| first + i).collect::<Vec<_>>());
     assert_eq!(ids.len(), 3);
-    assert_eq!(p.c.conn.metrics().credit_waits, 2);
+    assert_eq!(p.c.conn.metrics().credit_waits, 3 - at_once as u64);
     assert_eq!(p.c.conn.metrics().calls_sent, 5);
     assert_eq!(p.s.conn.metrics().replies_sent, 5);
     // Every reply's Send completed and its buffer went back to the pool.
@@ -365,12 +432,18 @@ fn calls_sent_at_once_or_queued_keep_start_order() {
 /// same, field for field, but `long`; so must the reply that answers it.
 #[test]
 fn inline_call_delivered_as_the_general_path_delivers_it() {
+    for v in VERSIONS {
+        inline_call_delivered_as_the_general_path_delivers_it_in(v);
+    }
+}
+
+fn inline_call_delivered_as_the_general_path_delivers_it_in(v: RpcRdmaVersion) {
     let msg = opaque_call(7, &data(1500, 3), false);
     let mut got = Vec::new();
     for inline_send in [4096, 1024] {
-        let mut c = Config::client();
+        let mut c = ccfg(v);
         c.inline_send = inline_send;
-        let mut p = Pair::new(c, Config::server());
+        let mut p = Pair::new(c, scfg(v));
         // reply_max 1 MiB: a Reply chunk is offered (echoed unused).
         p.call(OutgoingCall {
             message: msg.clone(),
@@ -409,15 +482,21 @@ fn inline_call_delivered_as_the_general_path_delivers_it() {
 /// header, is answered with ERR_CHUNK and never delivered.
 #[test]
 fn inline_call_checks_match_the_general_path() {
-    let mut s = Config::server();
+    for v in VERSIONS {
+        inline_call_checks_match_the_general_path_in(v);
+    }
+}
+
+fn inline_call_checks_match_the_general_path_in(v: RpcRdmaVersion) {
+    let mut s = scfg(v);
     s.limits.max_message_len = 64;
-    let mut p = Pair::new(Config::client(), s);
+    let mut p = Pair::new(ccfg(v), s);
     p.call(OutgoingCall::inline(
         stream(&opaque_call(1, &data(100, 1), false), 0),
         256,
     ));
     assert!(p.server_calls().is_empty());
-    assert_eq!(p.s.conn.metrics().err_chunk_sent, 1);
+    assert_eq!(errors_sent(p.s.conn.metrics()), 1);
     // A well-formed small one still goes through.
     p.call(OutgoingCall::inline(
         stream(&opaque_call(1, &[], false), 0),
@@ -429,7 +508,13 @@ fn inline_call_checks_match_the_general_path() {
 
 #[test]
 fn backchannel_calls_both_directions() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        backchannel_calls_both_directions_in(v);
+    }
+}
+
+fn backchannel_calls_both_directions_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     p.c.conn.enable_backchannel(&mut p.c.prov, 4);
     p.run();
     // Reverse call from the server.
@@ -476,7 +561,13 @@ fn backchannel_calls_both_directions() {
 
 #[test]
 fn reverse_call_larger_than_inline_is_refused_locally() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        reverse_call_larger_than_inline_is_refused_locally_in(v);
+    }
+}
+
+fn reverse_call_larger_than_inline_is_refused_locally_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     p.c.conn.enable_backchannel(&mut p.c.prov, 4);
     let big = OutgoingCall::inline(stream(&opaque_call(3, &data(5000, 1), false), 0), 256);
     let r = p.s.conn.start_call(p.now, &mut p.s.prov, big);
@@ -568,7 +659,13 @@ fn send_with_invalidate_exactly_when_both_set_r_and_one_handle() {
 
 #[test]
 fn oversized_descriptions_are_refused_synchronously() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        oversized_descriptions_are_refused_synchronously_in(v);
+    }
+}
+
+fn oversized_descriptions_are_refused_synchronously_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     let huge = OutgoingCall {
         message: opaque_call(1, &[0; 4], false),
         reply_max: 256,
@@ -590,7 +687,13 @@ fn oversized_descriptions_are_refused_synchronously() {
 
 #[test]
 fn long_call_with_write_chunk_and_reply_chunk_together() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        long_call_with_write_chunk_and_reply_chunk_together_in(v);
+    }
+}
+
+fn long_call_with_write_chunk_and_reply_chunk_together_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     // Inline part alone exceeds the threshold: Long Call, even with DDP.
     let mut head = call_header(100_003, 3);
     head.extend(data(5000, 1));
@@ -634,7 +737,13 @@ fn long_call_with_write_chunk_and_reply_chunk_together() {
 
 #[test]
 fn megabyte_read_and_write_chunks() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        megabyte_read_and_write_chunks_in(v);
+    }
+}
+
+fn megabyte_read_and_write_chunks_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     let arg = data(1 << 20, 5);
     p.call(OutgoingCall {
         message: opaque_call(38, &arg, true),
@@ -664,7 +773,13 @@ fn megabyte_read_and_write_chunks() {
 
 #[test]
 fn unaligned_write_chunks_leave_room_for_a_legacy_pad() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        unaligned_write_chunks_leave_room_for_a_legacy_pad_in(v);
+    }
+}
+
+fn unaligned_write_chunks_leave_room_for_a_legacy_pad_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     p.call(OutgoingCall {
         message: opaque_call(1, &[0; 4], false),
         reply_max: 6000,
@@ -690,7 +805,13 @@ fn unaligned_write_chunks_leave_room_for_a_legacy_pad() {
 
 #[test]
 fn a_refused_reply_leaves_the_call_to_answer() {
-    let mut p = Pair::new(Config::client(), Config::server());
+    for v in VERSIONS {
+        a_refused_reply_leaves_the_call_to_answer_in(v);
+    }
+}
+
+fn a_refused_reply_leaves_the_call_to_answer_in(v: RpcRdmaVersion) {
+    let mut p = Pair::new(ccfg(v), scfg(v));
     p.call(OutgoingCall::inline(
         stream(&opaque_call(1, &[1; 4], false), 0),
         256,

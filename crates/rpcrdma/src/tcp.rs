@@ -6,8 +6,11 @@
 //! [`TcpConfig::max_fragment`] octets, DDP pieces inline with their XDR
 //! pad): a record of one fragment is written by the task that sends it when
 //! nothing is queued, anything else by the connection's writer task
-//! (`tcp_write`). A framing violation or an I/O error closes the connection and
-//! fails every outstanding call with the same [`TransportError`].
+//! (`tcp_write`). A client connection also has a timer task that gives up
+//! each call at its deadline ([`ClientTransport::send_call_until`]: no
+//! timer per call). A framing violation or an I/O error closes the
+//! connection and fails every outstanding call with the same
+//! [`TransportError`].
 //!
 //! There is no backchannel over TCP in this project:
 //! [`ClientTransport::set_backchannel`] and
@@ -21,13 +24,13 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -37,7 +40,7 @@ use crate::record::{RecordDecoder, RecordError, RecordLimits};
 use crate::tcp_write::RecordWriter;
 use crate::transport::{
     CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
-    ReplyReceiver, ServerConnection, TransportError,
+    ReplyReceiver, ReplyRoom, ServerConnection, TransportError,
 };
 
 /// How a server names the client of a TCP connection for the duplicate-reply
@@ -155,13 +158,23 @@ impl Hasher for XidHasher {
     }
 }
 
+/// An outstanding call: where its reply goes, and when the connection
+/// gives it up (see [`ClientTransport::send_call_until`]).
+struct Waiter {
+    tx: oneshot::Sender<Result<Message, TransportError>>,
+    deadline: Option<Instant>,
+}
+
 /// Outstanding calls by XID.
-type Pending =
-    HashMap<u32, oneshot::Sender<Result<Message, TransportError>>, BuildHasherDefault<XidHasher>>;
+type Pending = HashMap<u32, Waiter, BuildHasherDefault<XidHasher>>;
 
 struct ClientState {
     pending: Pending,
     closed: Option<TransportError>,
+    /// When the connection's timer task wakes next (see [`call_timer`]):
+    /// at or before the earliest deadline of a call in `pending`, `None`
+    /// while it waits for `ClientShared::rearm`.
+    timer_at: Option<Instant>,
 }
 
 struct ClientShared {
@@ -170,6 +183,9 @@ struct ClientShared {
     metrics: Arc<Metrics>,
     max_record: usize,
     peer: SocketAddr,
+    /// Wakes the timer task for a deadline earlier than `timer_at` (or
+    /// the connection's end).
+    rearm: Notify,
 }
 
 impl ClientShared {
@@ -187,12 +203,93 @@ impl ClientShared {
             self.writer.close();
             std::mem::take(&mut st.pending)
         };
+        // The timer task ends.
+        self.rearm.notify_one();
         if !matches!(err, TransportError::Closed) {
             Metrics::inc(&self.metrics.transport_errors);
             tracing::warn!(peer = %self.peer, error = %err, "rpc/tcp client connection closed");
         }
-        for (_, tx) in pending {
-            let _ = tx.send(Err(err.clone()));
+        for (_, w) in pending {
+            let _ = w.tx.send(Err(err.clone()));
+        }
+    }
+
+    /// Registers the call `xid` (before it is written: the reply may come
+    /// back at once), to be given up at `deadline`.
+    fn register(
+        &self,
+        xid: u32,
+        deadline: Option<Instant>,
+    ) -> Result<oneshot::Receiver<Result<Message, TransportError>>, TransportError> {
+        let (tx, rx) = oneshot::channel();
+        let mut st = self.lock();
+        if let Some(e) = &st.closed {
+            return Err(e.clone());
+        }
+        match st.pending.entry(xid) {
+            Entry::Occupied(_) => return Err(TransportError::XidInUse(xid)),
+            Entry::Vacant(v) => {
+                v.insert(Waiter { tx, deadline });
+            }
+        }
+        // The timer wakes at or before every deadline: told only when this
+        // one is earlier than its next wake-up (with one timeout for every
+        // call, about once per timeout period, not per call).
+        if let Some(d) = deadline {
+            if st.timer_at.is_none_or(|t| d < t) {
+                st.timer_at = Some(d);
+                drop(st);
+                self.rearm.notify_one();
+            }
+        }
+        Ok(rx)
+    }
+
+    /// Gives up the calls whose deadline is `now` or earlier (their reply
+    /// senders are dropped; a late reply is counted as unmatched); returns
+    /// the earliest deadline left, which becomes the timer's next wake-up.
+    fn expire(&self, now: Instant) -> Option<Instant> {
+        let mut st = self.lock();
+        let mut next: Option<Instant> = None;
+        st.pending.retain(|_, w| match w.deadline {
+            Some(d) if d <= now => false,
+            Some(d) => {
+                next = Some(next.map_or(d, |n| n.min(d)));
+                true
+            }
+            None => true,
+        });
+        st.timer_at = next;
+        next
+    }
+}
+
+/// The connection's call timer: ends each call at its deadline (see
+/// [`ClientTransport::send_call_until`]), so that a caller needs no timer
+/// of its own per call. One task per connection; it sleeps until
+/// `timer_at` and then scans the outstanding calls once (with one timeout
+/// for every call, once per timeout period), and ends with the
+/// connection.
+async fn call_timer(s: Arc<ClientShared>) {
+    loop {
+        let at = {
+            let st = s.lock();
+            if st.closed.is_some() {
+                return;
+            }
+            st.timer_at
+        };
+        let notified = s.rearm.notified();
+        match at {
+            Some(t) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(t.into()) => {
+                        s.expire(Instant::now());
+                    }
+                    _ = notified => {}
+                }
+            }
+            None => notified.await,
         }
     }
 }
@@ -221,12 +318,15 @@ impl TcpClientTransport {
             state: Mutex::new(ClientState {
                 pending: Pending::default(),
                 closed: None,
+                timer_at: None,
             }),
             writer,
             metrics: metrics.clone(),
             max_record: config.record_limits.max_record_size,
             peer,
+            rearm: Notify::new(),
         });
+        tokio::spawn(call_timer(shared.clone()));
         let s2 = shared.clone();
         tokio::spawn(async move {
             if let Err(e) = writer_task.await {
@@ -254,9 +354,9 @@ async fn client_reader(mut rd: OwnedReadHalf, limits: RecordLimits, shared: Arc<
                 Some((xid, 1)) => {
                     let waiter = shared.lock().pending.remove(&xid);
                     match waiter {
-                        Some(tx) => {
+                        Some(w) => {
                             Metrics::inc(&shared.metrics.replies_received);
-                            let _ = tx.send(Ok(Message::inline(rec)));
+                            let _ = w.tx.send(Ok(Message::inline(rec)));
                         }
                         None => {
                             Metrics::inc(&shared.metrics.replies_unmatched);
@@ -290,8 +390,13 @@ async fn client_reader(mut rd: OwnedReadHalf, limits: RecordLimits, shared: Arc<
     shared.fail_all(err);
 }
 
-impl ClientTransport for TcpClientTransport {
-    fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
+impl TcpClientTransport {
+    /// [`ClientTransport::send_call`], the call given up at `deadline`.
+    fn send(
+        &self,
+        call: OutgoingCall,
+        deadline: Option<Instant>,
+    ) -> Result<ReplyReceiver, TransportError> {
         let len = call.message.xdr_len();
         if len > self.shared.max_record {
             return Err(TransportError::TooLarge {
@@ -299,21 +404,7 @@ impl ClientTransport for TcpClientTransport {
                 max: self.shared.max_record,
             });
         }
-        let (otx, orx) = oneshot::channel();
-        {
-            let mut st = self.shared.lock();
-            if let Some(e) = &st.closed {
-                return Err(e.clone());
-            }
-            // Registered before the call is written: the reply may come
-            // back at once.
-            match st.pending.entry(call.xid) {
-                Entry::Occupied(_) => return Err(TransportError::XidInUse(call.xid)),
-                Entry::Vacant(v) => {
-                    v.insert(otx);
-                }
-            }
-        }
+        let orx = self.shared.register(call.xid, deadline)?;
         if let Err(e) = self.shared.writer.send(call.message, CallGuard::none()) {
             let mut st = self.shared.lock();
             st.pending.remove(&call.xid);
@@ -321,6 +412,22 @@ impl ClientTransport for TcpClientTransport {
         }
         Metrics::inc(&self.shared.metrics.calls_sent);
         Ok(orx)
+    }
+}
+
+impl ClientTransport for TcpClientTransport {
+    fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
+        self.send(call, None)
+    }
+
+    /// The connection's timer task ends the call at `deadline` (no timer
+    /// per call).
+    fn send_call_until(
+        &self,
+        call: OutgoingCall,
+        deadline: Instant,
+    ) -> Result<(ReplyReceiver, bool), TransportError> {
+        Ok((self.send(call, Some(deadline))?, true))
     }
 
     fn cancel(&self, xid: u32) {
@@ -572,6 +679,7 @@ async fn serve_conn(
                     client: client.clone(),
                     conn: conn.clone(),
                     guard: CallGuard(Some(Box::new(permit))),
+                    room: ReplyRoom::UNBOUNDED,
                 });
             }
             Some((xid, 1)) => {

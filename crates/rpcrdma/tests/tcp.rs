@@ -9,8 +9,8 @@ use bytes::Bytes;
 use rpcrdma::record::{RecordDecoder, RecordLimits};
 use rpcrdma::testprog::{self, pattern, TEST_PROG, TEST_VERS};
 use rpcrdma::{
-    Auth, Blame, CallContext, Client, ClientConfig, HandlerError, Message, ReplyError, RpcError,
-    Server, ServerConfig, TcpConfig, TcpServer, TransportError,
+    Auth, Blame, CallContext, CallOptions, Client, ClientConfig, HandlerError, Message, ReplyError,
+    RpcError, Server, ServerConfig, TcpConfig, TcpServer, TransportError,
 };
 use rpcrdma_proto::wire::rpc::AuthSysParms;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -511,6 +511,90 @@ async fn timeout_is_the_transports_blame() {
         assert_eq!(c.metrics().timeouts, 1);
         // The connection still works.
         testprog::null(&c).await.unwrap();
+        f.tcp.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// The connection ends a call at its deadline (its timer task; the caller
+/// keeps no timer of its own): the late reply is dropped and counted, the
+/// connection keeps working, and the timer, idle after the first timeout,
+/// ends a second call at its deadline too.
+#[tokio::test]
+async fn the_connection_times_out_a_call_and_drops_its_late_reply() {
+    timeout(T, async {
+        let f = start().await;
+        let c = client_with(
+            f.addr,
+            ClientConfig {
+                timeout: Duration::from_millis(100),
+                ..ClientConfig::default()
+            },
+            TcpConfig::default(),
+        )
+        .await;
+        for round in 0..2 {
+            let t0 = std::time::Instant::now();
+            let e = c
+                .call(ERR_PROG, 2, P_COUNT, u32_args(1500), &[])
+                .await
+                .unwrap_err();
+            assert!(matches!(e, RpcError::Timeout { attempts: 1, .. }), "{e}");
+            let took = t0.elapsed();
+            assert!(took >= Duration::from_millis(100), "{took:?}");
+            // Ended at the deadline, not by the reply (1.5 s later).
+            assert!(took < Duration::from_millis(1400), "{took:?}");
+            assert_eq!(c.metrics().timeouts, round + 1);
+            // The late reply comes while other calls run: dropped, not
+            // mistaken for theirs.
+            let end = std::time::Instant::now() + Duration::from_millis(1700);
+            while std::time::Instant::now() < end {
+                testprog::null(&c).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(c.metrics().replies_unmatched, round + 1);
+        }
+        f.tcp.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// A call with a short timeout made after one with a long timeout ends at
+/// its own deadline: the timer is brought forward, not left at the first
+/// call's.
+#[tokio::test]
+async fn a_shorter_deadline_behind_a_longer_one_ends_first() {
+    timeout(T, async {
+        let f = start().await;
+        let c = client(f.addr).await;
+        let long = CallOptions {
+            timeout: Some(Duration::from_secs(20)),
+            ..CallOptions::default()
+        };
+        let short = CallOptions {
+            timeout: Some(Duration::from_millis(150)),
+            ..CallOptions::default()
+        };
+        let t0 = std::time::Instant::now();
+        let slow = c.call_with(ERR_PROG, 2, P_COUNT, u32_args(2500), &long);
+        let quick = async {
+            // Made after the long one is registered.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let e = c
+                .call_with(ERR_PROG, 2, P_COUNT, u32_args(2000), &short)
+                .await
+                .unwrap_err();
+            (e, t0.elapsed())
+        };
+        let (r, (e, took)) = tokio::join!(slow, quick);
+        assert!(matches!(e, RpcError::Timeout { attempts: 1, .. }), "{e}");
+        assert!(took >= Duration::from_millis(200), "{took:?}");
+        assert!(took < Duration::from_millis(1800), "{took:?}");
+        // The long call got its reply.
+        assert!(r.unwrap().reader().u32("n").unwrap() >= 1);
+        assert!(t0.elapsed() >= Duration::from_millis(2500));
         f.tcp.shutdown().await;
     })
     .await

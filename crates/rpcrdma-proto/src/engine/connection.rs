@@ -60,7 +60,12 @@ impl Connection {
         //= rfc8166#section-3.3.3
         //# Receiver implementations MUST support inline thresholds of 1024 bytes
         //# but MAY support larger inline thresholds values.
-        let recv_size = config.inline_recv.max(1024) as usize;
+        let mut recv_size = config.inline_recv.max(1024) as usize;
+        if config.rpcrdma_version != super::RpcRdmaVersion::V1 {
+            // Version 2's default Receive Buffer Size holds even if the
+            // peer never learns ours (decision 2).
+            recv_size = recv_size.max(crate::wire::v2::RBSIZ_DEFAULT as usize);
+        }
         // The role fixes the direction of each half (and nothing else
         // in them).
         let (calls, answers) = match config.role {
@@ -95,7 +100,14 @@ impl Connection {
     // outstanding cannot be recovered on the same connection (Linux
     // xprt_rdma_send_request drops the connection to retransmit;
     // rpcrdma_reset_cwnd).
-    pub fn reconnect(mut self, config: Config) -> Connection {
+    ///
+    /// A connection whose peer showed it speaks no version 2 (see
+    /// [`Connection::peer_is_v1_only`]) makes an `Auto` configuration start
+    /// the next one in version 1.
+    pub fn reconnect(mut self, mut config: Config) -> Connection {
+        if config.rpcrdma_version == super::RpcRdmaVersion::Auto {
+            config.rpcrdma_version = self.next_policy();
+        }
         let mut next = Connection::new(config);
         next.req.carry_over(&mut self.req);
         next.resp.next_handle = self.resp.next_handle;
@@ -194,10 +206,23 @@ impl Connection {
         if self.error.is_some() || self.setup.is_ready() {
             return;
         }
-        self.setup.establish(&self.config, info);
+        // A client that may speak version 2 probes with its CONNPROP, under
+        // a fresh XID, and the call timeout.
+        let probe = (self.config.role == Role::Client
+            && self.config.rpcrdma_version != super::RpcRdmaVersion::V1)
+            .then(|| {
+                let xid = self.req.next_xid;
+                self.req.next_xid = xid.wrapping_add(1);
+                (xid, self.config.call_timeout.map(|d| now + d))
+            });
+        let can_invalidate = p.caps().remote_invalidation;
+        let recv_size = self.res.recv_size();
+        self.setup
+            .establish(&self.config, info, probe, recv_size, can_invalidate);
         self.resp.idle_deadline = self.config.idle_timeout.map(|d| now + d);
         self.clamp_grant(p);
         self.refill(p);
+        self.send_probe(p);
         self.pump(now, p);
     }
 
@@ -233,6 +258,7 @@ impl Connection {
             Op::Reply(job) => self.job_step(p, job),
             Op::ReplySend(mr) => self.reply_sent(p, mr),
             Op::Bare(mr) => self.error_sent(p, mr),
+            Op::Control(mr) => self.res.release(p, mr),
         }
         self.drain_backlog(now, p);
         self.res.note_pool_use(now);
@@ -254,14 +280,15 @@ impl Connection {
         // only the RPC message that follows it is copied out (it
         // becomes the message handed to the upper layer).
         let data = p.region(&mr).ok().and_then(|b| b.get(..len)).map(|b| {
-            let incoming = self.params().framing.decode(b, &self.config.limits);
+            let framing = self.setup.framing_for(b);
+            let incoming = framing.decode(b, &self.config.limits);
             let payload = match &incoming {
                 Incoming::Data { payload_offset, .. } => {
                     b.get(*payload_offset..).unwrap_or_default().to_vec()
                 }
                 _ => Vec::new(),
             };
-            (incoming, payload)
+            (framing, incoming, payload)
         });
         self.res.recv_free.push(mr);
         let inv = match opcode {
@@ -276,7 +303,14 @@ impl Connection {
         // again before we come back here.
         self.refill(p);
         match data {
-            Some((incoming, payload)) => self.on_message(now, p, incoming, payload, inv),
+            Some((_, incoming, payload)) if self.setup.is_ready() => {
+                self.on_message(now, p, incoming, payload, inv)
+            }
+            Some((framing, incoming, payload)) => {
+                if let Some(m) = self.on_version_stage(now, p, framing, incoming) {
+                    self.on_message(now, p, m, payload, inv);
+                }
+            }
             None => self.metrics.dropped += 1,
         }
         self.refill(p);
@@ -297,6 +331,11 @@ impl Connection {
     /// The next event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    /// True while an event waits for [`Connection::poll_event`].
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
     }
 
     // ------------------------------------------------------------------
@@ -360,10 +399,11 @@ impl Connection {
     }
 
     /// Receives to keep posted: the responder budget (our grant) plus one
-    /// per outstanding call of ours.
+    /// per outstanding call of ours, plus one for the peer's CONNPROP
+    /// while the version is open.
     #[inline]
     pub(super) fn recv_target(&self) -> usize {
-        self.resp.budget() + self.req.outstanding
+        self.resp.budget() + self.req.outstanding + self.setup.extra_receives
     }
 
     #[inline(never)]
@@ -399,15 +439,28 @@ impl Connection {
             Incoming::Error { xid, credit, error } => {
                 self.on_rdma_error(now, p, xid, credit, error, inv)
             }
+            Incoming::Connprop { .. } => self.later_connprop(),
             Incoming::Data {
                 xid,
                 credit,
                 shape,
                 chunks,
                 payload_offset: _,
+                response,
+                inv_handle,
             } => {
-                if self.is_call(shape, &chunks, &payload) {
-                    self.on_call(now, p, xid, shape, chunks, payload);
+                //= draft-cel-nfsv4-rpcrdma-version-two-09#section-3.2
+                //# The RPCRDMA2_F_RESPONSE flag enables a receiver to reliably
+                //# avoid performing an XID lookup on incoming reverse
+                //# direction Call messages, and apply the value of the
+                //# rdma_start.rdma_credits field correctly, based on the
+                //# direction of the message being conveyed.
+                let call = match response {
+                    Some(r) => !r,
+                    None => self.is_call(shape, &chunks, &payload),
+                };
+                if call {
+                    self.on_call(now, p, xid, shape, chunks, payload, inv_handle);
                 } else {
                     self.on_reply(now, p, xid, credit, shape, &chunks, payload, inv);
                 }
@@ -450,7 +503,7 @@ impl Connection {
                 self.resp.errors_unacked = self.resp.errors_unacked.saturating_sub(1);
                 self.res.zombies.push(mr);
             }
-            Op::ReplySend(mr) => self.res.zombies.push(mr),
+            Op::ReplySend(mr) | Op::Control(mr) => self.res.zombies.push(mr),
             Op::Read { .. } => {
                 self.resp.reads_outstanding = self.resp.reads_outstanding.saturating_sub(1)
             }
@@ -465,6 +518,7 @@ impl Connection {
         if self.error.is_some() {
             return;
         }
+        self.note_probe_lost();
         self.error = Some(err.clone());
         self.res.closed = true;
         p.disconnect();

@@ -59,6 +59,7 @@ mod resources;
 mod responder;
 mod setup;
 mod timer;
+mod version;
 
 pub use crate::message::{Message, Piece};
 pub use crate::wire::direction::Role;
@@ -147,6 +148,71 @@ pub struct Config {
     /// per-connection [`Limits::max_read_sink_bytes`]; a call that can
     /// never fit gets ERR_CHUNK. Default `None`.
     pub read_budget: Option<Arc<ReadSinkBudget>>,
+    /// The RPC-over-RDMA versions this end speaks. Default
+    /// [`RpcRdmaVersion::V1`] (the engine as it always was; the command
+    /// line tool defaults to `Auto`).
+    pub rpcrdma_version: RpcRdmaVersion,
+    /// Version 2: reverse-direction (backchannel) messages may carry
+    /// chunks — we advertise Reverse Request Support GENL (a client only
+    /// with RDMA Read resources, `ord` > 0), else INLINE. Default true.
+    /// Version 1 never uses chunks in the reverse direction.
+    pub reverse_chunks: bool,
+}
+
+/// Which RPC-over-RDMA versions a connection speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum RpcRdmaVersion {
+    /// Version 1 only (RFC 8166): a version 2 message is answered with
+    /// ERR_VERS in the version 1 layout (as Linux does).
+    #[default]
+    V1,
+    /// Version 2 only (draft -09): a client fails the connection
+    /// ([`ConnectionError::VersionRefused`]) when the server answers
+    /// ERR_VERS; a server answers a version 1 message with ERR_VERS.
+    V2,
+    /// Both: a client probes with version 2 and continues in version 1 on
+    /// the same connection when refused; a server adopts the version of
+    /// the client's first valid message.
+    Auto,
+}
+
+impl RpcRdmaVersion {
+    /// `"1"`, `"2"` or `"auto"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RpcRdmaVersion::V1 => "1",
+            RpcRdmaVersion::V2 => "2",
+            RpcRdmaVersion::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for RpcRdmaVersion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "1" => Ok(RpcRdmaVersion::V1),
+            "2" => Ok(RpcRdmaVersion::V2),
+            "auto" => Ok(RpcRdmaVersion::Auto),
+            _ => Err(format!("rpcrdma version must be 1, 2 or auto, not {s:?}")),
+        }
+    }
+}
+
+/// What a connection settled about the RPC-over-RDMA version
+/// ([`Connection::version_info`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VersionInfo {
+    /// The version in use: 1 or 2 (0 while it is still open).
+    pub version: u32,
+    /// A version 2 probe was answered with ERR_VERS and the connection
+    /// went on in version 1.
+    pub fallback: bool,
+    /// The properties we advertised (empty in version 1).
+    pub local_properties: crate::wire::v2::PropSet,
+    /// The properties the peer advertised (empty in version 1, or when
+    /// the peer sent no CONNPROP).
+    pub peer_properties: crate::wire::v2::PropSet,
 }
 
 impl Config {
@@ -171,6 +237,8 @@ impl Config {
             read_timeout: Some(Duration::from_secs(30)),
             idle_timeout: None,
             read_budget: None,
+            rpcrdma_version: RpcRdmaVersion::V1,
+            reverse_chunks: true,
         }
     }
 
@@ -489,6 +557,15 @@ pub enum ConnectionError {
     IdleTimeout,
     /// [`Connection::close`] was called.
     LocalClose,
+    /// Our version 2 probe was refused (ERR_VERS) and this end speaks
+    /// version 2 only ([`RpcRdmaVersion::V2`]): the peer supports
+    /// `low..=high`.
+    VersionRefused {
+        /// Lowest version the peer supports.
+        low: u32,
+        /// Highest version the peer supports.
+        high: u32,
+    },
 }
 
 impl fmt::Display for ConnectionError {
@@ -505,6 +582,11 @@ impl fmt::Display for ConnectionError {
                 f.write_str("idle: the peer sent no call within the idle timeout")
             }
             ConnectionError::LocalClose => f.write_str("closed locally"),
+            ConnectionError::VersionRefused { low, high } => write!(
+                f,
+                "the peer does not speak RPC-over-RDMA version 2 (it supports \
+                 {low}..={high}) and this end was told to speak version 2 only"
+            ),
         }
     }
 }
@@ -613,6 +695,19 @@ pub struct Metrics {
     pub local_invalidations: u64,
     /// Work requests that waited because the send queue was full.
     pub send_queue_waits: u64,
+    /// Version 2: RDMA2_CONNPROP messages sent.
+    pub connprops_sent: u64,
+    /// Version 2: RDMA2_CONNPROP messages received.
+    pub connprops_received: u64,
+    /// Version 2: RDMA2_ERROR messages sent (other than ERR_VERS, which is
+    /// [`Metrics::err_vers_sent`]).
+    pub rdma2_errors_sent: u64,
+    /// Version 2: RDMA2_ERROR messages received (other than ERR_VERS).
+    pub rdma2_errors_received: u64,
+    /// Version 2: calls sent again with the same XID after an RDMA2_ERROR
+    /// asked for other resources (a Long Call, no Write chunks, bigger
+    /// chunks).
+    pub rdma2_retries: u64,
 }
 
 /// What one [`Connection`] holds at one moment

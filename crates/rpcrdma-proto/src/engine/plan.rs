@@ -10,7 +10,7 @@
 //!   call offered, the rest inline (RDMA_MSG) or into the Reply chunk
 //!   (RDMA_NOMSG), or neither fits (ERR_CHUNK).
 
-use super::framing::Shape;
+use super::framing::{ErrorReply, Shape};
 use super::marshal::{self, pad4, DdpItem};
 use super::setup::Params;
 use super::{CallError, ReplyForm};
@@ -335,6 +335,52 @@ pub(super) fn plan_reply(
     })
 }
 
+/// Why [`plan_reply`] found no form (version 2 says it; version 1 sends
+/// ERR_CHUNK for both): the first DDP result larger than its Write chunk
+/// (1-based index, octets needed), else the Reply chunk octets the rest
+/// needs.
+//= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+//# The responder MUST set the rdma_chunk_index field to point to the
+//# first Write chunk in the transport header that is too short, or to
+//# zero to indicate that it was not possible to determine which chunk is
+//# too small.
+//= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+//# The responder MUST set the rdma_length_needed to the number of bytes
+//# needed in that chunk in order to convey the result data item.
+//= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+//# The responder MUST set the rdma_length_needed to the number of Reply
+//# chunk bytes needed to convey the reply.
+pub(super) fn reply_shortfall(
+    writes: &WriteList,
+    stream_len: usize,
+    ddp: &[(usize, DdpItem)],
+) -> ErrorReply {
+    let mut moved = 0usize;
+    for (k, &(_, d)) in ddp.iter().filter(|d| d.1.len > 0).enumerate() {
+        let Some(chunk) = writes.get(k) else {
+            break;
+        };
+        if chunk.segments.is_empty() {
+            continue;
+        }
+        if chunk.total_len() < d.len as u64 {
+            return ErrorReply::WriteResource {
+                index: k as u32 + 1,
+                needed: d.len as u32,
+            };
+        }
+        moved += d.len + pad4(d.len);
+    }
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+    //# If an RPC Reply's Payload stream does not fit inline and the
+    //# requester has not provided a large enough Reply chunk to convey the
+    //# stream, the responder MUST set the rdma_err field to
+    //# RDMA2_ERR_REPLY_RESOURCE.
+    ErrorReply::ReplyResource {
+        needed: u32::try_from(stream_len.saturating_sub(moved)).unwrap_or(u32::MAX),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,6 +396,7 @@ mod tests {
             recv_threshold: recv,
             remote_invalidation: false,
             ord: 16,
+            reverse_chunks: false,
         }
     }
 

@@ -44,6 +44,8 @@ pub(super) enum Op {
     ReplySend(MemoryRegion),
     /// A Send whose buffer is freed on completion (error replies).
     Bare(MemoryRegion),
+    /// The Send of our RDMA2_CONNPROP, its buffer freed on completion.
+    Control(MemoryRegion),
 }
 
 /// The work requests in flight, by `wr_id`: a slab (no hashing, no
@@ -242,6 +244,11 @@ impl Res {
             pool_used: false,
             trim_at: None,
         }
+    }
+
+    /// Octets of every receive buffer.
+    pub(super) fn recv_size(&self) -> usize {
+        self.recv_size
     }
 
     /// After a completion at `now`: if the pools were used for more than a

@@ -108,6 +108,16 @@ impl Connection {
                 return;
             }
         }
+        //= draft-cel-nfsv4-rpcrdma-version-two-09#section-7.2
+        //# A client can assume the same situation (no server support for RPC-
+        //# over-RDMA version 2) if the initial negotiation message is lost or
+        //# dropped.
+        // An unanswered probe ends the connection like an unanswered call;
+        // the next connection starts in version 1 (`peer_is_v1_only`).
+        if self.setup.deadline().is_some_and(|d| d <= now) {
+            self.fatal(p, ConnectionError::Timeout);
+            return;
+        }
         if self.res.trim_at.is_some_and(|d| d <= now) && self.quiet() {
             self.res.trim_pools(p);
         }
@@ -127,6 +137,7 @@ impl Connection {
         if self.resp.read_deadlines.is_empty()
             && self.resp.idle_deadline.is_none()
             && self.res.trim_at.is_none()
+            && self.setup.deadline().is_none()
         {
             return call;
         }
@@ -145,9 +156,15 @@ impl Connection {
     fn responder_timeout(&self, call: Option<Instant>) -> Option<Instant> {
         let read = self.resp.read_deadlines.front().map(|(d, _)| d);
         let trim = self.res.trim_at.filter(|_| self.quiet());
-        [call, read, self.resp.idle_deadline, trim]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            call,
+            read,
+            self.resp.idle_deadline,
+            trim,
+            self.setup.deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }

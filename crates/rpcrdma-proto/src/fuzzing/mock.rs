@@ -29,6 +29,7 @@ pub const CAPS: Caps = Caps {
     max_ord: 16,
     max_inline: 1024,
     read_sink_needs_remote_write: true,
+    remote_invalidation: true,
 };
 
 /// A posted Send-queue WR and the octets it sends (Send / Write).

@@ -75,6 +75,7 @@ impl MemConfig {
             max_ord: 16,
             max_inline: 256,
             read_sink_needs_remote_write: true,
+            remote_invalidation: true,
         },
     };
 }

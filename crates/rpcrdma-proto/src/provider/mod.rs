@@ -544,6 +544,11 @@ pub struct Caps {
     /// RDMA Read sinks must also be registered `REMOTE_WRITE` (true on
     /// iWARP, where the Read Response is a tagged write into the sink).
     pub read_sink_needs_remote_write: bool,
+    /// The provider can post Send With Invalidate and invalidates a
+    /// region named by a received one (remote invalidation; on verbs,
+    /// `IB_DEVICE_MEM_MGT_EXTENSIONS` with FRWR registrations): RPC-over-
+    /// RDMA version 2 names a handle to invalidate only when this is set.
+    pub remote_invalidation: bool,
 }
 
 /// What one side asks for when connecting or accepting.

@@ -389,6 +389,17 @@ impl ChunkLists {
         })
     }
 
+    /// The `rdma_handle` of every segment of the three lists, in wire
+    /// order (repeats included).
+    pub fn handles(&self) -> impl Iterator<Item = u32> + '_ {
+        self.reads.iter().map(|r| r.target.handle).chain(
+            self.writes
+                .iter()
+                .chain(self.reply.iter())
+                .flat_map(|w| w.segments.iter().map(|s| s.handle)),
+        )
+    }
+
     /// Groups the Read list into Read chunks: runs of consecutive read
     /// segments with the same position, in wire order, as
     /// `(position, segments)`.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rpcrdma_proto::engine::{
     CallHandle, CallId, Config, Connection, Event, IncomingCall, Message, OutgoingCall,
-    OutgoingReply, Piece, ReplyForm,
+    OutgoingReply, Piece, ReplyForm, RpcRdmaVersion,
 };
 use rpcrdma_proto::provider::fault::{FaultConfig, FaultInjector};
 use rpcrdma_proto::provider::mem::{self, MemConfig, MemProvider};
@@ -16,6 +16,34 @@ use rpcrdma_proto::wire::rpc::RpcMsg;
 use rpcrdma_proto::XdrEncode;
 
 pub type Prov = FaultInjector<MemProvider>;
+
+/// The RPC-over-RDMA versions the two-peer tests that make sense in both
+/// run in.
+pub const VERSIONS: [RpcRdmaVersion; 2] = [RpcRdmaVersion::V1, RpcRdmaVersion::V2];
+
+/// Client defaults speaking version `v`.
+pub fn ccfg(v: RpcRdmaVersion) -> Config {
+    let mut c = Config::client();
+    c.rpcrdma_version = v;
+    c
+}
+
+/// Error replies sent other than ERR_VERS, in either version.
+pub fn errors_sent(m: &rpcrdma_proto::engine::Metrics) -> u64 {
+    m.err_chunk_sent + m.rdma2_errors_sent
+}
+
+/// Error replies received other than ERR_VERS, in either version.
+pub fn errors_received(m: &rpcrdma_proto::engine::Metrics) -> u64 {
+    m.err_chunk_received + m.rdma2_errors_received + m.err_other_received
+}
+
+/// Server defaults speaking version `v`.
+pub fn scfg(v: RpcRdmaVersion) -> Config {
+    let mut c = Config::server();
+    c.rpcrdma_version = v;
+    c
+}
 
 /// One end: engine, provider (by default the in-memory one behind a
 /// fault injector), and the events it produced.
@@ -488,8 +516,19 @@ impl RawPair {
         RawPair::client_with_faults(ccfg, pd, FaultConfig::default())
     }
 
+    /// [`RawPair::client`] with `recvs` receives posted at the raw end
+    /// before the engine first runs (a version 2 client sends its CONNPROP
+    /// as soon as it is established).
+    pub fn client_ready(ccfg: Config, pd: Vec<u8>, recvs: usize) -> RawPair {
+        RawPair::client_inner(ccfg, pd, FaultConfig::default(), recvs)
+    }
+
     /// [`RawPair::client`] with the engine's provider behind `fc`.
     pub fn client_with_faults(ccfg: Config, pd: Vec<u8>, fc: FaultConfig) -> RawPair {
+        RawPair::client_inner(ccfg, pd, fc, 0)
+    }
+
+    fn client_inner(ccfg: Config, pd: Vec<u8>, fc: FaultConfig, recvs: usize) -> RawPair {
         let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
         a.connect(ccfg.connect_params()).unwrap();
         assert!(matches!(
@@ -511,6 +550,7 @@ impl RawPair {
                 events: Vec::new(),
             },
         };
+        p.raw.post_recvs(recvs);
         p.run();
         p
     }

@@ -47,7 +47,8 @@ use crate::message::Message;
 use crate::metrics::Metrics;
 use crate::transport::AttemptRef;
 use crate::transport::{
-    CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ServerConnection, TransportError,
+    CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ReplyRoom, ServerConnection,
+    TransportError,
 };
 
 /// What a shell waits for when a round moved nothing (besides the waker it
@@ -687,6 +688,10 @@ impl Core {
                     client: self.identity.clone(),
                     conn: self.conn_handle.clone(),
                     guard: CallGuard::none(),
+                    room: ReplyRoom {
+                        inline_threshold: self.conn.negotiated().map(|n| n.send_threshold),
+                        reply_chunk: ic.reply_chunk,
+                    },
                 };
                 self.dispatch(&*d, ic.xid, ic.handle, call);
                 self.dispatcher = Some(d);
@@ -866,9 +871,10 @@ impl Core {
         self.prov.next_deadline()
     }
 
-    /// Nothing waits to be polled or transmitted in the provider.
+    /// Nothing waits to be polled or transmitted in the provider, nor an
+    /// engine event to be taken.
     pub(crate) fn provider_settled(&self) -> bool {
-        self.prov.settled()
+        self.prov.settled() && !self.conn.has_events()
     }
 
     /// Lets [`Core::read_blocking`] sleep in the socket's receive call.

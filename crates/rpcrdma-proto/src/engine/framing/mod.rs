@@ -3,11 +3,12 @@
 //! out as the version-neutral [`Incoming`]. The call and reply machinery
 //! (`requester`, `responder`, `plan`) never looks at a version number.
 //!
-//! Version 1 (RFC 8166) is [`v1`]. Version 2 slots in as another variant
-//! and a `v2.rs` beside it: its header prefix carries `rdma_flags` and
-//! `rdma_inv_handle`, its credit word is a grant only in responses, its
-//! errors are richer; its CONNPROP exchange belongs to connection setup
-//! (`super::setup`), not here.
+//! Version 1 (RFC 8166) is [`v1`], version 2 (draft -09) [`v2`]: its
+//! header prefix carries `rdma_flags` (F_RESPONSE says the direction) and
+//! `rdma_inv_handle`, its credit word is a grant only in non-error
+//! responses, its errors are richer; when its CONNPROP exchange happens
+//! and what it settles belongs to connection setup (`super::setup`,
+//! `super::version`), not here.
 
 use crate::message::{Message, Piece};
 use crate::provider::{SendOp, Stag};
@@ -16,6 +17,9 @@ use crate::wire::rpc::MsgType;
 use crate::Limits;
 
 mod v1;
+mod v2;
+
+pub(crate) use v2::encode_connprop;
 
 /// Shape of a data-carrying header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,40 +42,109 @@ pub enum RdmaErrorReport {
     },
     /// The peer could not parse or use our chunks (ERR_CHUNK).
     Chunk,
+    /// Version 2: the peer could not parse our header (RDMA2_ERR_BAD_XDR).
+    BadXdr,
+    /// Version 2: the peer does not support the header type
+    /// (RDMA2_ERR_INVAL_HTYPE).
+    InvalHtype,
+    /// Version 2: more Read chunks than the peer can process
+    /// (RDMA2_ERR_READ_CHUNKS).
+    ReadChunks {
+        /// The most it can process (0: none).
+        max_chunks: u32,
+    },
+    /// Version 2: more Write chunks than the peer can process
+    /// (RDMA2_ERR_WRITE_CHUNKS).
+    WriteChunks {
+        /// The most it can process.
+        max_chunks: u32,
+    },
+    /// Version 2: a chunk with more segments than the peer can process
+    /// (RDMA2_ERR_SEGMENTS).
+    Segments {
+        /// The most it can process.
+        max_segments: u32,
+    },
+    /// Version 2: a Write chunk too small for its result
+    /// (RDMA2_ERR_WRITE_RESOURCE).
+    WriteResource {
+        /// The first chunk too short, 1-based (0: unknown).
+        chunk_index: u32,
+        /// Octets needed in it.
+        length_needed: u32,
+    },
+    /// Version 2: the reply fits neither inline nor the Reply chunk
+    /// (RDMA2_ERR_REPLY_RESOURCE).
+    ReplyResource {
+        /// Reply chunk octets needed.
+        length_needed: u32,
+    },
+    /// Version 2: a permanent problem at the peer (RDMA2_ERR_SYSTEM).
+    System,
     /// An error code the version does not define.
     Other(u32),
 }
 
-/// Error replies a responder sends.
+/// Error replies a responder sends: the most specific reason; a version
+/// that cannot say it sends its nearest (version 1: everything but
+/// ERR_VERS is ERR_CHUNK).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ErrorReply {
-    /// Unsupported version `vers` (v1: ERR_VERS with our range, the
-    /// request's version echoed).
+    /// Unsupported version `vers` (ERR_VERS with our range, in the version
+    /// 1 layout, the request's version echoed).
     Vers {
         /// The request's `rdma_vers`.
         vers: u32,
     },
-    /// Malformed or unusable header (v1: ERR_CHUNK).
+    /// Malformed or unusable header (v1: ERR_CHUNK, v2: BAD_XDR).
     Chunk,
+    /// Unknown header type (v2 INVAL_HTYPE).
+    InvalHtype,
+    /// Too many Read chunks; `max` is what we process (v2 READ_CHUNKS).
+    ReadChunks { max: u32 },
+    /// Too many Write chunks (v2 WRITE_CHUNKS).
+    WriteChunks { max: u32 },
+    /// Too many segments in a chunk (v2 SEGMENTS).
+    Segments { max: u32 },
+    /// Write chunk `index` (1-based, 0 unknown) needs `needed` octets (v2
+    /// WRITE_RESOURCE).
+    WriteResource { index: u32, needed: u32 },
+    /// The reply needs a Reply chunk of `needed` octets (v2
+    /// REPLY_RESOURCE).
+    ReplyResource { needed: u32 },
+    /// Any other problem (v2 SYSTEM).
+    System,
 }
 
 /// What a received message is, before any direction is applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Incoming {
     /// A call or reply: RDMA_MSG (payload at `payload_offset`) or
-    /// RDMA_NOMSG.
+    /// RDMA_NOMSG. `response` is version 2's F_RESPONSE (which says the
+    /// direction; version 1: `None`, the RPC `msg_type` decides);
+    /// `inv_handle` version 2's `rdma_inv_handle` (0 in version 1).
     Data {
         xid: u32,
         credit: u32,
         shape: Shape,
         chunks: ChunkLists,
         payload_offset: usize,
+        response: Option<bool>,
+        inv_handle: u32,
     },
-    /// An RDMA_ERROR report.
+    /// An RDMA_ERROR report; `credit` is `None` when the version says the
+    /// word is not a grant (version 2).
     Error {
         xid: u32,
-        credit: u32,
+        credit: Option<u32>,
         error: RdmaErrorReport,
+    },
+    /// A version 2 RDMA2_CONNPROP.
+    Connprop {
+        xid: u32,
+        credit: u32,
+        response: bool,
+        props: crate::wire::v2::PropSet,
     },
     /// Not answered and not used (too short, deprecated RDMA_DONE, an
     /// undecodable error report).
@@ -91,6 +164,8 @@ pub(crate) enum Incoming {
 pub(crate) enum DataHeader {
     /// Version 1.
     V1(v1::Data),
+    /// Version 2.
+    V2(v2::Data),
 }
 
 impl DataHeader {
@@ -98,6 +173,7 @@ impl DataHeader {
     pub(crate) fn len(&self) -> usize {
         match self {
             DataHeader::V1(h) => h.len(),
+            DataHeader::V2(h) => h.len(),
         }
     }
 
@@ -107,6 +183,7 @@ impl DataHeader {
     pub(crate) fn write(&self, buf: &mut [u8]) -> usize {
         match self {
             DataHeader::V1(h) => h.write(buf),
+            DataHeader::V2(h) => h.write(buf),
         }
     }
 }
@@ -116,6 +193,8 @@ impl DataHeader {
 pub(crate) enum Framing {
     /// RPC-over-RDMA version 1 (RFC 8166).
     V1,
+    /// RPC-over-RDMA version 2 (draft-cel-nfsv4-rpcrdma-version-two-09).
+    V2,
 }
 
 impl Framing {
@@ -124,6 +203,7 @@ impl Framing {
         let _ = shape;
         match self {
             Framing::V1 => v1::header_len(chunks),
+            Framing::V2 => v2::header_len(chunks),
         }
     }
 
@@ -140,8 +220,10 @@ impl Framing {
     //= rfc8166#section-4
     //# All RPC-over-RDMA header content is contained in the Transport
     //# stream; thus, it MUST be XDR encoded.
-    /// Encodes a data header. `inv_handle` is the STag the sender
-    /// invalidates remotely (v2 puts it in the header; v1 does not carry it).
+    /// Encodes a data header. `inv_handle` is the handle the requester
+    /// asks the responder to invalidate remotely (v2 puts it in the header;
+    /// v1 does not carry it); `response`: the message is a reply (v2's
+    /// F_RESPONSE; v1 does not carry it).
     #[cfg(test)]
     pub(crate) fn encode_data(
         self,
@@ -150,8 +232,9 @@ impl Framing {
         shape: Shape,
         chunks: ChunkLists,
         inv_handle: Option<u32>,
+        response: bool,
     ) -> Vec<u8> {
-        let h = self.data_header(xid, credit, shape, chunks, inv_handle);
+        let h = self.data_header(xid, credit, shape, chunks, inv_handle, response);
         let mut v = vec![0u8; h.len()];
         let n = h.write(&mut v);
         v.truncate(n);
@@ -167,30 +250,57 @@ impl Framing {
         shape: Shape,
         chunks: ChunkLists,
         inv_handle: Option<u32>,
+        response: bool,
     ) -> DataHeader {
-        let _ = inv_handle;
         match self {
             Framing::V1 => DataHeader::V1(v1::data_header(xid, credit, shape, chunks)),
+            Framing::V2 => DataHeader::V2(v2::data_header(
+                xid,
+                credit,
+                shape,
+                chunks,
+                inv_handle.unwrap_or(0),
+                response,
+            )),
         }
     }
 
-    /// Encodes an error reply.
-    pub(crate) fn encode_error(self, xid: u32, credit: u32, e: ErrorReply) -> Vec<u8> {
+    /// Encodes an error reply; `versions` is the range of versions this
+    /// connection supports (for ERR_VERS).
+    pub(crate) fn encode_error(
+        self,
+        xid: u32,
+        credit: u32,
+        e: ErrorReply,
+        versions: (u32, u32),
+    ) -> Vec<u8> {
         match self {
-            Framing::V1 => v1::encode_error(xid, credit, e),
+            Framing::V1 => v1::encode_error(xid, credit, e, versions),
+            Framing::V2 => v2::encode_error(xid, credit, e, versions),
+        }
+    }
+
+    /// The `rdma_vers` of this framing.
+    pub(crate) fn version(self) -> u32 {
+        match self {
+            Framing::V1 => 1,
+            Framing::V2 => 2,
         }
     }
 
     /// The credit rule: what a received header's credit word says about the
     /// grant (`None`: it says nothing). Version 1: every reply, including
-    /// RDMA_ERROR, carries the responder's current grant.
+    /// RDMA_ERROR, carries the responder's current grant. Version 2:
+    /// only a non-error response grants (a received RDMA2_ERROR comes with
+    /// no credit at all, see [`Incoming::Error`]), and every reply is a
+    /// response.
     //= rfc8166#section-4.2.3
     //# When sent with an RPC Call message, the requested credit value is
     //# provided.  When sent with an RPC Reply message, the granted credit
     //# value is returned.
     pub(crate) fn grant(self, credit: u32) -> Option<u32> {
         match self {
-            Framing::V1 => Some(credit),
+            Framing::V1 | Framing::V2 => Some(credit),
         }
     }
 
@@ -198,6 +308,7 @@ impl Framing {
     pub(crate) fn decode(self, buf: &[u8], limits: &Limits) -> Incoming {
         match self {
             Framing::V1 => v1::decode(buf, limits),
+            Framing::V2 => v2::decode(buf, limits),
         }
     }
 
@@ -221,13 +332,23 @@ impl Framing {
     // Plain Send / Send With Invalidate, never the Solicited Event
     // variants: that is what Linux xprtrdma and svcrdma post, and what
     // Wireshark's RPC-over-RDMA dissector recognises.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-3.3
+    //# If a requester has provided a non-zero value in the RPC Call's
+    //# rdma_inv_handle field and the responder chooses to use Remote
+    //# Invalidation for the matching RPC Reply, the responder uses RDMA Send
+    //# With Invalidate to transmit that RPC reply, and uses the value in the
+    //# corresponding Call's rdma_inv_handle field to construct the Send With
+    //# Invalidate Work Request.
+    // Version 2: `inv` is the call's `rdma_inv_handle`, checked to name one
+    // of the call's handles (`responder::call`), and `remote_invalidation`
+    // says our provider can send it (`Caps::remote_invalidation`).
     pub(crate) fn reply_send_op(self, remote_invalidation: bool, inv: Option<u32>) -> SendOp {
-        match (self, remote_invalidation, inv) {
-            (Framing::V1, true, Some(h)) => SendOp::SendWithInvalidate {
+        match (remote_invalidation, inv) {
+            (true, Some(h)) => SendOp::SendWithInvalidate {
                 invalidate: Stag(h),
                 solicited: false,
             },
-            (Framing::V1, _, _) => SendOp::Send { solicited: false },
+            _ => SendOp::Send { solicited: false },
         }
     }
 }

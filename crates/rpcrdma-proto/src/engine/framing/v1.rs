@@ -9,7 +9,9 @@ use crate::wire::v1;
 use crate::xdr::XdrEncode;
 use crate::Limits;
 
-/// The versions this endpoint supports (for ERR_VERS): version 1 only.
+/// The versions a version 1 endpoint supports (for ERR_VERS; the engine
+/// passes the connection's range, `Setup::versions`).
+#[cfg(test)]
 pub(super) const VERSIONS: (u32, u32) = (v1::RPCRDMA_VERSION, v1::RPCRDMA_VERSION);
 
 /// A version 1 data header (see [`super::DataHeader`]).
@@ -82,14 +84,16 @@ pub(super) fn data_header(xid: u32, credit: u32, shape: Shape, chunks: ChunkList
     Data::General(v1::Header { xid, credit, body })
 }
 
-/// Encodes an error reply.
-pub(super) fn encode_error(xid: u32, credit: u32, e: ErrorReply) -> Vec<u8> {
+/// Encodes an error reply: ERR_VERS, or ERR_CHUNK for every other reason
+/// (version 1 has no other code). `versions` is the range this connection
+/// supports ([`VERSIONS`] on a version 1 connection).
+pub(super) fn encode_error(xid: u32, credit: u32, e: ErrorReply, versions: (u32, u32)) -> Vec<u8> {
     let answer = match e {
         ErrorReply::Vers { vers } => WireAnswer::ErrVers { xid, vers },
-        ErrorReply::Chunk => WireAnswer::ErrChunk { xid },
+        _ => WireAnswer::ErrChunk { xid },
     };
     answer
-        .to_header(credit, VERSIONS)
+        .to_header(credit, versions)
         .and_then(|h| h.to_vec().ok())
         .unwrap_or_default()
 }
@@ -104,6 +108,8 @@ const MIN_ERROR_LEN: usize = 20;
 
 /// `rdma_proc` of RDMA_ERROR.
 const RDMA_ERROR: [u8; 4] = [0, 0, 0, 4];
+/// The same, as a word (RDMA2_ERROR in version 2 too).
+const RDMA_ERROR_PROC: u32 = 4;
 
 /// `rdma_proc` of RDMA_DONE.
 const RDMA_DONE: [u8; 4] = [0, 0, 0, 3];
@@ -134,7 +140,36 @@ fn decode_v1_plain(buf: &[u8]) -> Option<Incoming> {
         shape: Shape::Msg,
         chunks: ChunkLists::empty(),
         payload_offset: MIN_HEADER_LEN,
+        response: None,
+        inv_handle: 0,
     })
+}
+
+/// What a header that did not decode gets (`HeaderError::answer`).
+fn refused(answer: WireAnswer) -> Incoming {
+    match answer {
+        //= rfc8166#section-4.5
+        //# A receiver MUST silently discard an RDMA_ERROR procedure
+        //# that it cannot decode.
+        WireAnswer::Drop => Incoming::Drop {
+            reason: "undecodable error report",
+        },
+        WireAnswer::ErrVers { xid, vers } => Incoming::Reject {
+            xid,
+            answer: ErrorReply::Vers { vers },
+            reason: "unsupported version",
+        },
+        WireAnswer::V2BadXdr { xid } | WireAnswer::V2InvalHtype { xid } => Incoming::Reject {
+            xid,
+            answer: ErrorReply::Vers { vers: 2 },
+            reason: "unsupported version",
+        },
+        WireAnswer::ErrChunk { xid } => Incoming::Reject {
+            xid,
+            answer: ErrorReply::Chunk,
+            reason: "malformed transport header",
+        },
+    }
 }
 
 /// A version 1 RDMA_DONE, whatever its length or what follows its four
@@ -170,36 +205,21 @@ fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
     }
     let (h, hlen) = match header::decode(buf, limits) {
         Ok(x) => x,
-        Err(e) => {
-            return match e.answer() {
-                //= rfc8166#section-4.5
-                //# A receiver MUST silently discard an RDMA_ERROR procedure
-                //# that it cannot decode.
-                WireAnswer::Drop => Incoming::Drop {
-                    reason: "undecodable error report",
-                },
-                WireAnswer::ErrVers { xid, vers } => Incoming::Reject {
-                    xid,
-                    answer: ErrorReply::Vers { vers },
-                    reason: "unsupported version",
-                },
-                WireAnswer::V2BadXdr { xid } | WireAnswer::V2InvalHtype { xid } => {
-                    Incoming::Reject {
-                        xid,
-                        answer: ErrorReply::Vers { vers: 2 },
-                        reason: "unsupported version",
-                    }
-                }
-                WireAnswer::ErrChunk { xid } => Incoming::Reject {
-                    xid,
-                    answer: ErrorReply::Chunk,
-                    reason: "malformed transport header",
-                },
-            };
-        }
+        Err(e) => return refused(e.answer()),
     };
     let h = match h {
         TransportHeader::V1(h) => h,
+        // An error report of any version is never answered (an answer to
+        // an answer could bounce between two endpoints for ever): a
+        // version 2 RDMA2_ERROR, or rdma_proc 4 (RDMA_ERROR in both defined
+        // versions) of an unknown version.
+        //= rfc8166#section-4.2.4
+        //# A Responder MUST silently discard RDMA_ERROR procedures.
+        other if other.proc_code() == RDMA_ERROR_PROC => {
+            return Incoming::Drop {
+                reason: "error report of another version",
+            }
+        }
         //= rfc8166#section-4.5.1
         //# When a Responder detects an RPC-over-RDMA header version that
         //# it does not support (currently this document defines only
@@ -222,6 +242,8 @@ fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
             shape: Shape::Msg,
             chunks,
             payload_offset: hlen,
+            response: None,
+            inv_handle: 0,
         },
         v1::Body::Nomsg(chunks) => Incoming::Data {
             xid,
@@ -229,6 +251,8 @@ fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
             shape: Shape::Nomsg,
             chunks,
             payload_offset: hlen,
+            response: None,
+            inv_handle: 0,
         },
         //= rfc8166#section-4.5.2
         //# Examples of such errors include an invalid value in the
@@ -253,7 +277,7 @@ fn decode_v1_general(buf: &[u8], limits: &Limits) -> Incoming {
         },
         v1::Body::Error(e) => Incoming::Error {
             xid,
-            credit,
+            credit: Some(credit),
             error: match e {
                 v1::RdmaError::Vers { low, high } => RdmaErrorReport::Vers { low, high },
                 v1::RdmaError::Chunk => RdmaErrorReport::Chunk,
@@ -324,7 +348,7 @@ mod tests {
                 (Shape::Msg, v1::Body::Msg(ChunkLists::empty()))
             };
             let general = DataHeader::V1(Data::General(v1::Header { xid, credit, body }));
-            let plain = Framing::V1.data_header(xid, credit, shape, ChunkLists::empty(), None);
+            let plain = Framing::V1.data_header(xid, credit, shape, ChunkLists::empty(), None, false);
             let fast = matches!(plain, DataHeader::V1(Data::Plain { .. }));
             proptest::prop_assert!(fast);
             proptest::prop_assert_eq!(plain.len(), general.len());
@@ -352,12 +376,12 @@ mod tests {
         // RDMA_ERROR(4), ERR_VERS(1), low 1, high 1.
         let want = hx("11223344 00000007 00000040 00000004 00000001 00000001 00000001");
         assert_eq!(
-            Framing::V1.encode_error(0x1122_3344, 64, ErrorReply::Vers { vers: 7 }),
+            Framing::V1.encode_error(0x1122_3344, 64, ErrorReply::Vers { vers: 7 }, VERSIONS),
             want
         );
         let want = hx("11223344 00000001 00000040 00000004 00000002");
         assert_eq!(
-            Framing::V1.encode_error(0x1122_3344, 64, ErrorReply::Chunk),
+            Framing::V1.encode_error(0x1122_3344, 64, ErrorReply::Chunk, VERSIONS),
             want
         );
     }
@@ -368,9 +392,28 @@ mod tests {
         //# All RPC-over-RDMA header content is contained in the Transport
         //# stream; thus, it MUST be XDR encoded.
         let want = hx("00000007 00000001 00000080 00000000 00000000 00000000 00000000");
-        let got = Framing::V1.encode_data(7, 128, Shape::Msg, ChunkLists::empty(), None);
+        let got = Framing::V1.encode_data(7, 128, Shape::Msg, ChunkLists::empty(), None, false);
         assert_eq!(got, want);
         assert_eq!(Framing::V1.min_msg_header_len(), 28);
+    }
+
+    #[test]
+    fn error_reports_of_other_versions_are_dropped() {
+        let l = Limits::DEFAULT;
+        // Error reports of another version are never answered: a version 2
+        // RDMA2_ERROR, an unknown version's RDMA_ERROR (rdma_proc 4).
+        //= rfc8166#section-4.2.4
+        //# A Responder MUST silently discard RDMA_ERROR procedures.
+        for e in [
+            hx("00000009 00000002 00000010 00000004 00000001 00000009"),
+            hx("00000009 00000002 00000010 00000004 00000001 00000001 00000002 00000002"),
+            hx("00000009 00000007 00000010 00000004 00000001 00000001 00000001"),
+        ] {
+            assert!(
+                matches!(Framing::V1.decode(&e, &l), Incoming::Drop { .. }),
+                "{e:02x?}"
+            );
+        }
     }
 
     #[test]
@@ -435,7 +478,7 @@ mod tests {
             Framing::V1.decode(&ec, &l),
             Incoming::Error {
                 xid: 13,
-                credit: 3,
+                credit: Some(3),
                 error: RdmaErrorReport::Chunk
             }
         );
@@ -480,7 +523,7 @@ mod tests {
             Framing::V1.decode(&ev, &l),
             Incoming::Error {
                 xid: 12,
-                credit: 3,
+                credit: Some(3),
                 error: RdmaErrorReport::Vers { low: 1, high: 3 }
             }
         );

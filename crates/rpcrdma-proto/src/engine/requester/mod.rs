@@ -23,6 +23,7 @@ use super::{CallError, CallFailure, CallId, Config, ConnectionError, Event, Outg
 use crate::provider::{MemoryRegion, Provider};
 
 mod reply;
+mod retry;
 mod send;
 
 /// The requester's state.

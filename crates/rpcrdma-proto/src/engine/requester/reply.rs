@@ -52,7 +52,7 @@ impl Connection {
         now: Instant,
         p: &mut dyn Provider,
         xid: u32,
-        credit: u32,
+        credit: Option<u32>,
         error: RdmaErrorReport,
         inv: Option<Stag>,
     ) {
@@ -60,6 +60,10 @@ impl Connection {
             RdmaErrorReport::Vers { .. } => self.metrics.err_vers_received += 1,
             RdmaErrorReport::Chunk => self.metrics.err_chunk_received += 1,
             RdmaErrorReport::Other(_) => self.metrics.err_other_received += 1,
+            _ => self.metrics.rdma2_errors_received += 1,
+        }
+        if self.retry_after_error(now, p, xid, &error) {
+            return;
         }
         // It is never answered:
         //= rfc8166#section-4.2.4
@@ -67,7 +71,7 @@ impl Connection {
         // (At a server, one that names a reverse call of ours fails that
         // call; any other is dropped and counted as a bad XID.)
         let failure = Err(CallFailure::RdmaError(error));
-        self.requester_reply(now, p, xid, Some(credit), inv, failure);
+        self.requester_reply(now, p, xid, credit, inv, failure);
     }
 
     /// A reply (or something that is not a call) for one of our calls.

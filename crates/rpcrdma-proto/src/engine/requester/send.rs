@@ -6,7 +6,7 @@ use std::collections::hash_map::Entry;
 use std::time::Instant;
 
 use crate::engine::connection::Connection;
-use crate::engine::framing::Shape;
+use crate::engine::framing::{Framing, Shape};
 use crate::engine::marshal::{self, pad4, DdpItem};
 use crate::engine::plan::{plan_call, CallForm, CallLens, CallPlan};
 use crate::engine::resources::{Mrs, Op};
@@ -106,10 +106,15 @@ impl Connection {
             writes: offer.writes,
             reply: offer.reply,
         };
-        let header =
-            self.params()
-                .framing
-                .data_header(call.xid, self.req.requested, shape, chunks, None);
+        let inv = self.inv_handle_for(&chunks);
+        let header = self.params().framing.data_header(
+            call.xid,
+            self.req.requested,
+            shape,
+            chunks,
+            inv,
+            false,
+        );
         // Header and inline part straight into the Send buffer, the RPC
         // XID set to this call's.
         let body = inline
@@ -129,6 +134,38 @@ impl Connection {
         call.send_mr = Some(send_mr);
         call.send_len = send_len;
         Ok(send_mr)
+    }
+
+    /// The handle a version 2 call asks the responder to invalidate with
+    /// its reply (`rdma_inv_handle`): the Reply chunk's, else the first
+    /// Write chunk's — regions registered for this call alone, which our
+    /// provider can have invalidated remotely (`Caps::remote_invalidation`,
+    /// else none is named). Read chunks are never named: they are shared
+    /// read-only registrations of the caller's data. The responder's Send
+    /// With Invalidate then spares one Local Invalidate; the others are
+    /// invalidated locally as in version 1. Version 1: none (it has no
+    /// such field).
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-3.3
+    //# If none of the rdma_handle values in the header conveying the Call
+    //# may be invalidated by the responder, the requester sets the RPC
+    //# Call's rdma_inv_handle field to the value zero.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-8.4
+    //# A requester that mixes persistently- and dynamically-registered
+    //# STags in one RPC, or mixes them across RPCs on the same connection,
+    //# must therefore indicate which handles may be invalidated via a
+    //# mechanism provided in the Upper Layer Protocol.
+    fn inv_handle_for(&self, chunks: &ChunkLists) -> Option<u32> {
+        let params = self.params();
+        if params.framing != Framing::V2 || !params.remote_invalidation {
+            return None;
+        }
+        chunks
+            .reply
+            .iter()
+            .chain(chunks.writes.iter())
+            .flat_map(|w| w.segments.first())
+            .map(|s| s.handle)
+            .next()
     }
 
     /// Registers the Read chunks of a call that does not go inline: each

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crate::engine::connection::Connection;
-use crate::engine::framing::{invalidation_handle, rpc_prefix, ErrorReply, Shape};
+use crate::engine::framing::{invalidation_handle, rpc_prefix, ErrorReply, Framing, Shape};
 use crate::engine::marshal;
 use crate::engine::{CallHandle, Event, IncomingCall, Message};
 use crate::provider::{Bytes, Provider};
@@ -12,6 +12,42 @@ use crate::wire::chunk::{ChunkLists, Segment, WriteChunk};
 use crate::wire::rpc::MsgType;
 
 use super::{InCall, InState, PendingRead, ReadChunk};
+
+/// `validate_call`'s refusal of Read chunks when we cannot read at all.
+const NO_READS: &str = "Read chunks but no RDMA Read resources (ORD 0)";
+
+/// The error a call refused by `validate_call` gets: version 2 says when
+/// we cannot read at all (version 1 sends ERR_CHUNK for every refusal).
+//= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+//# If the responder implementation cannot handle any Read chunks for a
+//# request, it MUST set the rdma_max_chunks to zero in this response.
+fn refusal(why: &'static str) -> ErrorReply {
+    if why == NO_READS {
+        ErrorReply::ReadChunks { max: 0 }
+    } else {
+        ErrorReply::Chunk
+    }
+}
+
+/// The error a chunked reverse call gets when we accept inline reverse
+/// calls only (version 1 sends ERR_CHUNK for it): Read chunks, we read
+/// none; Write or Reply chunks, we write none, so the reply must fit
+/// inline (its size is not known before the call runs: 0).
+//= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.2.2
+//# The value RDMA2_RVREQSUP_INLINE indicates that receipt of reverse
+//# direction requests or replies is only supported using inline messages
+//# and that use of explicit RDMA operations or other form of Direct Data
+//# Placement for reverse direction requests or responses is not supported.
+//= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+//# If the responder implementation cannot handle any Write chunks for a
+//# request, it MUST return a response of RDMA2_ERR_REPLY_RESOURCE (below).
+fn reverse_refusal(chunks: &ChunkLists) -> ErrorReply {
+    if !chunks.reads.is_empty() {
+        ErrorReply::ReadChunks { max: 0 }
+    } else {
+        ErrorReply::ReplyResource { needed: 0 }
+    }
+}
 
 impl Connection {
     /// A header the responder cannot use (`answer`: what the framing says
@@ -84,13 +120,15 @@ impl Connection {
         }
         marshal::check_positions(base_len as usize, &data, max)?;
         if !groups.is_empty() && self.params().ord == 0 {
-            return Err("Read chunks but no RDMA Read resources (ORD 0)");
+            return Err(NO_READS);
         }
         Ok((groups, pz))
     }
 
     /// A received message that is a call (`payload`: the RPC message that
-    /// followed an RDMA_MSG header).
+    /// followed an RDMA_MSG header; `inv_handle`: version 2's
+    /// `rdma_inv_handle`).
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::engine) fn on_call(
         &mut self,
         now: Instant,
@@ -99,6 +137,7 @@ impl Connection {
         shape: Shape,
         chunks: ChunkLists,
         payload: Vec<u8>,
+        inv_handle: u32,
     ) {
         if !self.resp.enabled {
             //= rfc8167#section-6
@@ -111,29 +150,57 @@ impl Connection {
         if self.overrun(p) {
             return;
         }
-        if self.resp.backchannel() && !chunks.is_empty() {
+        if self.resp.backchannel() && !chunks.is_empty() && !self.params().reverse_chunks {
             //= rfc8167#section-5.3
             //# If a reverse-direction requester provides a non-empty chunk list
             //# to a Responder that does not support chunks, the Responder MUST
             //# reply with an RDMA_ERROR message with rdma_err field set to
             //# ERR_CHUNK.
-            self.send_error(p, xid, ErrorReply::Chunk);
+            // Version 2 with our Reverse Request Support INLINE: decision 4.
+            self.send_error(p, xid, reverse_refusal(&chunks));
             return;
         }
         //= rfc8166#section-4.5.2
         //# If the rdma_vers field contains a recognized value, but an XDR
         //# parsing error occurs, the Responder MUST reply with an
         //# RDMA_ERROR procedure and set the rdma_err value to ERR_CHUNK.
+        let inv = self.call_inv(&chunks, inv_handle);
         if shape == Shape::Msg && chunks.reads.is_empty() {
-            self.on_inline_call(p, xid, chunks, payload);
+            self.on_inline_call(p, xid, chunks, payload, inv);
             return;
         }
-        self.stage_call(now, p, xid, shape, chunks, payload);
+        self.stage_call(now, p, xid, shape, chunks, payload, inv);
+    }
+
+    /// The handle a reply to this call may invalidate remotely. Version
+    /// 1: the call's single handle (Linux `svc_rdma_get_inv_rkey`).
+    /// Version 2: the call's `rdma_inv_handle`, if it is one of the call's
+    /// handles (a handle the requester did not offer in this call is never
+    /// invalidated: it may be another call's, or not ours to touch).
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-3.3
+    //# To request Remote Invalidation, a requester sets the value of the
+    //# rdma_inv_handle field in an RPC Call's transport header to a non-zero
+    //# value that matches one of the rdma_handle fields in that header.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-3.3
+    //# If the responder chooses not to use remote invalidation for this
+    //# particular RPC Reply, or the RPC Call's rdma_inv_handle field
+    //# contains the value zero, the responder uses RDMA Send to transmit the
+    //# matching RPC reply.
+    fn call_inv(&self, chunks: &ChunkLists, inv_handle: u32) -> Option<u32> {
+        match self.params().framing {
+            Framing::V1 => invalidation_handle(chunks),
+            Framing::V2 if inv_handle == 0 => None,
+            Framing::V2 => chunks
+                .handles()
+                .any(|h| h == inv_handle)
+                .then_some(inv_handle),
+        }
     }
 
     /// A forward call with Read chunks (or a Long Call): checked, then
     /// staged for its RDMA Reads (waiting for the Read-sink budget) and
     /// delivered once they are done.
+    #[allow(clippy::too_many_arguments)]
     fn stage_call(
         &mut self,
         now: Instant,
@@ -142,15 +209,15 @@ impl Connection {
         shape: Shape,
         chunks: ChunkLists,
         payload: Vec<u8>,
+        inv: Option<u32>,
     ) {
         let (groups, pz) = match self.validate_call(shape, &chunks, payload.len()) {
             Ok(x) => x,
-            Err(_why) => {
-                self.send_error(p, xid, ErrorReply::Chunk);
+            Err(why) => {
+                self.send_error(p, xid, refusal(why));
                 return;
             }
         };
-        let inv = invalidation_handle(&chunks);
         let handle = self.resp.next_handle;
         self.resp.next_handle += 1;
         let mut reads = Vec::new();
@@ -182,7 +249,12 @@ impl Connection {
         // for its turn (below).
         let most = self.sink_budget().min(self.resp.lease.limit());
         if sink_need > most.min(u64::from(self.config.limits.max_message_len)) {
-            self.send_error(p, xid, ErrorReply::Chunk);
+            //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+            //# If some problem occurs on a responder that does not fit into
+            //# the above categories, the responder MAY report it to the
+            //# sender by setting the rdma_err field to RDMA2_ERR_SYSTEM.
+            // A call larger than we can ever hold: permanent.
+            self.send_error(p, xid, ErrorReply::System);
             return;
         }
         let long = pz.is_some();
@@ -236,12 +308,12 @@ impl Connection {
         xid: u32,
         chunks: ChunkLists,
         payload: Vec<u8>,
+        inv: Option<u32>,
     ) {
         if payload.len() as u64 > u64::from(self.config.limits.max_message_len) {
-            self.send_error(p, xid, ErrorReply::Chunk);
+            self.send_error(p, xid, ErrorReply::System);
             return;
         }
-        let inv = invalidation_handle(&chunks);
         let handle = self.resp.next_handle;
         self.resp.next_handle += 1;
         //= rfc8167#section-5.1

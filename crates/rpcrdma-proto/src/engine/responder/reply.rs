@@ -5,9 +5,9 @@
 use std::time::Instant;
 
 use crate::engine::connection::Connection;
-use crate::engine::framing::{ErrorReply, Shape};
+use crate::engine::framing::{ErrorReply, Framing, Shape};
 use crate::engine::marshal::{self, DdpItem};
-use crate::engine::plan::{plan_reply, ReplyPlan, WriteOp};
+use crate::engine::plan::{plan_reply, reply_shortfall, ReplyPlan, WriteOp};
 use crate::engine::resources::Op;
 use crate::engine::{
     CallError, CallHandle, ConnectionError, Message, OutgoingReply, Piece, ReplyForm,
@@ -88,17 +88,18 @@ impl Connection {
             ddp,
         )
         else {
-            self.send_error(p, xid, ErrorReply::Chunk);
+            let why = reply_shortfall(&call.writes, stream_len, ddp);
+            self.send_error(p, xid, why);
             return Ok(ReplyForm::ErrChunk);
         };
         let shape = match form {
             ReplyForm::ReplyChunk => Shape::Nomsg,
             _ => Shape::Msg,
         };
-        let header = self
-            .params()
-            .framing
-            .data_header(xid, self.resp.grant, shape, chunks, None);
+        let header =
+            self.params()
+                .framing
+                .data_header(xid, self.resp.grant, shape, chunks, None, true);
         // The inline part (the message minus the written DDP pieces) is
         // not built: it is written straight into the Send buffer, or, for
         // a Long Reply, built as the source of the Reply chunk's Writes.
@@ -287,11 +288,18 @@ impl Connection {
     // Called only where this endpoint is the responder: a server for
     // forward calls, a client for reverse-direction calls.
     pub(in crate::engine) fn send_error(&mut self, p: &mut dyn Provider, xid: u32, e: ErrorReply) {
-        match e {
-            ErrorReply::Vers { .. } => self.metrics.err_vers_sent += 1,
-            ErrorReply::Chunk => self.metrics.err_chunk_sent += 1,
+        let framing = self.params().framing;
+        match (framing, e) {
+            (_, ErrorReply::Vers { .. }) => self.metrics.err_vers_sent += 1,
+            (Framing::V1, _) => self.metrics.err_chunk_sent += 1,
+            (Framing::V2, _) => self.metrics.rdma2_errors_sent += 1,
         }
-        let msg = self.params().framing.encode_error(xid, self.resp.grant, e);
+        //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
+        //# The responder sets the rdma_start.rdma_htype field of the transport
+        //# header prefix to RDMA2_ERROR, and the rdma_start.rdma_credit field
+        //# is set to the credit grant value for this connection.
+        let versions = self.setup.versions();
+        let msg = framing.encode_error(xid, self.resp.grant, e, versions);
         let (mr, len) = match self.res.message_buffer(p, &msg) {
             Ok(x) => x,
             Err(e) => {
