@@ -201,7 +201,7 @@ impl std::str::FromStr for RpcRdmaVersion {
 
 /// What a connection settled about the RPC-over-RDMA version
 /// ([`Connection::version_info`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VersionInfo {
     /// The version in use: 1 or 2 (0 while it is still open).
     pub version: u32,
@@ -213,6 +213,9 @@ pub struct VersionInfo {
     /// The properties the peer advertised (empty in version 1, or when
     /// the peer sent no CONNPROP).
     pub peer_properties: crate::wire::v2::PropSet,
+    /// The peer showed it speaks no version 2 (see
+    /// [`Connection::peer_is_v1_only`]).
+    pub peer_v1_only: bool,
 }
 
 impl Config {

@@ -454,6 +454,13 @@ impl Core {
         st.status.last_error = self.conn.error().map(|e| e.to_string());
         st.status.resources = self.conn.resources();
         st.status.registered_regions = self.prov.registered_regions();
+        let v = &st.status.version;
+        if (v.version, v.peer_v1_only) != (self.conn.version(), self.conn.peer_is_v1_only()) {
+            st.status.version = self.conn.version_info();
+            if st.status.version.peer_v1_only {
+                super::versions::remember_v1_only(&self.shared.peer);
+            }
+        }
     }
 
     // ------------------------------------------------------------------

@@ -507,6 +507,17 @@ impl Connection {
     /// and is kept, `Queued`, for the next connection.
     fn keep_for_retransmission(&mut self, mut call: OutCall, err: &ConnectionError) {
         call.state = CallState::Queued;
+        if let ConnectionError::VersionRefused { .. } = err {
+            // No connection to this peer will take it (a version 2 only
+            // end against a version 1 server): it fails for good.
+            self.events.push_back(Event::CallFailed {
+                id: call.id,
+                xid: call.xid,
+                error: CallFailure::ConnectionLost(err.clone()),
+                retransmit: false,
+            });
+            return;
+        }
         self.events.push_back(Event::CallFailed {
             id: call.id,
             xid: call.xid,
