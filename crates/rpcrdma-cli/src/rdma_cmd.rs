@@ -277,6 +277,10 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             "served {} calls, {} replies, {} connections, {} DRC hits",
             s.calls_received, m.replies_sent, m.connections, s.drc_hits
         );
+        println!(
+            "rpcrdma versions: {} connections in version 1, {} in version 2",
+            m.rpcrdma_v1_connections, m.rpcrdma_v2_connections
+        );
         rdma.shutdown().await;
         ExitCode::SUCCESS
     })

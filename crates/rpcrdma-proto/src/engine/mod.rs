@@ -157,6 +157,13 @@ pub struct Config {
     /// with RDMA Read resources, `ord` > 0), else INLINE. Default true.
     /// Version 1 never uses chunks in the reverse direction.
     pub reverse_chunks: bool,
+    /// Version 2: the largest Write or Reply chunk a call may offer when
+    /// the responder answers RDMA2_ERR_WRITE_RESOURCE or
+    /// RDMA2_ERR_REPLY_RESOURCE with the size it needs: the call is sent
+    /// again, with the same XID, with a chunk that large; a larger need
+    /// fails the call with the size in the error. 0: never. Default 4 MiB
+    /// (`Limits::max_message_len`).
+    pub max_retry_chunk: u32,
 }
 
 /// Which RPC-over-RDMA versions a connection speaks.
@@ -242,6 +249,7 @@ impl Config {
             read_budget: None,
             rpcrdma_version: RpcRdmaVersion::V1,
             reverse_chunks: true,
+            max_retry_chunk: Limits::DEFAULT.max_message_len,
         }
     }
 
