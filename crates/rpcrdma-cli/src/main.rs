@@ -3,13 +3,14 @@
 //! `rpcrdma decode` decodes RPC-over-RDMA transport headers (v1 and v2),
 //! RFC 8797 private data and ONC RPC message headers from hex or raw bytes;
 //! `serve`, `call`, `probe` and `demo` run the RPC runtime over
-//! RPC-over-RDMA v1 over software iWARP.
+//! RPC-over-RDMA v1 over software iWARP; `nfs` runs NFSv3 over it.
 
 mod accept_args;
 mod bench;
 mod decode;
 mod demo;
 mod input;
+mod nfs;
 mod rdma_cmd;
 
 // The presenters live in the library (`src/lib.rs`), which the tests call
@@ -43,6 +44,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Load generator: calls/s, MB/s, latency percentiles, CPU time.
     Bench(bench::BenchArgs),
+    /// NFSv3 over RPC-over-RDMA: serve a directory (MOUNT v3 over TCP).
+    Nfs(nfs::NfsArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,5 +57,6 @@ fn main() -> ExitCode {
         Command::Probe(args) => rdma_cmd::probe(args),
         Command::Demo(args) => demo::demo(args),
         Command::Bench(args) => bench::run(args),
+        Command::Nfs(args) => nfs::run(args),
     }
 }

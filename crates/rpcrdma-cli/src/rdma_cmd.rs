@@ -188,6 +188,15 @@ pub struct ServeArgs {
     /// Stop after this many seconds (default: run until killed).
     #[arg(long)]
     pub duration: Option<f64>,
+    #[command(flatten)]
+    pub opts: RdmaServeOpts,
+}
+
+/// The RPC-over-RDMA server options every serving command takes (`serve`,
+/// `nfs serve`): driver mode, Read budget and timers, link and engine
+/// options, connection limits.
+#[derive(Args, Debug, Clone)]
+pub struct RdmaServeOpts {
     /// Drive each connection on a thread of its own (blocking mode, see
     /// `rpcrdma::rdma::RdmaServerConfig::blocking`).
     #[arg(long)]
@@ -233,9 +242,9 @@ fn parse_secs(s: &str) -> Result<f64, String> {
     }
 }
 
-impl ServeArgs {
-    /// The server settings of these options.
-    fn server_config(&self) -> RdmaServerConfig {
+impl RdmaServeOpts {
+    /// The server settings of these options (connection limits included).
+    pub fn server_config(&self) -> RdmaServerConfig {
         let mut c = RdmaServerConfig {
             blocking: self.blocking,
             read_sink_budget: (self.read_sink_budget_mib > 0)
@@ -244,7 +253,41 @@ impl ServeArgs {
         };
         c.engine.read_timeout = timer(self.read_timeout);
         c.engine.idle_timeout = timer(self.idle_timeout);
-        c
+        self.accept.apply(c)
+    }
+}
+
+/// Waits `duration` seconds (`None`, or not a finite number ≥ 0: forever),
+/// or until SIGINT / SIGTERM, whichever comes first.
+pub(crate) async fn run_for(duration: Option<f64>) {
+    let wait = async {
+        match duration {
+            Some(s) if s.is_finite() && s >= 0.0 => {
+                tokio::time::sleep(Duration::from_secs_f64(s)).await
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = wait => {}
+        () = signalled() => {}
+    }
+}
+
+/// SIGINT or SIGTERM (pending forever if the handlers cannot be installed).
+async fn signalled() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut i), Ok(mut t)) => {
+            tokio::select! {
+                _ = i.recv() => {}
+                _ = t.recv() => {}
+            }
+        }
+        _ => std::future::pending::<()>().await,
     }
 }
 
@@ -254,7 +297,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
     rt.block_on(async move {
         let server = Server::default();
         testprog::register(&server);
-        let config = args.accept.apply(args.server_config());
+        let config = args.opts.server_config();
         let rdma = match RdmaServer::serve(&server, args.listen.as_str(), config).await {
             Ok(r) => r,
             Err(e) => {
@@ -265,12 +308,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         println!("listening on {}", rdma.local_addr());
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        match args.duration {
-            Some(s) if s.is_finite() && s >= 0.0 => {
-                tokio::time::sleep(Duration::from_secs_f64(s)).await
-            }
-            _ => std::future::pending::<()>().await,
-        }
+        run_for(args.duration).await;
         let m = rdma.metrics().snapshot();
         let s = server.metrics();
         println!(

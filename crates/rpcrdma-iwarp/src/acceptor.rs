@@ -281,9 +281,7 @@ impl Acceptor {
                 };
                 let (_, cfg) = self.listener.parts();
                 let peer = p.peer;
-                match PendingConnection::from_request(
-                    p.sock, peer, cfg.caps, p.hs, request, leftover,
-                ) {
+                match PendingConnection::from_request(p.sock, peer, cfg, p.hs, request, leftover) {
                     Ok(c) => events.push(AcceptEvent::Request(Box::new(c))),
                     Err(e) => events.push(AcceptEvent::Closed {
                         peer,

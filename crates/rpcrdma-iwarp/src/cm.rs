@@ -91,6 +91,21 @@ pub struct IwarpConfig {
     /// before the connection is given up (zero-length RDMA Writes nudge a
     /// responder that missed the RTR meanwhile). Default 5 s.
     pub rtr_timeout: std::time::Duration,
+    /// TCP congestion control (`TCP_CONGESTION`) for a connection whose
+    /// peer is on this host (a loopback address, or our own address):
+    /// `Some(name)` sets it on the socket, `None` keeps the system default.
+    /// Default `Some("reno")`, which every kernel has and lets any user
+    /// choose. A pacing algorithm such as BBR (the default of many
+    /// distributions) times every segment by its estimate of the path's
+    /// bandwidth; on loopback that estimate measures the sender's own CPU
+    /// and settles per connection either above the copy speed (no effect)
+    /// or below it, where each 1 MiB burst goes out in pacing-timer steps
+    /// at half the speed (BENCHMARKS.md, sixth pass). With no bottleneck
+    /// queue to protect, pacing a local connection buys nothing. Peers on
+    /// other hosts keep the system's choice. The environment variable
+    /// `RPCRDMA_LOCAL_CONGESTION` changes the default: `system` (keep the
+    /// system default) or an algorithm's name.
+    pub local_congestion: Option<String>,
 }
 
 impl Default for IwarpConfig {
@@ -107,7 +122,22 @@ impl Default for IwarpConfig {
             caps: DEFAULT_CAPS,
             rtr: true,
             rtr_timeout: std::time::Duration::from_secs(5),
+            local_congestion: local_congestion_default(),
         }
+    }
+}
+
+/// The default of [`IwarpConfig::local_congestion`]: Reno, which does not
+/// pace and which the kernel lets every user set.
+pub const LOCAL_CONGESTION: &str = "reno";
+
+/// [`IwarpConfig::local_congestion`]'s default: [`LOCAL_CONGESTION`], or
+/// what `RPCRDMA_LOCAL_CONGESTION` says (`system`: `None`).
+fn local_congestion_default() -> Option<String> {
+    match std::env::var("RPCRDMA_LOCAL_CONGESTION") {
+        Ok(v) if v == "system" => None,
+        Ok(v) if !v.is_empty() => Some(v),
+        _ => Some(LOCAL_CONGESTION.to_owned()),
     }
 }
 

@@ -151,6 +151,7 @@ pub mod admission;
 #[cfg(feature = "capture")]
 pub mod capture;
 pub mod cm;
+mod congestion;
 pub mod crc;
 pub mod ddp;
 pub mod dissect;

@@ -13,7 +13,7 @@
 //! contract's [`DropReason`].
 
 use std::io;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
@@ -76,8 +76,9 @@ impl ConnectionManager for IwarpCm {
         timeout: Duration,
     ) -> Result<IwarpProvider, CmError> {
         let deadline = Instant::now() + timeout;
-        let sock = TcpStream::connect_timeout(&to, timeout)?;
-        IwarpProvider::connect_stream(sock, self.config_for(params))?.establish(deadline)
+        let cfg = self.config_for(params);
+        let sock = crate::congestion::connect(&to, Some(timeout), &cfg)?;
+        IwarpProvider::connect_stream(sock, cfg)?.establish(deadline)
     }
 
     fn listen(&self, at: SocketAddr) -> Result<IwarpListener, CmError> {

@@ -41,7 +41,7 @@
 //! the provider contract's connection manager.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
@@ -190,7 +190,52 @@ fn sock_read(sock: &TcpStream, buf: &mut [u8], dontwait: bool, wait: bool) -> io
     }
 }
 
-fn wait_fd(fd: &impl AsFd, flags: PollFlags, timeout: Option<Duration>) -> io::Result<bool> {
+/// Writes `slices` to the socket (with `MSG_DONTWAIT` under blocking
+/// reads, see [`IwarpProvider::set_blocking_reads`]), recording what went
+/// out when capturing.
+fn sock_write(
+    sock: &mut TcpStream,
+    cap: &mut Option<Capture>,
+    dontwait: bool,
+    slices: &[IoSlice<'_>],
+) -> io::Result<usize> {
+    let n = if dontwait {
+        let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
+        match slices {
+            // One slice (a small message framed in place): send(2) spares
+            // the kernel the iovec import.
+            [one] => rustix::net::send(&*sock, one, flags)?,
+            _ => rustix::net::sendmsg(
+                &*sock,
+                slices,
+                &mut rustix::net::SendAncillaryBuffer::default(),
+                flags,
+            )?,
+        }
+    } else {
+        sock.write_vectored(slices)?
+    };
+    if let Some(c) = cap.as_mut() {
+        let mut left = n;
+        let mut v = Vec::with_capacity(n);
+        for s in slices {
+            let k = s.len().min(left);
+            v.extend_from_slice(&s[..k]);
+            left -= k;
+            if left == 0 {
+                break;
+            }
+        }
+        c.push((Direction::Sent, v));
+    }
+    Ok(n)
+}
+
+pub(crate) fn wait_fd(
+    fd: &impl AsFd,
+    flags: PollFlags,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
     let ts = timeout.map(|d| Timespec {
         tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         tv_nsec: d.subsec_nanos().into(),
@@ -234,9 +279,11 @@ fn write_all_deadline(sock: &mut TcpStream, mut data: &[u8], deadline: Instant) 
 }
 
 impl IwarpProvider {
-    fn new(sock: TcpStream, caps: Caps, key_base: u8) -> io::Result<Self> {
+    fn new(sock: TcpStream, cfg: &IwarpConfig, key_base: u8) -> io::Result<Self> {
+        let caps = cfg.caps;
         sock.set_nodelay(true)?;
         sock.set_nonblocking(true)?;
+        crate::congestion::on_established(&sock, cfg);
         Ok(IwarpProvider {
             sock,
             qp: QueuePair::new(caps, key_base),
@@ -271,7 +318,16 @@ impl IwarpProvider {
     /// [`ConnectionEvent::Disconnected`] (`Rejected` for an MPA Reject).
     /// Receives may be posted at once.
     pub fn connect(addr: impl ToSocketAddrs, cfg: IwarpConfig) -> io::Result<Self> {
-        Self::connect_stream(TcpStream::connect(addr)?, cfg)
+        let mut last = None;
+        for a in addr.to_socket_addrs()? {
+            match crate::congestion::connect(&a, None, &cfg) {
+                Ok(s) => return Self::connect_stream(s, cfg),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")
+        }))
     }
 
     /// [`IwarpProvider::connect`] over a TCP stream the caller connected
@@ -279,7 +335,7 @@ impl IwarpProvider {
     pub fn connect_stream(sock: TcpStream, cfg: IwarpConfig) -> io::Result<Self> {
         let hs = Handshake::initiator(cfg.clone())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let mut p = IwarpProvider::new(sock, cfg.caps, 0)?;
+        let mut p = IwarpProvider::new(sock, &cfg, 0)?;
         p.rtr_timeout = cfg.rtr_timeout;
         p.hs = Some(hs);
         p.state = ConnectionState::Connecting;
@@ -722,54 +778,39 @@ impl IwarpProvider {
             self.qp.confirm_transmitted();
         }
         // 3. Write, gathering from registered memory.
-        if !self.shut_wr {
-            let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
-            let dontwait = self.dontwait;
-            let r = qp.transmit(|slices| {
-                let n = if dontwait {
-                    let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
-                    match slices {
-                        // One slice (a small message framed in place):
-                        // send(2) spares the kernel the iovec import.
-                        [one] => rustix::net::send(&*sock, one, flags)?,
-                        _ => rustix::net::sendmsg(
-                            &*sock,
-                            slices,
-                            &mut rustix::net::SendAncillaryBuffer::default(),
-                            flags,
-                        )?,
-                    }
-                } else {
-                    sock.write_vectored(slices)?
-                };
-                if let Some(c) = cap.as_mut() {
-                    let mut left = n;
-                    let mut v = Vec::with_capacity(n);
-                    for s in slices {
-                        let k = s.len().min(left);
-                        v.extend_from_slice(&s[..k]);
-                        left -= k;
-                        if left == 0 {
-                            break;
-                        }
-                    }
-                    c.push((Direction::Sent, v));
-                }
-                Ok(n)
-            });
-            match r {
-                Ok(_) => self.write_blocked = self.qp.has_output(),
-                Err(_) => {
-                    self.write_blocked = false;
-                    self.qp.transport_lost();
-                }
+        self.write_output(false);
+    }
+
+    /// Hands output to TCP (`lone_only`: only when it is one small Send,
+    /// see [`QueuePair::transmit_lone`]), then, after a Terminate or a
+    /// close, sends the FIN.
+    fn write_output(&mut self, lone_only: bool) {
+        if self.shut_wr {
+            return;
+        }
+        let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
+        let dontwait = self.dontwait;
+        let write = |slices: &[IoSlice<'_>]| sock_write(sock, cap, dontwait, slices);
+        let r = if lone_only {
+            match qp.transmit_lone(write) {
+                Some(r) => r,
+                None => return,
             }
-            // 4. After a Terminate or a close: FIN.
-            if self.qp.tx_finished() {
-                let _ = self.sock.shutdown(Shutdown::Write);
-                self.shut_wr = true;
+        } else {
+            qp.transmit(write)
+        };
+        match r {
+            Ok(_) => self.write_blocked = self.qp.has_output(),
+            Err(_) => {
                 self.write_blocked = false;
+                self.qp.transport_lost();
             }
+        }
+        // 4. After a Terminate or a close: FIN.
+        if self.qp.tx_finished() {
+            let _ = self.sock.shutdown(Shutdown::Write);
+            self.shut_wr = true;
+            self.write_blocked = false;
         }
     }
 
@@ -1010,6 +1051,16 @@ impl Provider for IwarpProvider {
             return Err(ProviderError::NotConnected);
         }
         self.qp.post_send(wr)?;
+        // Blocking reads (a thread that drives its connection itself and
+        // sleeps in recv(2)): a lone small Send goes to the socket now,
+        // not in the next progress pass — the owner would make a whole
+        // round just for it (a blocking client after posting its call, a
+        // blocking server after posting the reply it dispatched inline).
+        // Anything else (Writes, several WRs, a full socket) waits for the
+        // pass as before, gathered into one write.
+        if self.dontwait && !self.write_blocked {
+            self.write_output(true);
+        }
         self.wake_self();
         Ok(())
     }
@@ -1132,8 +1183,9 @@ impl Provider for IwarpProvider {
 const BACKLOG: i32 = 1024;
 
 /// A TCP listener on `a` (`SO_REUSEADDR`, as `std` sets it) with
-/// [`BACKLOG`].
-fn listen(a: SocketAddr) -> io::Result<TcpListener> {
+/// [`BACKLOG`] (and the congestion control of local connections when `a`
+/// is a loopback address, see [`crate::congestion`]).
+fn listen(a: SocketAddr, cfg: &IwarpConfig) -> io::Result<TcpListener> {
     use rustix::net::{AddressFamily, SocketFlags, SocketType};
     let family = if a.is_ipv4() {
         AddressFamily::INET
@@ -1142,6 +1194,7 @@ fn listen(a: SocketAddr) -> io::Result<TcpListener> {
     };
     let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
     rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
+    crate::congestion::before_listen(&fd, &a, cfg);
     rustix::net::bind(&fd, &a)?;
     rustix::net::listen(&fd, BACKLOG)?;
     Ok(TcpListener::from(fd))
@@ -1161,7 +1214,7 @@ impl Listener {
     pub fn bind(addr: impl ToSocketAddrs, cfg: IwarpConfig) -> io::Result<Self> {
         let mut last = None;
         for a in addr.to_socket_addrs()? {
-            match listen(a) {
+            match listen(a, &cfg) {
                 Ok(l) => {
                     l.set_nonblocking(true)?;
                     return Ok(Listener { l, cfg });
@@ -1195,7 +1248,7 @@ impl Listener {
                 Err(e) => return Err(e),
             }
         };
-        let provider = IwarpProvider::new(sock, self.cfg.caps, 0x80)?;
+        let provider = IwarpProvider::new(sock, &self.cfg, 0x80)?;
         let mut hs = Handshake::responder(self.cfg.clone());
         loop {
             match read_request(&provider.sock, &mut hs) {
@@ -1296,13 +1349,13 @@ impl PendingConnection {
     pub(crate) fn from_request(
         sock: TcpStream,
         peer: SocketAddr,
-        caps: Caps,
+        cfg: &IwarpConfig,
         hs: Handshake,
         request: PeerRequest,
         leftover: Vec<u8>,
     ) -> io::Result<Self> {
         Ok(PendingConnection {
-            provider: IwarpProvider::new(sock, caps, 0x80)?,
+            provider: IwarpProvider::new(sock, cfg, 0x80)?,
             hs,
             request,
             leftover,

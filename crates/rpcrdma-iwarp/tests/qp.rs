@@ -1779,8 +1779,24 @@ mod lone_small_send {
 
     fn transmit(q: &mut QueuePair, how: Writer, wire: &mut Vec<u8>) {
         let mut calls = 0usize;
-        let _ = q.transmit(|slices| {
-            calls += 1;
+        let _ = q.transmit(writer_fn(how, &mut calls, wire));
+    }
+
+    /// `QueuePair::transmit_lone`, as the TCP adapter calls it right after
+    /// a post under blocking reads (nothing when it does not apply).
+    fn transmit_lone(q: &mut QueuePair, how: Writer, wire: &mut Vec<u8>) {
+        let mut calls = 0usize;
+        let _ = q.transmit_lone(writer_fn(how, &mut calls, wire));
+    }
+
+    fn writer_fn<'a>(
+        how: Writer,
+        calls: &'a mut usize,
+        wire: &'a mut Vec<u8>,
+    ) -> impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize> + 'a {
+        move |slices| {
+            *calls += 1;
+            let calls = *calls;
             let cap = match how {
                 Writer::All => usize::MAX,
                 Writer::Piece(k) if calls <= 3 => k,
@@ -1803,7 +1819,7 @@ mod lone_small_send {
                 }
             }
             Ok(n)
-        });
+        }
     }
 
     fn writer() -> impl Strategy<Value = Writer> {
@@ -1818,7 +1834,20 @@ mod lone_small_send {
 
     type Seen = (Vec<u8>, Vec<Completion>, [u64; 8]);
 
-    fn run(crc: bool, msgs: &[(usize, usize, Writer)], one_by_one: bool) -> Seen {
+    /// How `run` transmits.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Mode {
+        /// Everything posted first, then the general path.
+        General,
+        /// `transmit` after each post (the lone-Send fast path), each
+        /// completion polled at once.
+        OneByOne,
+        /// `transmit_lone` after each post (the TCP adapter under blocking
+        /// reads), completions only at the end.
+        AtPost,
+    }
+
+    fn run(crc: bool, msgs: &[(usize, usize, Writer)], mode: Mode) -> Seen {
         let mut q = QueuePair::new(CAPS, 0);
         q.establish(params(crc, false));
         let data = pattern(4096, 5);
@@ -1832,10 +1861,14 @@ mod lone_small_send {
                 sges: vec![src.sge(i as u64, len as u32)].into(),
             })
             .unwrap();
-            if one_by_one {
-                transmit(&mut q, how, &mut wire);
-                q.confirm_transmitted();
-                q.poll_completions(&mut done);
+            match mode {
+                Mode::General => {}
+                Mode::OneByOne => {
+                    transmit(&mut q, how, &mut wire);
+                    q.confirm_transmitted();
+                    q.poll_completions(&mut done);
+                }
+                Mode::AtPost => transmit_lone(&mut q, how, &mut wire),
             }
         }
         for _ in 0..10_000 {
@@ -1857,9 +1890,10 @@ mod lone_small_send {
             msgs in proptest::collection::vec((0usize..1100, 0usize..4, writer()), 2..8),
             crc in any::<bool>(),
         ) {
-            let general = run(crc, &msgs, false);
+            let general = run(crc, &msgs, Mode::General);
             prop_assert_eq!(general.1.len(), msgs.len());
-            prop_assert_eq!(run(crc, &msgs, true), general);
+            prop_assert_eq!(run(crc, &msgs, Mode::OneByOne), general.clone());
+            prop_assert_eq!(run(crc, &msgs, Mode::AtPost), general);
         }
     }
 }

@@ -151,15 +151,18 @@ fn unconfirmed_sends_neither_cut_a_sleep_short_nor_spin_a_waker() {
         })
         .unwrap();
     }
+    // The pass that follows the switch to blocking reads (it confirms
+    // whatever was handed to TCP before).
+    a.poll_completions(&mut Vec::new());
     let send = |a: &mut IwarpProvider, id: u64| {
         a.post_send(SendWr {
             wr_id: id,
             op: SendOp::Send { solicited: false },
             sges: vec![src.sge(0, 16)].into(),
         })
-        .unwrap();
+        .unwrap(); // a lone small Send: handed to TCP at once
         let mut c = Vec::new();
-        a.poll_completions(&mut c); // hands it to TCP
+        a.poll_completions(&mut c);
         c
     };
     assert!(send(&mut a, 1).is_empty());
@@ -192,4 +195,57 @@ fn unconfirmed_sends_neither_cut_a_sleep_short_nor_spin_a_waker() {
     a.arm(&w, Notify::Any);
     assert_eq!(n.0.load(SeqCst), 1, "woken with nothing to do");
     take(&mut b, 2);
+}
+
+/// Under blocking reads a lone small Send goes to the socket when it is
+/// posted (its owner need not make a pass for it): the peer receives it
+/// while the sender makes none, and the sender's output is empty at once
+/// (`settled`). A Send behind another WR, or too large for the staging
+/// buffer, waits for the next pass as before.
+#[test]
+fn a_lone_small_send_is_handed_to_tcp_when_posted() {
+    let cfg = IwarpConfig::default();
+    let (mut b, mut a) = connected_pair(&cfg, &cfg);
+    a.set_blocking_reads(true).unwrap();
+    b.set_blocking_reads(true).unwrap();
+    a.poll_completions(&mut Vec::new());
+    let src = a
+        .register(vec![7u8; 4096].into_boxed_slice(), Access::NONE)
+        .unwrap();
+    let dst = b
+        .register(vec![0u8; 4096].into_boxed_slice(), Access::LOCAL_WRITE)
+        .unwrap();
+    for i in 0..3u64 {
+        b.post_recv(RecvWr {
+            wr_id: i,
+            sge: dst.sge(0, 4096),
+        })
+        .unwrap();
+    }
+    let post = |a: &mut IwarpProvider, id: u64, len: u32| {
+        a.post_send(SendWr {
+            wr_id: id,
+            op: SendOp::Send { solicited: false },
+            sges: vec![src.sge(0, len)].into(),
+        })
+        .unwrap();
+    };
+    post(&mut a, 1, 100);
+    assert!(a.settled(), "the lone small Send is still queued");
+    let got = take(&mut b, 1);
+    assert_eq!((got[0].wr_id, got[0].byte_len), (0, 100));
+    // Too large to be staged: it waits for a pass.
+    post(&mut a, 2, 2000);
+    assert!(!a.settled());
+    a.poll_completions(&mut Vec::new());
+    assert!(a.settled());
+    let got = take(&mut b, 1);
+    assert_eq!((got[0].wr_id, got[0].byte_len), (1, 2000));
+    // Every Send is confirmed by the passes after a read.
+    let mut c = take(&mut a, 2);
+    c.sort_by_key(|c| c.wr_id);
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(1, Status::Success), (2, Status::Success)]
+    );
 }

@@ -18,6 +18,8 @@
 //!   `cargo test`);
 //! * [`fs`]: the export: confined, openat-based operations behind stable
 //!   keyed file handles, blocking I/O on tokio's blocking pool;
+//! * [`server`]: the NFSv3 and MOUNT v3 programs as handlers of the
+//!   `rpcrdma` runtime over one export;
 //! * [`client`]: MOUNT v3 over TCP and a typed NFSv3 client over
 //!   RPC-over-RDMA (windowed READ/WRITE, COMMIT with verifier checks,
 //!   READDIRPLUS until end of directory, errors by blame).
@@ -36,6 +38,7 @@ pub mod fuzzing;
 pub mod limits;
 pub mod mount;
 pub mod nfs3;
+pub mod server;
 
 #[cfg(test)]
 mod tests;

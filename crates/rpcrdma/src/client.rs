@@ -435,6 +435,19 @@ impl Client {
         let reply = loop {
             let timeout = call.timeout();
             let deadline = std::time::Instant::now().checked_add(timeout);
+            if let (Some(rdma), Some(_)) = (self.transport.as_rdma(), deadline) {
+                // RPC-over-RDMA: the transmission borrowed (the header handed
+                // over with the last one, as the blocking client does), the
+                // call ended at its deadline by the transport.
+                let rx = rdma
+                    .start_call(call.next_ref(), deadline)
+                    .map_err(refused_or_transport)?;
+                let t = self.settled_by_transport(rx, deadline).await;
+                match call.settle(t)? {
+                    Some(m) => break m,
+                    None => continue,
+                }
+            }
             let (rx, timed) = match deadline {
                 Some(d) => self.transport.send_call_until(call.next(), d),
                 None => self.transport.send_call(call.next()).map(|rx| (rx, false)),

@@ -84,5 +84,5 @@ pub use server::{CallContext, Handler, HandlerError, HandlerFuture, Server, Serv
 pub use tcp::{TcpClientTransport, TcpConfig, TcpServer};
 pub use transport::{
     CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
-    ReplyReceiver, ServerConnection, TransportError,
+    ReplyReceiver, ReplyRoom, ServerConnection, TransportError,
 };

@@ -38,7 +38,9 @@ use crate::drc::{call_checksum, DrcKey, DrcLookup, DuplicateReplyCache};
 use crate::message::{Message, MessageReader, Piece};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::tcp::{TcpConfig, TcpServer};
-use crate::transport::{CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ServerConnection};
+use crate::transport::{
+    CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ReplyRoom, ServerConnection,
+};
 
 /// Why a handler produced no results.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +93,9 @@ pub struct CallContext {
     /// received by direct placement arrives as separate DDP pieces; over TCP
     /// it is inline).
     pub args: Message,
+    /// How large a reply the caller can take (RPC-over-RDMA: the inline
+    /// threshold and the Reply chunk offered).
+    pub room: ReplyRoom,
     conn: Arc<dyn ServerConnection>,
 }
 
@@ -341,6 +346,7 @@ impl Server {
             client,
             conn,
             guard,
+            room,
         } = call;
         let metrics = &self.inner.metrics;
         Metrics::inc(&metrics.calls_received);
@@ -465,6 +471,7 @@ impl Server {
             cred: cb.cred,
             client,
             args,
+            room,
             conn: conn.clone(),
         };
         let handler = &registered.handler;
@@ -766,6 +773,7 @@ mod tests {
             client: ClientIdentity(Bytes::from_static(b"c")),
             conn: conn.clone(),
             guard: CallGuard::none(),
+            room: crate::transport::ReplyRoom::UNBOUNDED,
         });
         let mut r = conn.0.lock().unwrap();
         assert!(r.len() <= 1);

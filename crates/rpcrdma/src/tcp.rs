@@ -40,7 +40,7 @@ use crate::record::{RecordDecoder, RecordError, RecordLimits};
 use crate::tcp_write::RecordWriter;
 use crate::transport::{
     CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
-    ReplyReceiver, ServerConnection, TransportError,
+    ReplyReceiver, ReplyRoom, ServerConnection, TransportError,
 };
 
 /// How a server names the client of a TCP connection for the duplicate-reply
@@ -679,6 +679,7 @@ async fn serve_conn(
                     client: client.clone(),
                     conn: conn.clone(),
                     guard: CallGuard(Some(Box::new(permit))),
+                    room: ReplyRoom::UNBOUNDED,
                 });
             }
             Some((xid, 1)) => {

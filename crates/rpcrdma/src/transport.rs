@@ -170,6 +170,13 @@ pub trait ClientTransport: Send + Sync + 'static {
         let _ = deadline;
         self.send_call(call).map(|rx| (rx, false))
     }
+    /// The RPC-over-RDMA client transport this is, if it is one: the async
+    /// [`crate::Client`] then hands it each transmission borrowed (no copy
+    /// of the call message per transmission). `None` by default.
+    #[doc(hidden)]
+    fn as_rdma(&self) -> Option<&crate::rdma::RdmaClientTransport> {
+        None
+    }
     /// Forgets an outstanding XID (after a timeout): a late reply is dropped
     /// and counted.
     fn cancel(&self, xid: u32);
@@ -255,6 +262,47 @@ pub struct IncomingCall {
     pub conn: Arc<dyn ServerConnection>,
     /// The transport's in-flight accounting: hand it back with the reply.
     pub guard: CallGuard,
+    /// How large a reply the caller can take.
+    pub room: ReplyRoom,
+}
+
+/// How large a reply the caller can take, as the transport knows it: for
+/// RPC-over-RDMA the responder's inline threshold and the Reply chunk the
+/// requester offered (RFC 8166 §3.5.3: a reply that fits neither is
+/// answered with ERR_CHUNK, never cut), so a procedure whose reply size is
+/// its own choice (NFS READDIR) can stay within it; over TCP, no bound
+/// beyond the record size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplyRoom {
+    /// The largest RDMA Send the responder may make, transport header
+    /// included (`None`: not an RDMA transport).
+    pub inline_threshold: Option<u32>,
+    /// Octets of the requester's Reply chunk, if it offered one.
+    pub reply_chunk: Option<u64>,
+}
+
+impl ReplyRoom {
+    /// What an inline reply leaves for a transport header: the fixed seven
+    /// words plus echoed chunk lists of a few segments (an unused Reply
+    /// chunk, an unused Write chunk, each 16 octets a segment).
+    pub const HEADER_ALLOWANCE: u32 = 256;
+
+    /// No bound (TCP, or a transport that does not know).
+    pub const UNBOUNDED: ReplyRoom = ReplyRoom {
+        inline_threshold: None,
+        reply_chunk: None,
+    };
+
+    /// The largest RPC reply message (RPC header and results, without the
+    /// DDP-eligible data that goes into Write chunks) the transport can
+    /// carry: the larger of the Reply chunk and what the inline threshold
+    /// leaves after [`ReplyRoom::HEADER_ALLOWANCE`]. `None`: unbounded.
+    pub fn max_reply(&self) -> Option<u64> {
+        let inline = self
+            .inline_threshold?
+            .saturating_sub(Self::HEADER_ALLOWANCE);
+        Some(u64::from(inline).max(self.reply_chunk.unwrap_or(0)))
+    }
 }
 
 impl fmt::Debug for IncomingCall {

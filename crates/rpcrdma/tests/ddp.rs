@@ -93,6 +93,7 @@ impl ClientTransport for MemTransport {
             client: ClientIdentity(bytes::Bytes::from_static(b"mem-client")),
             conn: self.conn.clone(),
             guard: rpcrdma::CallGuard::none(),
+            room: rpcrdma::ReplyRoom::UNBOUNDED,
         });
         Ok(rx)
     }

@@ -21,10 +21,14 @@ use super::{QpState, QueuePair, RespJob, WrState};
 const OUT_BUDGET: usize = 1 << 20;
 
 /// The same with MPA CRC on: framing computes each FPDU's CRC, so frame
-/// little ahead of the socket — the kernel then copies each FPDU's octets
-/// right after its CRC read them (from L1/L2), instead of after a CRC pass
-/// over a whole 1 MiB message that a 512 KiB L2 does not hold.
-const OUT_BUDGET_CRC: usize = 128 << 10;
+/// less far ahead of the socket — the kernel then copies each FPDU's
+/// octets soon after its CRC read them, from L2 (512 KiB on Zen 2/3, 1 MiB
+/// on Zen 4/5, more on recent Intel cores). Not less: at 128 KiB a 1 MiB
+/// message took 8 `writev` instead of 2, and each early partial write woke
+/// the peer on a shared CPU (READ 1 MiB, CRC on, per call: server system
+/// calls 8.1 → 4.1, context switches 1.6 → 1.3 per side, loopback
+/// segments 22.7 → 18.3; BENCHMARKS.md, sixth pass).
+const OUT_BUDGET_CRC: usize = 512 << 10;
 
 /// FPDUs with at most this many payload octets are copied into the
 /// staging buffer rather than sent from registered memory.
@@ -659,6 +663,22 @@ impl QueuePair {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// [`QueuePair::transmit`] when, and only when, its lone-Send fast path
+    /// applies (see `transmit_lone_small`): the output is exactly one small
+    /// Send, framed and handed to `write` at once. `None`: it does not
+    /// apply, nothing was done (the general path sends it later). A short
+    /// write leaves the rest queued, as `transmit` would.
+    pub fn transmit_lone<W>(&mut self, mut write: W) -> Option<io::Result<usize>>
+    where
+        W: FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
+    {
+        Some(match self.transmit_lone_small(&mut write)? {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            r => r,
+        })
     }
 
     /// Fast path of [`QueuePair::transmit`] for the usual state of a

@@ -2,12 +2,14 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rustix::fs::{open, Mode, OFlags};
 
 use super::attr::{stat_fd, Attr, FileType, Wcc};
 use super::error::{NfsError, NfsResult};
 use super::handle::{FileHandle, HandleCodec};
+use super::open_files::OpenFiles;
 use super::resolve::open_child;
 use super::table::{Obj, Table, ROOT};
 
@@ -25,6 +27,11 @@ pub struct ExportConfig {
     pub max_handles: usize,
     /// The most entries one READDIR / READDIRPLUS returns.
     pub max_dir_entries: usize,
+    /// The most descriptors the open-file cache keeps for READ, WRITE and
+    /// COMMIT (0: none; each call opens the file).
+    pub open_files: usize,
+    /// How long an unused cached descriptor stays open.
+    pub open_file_idle: Duration,
 }
 
 impl Default for ExportConfig {
@@ -33,6 +40,8 @@ impl Default for ExportConfig {
             export_id: 1,
             max_handles: 1 << 20,
             max_dir_entries: 4096,
+            open_files: 128,
+            open_file_idle: Duration::from_secs(2),
         }
     }
 }
@@ -45,6 +54,7 @@ pub struct Export {
     pub(crate) config: ExportConfig,
     pub(crate) codec: HandleCodec,
     pub(crate) table: Table,
+    pub(crate) open: OpenFiles,
 }
 
 impl Export {
@@ -57,6 +67,7 @@ impl Export {
             path,
             codec: HandleCodec::new(config.export_id),
             table: Table::new(root, config.max_handles)?,
+            open: OpenFiles::new(config.open_files, config.open_file_idle),
             config,
         })
     }
@@ -74,6 +85,18 @@ impl Export {
     /// How many objects the handle table knows.
     pub fn handle_count(&self) -> usize {
         self.table.len()
+    }
+
+    /// Closes the open-file cache's descriptors idle for
+    /// [`ExportConfig::open_file_idle`]; returns how many it closed (a
+    /// server calls this periodically).
+    pub fn sweep_open_files(&self) -> usize {
+        self.open.sweep(Instant::now())
+    }
+
+    /// How many descriptors the open-file cache holds.
+    pub fn open_file_count(&self) -> usize {
+        self.open.len()
     }
 
     /// The WRITE/COMMIT verifier: random per export instance, so it

@@ -47,6 +47,10 @@
 //! owns with mode 0444 (knfsd lets the owner write such a file, for
 //! clients that create read-only files and then fill them).
 //!
+//! # Open files
+//! READ, WRITE and COMMIT keep the file open between calls (a bounded
+//! cache closed on idle, REMOVE, RENAME and SETATTR: `open_files.rs`).
+//!
 //! # Blocking
 //! The operations do blocking file I/O; [`AsyncExport`] runs them on
 //! tokio's blocking pool with a bound on how many run at once.
@@ -56,6 +60,7 @@ mod blocking;
 mod error;
 mod export;
 mod handle;
+mod open_files;
 mod ops_attr;
 mod ops_create;
 mod ops_fs;

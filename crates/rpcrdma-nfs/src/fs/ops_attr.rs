@@ -45,6 +45,9 @@ impl Export {
         if guard.is_some_and(|g| g != obj.attr.ctime) {
             return Err(NfsError::NotSync);
         }
+        // A mode or owner change decides who may open the file: the next
+        // READ or WRITE opens it again.
+        self.open.forget(obj.id);
         self.apply(&obj, set)?;
         Ok(self.after(&obj))
     }

@@ -1,6 +1,8 @@
 //! READ, WRITE, COMMIT.
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Instant;
 
 use rustix::fs::{fdatasync, fsync, OFlags};
 use rustix::io::{pread, pwrite};
@@ -9,6 +11,7 @@ use super::attr::{stat_fd, Attr, FileType, Wcc};
 use super::error::{NfsError, NfsResult};
 use super::export::{Export, MAX_IO};
 use super::handle::FileHandle;
+use super::open_files::Access;
 use super::table::Obj;
 
 /// `stable_how`: how far WRITE must have put the data before replying.
@@ -69,13 +72,47 @@ fn regular(obj: &Obj) -> NfsResult<()> {
 const MAX_END: u64 = i64::MAX as u64;
 
 impl Export {
+    /// A descriptor of the regular file `fh` names, opened for `access`:
+    /// the open-file cache's, or resolved (confined, as every operation),
+    /// opened and cached.
+    fn open_file(&self, fh: &FileHandle, access: Access) -> NfsResult<(u64, Arc<OwnedFd>)> {
+        let id = self.codec.decode(fh)?;
+        let now = Instant::now();
+        if let Some(fd) = self.open.get(id, access, now) {
+            if self.table.contains(id) {
+                return Ok((id, fd));
+            }
+            // The handle went stale (REMOVE, RMDIR of its parent, ...).
+            self.open.forget(id);
+        }
+        let obj = self.table.resolve(id)?;
+        regular(&obj)?;
+        let flags = match access {
+            Access::Read => OFlags::RDONLY,
+            Access::Write => OFlags::WRONLY,
+        };
+        let fd = Arc::new(self.reopen(&obj, flags)?);
+        self.open.put(id, access, fd.clone(), now);
+        Ok((id, fd))
+    }
+
+    /// The attributes of an open file after an operation; a file that is
+    /// no longer linked anywhere (a local process removed it) is `Stale`
+    /// and leaves the cache.
+    fn attr_after(&self, id: u64, file: &OwnedFd) -> NfsResult<Attr> {
+        let (attr, _) = stat_fd(file)?;
+        if attr.nlink == 0 {
+            self.open.forget(id);
+            return Err(NfsError::Stale);
+        }
+        Ok(attr)
+    }
+
     /// READ of up to `count` octets at `offset`; `count` is capped at
     /// [`MAX_IO`] (FSINFO `rtmax`), as knfsd caps it at its payload size.
     pub fn read(&self, fh: &FileHandle, offset: u64, count: u32) -> NfsResult<Read> {
-        let obj = self.obj(fh)?;
-        regular(&obj)?;
+        let (id, file) = self.open_file(fh, Access::Read)?;
         let want = count.min(MAX_IO) as usize;
-        let file = self.reopen(&obj, OFlags::RDONLY)?;
         let mut data = vec![0u8; want];
         let mut got = 0;
         while got < want {
@@ -83,13 +120,13 @@ impl Export {
             if at >= MAX_END {
                 break;
             }
-            match pread(&file, &mut data[got..], at)? {
+            match pread(&*file, &mut data[got..], at)? {
                 0 => break,
                 n => got += n,
             }
         }
         data.truncate(got);
-        let (attr, _) = stat_fd(&file)?;
+        let attr = self.attr_after(id, &file)?;
         let eof = offset.saturating_add(got as u64) >= attr.size;
         Ok(Read { data, eof, attr })
     }
@@ -115,12 +152,11 @@ impl Export {
         {
             return Err(NfsError::FBig);
         }
-        let obj = self.obj(fh)?;
-        regular(&obj)?;
-        let file = self.reopen(&obj, OFlags::WRONLY)?;
+        let (id, file) = self.open_file(fh, Access::Write)?;
+        let (before, _) = stat_fd(&*file)?;
         let mut done = 0;
         while done < data.len() {
-            match pwrite(&file, &data[done..], offset + done as u64)? {
+            match pwrite(&*file, &data[done..], offset + done as u64)? {
                 0 => return Err(NfsError::Io),
                 n => done += n,
             }
@@ -130,23 +166,28 @@ impl Export {
             count: done as u32,
             committed: stable,
             verf: self.write_verifier(),
-            wcc: self.after(&obj),
+            wcc: Wcc {
+                before: Some(before.wcc()),
+                after: Some(self.attr_after(id, &file)?),
+            },
         })
     }
 
     /// COMMIT: `fsync` of the whole file (a superset of the range asked;
     /// knfsd syncs the range).
     pub fn commit(&self, fh: &FileHandle, _offset: u64, _count: u32) -> NfsResult<Commit> {
-        let obj = self.obj(fh)?;
-        regular(&obj)?;
         // fsync needs a real descriptor; either access mode will do.
-        let file = self
-            .reopen(&obj, OFlags::RDONLY)
-            .or_else(|_| self.reopen(&obj, OFlags::WRONLY))?;
+        let (id, file) = self
+            .open_file(fh, Access::Write)
+            .or_else(|_| self.open_file(fh, Access::Read))?;
+        let (before, _) = stat_fd(&*file)?;
         sync(&file, StableHow::FileSync)?;
         Ok(Commit {
             verf: self.write_verifier(),
-            wcc: self.after(&obj),
+            wcc: Wcc {
+                before: Some(before.wcc()),
+                after: Some(self.attr_after(id, &file)?),
+            },
         })
     }
 }

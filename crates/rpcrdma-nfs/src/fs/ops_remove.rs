@@ -22,6 +22,7 @@ impl Export {
         let gone = self.known_child(&d, name);
         unlinkat(&*d.fd, OsStr::from_bytes(name), AtFlags::empty())?;
         if let Some(id) = gone {
+            self.open.forget(id);
             self.table.drop_link(id, &link(&d, name));
         }
         Ok(self.after(&d))
@@ -65,6 +66,7 @@ impl Export {
             self.unlinked(&r, &link(&td, to));
         }
         if let Some(id) = moved.and_then(|m| self.table.known(&m)) {
+            self.open.forget(id);
             self.table.rename_link(id, &link(&fd, from), link(&td, to));
         }
         Ok((self.after(&fd), self.after(&td)))
@@ -80,6 +82,7 @@ impl Export {
     /// itself: its link count drops to zero).
     fn unlinked(&self, ident: &Ident, l: &Link) {
         if let Some(id) = self.table.known(ident) {
+            self.open.forget(id);
             self.table.drop_link(id, l);
         }
     }

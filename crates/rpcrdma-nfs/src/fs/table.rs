@@ -220,6 +220,11 @@ impl Table {
         Ok(id)
     }
 
+    /// Whether entry `id` is still in the table.
+    pub(crate) fn contains(&self, id: u64) -> bool {
+        self.lock().entries.contains_key(&id)
+    }
+
     /// The entry id already given to an object, if any.
     pub(crate) fn known(&self, ident: &Ident) -> Option<u64> {
         let g = self.lock();

@@ -339,6 +339,11 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// True while an event waits for [`Connection::poll_event`].
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     // ------------------------------------------------------------------
     // internals: posting, parameters, the send-queue backlog
 

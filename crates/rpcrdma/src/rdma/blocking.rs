@@ -292,6 +292,10 @@ fn transmit(
     shared.count_sent(len);
     let deadline = d.core().now() + timeout;
     let mut ended = false;
+    // Posting the call sent it (a lone small Send goes to the socket at
+    // once under blocking reads): when that left nothing for a round, the
+    // first thing to do is to wait for the reply.
+    let mut wait_first = d.settled();
     loop {
         if let Some(got) = d.core_mut().take_reply(xid) {
             return Ok(match got {
@@ -302,6 +306,9 @@ fn transmit(
         if ended {
             // The connection ended without an outcome for the call.
             return Ok(Transmission::Dropped(shared.closed()));
+        }
+        if std::mem::take(&mut wait_first) {
+            d.wait(Some(deadline));
         }
         let busy = d.pass();
         if d.core().is_closed() {

@@ -47,7 +47,8 @@ use crate::message::Message;
 use crate::metrics::Metrics;
 use crate::transport::AttemptRef;
 use crate::transport::{
-    CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ServerConnection, TransportError,
+    CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ReplyRoom, ServerConnection,
+    TransportError,
 };
 
 /// What a shell waits for when a round moved nothing (besides the waker it
@@ -78,11 +79,9 @@ pub(crate) enum Publish {
     /// status at once): one lock and copy per call instead of one per
     /// round (the thread shell).
     BeforeSleep,
-    /// As `BeforeSleep`, and before a received call is dispatched (the
-    /// task shell: its peer may look at the status as soon as it has the
-    /// reply, which the dispatch may send before the shell sleeps).
-    BeforeSleepAndDispatch,
-    /// Only when asked (a blocking client, the only reader of its state).
+    /// Only when asked: a blocking client (the only reader of its state),
+    /// and a task shell, whose readers publish through its lock
+    /// (`TaskDrive::publish`).
     OnDemand,
 }
 
@@ -288,6 +287,11 @@ impl Core {
     /// The engine wakes `waker` when shared Read-sink budget comes back.
     pub(crate) fn set_waker(&mut self, waker: &Waker) {
         self.conn.set_waker(waker);
+    }
+
+    /// Calls waiting for their replies.
+    pub(crate) fn calls_waiting(&self) -> usize {
+        self.pending.len()
     }
 
     pub(crate) fn has_deferred(&self) -> bool {
@@ -718,11 +722,11 @@ impl Core {
                     client: self.identity.clone(),
                     conn: self.conn_handle.clone(),
                     guard: CallGuard::none(),
+                    room: ReplyRoom {
+                        inline_threshold: self.conn.negotiated().map(|n| n.send_threshold),
+                        reply_chunk: ic.reply_chunk,
+                    },
                 };
-                if self.publish == Publish::BeforeSleepAndDispatch {
-                    self.stale = false;
-                    self.publish_now();
-                }
                 self.dispatch(&*d, ic.xid, ic.handle, call);
                 self.dispatcher = Some(d);
             }
@@ -902,9 +906,10 @@ impl Core {
         self.prov.next_deadline()
     }
 
-    /// Nothing waits to be polled or transmitted in the provider.
+    /// Nothing waits to be polled or transmitted in the provider, nor an
+    /// engine event to be taken.
     pub(crate) fn provider_settled(&self) -> bool {
-        self.prov.settled()
+        self.prov.settled() && !self.conn.has_events()
     }
 
     /// Lets [`Core::read_blocking`] sleep in the socket's receive call.

@@ -115,7 +115,7 @@ impl ThreadShell {
     /// no longer than the next one.) The shell then sleeps at once: after a
     /// call was answered inline, the round that sent the reply is the last
     /// before the sleep, not the one before an empty round.
-    fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         !self.core.shared().queued.load(Ordering::Acquire)
             && !self.core.has_deferred()
             && !self.wake.is_fired()
