@@ -18,7 +18,10 @@
 //!   [`wait_fd`](rpcrdma_proto::provider::Provider::wait_fd), one tokio
 //!   timer, the command channel; blocking connection setup (the provider's
 //!   connection manager: for iWARP, TCP connect and MPA handshake) in
-//!   `spawn_blocking`; it reconnects after a loss;
+//!   `spawn_blocking`; it reconnects after a loss. The core sits behind a
+//!   lock that a caller of the client tries too: a call started while the
+//!   connection is idle is sent from the caller's own poll, with no
+//!   hand-off to the driver task;
 //! * the **thread shell** (`thread.rs`, blocking mode): a thread that
 //!   sleeps in the socket's `recv(2)` or in `poll(2)` on the socket and a
 //!   wake-up socket pair (`wake.rs`).
@@ -130,7 +133,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rpcrdma_proto::engine::Config as EngineConfig;
 pub use rpcrdma_proto::engine::Metrics as EngineMetrics;
-pub use rpcrdma_proto::engine::{ReadSinkBudget, Resources};
+pub use rpcrdma_proto::engine::{ReadSinkBudget, Resources, VersionInfo};
 pub use rpcrdma_proto::provider::LinkInfo;
 use rpcrdma_proto::provider::Provider;
 use rpcrdma_proto::wire::private_data::Negotiated;
@@ -150,6 +153,7 @@ mod server;
 mod task;
 mod thread;
 mod transport;
+pub mod versions;
 mod wake;
 
 pub use blocking::RdmaBlockingClient;
@@ -348,6 +352,10 @@ pub struct RdmaStatus {
     /// The provider's live memory registrations, if it counts them: at
     /// rest exactly [`Resources::regions_at_rest`].
     pub registered_regions: Option<u32>,
+    /// The RPC-over-RDMA version of the connection (version 0 while it is
+    /// still open), whether it fell back from version 2, and the
+    /// properties exchanged.
+    pub version: VersionInfo,
 }
 
 impl RdmaStatus {
