@@ -228,9 +228,15 @@ impl Harness {
                 n.send_threshold
             );
         }
+        // Version 1: after a fallback (or an auto server's settling on it);
+        // or an error reply of an auto server to a version 1 message that
+        // came before it settled (posted later if the send queue was full).
+        let auto = self.conn.config().rpcrdma_version == RpcRdmaVersion::Auto;
+        let v1_error = s.get(12..16) == Some(&[0, 0, 0, 4][..]);
         let v1_ok = match self.conn.version() {
-            0 => self.conn.config().rpcrdma_version == RpcRdmaVersion::Auto,
-            v => v == 1,
+            0 => auto,
+            1 => true,
+            _ => auto && v1_error,
         };
         let Some((xid, chunks, is_call)) = super::engine_v2::check_send(s, v1_ok) else {
             return;
