@@ -7,6 +7,12 @@
 //!     data, prints the peer's private data and IRD/ORD, sends an NFSv3 NULL
 //!     call as RDMA_MSG in a Send and checks the reply (RDMA_MSG, accepted,
 //!     SUCCESS). Exit status 0 on success.
+//! iwarp_probe connect ADDR --bad vers2|msgp [--crc]
+//!     The same connection, but the NULL call goes with a header the
+//!     responder must refuse: rdma_vers 2 (expects RDMA_ERROR ERR_VERS,
+//!     RFC 8166 §4.5.1) or the retired RDMA_MSGP (expects RDMA_ERROR
+//!     ERR_CHUNK, as Linux's svcrdma answers it). Exit status 0 when the
+//!     RDMA_ERROR comes back for our XID (its class for capture counts).
 //! iwarp_probe listen ADDR [--timeout SECS]
 //!     Accepts one connection, prints the initiator's MPA Request, answers
 //!     with an MPA Reply, answers RPC NULL calls with SUCCESS and prints the
@@ -191,7 +197,34 @@ fn send(p: &mut IwarpProvider, wr_id: u64, msg: &[u8]) -> MemoryRegion {
     mr
 }
 
-fn connect(addr: &str, rev: u8, crc: bool, ird: u8) -> ExitCode {
+/// A header the responder must refuse, and the RDMA_ERROR `rdma_err` it
+/// answers (1 ERR_VERS, 2 ERR_CHUNK).
+#[derive(Clone, Copy, Debug)]
+enum Bad {
+    /// rdma_vers 2 on an RDMA_MSG header.
+    Vers2,
+    /// RDMA_MSGP (align 0, thresh 0) with empty chunk lists.
+    Msgp,
+}
+
+impl Bad {
+    fn header(self, xid: u32, credits: u32) -> Vec<u8> {
+        let mut v = Vec::new();
+        match self {
+            Bad::Vers2 => put(&mut v, &[xid, 2, credits, 0, 0, 0, 0]),
+            Bad::Msgp => put(&mut v, &[xid, 1, credits, 2, 0, 0, 0, 0, 0]),
+        }
+        v
+    }
+    fn rdma_err(self) -> u32 {
+        match self {
+            Bad::Vers2 => 1,
+            Bad::Msgp => 2,
+        }
+    }
+}
+
+fn connect(addr: &str, rev: u8, crc: bool, ird: u8, bad: Option<Bad>) -> ExitCode {
     let cfg = IwarpConfig {
         rev,
         crc,
@@ -240,7 +273,10 @@ fn connect(addr: &str, rev: u8, crc: bool, ird: u8) -> ExitCode {
     });
     println!("   peer private data is RFC 8797 (magic f6ab0e18): {ok_pd}");
     let xid = 0x7e57_0001;
-    let mut msg = rdma_msg(xid, 32);
+    let mut msg = match bad {
+        None => rdma_msg(xid, 32),
+        Some(b) => b.header(xid, 32),
+    };
     msg.extend_from_slice(&null_call(xid, 100_003, 3));
     println!(
         "-> Send ({} octets): {}",
@@ -282,6 +318,22 @@ fn connect(addr: &str, rev: u8, crc: bool, ird: u8) -> ExitCode {
         describe(&reply).replace('\n', "\n  "),
         hex(&reply)
     );
+    if let Some(b) = bad {
+        // xid, vers (echoed), credits, RDMA_ERROR, rdma_err.
+        let ok = be32(&reply, 0) == Some(xid)
+            && be32(&reply, 12) == Some(4)
+            && be32(&reply, 16) == Some(b.rdma_err());
+        println!(
+            "   RESULT: {} to {b:?}",
+            if ok { "RDMA_ERROR" } else { "unexpected reply" }
+        );
+        p.disconnect();
+        return if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     let ok = be32(&reply, 0) == Some(xid)
         && be32(&reply, 4) == Some(1)
         && be32(&reply, 12) == Some(0)
@@ -440,13 +492,22 @@ fn main() -> ExitCode {
             val("--rev").and_then(|v| v.parse().ok()).unwrap_or(2),
             flag("--crc"),
             val("--ird").and_then(|v| v.parse().ok()).unwrap_or(16),
+            match val("--bad").as_deref() {
+                None => None,
+                Some("vers2") => Some(Bad::Vers2),
+                Some("msgp") => Some(Bad::Msgp),
+                Some(other) => {
+                    eprintln!("--bad {other}: vers2 or msgp");
+                    return ExitCode::from(2);
+                }
+            },
         ),
         (Some("listen"), Some(addr)) => listen(
             addr,
             Duration::from_secs(val("--timeout").and_then(|v| v.parse().ok()).unwrap_or(60)),
         ),
         _ => {
-            eprintln!("usage: iwarp_probe connect ADDR [--crc] [--rev N] [--ird N] | listen ADDR [--timeout SECS]");
+            eprintln!("usage: iwarp_probe connect ADDR [--crc] [--rev N] [--ird N] [--bad vers2|msgp] | listen ADDR [--timeout SECS]");
             ExitCode::from(2)
         }
     }

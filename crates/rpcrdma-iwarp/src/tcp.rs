@@ -62,7 +62,7 @@ use crate::rtr::{self, ReadRtr, Step};
 use crate::TerminateCode;
 
 /// Octets of read-ahead buffer (one per thread, see [`with_rbuf`]).
-const RBUF: usize = 64 * 1024;
+const RBUF: usize = crate::qp::READ_AHEAD;
 
 thread_local! {
     /// The read-ahead buffer of the providers this thread drives. Every
@@ -229,6 +229,37 @@ fn sock_write(
         c.push((Direction::Sent, v));
     }
     Ok(n)
+}
+
+/// One read into `a` then `b` (a scatter read; as [`sock_read`] when `b`
+/// is empty).
+fn sock_read2(
+    sock: &TcpStream,
+    a: &mut [u8],
+    b: &mut [u8],
+    dontwait: bool,
+    wait: bool,
+) -> io::Result<usize> {
+    if b.is_empty() {
+        return sock_read(sock, a, dontwait, wait);
+    }
+    let mut iov = [io::IoSliceMut::new(a), io::IoSliceMut::new(b)];
+    if dontwait {
+        let flags = if wait {
+            rustix::net::RecvFlags::empty()
+        } else {
+            rustix::net::RecvFlags::DONTWAIT
+        };
+        let r = rustix::net::recvmsg(
+            sock,
+            &mut iov,
+            &mut rustix::net::RecvAncillaryBuffer::default(),
+            flags,
+        )?;
+        Ok(r.bytes)
+    } else {
+        (&*sock).read_vectored(&mut iov)
+    }
 }
 
 pub(crate) fn wait_fd(
@@ -822,19 +853,19 @@ impl IwarpProvider {
     /// out).
     fn read_step(&mut self, budget: usize, wait: bool, left: &mut usize) -> bool {
         let asked;
-        let r = if let Some(t) = self.qp.direct_target() {
-            let len = t.len().min(budget);
-            asked = len;
-            match sock_read(&self.sock, &mut t[..len], self.dontwait, wait) {
-                Ok(n) if n > 0 => {
-                    if let Some(c) = self.capture.as_mut() {
-                        c.push((Direction::Received, t[..n].to_vec()));
-                    }
-                    self.qp.direct_filled(n);
-                    Ok(n)
+        let (sock, dontwait, cap) = (&self.sock, self.dontwait, &mut self.capture);
+        let direct = self.qp.read_direct(
+            budget,
+            |a, b| sock_read2(sock, a, b, dontwait, wait),
+            |a, b| {
+                if let Some(c) = cap.as_mut() {
+                    c.push((Direction::Received, [a, b].concat()));
                 }
-                other => other,
-            }
+            },
+        );
+        let r = if let Some((r, n)) = direct {
+            asked = n;
+            r
         } else {
             let len = self.qp.suggested_read_len().min(RBUF).min(budget);
             asked = len;

@@ -493,6 +493,13 @@ async fn connect_mounts_the_export_holding_the_path() {
         assert!(matches!(e, NfsError::Mount { .. }), "{e}");
         assert_eq!(e.blame(), Blame::Status);
 
+        // A MOUNT server that answers garbage: the server's fault.
+        let e = connect(&parse_target("127.0.0.1:/garbage/x").unwrap(), &o)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, NfsError::BadReply { .. }), "{e}");
+        assert_eq!(e.blame(), Blame::Server, "{e}");
+
         // Nobody at the MOUNT port: a transport error, at once.
         let o2 = ConnectOptions {
             mount_port: 1,
@@ -504,6 +511,50 @@ async fn connect_mounts_the_export_holding_the_path() {
         assert_eq!(e.blame(), Blame::Transport, "{e}");
         mount_srv.shutdown().await;
         nfs_srv.shutdown().await;
+    })
+    .await
+    .expect("timed out");
+}
+
+/// The server goes away in the middle of a windowed READ and of a
+/// windowed WRITE: each fails with a transport error (no reconnection
+/// configured), promptly and without hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_mid_transfer_is_a_transport_error() {
+    tokio::time::timeout(LIMIT, async {
+        for write in [false, true] {
+            let knobs = Knobs {
+                rtmax: 64 << 10,
+                wtmax: 64 << 10,
+                delay: Duration::from_millis(20),
+                ..Knobs::default()
+            };
+            let rig = Rig::new(knobs, opts()).await;
+            rig.fake.put_file("f", pattern(4 << 20, 11));
+            let (fh, attrs) = rig.nfs.lookup_path("f").await.unwrap();
+            let nfs = rig.nfs.clone();
+            let t0 = std::time::Instant::now();
+            let job = tokio::spawn(async move {
+                if write {
+                    let src: Arc<dyn WriteSource> = Arc::new(Bytes::from(pattern(4 << 20, 12)));
+                    nfs.write_file(&fh, src, StableHow::UNSTABLE, |_| ())
+                        .await
+                        .map(|s| s.bytes)
+                } else {
+                    nfs.read_file(&fh, Some(attrs.size), |_| Ok(())).await
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            rig.server.shutdown().await;
+            let e = job.await.unwrap().unwrap_err();
+            assert_eq!(e.blame(), Blame::Transport, "write {write}: {e}");
+            assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+            let done = rig
+                .fake
+                .count(if write { NFSPROC3_WRITE } else { NFSPROC3_READ });
+            assert!(done < 64, "stopped mid-transfer: {done} of 64 calls");
+            rig.transport.shutdown().await;
+        }
     })
     .await
     .expect("timed out");

@@ -170,6 +170,13 @@ pub trait ClientTransport: Send + Sync + 'static {
         let _ = deadline;
         self.send_call(call).map(|rx| (rx, false))
     }
+    /// The RPC-over-RDMA client transport this is, if it is one: the async
+    /// [`crate::Client`] then hands it each transmission borrowed (no copy
+    /// of the call message per transmission). `None` by default.
+    #[doc(hidden)]
+    fn as_rdma(&self) -> Option<&crate::rdma::RdmaClientTransport> {
+        None
+    }
     /// Forgets an outstanding XID (after a timeout): a late reply is dropped
     /// and counted.
     fn cancel(&self, xid: u32);

@@ -37,6 +37,8 @@ mod io;
 pub mod mount;
 mod path;
 mod procs;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 

@@ -58,7 +58,7 @@ pub(crate) async fn call_on(
 
 /// The decoding limits of one call's reply: READ data at most the count
 /// asked; READDIRPLUS entries at most what `maxcount` octets can hold.
-fn call_limits(args: &Nfs3Args, l: &Limits) -> Limits {
+pub(crate) fn call_limits(args: &Nfs3Args, l: &Limits) -> Limits {
     let mut l = *l;
     match args {
         //= rfc1813#section-3.3.6

@@ -186,6 +186,10 @@ impl Fake {
             let mut r = Reader::new(&inline);
             let args = MountArgs::decode(ctx.proc, &mut r, &Limits::DEFAULT)
                 .map_err(|e| HandlerError::GarbageArgs(e.to_string()))?;
+            // A path under /garbage gets 12 octets of 0xff as results.
+            if matches!(&args, MountArgs::Mnt(p) if p.as_bytes().starts_with(b"/garbage")) {
+                return Ok(Message::inline(vec![0xffu8; 12]));
+            }
             let res = match args {
                 MountArgs::Null | MountArgs::Umnt(_) => MountResults::Void,
                 MountArgs::Mnt(p) if p.as_bytes() == b"/export" => {

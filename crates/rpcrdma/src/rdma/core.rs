@@ -79,11 +79,9 @@ pub(crate) enum Publish {
     /// status at once): one lock and copy per call instead of one per
     /// round (the thread shell).
     BeforeSleep,
-    /// As `BeforeSleep`, and before a received call is dispatched (the
-    /// task shell: its peer may look at the status as soon as it has the
-    /// reply, which the dispatch may send before the shell sleeps).
-    BeforeSleepAndDispatch,
-    /// Only when asked (a blocking client, the only reader of its state).
+    /// Only when asked: a blocking client (the only reader of its state),
+    /// and a task shell, whose readers publish through its lock
+    /// (`TaskDrive::publish`).
     OnDemand,
 }
 
@@ -285,6 +283,11 @@ impl Core {
     /// The engine wakes `waker` when shared Read-sink budget comes back.
     pub(crate) fn set_waker(&mut self, waker: &Waker) {
         self.conn.set_waker(waker);
+    }
+
+    /// Calls waiting for their replies.
+    pub(crate) fn calls_waiting(&self) -> usize {
+        self.pending.len()
     }
 
     pub(crate) fn has_deferred(&self) -> bool {
@@ -690,10 +693,6 @@ impl Core {
                         reply_chunk: ic.reply_chunk,
                     },
                 };
-                if self.publish == Publish::BeforeSleepAndDispatch {
-                    self.stale = false;
-                    self.publish_now();
-                }
                 self.dispatch(&*d, ic.xid, ic.handle, call);
                 self.dispatcher = Some(d);
             }

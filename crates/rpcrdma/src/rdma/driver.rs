@@ -17,7 +17,9 @@ use super::Connected;
 use crate::metrics::Metrics;
 use crate::transport::{CallDispatcher, ClientIdentity};
 
-/// A connection's core in its shell, not started yet.
+/// A connection's core in its shell, not started yet (made once per
+/// connection and taken apart at once: the size difference costs nothing).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Driver {
     /// Driven by a tokio task.
     Task(TaskShell),
@@ -53,7 +55,8 @@ pub(crate) fn build(
         resend,
         match wake {
             Some(_) => Publish::BeforeSleep,
-            None => Publish::BeforeSleepAndDispatch,
+            // Published when read (`Shared::status`).
+            None => Publish::OnDemand,
         },
     );
     let d = match wake {

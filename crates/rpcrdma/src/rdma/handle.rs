@@ -80,10 +80,13 @@ pub(crate) struct Shared {
     /// the send is the thread shell's (a pass that clears the flag sees
     /// the command); the set before is the task shell's (a command sent
     /// after a poll that found the flag clear wakes the waker that poll
-    /// left registered with the channel; see `TaskShell::poll_work`).
+    /// left registered with the channel; see `task::Driven::work`).
     pub(crate) queued: AtomicBool,
     /// Replies sent while the driver runs a handler inline.
     dispatching: Mutex<Dispatching>,
+    /// The drive of a task shell, whose state is published when it is read
+    /// ([`Shared::status`]) rather than by its rounds.
+    pub(crate) drive: std::sync::OnceLock<std::sync::Weak<super::task::TaskDrive>>,
 }
 
 #[derive(Default)]
@@ -110,7 +113,18 @@ impl Shared {
             wake,
             queued: AtomicBool::new(false),
             dispatching: Mutex::new(Dispatching::default()),
+            drive: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The connection's state: a task shell's is published now (see
+    /// [`super::task::TaskDrive::publish`]); a thread shell's is what its
+    /// driver published last (before it slept, or when asked).
+    pub(crate) fn status(&self) -> RdmaStatus {
+        if let Some(d) = self.drive.get().and_then(std::sync::Weak::upgrade) {
+            d.publish();
+        }
+        self.lock().status.clone()
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, SharedState> {

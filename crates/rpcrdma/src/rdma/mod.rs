@@ -18,7 +18,10 @@
 //!   [`wait_fd`](rpcrdma_proto::provider::Provider::wait_fd), one tokio
 //!   timer, the command channel; blocking connection setup (the provider's
 //!   connection manager: for iWARP, TCP connect and MPA handshake) in
-//!   `spawn_blocking`; it reconnects after a loss;
+//!   `spawn_blocking`; it reconnects after a loss. The core sits behind a
+//!   lock that a caller of the client tries too: a call started while the
+//!   connection is idle is sent from the caller's own poll, with no
+//!   hand-off to the driver task;
 //! * the **thread shell** (`thread.rs`, blocking mode): a thread that
 //!   sleeps in the socket's `recv(2)` or in `poll(2)` on the socket and a
 //!   wake-up socket pair (`wake.rs`).

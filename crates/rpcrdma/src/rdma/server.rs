@@ -36,7 +36,7 @@ impl std::fmt::Debug for RdmaServerConnection {
 impl RdmaServerConnection {
     /// The connection's state.
     pub fn status(&self) -> RdmaStatus {
-        self.shared.lock().status.clone()
+        self.shared.status()
     }
 
     /// Closes the connection and waits for its driver.
@@ -178,7 +178,7 @@ impl RdmaServer {
         accept::lock(&self.conns)
             .iter()
             .filter(|l| !l.task.is_finished())
-            .map(|l| l.shared.lock().status.clone())
+            .map(|l| l.shared.status())
             .collect()
     }
 

@@ -1,25 +1,58 @@
-//! The task shell: a connection's [`Core`] driven by a tokio task.
+//! The task shell: a connection's [`Core`] driven by a tokio task, and by
+//! the callers of its client when that is cheaper (the direct call path).
 //!
-//! One hand-written `poll` ([`TaskShell::poll_work`]): each round reads the
-//! clock once, takes the socket's readiness edge, drains the command
-//! channel, and lets the core step provider and engine; it loops while
-//! anything moved (yielding every [`BUSY_SPINS`] rounds). When a round
-//! moved nothing the core arms the provider's waker and says what to wait
-//! for; the shell registers for the socket's next readiness edge and sets
-//! its one timer to the core's deadline, if there is one. Nothing else
-//! wakes the task: no fallback tick (see [`super::core`] for why no wake-up
-//! can be lost).
+//! The core and everything that waits on its behalf (the socket's
+//! `AsyncFd`, the command channel, the one timer) sit behind a lock
+//! ([`TaskDrive`]). Whoever holds it makes rounds ([`Driven::work`]): each
+//! round reads the clock once, takes the socket's readiness edge, drains
+//! the command channel when a command was flagged, and lets the core step
+//! provider and engine; rounds go on while anything moves (a busy holder
+//! hands over every [`BUSY_SPINS`] rounds). When a round moved nothing the
+//! core arms the provider's waker and says what to wait for; the holder
+//! registers for the socket's next readiness edge and sets the timer to the
+//! core's deadline, if there is one. Every one of these registrations is
+//! made with the connection's one waker ([`TaskWake`]), never with the
+//! holder's own, so they stand whoever made them and whoever holds the lock
+//! next: a wake-up while a holder is active sets a flag the holder looks at
+//! before it lets go; otherwise it wakes the driver task. Nothing else
+//! wakes the driver: no fallback tick (see [`super::core`] for why no
+//! wake-up can be lost).
 //!
-//! After a connection loss the shell reconnects ([`crate::reconnect`]'s
-//! policy, the connector run in `spawn_blocking`), and the core carries
-//! the calls over.
+//! Two kinds of holder:
+//!
+//! * the **driver task** (blocking on the lock, which no holder keeps
+//!   across an await): on every wake-up of the connection, unless a holder
+//!   took the flag since (then that holder's round saw the work);
+//! * a **caller** of the client ([`TaskDrive::try_call`], never blocking on
+//!   the lock): when the connection has no other call outstanding (and the
+//!   caller runs on the connection's runtime, where a handler its rounds
+//!   dispatch may be spawned), it starts its call and makes the rounds
+//!   itself (the Send goes out from the caller's poll, with no hand-off to
+//!   the driver task); otherwise it only posts its call in the engine and
+//!   leaves the transmission to the driver task's next round, which sends
+//!   every call posted meanwhile in one pass (one wake-up per batch). A
+//!   caller that finds the lock taken, the link down or commands queued
+//!   before it queues its call on the command channel instead, as every
+//!   other command goes.
+//!
+//! The reply of every call goes through its `oneshot` channel, delivered
+//! by whichever holder makes the round that receives it; a caller's future
+//! holds nothing of the connection between its polls, so a caller that is
+//! never polled again (or dropped) leaves nothing undriven: the
+//! connection's wake-ups go to the driver task.
+//!
+//! After a connection loss the driver task reconnects
+//! ([`crate::reconnect`]'s policy, the connector run in `spawn_blocking`),
+//! and the core carries the calls over; callers queue their calls
+//! meanwhile.
 
 use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use tokio::io::unix::AsyncFd;
@@ -28,6 +61,7 @@ use tokio::sync::mpsc;
 
 use super::core::{Core, Next};
 use super::handle::Cmd;
+use super::wake::TaskWake;
 use super::ProviderConnector;
 use crate::metrics::Metrics;
 use crate::reconnect::{self, ReconnectPolicy};
@@ -38,7 +72,8 @@ pub(crate) struct Reconnect {
     pub(crate) policy: ReconnectPolicy,
 }
 
-/// Busy rounds before the task yields to the runtime.
+/// Busy rounds before a holder hands over (the driver task yields to the
+/// runtime; a caller leaves the rest to the driver task).
 const BUSY_SPINS: u32 = 16;
 
 /// The provider's socket, registered with tokio (never closed by us).
@@ -50,21 +85,75 @@ impl AsRawFd for Fd {
     }
 }
 
-/// See the module docs.
-pub(crate) struct TaskShell {
+/// How a holder's rounds ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Work {
+    /// The engine closed: the driver task ends the connection (or
+    /// reconnects).
+    Closed,
+    /// Nothing to do until a wake-up of the connection.
+    Sleep,
+    /// Still busy after [`BUSY_SPINS`] rounds: the driver task goes on
+    /// (woken, the flag set).
+    Busy,
+}
+
+/// What the lock of a [`TaskDrive`] guards.
+struct Driven {
     // The AsyncFd must go before the core, whose provider owns the socket.
     afd: Option<AsyncFd<Fd>>,
     core: Core,
     rx: mpsc::UnboundedReceiver<Cmd>,
     rx_done: bool,
-    /// The task's waker is registered with the channel (a `poll_recv`
-    /// returned `Pending` since the last poll that found the channel
-    /// flagged; see [`TaskShell::poll_work`]).
+    /// The connection's waker is registered with the channel (a
+    /// `poll_recv` returned `Pending` since the last look that found the
+    /// channel flagged; see [`Driven::work`]).
     rx_registered: bool,
+    /// One timer for the connection's life (made by the driver task, in
+    /// the runtime), reset only when the core's deadline moves earlier (a
+    /// new `Sleep` per wait cost a timer-wheel insert and removal per call).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The instant the timer is set to, while it is.
+    armed: Option<tokio::time::Instant>,
+    /// The timer holds the connection's waker (polled since its last reset).
+    timer_registered: bool,
+    /// Callers may drive: the driver task has started, the link is up and
+    /// the connection has not ended.
+    live: bool,
+    /// The runtime the driver task runs on: a caller drives only from a
+    /// task of the same runtime (a handler its rounds dispatch may be
+    /// spawned, onto the runtime the connection's handlers run on).
+    runtime: Option<tokio::runtime::Id>,
+}
+
+/// A connection's core behind its lock, and the waker of the connection
+/// (see the module docs).
+pub(crate) struct TaskDrive {
+    driven: Mutex<Driven>,
+    wake: Arc<TaskWake>,
+    waker: Waker,
+    /// [`TaskWake::provider_waker`].
+    prov_waker: Waker,
+    /// Tests: the direct path on (default) or off, and how often each of
+    /// its two ways was taken.
+    #[cfg(test)]
+    pub(crate) test: TestHooks,
+}
+
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct TestHooks {
+    pub(crate) channel_only: std::sync::atomic::AtomicBool,
+    pub(crate) driven: std::sync::atomic::AtomicU64,
+    pub(crate) posted: std::sync::atomic::AtomicU64,
+    /// Calls given back for the command channel.
+    pub(crate) queued: std::sync::atomic::AtomicU64,
+}
+
+/// See the module docs: the driver task's part.
+pub(crate) struct TaskShell {
+    drive: Arc<TaskDrive>,
     reconnect: Option<Reconnect>,
-    /// The waker the armed timer holds (it was polled since its last
-    /// reset).
-    timer_waker: Option<std::task::Waker>,
 }
 
 /// Registers the core's socket with tokio; with it watched, the provider
@@ -93,30 +182,54 @@ impl TaskShell {
         rx: mpsc::UnboundedReceiver<Cmd>,
         reconnect: Option<Reconnect>,
     ) -> TaskShell {
+        let wake = TaskWake::new();
+        let waker = wake.waker();
+        let shared = core.shared().clone();
+        // Woken (from any thread) when the shared Read-sink budget frees up
+        // for a call of this connection.
+        core.set_waker(&waker);
         let afd = register_fd(&mut core);
-        TaskShell {
+        let driven = Driven {
             afd,
             core,
             rx,
             rx_done: false,
             rx_registered: false,
-            reconnect,
-            timer_waker: None,
-        }
+            timer: None,
+            armed: None,
+            timer_registered: false,
+            live: false,
+            runtime: None,
+        };
+        let drive = Arc::new(TaskDrive {
+            driven: Mutex::new(driven),
+            prov_waker: wake.provider_waker(),
+            wake,
+            waker,
+            #[cfg(test)]
+            test: TestHooks::default(),
+        });
+        let _ = shared.drive.set(Arc::downgrade(&drive));
+        TaskShell { drive, reconnect }
+    }
+
+    /// The connection's drive, for its callers' direct path.
+    pub(crate) fn drive(&self) -> &Arc<TaskDrive> {
+        &self.drive
     }
 
     pub(crate) async fn run(mut self) {
-        // One timer for the shell's life, reset only when the core's
-        // deadline changes (a new `Sleep` per wait cost a timer-wheel
-        // insert and removal on every call).
-        let timer = tokio::time::sleep(Duration::ZERO);
-        tokio::pin!(timer);
+        {
+            let mut d = self.drive.lock();
+            d.timer = Some(Box::pin(tokio::time::sleep(Duration::ZERO)));
+            d.runtime = Some(tokio::runtime::Handle::current().id());
+            d.live = true;
+        }
         loop {
-            let mut armed = None;
-            self.rx_registered = false;
-            std::future::poll_fn(|cx| self.poll_work(cx, timer.as_mut(), &mut armed)).await;
+            std::future::poll_fn(|cx| self.drive.poll_driver(cx)).await;
             // The engine closed.
-            if !self.core.is_closing() && self.reconnect.is_some() && self.reconnect_loop().await {
+            let closing = self.drive.lock().core.is_closing();
+            if !closing && self.reconnect.is_some() && self.reconnect_loop().await {
                 continue;
             }
             break;
@@ -124,9 +237,287 @@ impl TaskShell {
         self.finish().await;
     }
 
+    /// Reconnects per the policy; true when a new connection is up.
+    async fn reconnect_loop(&mut self) -> bool {
+        let Some(rc) = self.reconnect.as_ref() else {
+            return false;
+        };
+        let connector = rc.connector.clone();
+        let policy = rc.policy;
+        let drive = &self.drive;
+        {
+            let mut d = drive.lock();
+            // Callers queue their calls until the new connection is up.
+            d.live = false;
+            // The old socket goes away: deregister it first.
+            d.afd = None;
+            d.core.drop_link();
+        }
+        let outcome = {
+            // Between attempts: a close ends the outage, other commands wait
+            // for the new connection.
+            let stop = || {
+                let mut g = drive.lock();
+                let d = &mut *g;
+                if d.core.is_closing() {
+                    return true;
+                }
+                while let Ok(cmd) = d.rx.try_recv() {
+                    match cmd {
+                        Cmd::Close => {
+                            d.core.set_closing();
+                            return true;
+                        }
+                        other => d.core.defer(other),
+                    }
+                }
+                false
+            };
+            let connect = || {
+                let c = connector.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || c())
+                        .await
+                        .map_err(io::Error::other)?
+                }
+            };
+            let attempts = reconnect::with_backoff(&policy, true, stop, connect);
+            tokio::pin!(attempts);
+            // The calls waiting for the new connection still end at their
+            // deadlines (their callers keep no timers): commands are taken
+            // as they come (not only between attempts) and the earliest
+            // deadline is watched.
+            let mut rx_open = true;
+            loop {
+                let next = drive.lock().core.expire_at(Instant::now());
+                let at = tokio::time::Instant::from_std(next.unwrap_or_else(Instant::now));
+                let cmd = std::future::poll_fn(|cx| drive.lock().rx.poll_recv(cx));
+                tokio::select! {
+                    r = attempts.as_mut() => break r,
+                    () = tokio::time::sleep_until(at), if next.is_some() => {}
+                    c = cmd, if rx_open => match c {
+                        // Ends the outage at the next check (`stop`).
+                        Some(Cmd::Close) => drive.lock().core.set_closing(),
+                        Some(other) => drive.lock().core.defer(other),
+                        None => rx_open = false,
+                    },
+                }
+            }
+        };
+        let mut d = drive.lock();
+        // The channel and the timer were polled by this task meanwhile:
+        // the next round registers the connection's waker again.
+        d.rx_registered = false;
+        d.armed = None;
+        d.timer_registered = false;
+        match outcome {
+            Ok(connected) => {
+                tracing::info!(peer = %d.core.shared().peer, "rpc/rdma reconnected");
+                Metrics::inc(&d.core.shared().metrics.connections);
+                d.core.relink(connected);
+                d.afd = register_fd(&mut d.core);
+                d.live = true;
+                drop(d);
+                // The first poll on the new connection makes a round.
+                drive.wake.hand_over();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn finish(self) {
+        let drive = self.drive;
+        {
+            let mut g = drive.lock();
+            let d = &mut *g;
+            d.live = false;
+            d.rx.close();
+            let rx = &mut d.rx;
+            d.core
+                .finish_begin(std::iter::from_fn(|| rx.try_recv().ok()));
+        }
+        for _ in 0..25 {
+            if drive.lock().core.flush_close() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let mut d = drive.lock();
+        d.core.publish_now();
+        d.afd = None;
+        d.timer = None;
+    }
+}
+
+thread_local! {
+    /// This thread holds a drive's lock and makes rounds (it may be running
+    /// a handler dispatched inline): it never waits for another drive's
+    /// lock (see [`TaskDrive::publish`]).
+    static IN_ROUND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl TaskDrive {
+    /// Publishes the core's state for a reader ([`super::handle::Shared::status`]):
+    /// a task shell's core publishes only when asked (no lock and copy per
+    /// round or per call), so what a reader sees is the state as of now,
+    /// waiting for a holder's round to end if need be. A reader on a thread
+    /// that makes rounds itself (a handler dispatched inline) does not
+    /// wait: if the lock is taken (by its own round, or another's) it sees
+    /// what was published last. (So no thread that holds a drive waits for
+    /// another, and no two can wait for each other.)
+    pub(crate) fn publish(&self) {
+        let d = if IN_ROUND.get() {
+            self.try_lock()
+        } else {
+            Some(self.lock())
+        };
+        if let Some(d) = d {
+            d.core.publish_now();
+        }
+    }
+
+    /// The lock, waiting for a holder to let go (the driver task only;
+    /// holders never keep it across an await or a wait of any kind).
+    fn lock(&self) -> MutexGuard<'_, Driven> {
+        self.driven.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lock if nobody holds it.
+    fn try_lock(&self) -> Option<MutexGuard<'_, Driven>> {
+        match self.driven.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// The driver task's poll: rounds if the connection was woken since a
+    /// holder last took the flag; `Ready` once the engine closed.
+    fn poll_driver(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.wake.set_driver(cx.waker());
+        let mut d = self.lock();
+        if !self.wake.is_fired() {
+            // A caller made the round this wake-up was for.
+            return Poll::Pending;
+        }
+        match self.drive_locked(&mut d) {
+            Work::Closed => Poll::Ready(()),
+            Work::Sleep => Poll::Pending,
+            // The flag is set and this task woken: the runtime's other
+            // tasks run first.
+            Work::Busy => Poll::Pending,
+        }
+    }
+
+    /// Rounds by the holder of the lock (see [`Driven::work`]), between
+    /// [`TaskWake::begin`] and [`TaskWake::end`]: a wake-up that came after
+    /// the last round's take means another round.
+    fn drive_locked(&self, d: &mut Driven) -> Work {
+        let outer = IN_ROUND.replace(true);
+        let r = self.rounds(d);
+        IN_ROUND.set(outer);
+        r
+    }
+
+    fn rounds(&self, d: &mut Driven) -> Work {
+        let mut cx = Context::from_waker(&self.waker);
+        self.wake.begin();
+        loop {
+            let r = d.work(&self.wake, &self.prov_waker, &mut cx);
+            if r != Work::Sleep {
+                // Whatever came meanwhile: the driver task makes the next
+                // round (after a close, it ends the connection).
+                let _ = self.wake.end();
+                if r == Work::Busy {
+                    self.wake.hand_over();
+                }
+                return r;
+            }
+            if self.wake.end() {
+                self.wake.begin();
+                continue;
+            }
+            return Work::Sleep;
+        }
+    }
+
+    /// The direct call path: starts `cmd` (a call) from the caller's
+    /// thread if the connection is free (see the module docs); gives it
+    /// back otherwise, for the command channel.
+    pub(crate) fn try_call(&self, cmd: Cmd) -> Option<Cmd> {
+        #[cfg(test)]
+        if self.test.channel_only.load(Ordering::Relaxed) {
+            return Some(cmd);
+        }
+        let Some(mut d) = self.try_lock() else {
+            #[cfg(test)]
+            self.test.queued.fetch_add(1, Ordering::Relaxed);
+            return Some(cmd);
+        };
+        let core = &d.core;
+        if !d.live
+            || core.is_closing()
+            || core.is_closed()
+            || core.has_deferred()
+            || core.shared().queued.load(Ordering::Acquire)
+        {
+            // Commands go first in the order they came; the driver task
+            // drives while the link is down.
+            #[cfg(test)]
+            self.test.queued.fetch_add(1, Ordering::Relaxed);
+            return Some(cmd);
+        }
+        // Other calls outstanding, or a caller outside the connection's
+        // runtime: posted now, and sent by the driver task's next round with
+        // whatever else is posted meanwhile.
+        let runtime = || tokio::runtime::Handle::try_current().map(|h| h.id()).ok();
+        if d.core.calls_waiting() > 0 || runtime() != d.runtime {
+            d.core.command_now(cmd);
+            drop(d);
+            self.wake.wake();
+            #[cfg(test)]
+            self.test.posted.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        // Nothing queued or deferred before it (see above): it starts now,
+        // and the rounds send it. Outside the caller's cooperative budget: a
+        // source that returned `Pending` for want of budget would wake the
+        // connection at once and leave itself unregistered for the round.
+        let outer = IN_ROUND.replace(true);
+        // Active already: the provider's wake-up for the post is the
+        // holder's own.
+        self.wake.begin();
+        d.core.command_now(cmd);
+        IN_ROUND.set(outer);
+        let mut f = tokio::task::unconstrained(std::future::poll_fn(|_| {
+            Poll::Ready(self.drive_locked(&mut d))
+        }));
+        let mut cx = Context::from_waker(Waker::noop());
+        let r = match Pin::new(&mut f).poll(&mut cx) {
+            Poll::Ready(r) => r,
+            // (A `poll_fn` that is always ready.)
+            Poll::Pending => {
+                self.wake.hand_over();
+                Work::Busy
+            }
+        };
+        drop(f);
+        drop(d);
+        if r == Work::Closed {
+            // The driver task ends the connection (or reconnects).
+            self.wake.hand_over();
+        }
+        #[cfg(test)]
+        self.test.driven.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
+impl Driven {
     /// The next command from the channel, if one is ready (registers the
-    /// task for the next one otherwise); a `Close` once every handle is
-    /// gone.
+    /// connection's waker for the next one otherwise); a `Close` once every
+    /// handle is gone.
     fn next_cmd(
         rx: &mut mpsc::UnboundedReceiver<Cmd>,
         rx_done: &mut bool,
@@ -155,7 +546,7 @@ impl TaskShell {
 
     /// True when the busy round just made left nothing for another (the
     /// thread shell's `settled`): no command flagged or deferred and the
-    /// provider settled. The shell then goes to [`Core::before_sleep`]
+    /// provider settled. The holder then goes to [`Core::before_sleep`]
     /// at once (which steps once more after arming the provider's waker)
     /// instead of making an empty round first.
     fn settled(&self) -> bool {
@@ -167,7 +558,7 @@ impl TaskShell {
     /// Takes the socket's readiness edges, readable and (if `writable`)
     /// writable, cleared *before* the provider reads or writes, so an
     /// arrival after its drain is a new edge; true if one was ready. The
-    /// task is registered for each one that was not.
+    /// connection's waker is registered for each one that was not.
     fn take_edges(&mut self, cx: &mut Context<'_>, writable: bool) -> bool {
         let Some(a) = self.afd.as_ref() else {
             return false;
@@ -187,33 +578,29 @@ impl TaskShell {
         any
     }
 
-    /// Rounds until the engine closes (`Ready`) or nothing can move until
-    /// a command, a readiness edge, a provider wake-up or the core's
-    /// deadline (`Pending`, with every one of them registered with `cx`).
-    /// A hand-written poll (rather than a `select!` per round) registers
-    /// each source once and creates no futures per call.
-    fn poll_work(
-        &mut self,
-        cx: &mut Context<'_>,
-        mut timer: Pin<&mut tokio::time::Sleep>,
-        armed: &mut Option<tokio::time::Instant>,
-    ) -> Poll<()> {
+    /// Rounds until the engine closes, the holder has been busy for
+    /// [`BUSY_SPINS`] rounds, or nothing can move until a command, a
+    /// readiness edge, a provider wake-up or the core's deadline (every
+    /// one of them registered with `cx`, the connection's waker). A
+    /// hand-written poll (rather than a `select!` per
+    /// round) registers each source once and creates no futures per call.
+    fn work(&mut self, wake: &TaskWake, prov_waker: &Waker, cx: &mut Context<'_>) -> Work {
         let mut spins = 0u32;
-        // The task's waker, for the shared Read-sink budget (a pointer
-        // comparison when unchanged).
-        self.core.set_waker(cx.waker());
         loop {
+            // Every source is looked at from here on: a wake-up after this
+            // sets the flag again.
+            wake.take();
             // One clock read per round, for every engine input of it.
             let now = Instant::now();
             let writable = self.core.wants_write();
             self.take_edges(cx, writable);
             // The channel only when a command was flagged since the last
-            // look, or the task's waker is not registered with it yet:
-            // `Shared::push` sets the flag before it sends, so a command
-            // that comes after this look wakes the waker the last
-            // `Pending` left with the channel (and one that came before
-            // it was flagged). A look that finds commands drains the
-            // channel to `Pending`, registering again.
+            // look, or the connection's waker is not registered with it
+            // yet: `Shared::push` sets the flag before it sends, so a
+            // command that comes after this look wakes the waker the last
+            // `Pending` left with the channel (and one that came before it
+            // was flagged). A look that finds commands drains the channel
+            // to `Pending`, registering again.
             let look =
                 self.core.shared().queued.swap(false, Ordering::AcqRel) || !self.rx_registered;
             let (rx, rx_done, reg) = (&mut self.rx, &mut self.rx_done, &mut self.rx_registered);
@@ -228,34 +615,37 @@ impl TaskShell {
                 }
             });
             if self.core.is_closed() {
-                return Poll::Ready(());
+                return Work::Closed;
             }
             if busy && !self.settled() {
-                // Keep going while there is work, without a trip through
-                // the scheduler; now and then let the runtime's other tasks
-                // (e.g. callers woken by replies) run.
+                // Keep going while there is work; now and then let the
+                // runtime's other tasks (e.g. callers woken by replies) run.
                 spins += 1;
                 if spins >= BUSY_SPINS {
-                    self.core.publish_stale();
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
+                    return Work::Busy;
                 }
                 continue;
             }
-            let wait = match self.core.before_sleep(cx.waker()) {
+            wake.arming();
+            let wait = match self.core.before_sleep(prov_waker) {
                 Next::Round => continue,
-                Next::Closed => return Poll::Ready(()),
+                Next::Closed => return Work::Closed,
                 Next::Sleep(w) => w,
             };
-            // A command flagged meanwhile (the flag's look is cheaper
-            // than the wake-up it would otherwise cost).
-            if !self.rx_registered || self.core.shared().queued.load(Ordering::Acquire) {
+            // A command flagged, or a wake-up (the provider's `arm` finding
+            // work at once) meanwhile: the flag's look is cheaper than the
+            // wake-up it would otherwise cost. Counted, so that a source
+            // that keeps firing cannot keep the holder from handing over.
+            if !self.rx_registered
+                || self.core.shared().queued.load(Ordering::Acquire)
+                || wake.is_fired()
+            {
+                spins += 1;
+                if spins >= BUSY_SPINS {
+                    return Work::Busy;
+                }
                 continue;
             }
-            // Readers of the status see this round's state while the task
-            // sleeps (a reply's caller saw it already: the core publishes
-            // before it delivers).
-            self.core.publish_stale();
             // Register for the socket's next readiness edge: the one taken
             // at the top of this round took its waker (and a round that
             // read without producing work never looked again). Likewise for
@@ -264,140 +654,47 @@ impl TaskShell {
                 continue;
             }
             let Some(want) = wait.deadline.map(tokio::time::Instant::from_std) else {
-                *armed = None;
-                return Poll::Pending;
+                self.armed = None;
+                return Work::Sleep;
+            };
+            let Some(timer) = self.timer.as_mut() else {
+                // Not started yet (callers do not drive then).
+                return Work::Sleep;
             };
             // Reset only for an earlier deadline: one armed earlier than
             // needed fires, the round finds nothing due, and the timer is
             // set again (the calls' deadlines move later with every call
             // while the first one's stays armed; a reset per call cost a
             // timer-wheel removal and insert).
-            if armed.is_none_or(|a| want < a) {
+            if self.armed.is_none_or(|a| want < a) {
                 timer.as_mut().reset(want);
-                *armed = Some(want);
-                self.timer_waker = None;
+                self.armed = Some(want);
+                self.timer_registered = false;
             }
-            // Not due by this round's clock, and it holds this waker from
-            // an earlier poll: no need to poll it again (a timer never
-            // fires before its instant, so the round after its wake-up
-            // finds it due and polls it).
-            let due = armed.is_none_or(|a| a <= tokio::time::Instant::from_std(now));
-            if !due
-                && self
-                    .timer_waker
-                    .as_ref()
-                    .is_some_and(|w| w.will_wake(cx.waker()))
-            {
-                return Poll::Pending;
+            // Not due by this round's clock, and it holds the connection's
+            // waker from an earlier poll: no need to poll it again (a timer
+            // never fires before its instant, so the round after its
+            // wake-up finds it due and polls it).
+            let due = self
+                .armed
+                .is_none_or(|a| a <= tokio::time::Instant::from_std(now));
+            if !due && self.timer_registered {
+                return Work::Sleep;
             }
             if timer.as_mut().poll(cx).is_pending() {
-                self.timer_waker = Some(cx.waker().clone());
-                return Poll::Pending;
+                self.timer_registered = true;
+                return Work::Sleep;
             }
             // The deadline: round again (the engine or the provider handles
             // it); counted as a busy round so a deadline that does not move
-            // cannot keep this loop from yielding.
-            *armed = None;
+            // cannot keep this loop from handing over.
+            self.armed = None;
+            self.timer_registered = false;
             spins += 1;
             if spins >= BUSY_SPINS {
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
+                return Work::Busy;
             }
         }
-    }
-
-    /// Reconnects per the policy; true when a new connection is up.
-    async fn reconnect_loop(&mut self) -> bool {
-        let Some(rc) = self.reconnect.as_ref() else {
-            return false;
-        };
-        let connector = rc.connector.clone();
-        let policy = rc.policy;
-        // The old socket goes away: deregister it first.
-        self.afd = None;
-        self.core.drop_link();
-        let outcome = {
-            // Borrowed by the attempts (`stop`) and, between their polls, by
-            // the calls' deadlines.
-            // (A mutex, never contended, rather than a `RefCell`: the task's
-            // future must be `Send`.)
-            let both = std::sync::Mutex::new((&mut self.rx, &mut self.core));
-            let lock = || both.lock().unwrap_or_else(|p| p.into_inner());
-            // Between attempts: a close ends the outage, other commands wait
-            // for the new connection.
-            let stop = || {
-                let mut g = lock();
-                let (rx, core) = &mut *g;
-                if core.is_closing() {
-                    return true;
-                }
-                while let Ok(cmd) = rx.try_recv() {
-                    match cmd {
-                        Cmd::Close => {
-                            core.set_closing();
-                            return true;
-                        }
-                        other => core.defer(other),
-                    }
-                }
-                false
-            };
-            let connect = || {
-                let c = connector.clone();
-                async move {
-                    tokio::task::spawn_blocking(move || c())
-                        .await
-                        .map_err(io::Error::other)?
-                }
-            };
-            let attempts = reconnect::with_backoff(&policy, true, stop, connect);
-            tokio::pin!(attempts);
-            // The calls waiting for the new connection still end at their
-            // deadlines (their callers keep no timers): commands are taken
-            // as they come (not only between attempts) and the earliest
-            // deadline is watched.
-            let mut rx_open = true;
-            loop {
-                let next = lock().1.expire_at(Instant::now());
-                let at = tokio::time::Instant::from_std(next.unwrap_or_else(Instant::now));
-                let cmd = std::future::poll_fn(|cx| lock().0.poll_recv(cx));
-                tokio::select! {
-                    r = attempts.as_mut() => break r,
-                    () = tokio::time::sleep_until(at), if next.is_some() => {}
-                    c = cmd, if rx_open => match c {
-                        // Ends the outage at the next check (`stop`).
-                        Some(Cmd::Close) => lock().1.set_closing(),
-                        Some(other) => lock().1.defer(other),
-                        None => rx_open = false,
-                    },
-                }
-            }
-        };
-        match outcome {
-            Ok(connected) => {
-                tracing::info!(peer = %self.core.shared().peer, "rpc/rdma reconnected");
-                Metrics::inc(&self.core.shared().metrics.connections);
-                self.core.relink(connected);
-                self.afd = register_fd(&mut self.core);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    async fn finish(mut self) {
-        self.rx.close();
-        let rx = &mut self.rx;
-        self.core
-            .finish_begin(std::iter::from_fn(|| rx.try_recv().ok()));
-        for _ in 0..25 {
-            if self.core.flush_close() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        self.core.publish_now();
-        self.afd = None;
     }
 }
 
@@ -411,3 +708,7 @@ pub(crate) fn spawn(shell: TaskShell, span: tracing::Span) -> tokio::task::JoinH
         span,
     )))
 }
+
+#[cfg(test)]
+#[path = "task_tests.rs"]
+mod tests;

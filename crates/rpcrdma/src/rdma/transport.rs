@@ -2,18 +2,21 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use rpcrdma_proto::engine::{Config as EngineConfig, Connection};
 
-use super::driver::{self, Cmd, Reconnect, Shared};
+use super::driver::{self, Cmd, Driver, Reconnect, Shared};
+use super::handle::{call_span, engine_call, ReplySink};
+use super::task::TaskDrive;
 use super::{Connected, ProviderConnector, RdmaClientConfig, RdmaStatus};
 use crate::client::{Client, ClientConfig};
 use crate::metrics::Metrics;
 use crate::reconnect::ReconnectPolicy;
 use crate::transport::{
-    CallDispatcher, ClientIdentity, ClientTransport, OutgoingCall, ReplyReceiver, TransportError,
+    AttemptRef, CallDispatcher, ClientIdentity, ClientTransport, OutgoingCall, ReplyReceiver,
+    TransportError,
 };
 
 /// An RPC-over-RDMA client connection (with reconnection), driven by its
@@ -21,6 +24,9 @@ use crate::transport::{
 pub struct RdmaClientTransport {
     shared: Arc<Shared>,
     task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The driver's core, for calls started by their callers (see
+    /// [`super::task`]); gone once the driver task has ended.
+    drive: Weak<TaskDrive>,
 }
 
 impl std::fmt::Debug for RdmaClientTransport {
@@ -86,7 +92,7 @@ impl RdmaClientTransport {
         Metrics::inc(&metrics.connections);
         let conn = Connection::new(engine.clone());
         let identity = ClientIdentity(Bytes::from(connected.info.peer.clone()));
-        let (shared, task) = driver::spawn(driver::build(
+        let built = driver::build(
             connected,
             conn,
             engine,
@@ -96,16 +102,22 @@ impl RdmaClientTransport {
             identity,
             reconnect.map(|(connector, policy)| Reconnect { connector, policy }),
             None,
-        ));
+        );
+        let drive = match &built.1 {
+            Driver::Task(t) => Arc::downgrade(t.drive()),
+            Driver::Thread(_) => Weak::new(),
+        };
+        let (shared, task) = driver::spawn(built);
         Arc::new(RdmaClientTransport {
             shared,
             task: std::sync::Mutex::new(Some(task)),
+            drive,
         })
     }
 
     /// The connection's state: negotiated sizes, credits, engine counters.
     pub fn status(&self) -> RdmaStatus {
-        self.shared.lock().status.clone()
+        self.shared.status()
     }
 
     /// The peer's address.
@@ -123,9 +135,48 @@ impl RdmaClientTransport {
     }
 }
 
+impl RdmaClientTransport {
+    /// The driver's core (tests).
+    #[cfg(test)]
+    pub(crate) fn drive(&self) -> Option<Arc<TaskDrive>> {
+        self.drive.upgrade()
+    }
+
+    /// Starts `call`, to be ended by the driver at `deadline` if given: on
+    /// the caller's thread when the connection is free (the direct path,
+    /// [`TaskDrive::try_call`]), else through the command channel.
+    pub(crate) fn start_call(
+        &self,
+        call: AttemptRef<'_>,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<ReplyReceiver, TransportError> {
+        if let Some(e) = self.shared.closed_error() {
+            return Err(e);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (call, xid, len) = engine_call(call);
+        let cmd = Cmd::Call {
+            call,
+            xid,
+            tx: ReplySink::Channel(tx),
+            span: call_span(xid),
+            deadline,
+        };
+        let queued = match self.drive.upgrade() {
+            Some(d) => d.try_call(cmd),
+            None => Some(cmd),
+        };
+        if let Some(cmd) = queued {
+            self.shared.push(cmd)?;
+        }
+        self.shared.count_sent(len);
+        Ok(rx)
+    }
+}
+
 impl ClientTransport for RdmaClientTransport {
     fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
-        self.shared.send_call(call)
+        self.start_call(call.as_ref(), None)
     }
 
     /// The driver ends the call at `deadline` (no timer per call).
@@ -134,8 +185,12 @@ impl ClientTransport for RdmaClientTransport {
         call: OutgoingCall,
         deadline: std::time::Instant,
     ) -> Result<(ReplyReceiver, bool), TransportError> {
-        let rx = self.shared.send_call_until(call, Some(deadline))?;
+        let rx = self.start_call(call.as_ref(), Some(deadline))?;
         Ok((rx, true))
+    }
+
+    fn as_rdma(&self) -> Option<&RdmaClientTransport> {
+        Some(self)
     }
 
     fn cancel(&self, xid: u32) {

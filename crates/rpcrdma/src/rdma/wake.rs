@@ -1,21 +1,37 @@
-//! How other threads wake a driver that runs on a thread of its own (the
-//! thread shell, [`super::thread`]): a flag plus a socket pair the shell
-//! polls along with the provider's socket.
+//! How a driver is woken: [`ThreadWake`] for one that runs on a thread of
+//! its own (the thread shell, [`super::thread`]), [`TaskWake`] for one
+//! driven by a tokio task and by the callers of its client (the task shell,
+//! [`super::task`]).
 //!
-//! An octet goes on the socket pair only when the driver is (about to be)
-//! asleep in `poll(2)`: a wake-up while it makes passes only sets the flag,
-//! which the shell looks at before it sleeps. The handshake is the usual
-//! one of two sequentially consistent flags: the shell announces
-//! [`ThreadWake::sleeping`] and then reads the flag; a waker sets the flag
-//! and then reads whether the shell sleeps. At least one of the two sees
-//! the other, so no wake-up is lost and none costs a system call while the
-//! driver is awake.
+//! **ThreadWake**: a flag plus a socket pair the shell polls along with the
+//! provider's socket. An octet goes on the socket pair only when the driver
+//! is (about to be) asleep in `poll(2)`: a wake-up while it makes passes
+//! only sets the flag, which the shell looks at before it sleeps. The
+//! handshake is the usual one of two sequentially consistent flags: the
+//! shell announces [`ThreadWake::sleeping`] and then reads the flag; a
+//! waker sets the flag and then reads whether the shell sleeps. At least
+//! one of the two sees the other, so no wake-up is lost and none costs a
+//! system call while the driver is awake.
+//!
+//! **TaskWake**: the same handshake for a task shell, whose connection is
+//! driven by whoever holds its lock (the driver task, or a caller starting
+//! a call; see [`super::task`]). Every wake source of the connection (the
+//! socket's readiness, the provider, the engine's Read-sink budget, the
+//! command channel, the timer) holds one waker, [`TaskWake::waker`]. While
+//! a holder is [active](TaskWake::begin) a wake-up only sets the flag,
+//! which the holder takes at the start of each round and looks at before
+//! it lets go ([`TaskWake::end`]); otherwise it wakes the driver task. So
+//! a wake-up the holder causes itself (the provider's `arm` finding a Send
+//! to confirm, a post waking the provider's waker) costs a flag, not a
+//! task wake-up and a poll, and a wake-up while nobody holds the lock
+//! always reaches the driver task, which makes the round unless a holder
+//! took the flag meanwhile (then that holder's round saw the work).
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Wake, Waker};
 use std::time::Duration;
 
@@ -163,10 +179,224 @@ impl ThreadWake {
     }
 }
 
+/// See the module docs.
+pub(crate) struct TaskWake {
+    /// A wake-up came since the holder's last take.
+    fired: AtomicBool,
+    /// A holder of the connection's lock makes rounds and looks at `fired`
+    /// before it lets go.
+    active: AtomicBool,
+    /// The holder is arming the provider (or past it) in its last round:
+    /// the provider's wake-ups count again (see [`TaskWake::provider_waker`]).
+    arming: AtomicBool,
+    /// The driver task's waker.
+    driver: Mutex<Option<Waker>>,
+}
+
+impl Wake for TaskWake {
+    fn wake(self: Arc<Self>) {
+        TaskWake::wake(&self);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        TaskWake::wake(self);
+    }
+}
+
+/// The provider's waker of a [`TaskWake`].
+struct ProviderWake(Arc<TaskWake>);
+
+impl Wake for ProviderWake {
+    fn wake(self: Arc<Self>) {
+        self.0.wake_provider();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.wake_provider();
+    }
+}
+
+impl TaskWake {
+    /// Fired: the driver task's first poll makes a round.
+    pub(crate) fn new() -> Arc<TaskWake> {
+        Arc::new(TaskWake {
+            fired: AtomicBool::new(true),
+            active: AtomicBool::new(false),
+            arming: AtomicBool::new(false),
+            driver: Mutex::new(None),
+        })
+    }
+
+    /// The waker every wake source of the connection holds, except the
+    /// provider.
+    pub(crate) fn waker(self: &Arc<Self>) -> Waker {
+        Waker::from(self.clone())
+    }
+
+    /// The waker the provider is armed with: as [`TaskWake::waker`], except
+    /// that a wake-up while the holder makes a round and has not yet armed
+    /// the provider again is dropped. The provider wakes its waker when
+    /// work is posted to it (the holder's own posts, during its rounds) and
+    /// when `arm` finds work at once; the round's step looks at the
+    /// provider after any such wake-up, and the arm before the holder
+    /// lets go looks again (and wakes at once if a pass would find work),
+    /// so only a wake-up from that arm on can announce work nobody saw.
+    /// Without this, the receive the engine posts again after each
+    /// message cost another round.
+    pub(crate) fn provider_waker(self: &Arc<Self>) -> Waker {
+        Waker::from(Arc::new(ProviderWake(self.clone())))
+    }
+
+    fn wake_provider(&self) {
+        if self.active.load(Ordering::SeqCst) && !self.arming.load(Ordering::SeqCst) {
+            return;
+        }
+        self.wake();
+    }
+
+    /// The driver task's waker (a comparison when unchanged).
+    pub(crate) fn set_driver(&self, w: &Waker) {
+        let mut d = self.driver.lock().unwrap_or_else(|p| p.into_inner());
+        if !d.as_ref().is_some_and(|d| d.will_wake(w)) {
+            *d = Some(w.clone());
+        }
+    }
+
+    /// A wake-up: sets the flag; wakes the driver task unless the flag was
+    /// set already (someone will look at it) or a holder is active (it
+    /// looks at the flag before it lets go).
+    pub(crate) fn wake(&self) {
+        if self.fired.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if self.active.load(Ordering::SeqCst) {
+            return;
+        }
+        self.wake_driver();
+    }
+
+    fn wake_driver(&self) {
+        let d = self.driver.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = d.as_ref() {
+            w.wake_by_ref();
+        }
+    }
+
+    /// The holder of the lock starts making rounds.
+    pub(crate) fn begin(&self) {
+        self.arming.store(false, Ordering::SeqCst);
+        self.active.store(true, Ordering::SeqCst);
+    }
+
+    /// At the start of a round: takes the flag (the round looks at every
+    /// source; a wake-up from now on sets it again). True if it was set.
+    pub(crate) fn take(&self) -> bool {
+        self.arming.store(false, Ordering::SeqCst);
+        self.fired.swap(false, Ordering::SeqCst)
+    }
+
+    /// The holder is about to arm the provider: its wake-ups count from now
+    /// on (until the next [`TaskWake::take`]).
+    pub(crate) fn arming(&self) {
+        self.arming.store(true, Ordering::SeqCst);
+    }
+
+    /// True if a wake-up came since the last take.
+    pub(crate) fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    /// The holder stops making rounds (every source registered with
+    /// [`TaskWake::waker`]). True if a wake-up came since its last take:
+    /// then it must make another round (after [`TaskWake::begin`]), since
+    /// that wake-up may have woken nobody.
+    #[must_use]
+    pub(crate) fn end(&self) -> bool {
+        self.active.store(false, Ordering::SeqCst);
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    /// A holder that stops before its work is done (a busy connection
+    /// yielding, a caller leaving the rest to the driver task): the flag
+    /// set and the driver task woken.
+    pub(crate) fn hand_over(&self) {
+        self.fired.store(true, Ordering::SeqCst);
+        self.wake_driver();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU32;
     use std::time::Instant;
+
+    /// Counts its wake-ups.
+    struct Count(AtomicU32);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The task handshake: a wake-up reaches the driver task once while
+    /// nobody holds the lock (more wake-ups before a take cost nothing), is
+    /// left to an active holder (which must make another round when it lets
+    /// go), and the provider's wake-ups are dropped during a round until the
+    /// holder arms it again.
+    #[test]
+    fn task_wake_reaches_the_driver_once_or_the_active_holder() {
+        let count = Arc::new(Count(AtomicU32::new(0)));
+        let driver = Waker::from(count.clone());
+        let woken = || count.0.load(Ordering::SeqCst);
+        let w = TaskWake::new();
+        let (conn, prov) = (w.waker(), w.provider_waker());
+        // Fired from the start, so the first poll makes a round.
+        assert!(w.is_fired());
+        w.set_driver(&driver);
+        assert!(w.take());
+        // Idle: the first wake-up wakes the driver task, the next ones only
+        // find the flag set.
+        conn.wake_by_ref();
+        conn.wake_by_ref();
+        prov.wake_by_ref();
+        assert_eq!(woken(), 1);
+        // A holder takes the flag, then wake-ups while it is active cost
+        // only the flag, and it must round again when it lets go.
+        w.begin();
+        assert!(w.take());
+        conn.wake_by_ref();
+        assert_eq!(woken(), 1);
+        assert!(w.end());
+        w.begin();
+        assert!(w.take());
+        // The provider's wake-ups during a round (the holder's own posts)
+        // are dropped; from its arm on they count.
+        prov.wake_by_ref();
+        assert!(!w.is_fired());
+        w.arming();
+        prov.wake_by_ref();
+        assert!(w.is_fired());
+        assert!(w.end());
+        assert_eq!(woken(), 1);
+        // A holder that lets go with nothing fired: the next wake-up goes to
+        // the driver task again, the provider's too.
+        w.begin();
+        w.take();
+        assert!(!w.end());
+        prov.wake_by_ref();
+        assert_eq!(woken(), 2);
+        w.take();
+        // Handing over: the flag set and the driver task woken.
+        w.hand_over();
+        assert!(w.is_fired());
+        assert_eq!(woken(), 3);
+        // The driver's waker is replaced only when it changes.
+        let other = Arc::new(Count(AtomicU32::new(0)));
+        w.set_driver(&Waker::from(other.clone()));
+        w.take();
+        conn.wake_by_ref();
+        assert_eq!((woken(), other.0.load(Ordering::SeqCst)), (3, 1));
+    }
 
     #[test]
     fn wake_from_another_thread_ends_a_poll_and_awake_wakes_cost_no_octet() {

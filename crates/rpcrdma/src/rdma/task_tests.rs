@@ -1,0 +1,428 @@
+//! The direct call path ([`TaskDrive::try_call`]) pinned to the general
+//! one (every call through the command channel to the driver task): the
+//! same calls, alone and concurrent, over the in-memory provider, give the
+//! same outcomes (errors included) and the same engine counters on both
+//! sides, and the direct path is really taken.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use rpcrdma_proto::engine::{Config, Connection};
+use rpcrdma_proto::provider::mem::{self, MemConfig};
+use rpcrdma_proto::provider::{ConnectionEvent, Provider};
+
+use crate::rdma::{
+    serve_provider, Connected, EngineMetrics, LinkInfo, RdmaClientTransport, RdmaServerConnection,
+};
+use crate::{
+    testprog, CallContext, CallOptions, Client, ClientConfig, ClientIdentity, HandlerError,
+    Message, Metrics, Server,
+};
+
+/// The slow procedure: waits its argument in milliseconds, then echoes it.
+const SLOW_PROG: u32 = 0x2000_5302;
+
+fn link(peer: &str) -> LinkInfo {
+    LinkInfo {
+        peer: peer.into(),
+        ..LinkInfo::default()
+    }
+}
+
+/// A test-program server and a client transport over an in-memory pair,
+/// with fixed first XIDs (so that both runs of a comparison put the same
+/// XIDs on the wire).
+fn pair() -> (RdmaServerConnection, Arc<RdmaClientTransport>) {
+    let mut ccfg = Config::client();
+    ccfg.first_xid = 0x5eed_0001;
+    let scfg = Config::server();
+    let (mut a, mut b) = mem::pair(MemConfig::DEFAULT);
+    a.connect(ccfg.connect_params()).unwrap();
+    assert!(matches!(
+        b.poll_event(),
+        Some(ConnectionEvent::ConnectRequest { .. })
+    ));
+    let mut sconn = Connection::new(scfg.clone());
+    sconn.prepare_receives(&mut b);
+    b.accept(scfg.connect_params()).unwrap();
+    let server = Server::default();
+    testprog::register(&server);
+    server.register(SLOW_PROG, 1, |ctx: CallContext| async move {
+        let ms = ctx.args.reader().u32("ms")?;
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(u64::from(ms))).await;
+        }
+        let mut b = Message::builder();
+        b.put_u32(ms);
+        Ok::<_, HandlerError>(b.finish())
+    });
+    let srv = serve_provider(
+        Connected {
+            provider: Box::new(b),
+            info: link("mem-client"),
+        },
+        sconn,
+        scfg,
+        server.dispatcher(),
+        ClientIdentity(Bytes::from_static(b"mem-client")),
+        Arc::new(Metrics::default()),
+    );
+    let t = RdmaClientTransport::from_connected(
+        Connected {
+            provider: Box::new(a),
+            info: link("mem-server"),
+        },
+        ccfg,
+        None,
+        None,
+    );
+    (srv, t)
+}
+
+fn client(t: &Arc<RdmaClientTransport>, timeout: Duration) -> Arc<Client> {
+    Arc::new(Client::new(
+        t.clone(),
+        ClientConfig {
+            first_xid: Some(0x0100_0000),
+            timeout,
+            ..ClientConfig::default()
+        },
+    ))
+}
+
+/// One call of a comparison.
+#[derive(Clone, Debug)]
+enum Op {
+    Null,
+    /// Inline, or a Long Call / Reply chunk past 4 KiB.
+    Echo(usize),
+    /// A Write chunk.
+    Read(u32),
+    /// A Read chunk.
+    Write(usize),
+    /// PROC_UNAVAIL from the server.
+    NoSuchProc,
+    /// Refused by the engine (a reply larger than any message).
+    TooLarge,
+    /// Refused by the engine (inline arguments not whole XDR items).
+    Unaligned,
+    /// A handler that waits before it answers (the reply comes from a
+    /// spawned handler, through the command channel at the server).
+    Slow(u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => Just(Op::Null),
+        2 => (0usize..10_000).prop_map(Op::Echo),
+        1 => (0u32..200_000).prop_map(Op::Read),
+        1 => (0usize..200_000).prop_map(Op::Write),
+        1 => Just(Op::NoSuchProc),
+        1 => Just(Op::TooLarge),
+        1 => Just(Op::Unaligned),
+        1 => (0u32..3).prop_map(Op::Slow),
+    ]
+}
+
+/// What a call came to, comparable across runs.
+async fn run_op(c: &Client, op: &Op) -> String {
+    let r: Result<String, crate::RpcError> = async {
+        Ok(match op {
+            Op::Null => testprog::null(c).await.map(|()| "null".to_string())?,
+            Op::Echo(n) => {
+                let d = testprog::pattern(*n as u32, *n);
+                let got = testprog::echo(c, &d).await?;
+                format!("echo {}", got == d)
+            }
+            Op::Read(n) => {
+                let got = testprog::read(c, *n, 3).await?;
+                format!("read {}", got[..] == testprog::pattern(3, *n as usize)[..])
+            }
+            Op::Write(n) => {
+                let (count, crc) = testprog::write(c, &testprog::pattern(9, *n)).await?;
+                format!("write {count} {crc:08x}")
+            }
+            Op::NoSuchProc => {
+                let r = c
+                    .call(testprog::TEST_PROG, 1, 99, Message::new(), &[])
+                    .await?;
+                format!("{:?}", r.xid)
+            }
+            Op::TooLarge => {
+                let opts = CallOptions {
+                    reply_max: Some(u32::MAX),
+                    ..CallOptions::default()
+                };
+                let r = c
+                    .call_with(testprog::TEST_PROG, 1, 0, Message::new(), &opts)
+                    .await?;
+                format!("{:?}", r.xid)
+            }
+            Op::Unaligned => {
+                let args = Message::inline(vec![1u8, 2, 3]);
+                let r = c.call(testprog::TEST_PROG, 1, 1, args, &[]).await?;
+                format!("{:?}", r.xid)
+            }
+            Op::Slow(ms) => {
+                let mut b = Message::builder();
+                b.put_u32(*ms);
+                let r = c.call(SLOW_PROG, 1, 1, b.finish(), &[]).await?;
+                format!("slow {}", r.reader().u32("ms")?)
+            }
+        })
+    }
+    .await;
+    match r {
+        Ok(s) => s,
+        Err(e) => format!("error ({:?}) {e}", e.blame()),
+    }
+}
+
+/// Everything a run came to: each call's outcome (batch by batch, in
+/// call order), the client's and the server's engine counters, and how
+/// often the direct path drove and posted.
+#[derive(Debug, PartialEq)]
+struct Run {
+    outcomes: Vec<String>,
+    client: EngineMetrics,
+    server: EngineMetrics,
+}
+
+/// The counters that depend only on what was called, not on when each
+/// message was sent: high-water marks depend on how the calls of a batch
+/// overlapped at the server (the direct path sends each call at once, the
+/// driver task gathers the ones queued meanwhile).
+fn comparable(mut m: EngineMetrics) -> EngineMetrics {
+    m.max_reads_in_flight = 0;
+    m.max_read_sink_bytes = 0;
+    m
+}
+
+/// Lets the driver tasks (spawned, not yet polled) start: until then
+/// callers queue their calls.
+async fn started() {
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Runs `batches` (the calls of a batch at once, each in a task of its
+/// own; batch after batch) over a fresh pair, with the direct path on or
+/// off.
+async fn run(batches: &[Vec<Op>], channel_only: bool) -> (Run, u64, u64) {
+    let (srv, t) = pair();
+    let drive = t.drive().expect("a task shell");
+    drive
+        .test
+        .channel_only
+        .store(channel_only, Ordering::Relaxed);
+    let c = client(&t, Duration::from_secs(30));
+    started().await;
+    let mut outcomes = Vec::new();
+    for batch in batches {
+        let mut set = tokio::task::JoinSet::new();
+        for (i, op) in batch.iter().enumerate() {
+            let (c, op) = (c.clone(), op.clone());
+            set.spawn(async move { (i, run_op(&c, &op).await) });
+        }
+        let mut got = set.join_all().await;
+        got.sort();
+        outcomes.extend(got.into_iter().map(|(_, s)| s));
+    }
+    let run = Run {
+        outcomes,
+        client: comparable(t.status().engine),
+        server: comparable(srv.status().engine),
+    };
+    let counts = (
+        drive.test.driven.load(Ordering::Relaxed),
+        drive.test.posted.load(Ordering::Relaxed),
+    );
+    t.shutdown().await;
+    srv.shutdown().await;
+    (run, counts.0, counts.1)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_direct_path_gives_what_the_channel_gives(
+        batches in prop::collection::vec(prop::collection::vec(op(), 1..6), 1..6)
+    ) {
+        let rt = runtime();
+        let ((direct, driven, posted), (general, g_driven, g_posted)) = rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(60), async {
+                (run(&batches, false).await, run(&batches, true).await)
+            })
+            .await
+            .expect("bounded")
+        });
+        prop_assert_eq!(&direct, &general);
+        // The general run never took the direct path; the direct run drove
+        // the calls it started while nothing else was outstanding, and
+        // posted the others.
+        prop_assert_eq!((g_driven, g_posted), (0, 0));
+        prop_assert!(driven >= 1, "the direct path was never taken");
+        prop_assert!(driven + posted <= batches.iter().map(|b| b.len() as u64).sum::<u64>());
+    }
+}
+
+/// Timeouts pinned too: a call the driver ends at its deadline (its late
+/// reply dropped) times out the same way on both paths, and the next call
+/// on the connection gets its own reply.
+#[test]
+fn a_timeout_on_the_direct_path_is_the_channel_s_timeout() {
+    let rt = runtime();
+    rt.block_on(async {
+        let mut seen = Vec::new();
+        for channel_only in [false, true] {
+            let (srv, t) = pair();
+            let drive = t.drive().unwrap();
+            drive
+                .test
+                .channel_only
+                .store(channel_only, Ordering::Relaxed);
+            let c = client(&t, Duration::from_millis(30));
+            started().await;
+            // The server's grant comes with the first reply (until then the
+            // one credit would be the slow call's).
+            assert_eq!(run_op(&c, &Op::Null).await, "null");
+            let slow = run_op(&c, &Op::Slow(300)).await;
+            let next = run_op(&c, &Op::Null).await;
+            // The late reply comes and is dropped (not matched to `next`).
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let after = run_op(&c, &Op::Echo(10)).await;
+            seen.push((slow, next, after, c.metrics().timeouts));
+            if !channel_only {
+                assert_eq!(drive.test.driven.load(Ordering::Relaxed), 4);
+            }
+            t.shutdown().await;
+            srv.shutdown().await;
+        }
+        assert!(seen[0].0.contains("no reply to xid"), "{:?}", seen[0]);
+        assert_eq!(seen[0].1, "null");
+        assert_eq!(seen[0].2, "echo true");
+        assert_eq!(seen[0], seen[1]);
+    });
+}
+
+/// A caller whose future sent its call directly and is then neither polled
+/// nor dropped leaves the connection to the driver task: other callers'
+/// calls go on, and the forgotten call's reply waits for it.
+#[test]
+fn a_caller_never_polled_again_starves_nobody() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (srv, t) = pair();
+        let drive = t.drive().unwrap();
+        let c = client(&t, Duration::from_secs(30));
+        started().await;
+        let mut first = Box::pin(testprog::echo(&c, b"left alone"));
+        // One poll: the call goes out on this task's poll, and waits.
+        let polled =
+            std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx).is_pending())).await;
+        assert!(polled, "the reply cannot be there at once");
+        assert_eq!(drive.test.driven.load(Ordering::Relaxed), 1);
+        // Others call meanwhile, from other tasks.
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..20u32 {
+            let c = c.clone();
+            set.spawn(async move { testprog::read(&c, 1000 + i, i).await.map(|d| d.len()) });
+        }
+        for r in set.join_all().await {
+            assert!(r.unwrap() >= 1000);
+        }
+        // Polled again at last: its reply was kept.
+        assert_eq!(&first.await.unwrap()[..], b"left alone");
+        t.shutdown().await;
+        srv.shutdown().await;
+    });
+}
+
+/// A call future dropped after its call went out directly: the connection
+/// forgets nothing it needs, the late reply goes nowhere, and later calls
+/// get their own replies.
+#[test]
+fn a_dropped_call_future_disturbs_no_later_call() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (srv, t) = pair();
+        let c = client(&t, Duration::from_secs(30));
+        started().await;
+        {
+            let mut f = Box::pin(run_op(&c, &Op::Slow(50)));
+            let pending =
+                std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx).is_pending())).await;
+            assert!(pending);
+        }
+        for n in [0usize, 100, 5000] {
+            assert_eq!(run_op(&c, &Op::Echo(n)).await, "echo true");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(run_op(&c, &Op::Slow(1)).await, "slow 1");
+        let m = c.metrics();
+        assert_eq!(m.timeouts, 0);
+        t.shutdown().await;
+        srv.shutdown().await;
+    });
+}
+
+/// A caller on another runtime (its own thread) only posts its calls: the
+/// driver task sends them and delivers the replies.
+#[test]
+fn a_caller_on_another_runtime_posts_its_calls() {
+    let rt = runtime();
+    let (srv, t, c) = rt.block_on(async {
+        let (srv, t) = pair();
+        let c = client(&t, Duration::from_secs(30));
+        started().await;
+        (srv, t, c)
+    });
+    let drive = t.drive().unwrap();
+    // The connection's runtime keeps running (its driver tasks) while the
+    // other thread calls.
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let caller = {
+        let (c, stop) = (c.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let r = runtime().block_on(async {
+                let mut out = Vec::new();
+                for n in [0usize, 10, 3000] {
+                    out.push(run_op(&c, &Op::Echo(n)).await);
+                }
+                out
+            });
+            stop.notify_one();
+            r
+        })
+    };
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), stop.notified())
+            .await
+            .expect("bounded");
+    });
+    assert_eq!(caller.join().unwrap(), vec!["echo true"; 3]);
+    // Never driven from there: posted, or queued when the driver task held
+    // the connection (it may still be in the round that delivered the
+    // previous reply when the caller starts the next call).
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    assert_eq!(load(&drive.test.driven), 0);
+    assert_eq!(load(&drive.test.posted) + load(&drive.test.queued), 3);
+    rt.block_on(async {
+        t.shutdown().await;
+        srv.shutdown().await;
+    });
+}
