@@ -76,6 +76,7 @@ impl Connection {
             ddp_xdr_len: ddp.iter().map(|(_, d)| d.len + pad4(d.len)).sum(),
             reply_max,
             ddp_results: &call.call.ddp_results,
+            reform: call.reform,
         };
         let CallPlan {
             form,
@@ -85,6 +86,7 @@ impl Connection {
 
         // Registration: every chunk region per call.
         let mut mrs = Mrs::new();
+        call.long = form == CallForm::Long;
         let registered = match form {
             CallForm::Inline => Ok((ReadList::new(), Shape::Msg, Some(Skip::new()))),
             CallForm::Reads | CallForm::Long => self.register_reads(p, call, form, &ddp, &mut mrs),
