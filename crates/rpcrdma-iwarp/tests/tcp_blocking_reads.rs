@@ -210,15 +210,15 @@ fn a_lone_small_send_is_handed_to_tcp_when_posted() {
     b.set_blocking_reads(true).unwrap();
     a.poll_completions(&mut Vec::new());
     let src = a
-        .register(vec![7u8; 4096].into_boxed_slice(), Access::NONE)
+        .register(vec![7u8; 8192].into_boxed_slice(), Access::NONE)
         .unwrap();
     let dst = b
-        .register(vec![0u8; 4096].into_boxed_slice(), Access::LOCAL_WRITE)
+        .register(vec![0u8; 8192].into_boxed_slice(), Access::LOCAL_WRITE)
         .unwrap();
     for i in 0..3u64 {
         b.post_recv(RecvWr {
             wr_id: i,
-            sge: dst.sge(0, 4096),
+            sge: dst.sge(0, 8192),
         })
         .unwrap();
     }
@@ -234,13 +234,13 @@ fn a_lone_small_send_is_handed_to_tcp_when_posted() {
     assert!(a.settled(), "the lone small Send is still queued");
     let got = take(&mut b, 1);
     assert_eq!((got[0].wr_id, got[0].byte_len), (0, 100));
-    // Too large to be staged: it waits for a pass.
-    post(&mut a, 2, 2000);
+    // Too large to be staged (over 4 KiB): it waits for a pass.
+    post(&mut a, 2, 5000);
     assert!(!a.settled());
     a.poll_completions(&mut Vec::new());
     assert!(a.settled());
     let got = take(&mut b, 1);
-    assert_eq!((got[0].wr_id, got[0].byte_len), (1, 2000));
+    assert_eq!((got[0].wr_id, got[0].byte_len), (1, 5000));
     // Every Send is confirmed by the passes after a read.
     let mut c = take(&mut a, 2);
     c.sort_by_key(|c| c.wr_id);
