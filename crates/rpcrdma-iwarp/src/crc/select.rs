@@ -28,7 +28,7 @@ const SMALL: usize = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Impl {
     /// The default: the `crc-fast` crate (for pieces continuing a CRC:
-    /// from [`SMALL`] octets on), which picks at run time the widest code the CPU has — on x86_64 the
+    /// from 256 octets on), which picks at run time the widest code the CPU has — on x86_64 the
     /// `crc32` instruction fused with carry-less multiplication folding,
     /// AVX-512 VPCLMULQDQ where present, SSE PCLMULQDQ otherwise (the
     /// crate offers no way to force its narrower path on a wider CPU); on
@@ -39,7 +39,7 @@ pub enum Impl {
     /// interleaved lanes, no carry-less multiplication (a table on CPUs
     /// without SSE 4.2).
     Sse42,
-    /// [`table`]: slice-by-8, no special instructions.
+    /// A table, slice-by-8, no special instructions.
     Table,
 }
 
