@@ -255,7 +255,10 @@ fn fsinfo(e: &Export, a: &FsArgs, l: &Limits) -> FsinfoRes {
             dtpref: i.dtpref.min(l.max_dir_reply),
             maxfilesize: i.maxfilesize,
             time_delta: super::convert::time_out(i.time_delta),
-            properties: i.properties,
+            // LINK answers NFS3ERR_NOTSUPP: no FSF_LINK ("FSINFO describes
+            // the most commonly unsupported procedures in the properties
+            // bit map", RFC 1813 §1.6).
+            properties: i.properties & !fs::FSF_LINK,
         }),
         Err(err) => fail(err, || attr_of(e, &a.object), None),
     }
