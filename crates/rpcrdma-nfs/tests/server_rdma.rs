@@ -52,6 +52,8 @@ async fn every_procedure_over_rdma() {
             }
         ));
         assert_eq!((fi.rtmax, fi.wtmax), (1 << 20, 1 << 20));
+        // LINK is NFS3ERR_NOTSUPP: FSF3_LINK clear, FSF3_SYMLINK set.
+        assert_eq!(fi.properties & 0x3, 0x2);
         let pc = ok(res!(
             s,
             Pathconf,

@@ -83,7 +83,7 @@ pub use ops_create::{CreateHow, Created, MAX_PATH};
 pub use ops_fs::{
     FsInfo, FsStat, PathConf, FSF_CANSETTIME, FSF_HOMOGENEOUS, FSF_LINK, FSF_SYMLINK,
 };
-pub use ops_io::{Commit, Read, StableHow, Write};
+pub use ops_io::{Commit, Read, ReadInto, StableHow, Write};
 pub use ops_lookup::Lookup;
 pub use readdir::{DirEntry, DirEntryPlus, ReadDir};
 pub use resolve::NAME_MAX;

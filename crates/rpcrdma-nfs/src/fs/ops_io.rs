@@ -37,6 +37,17 @@ pub struct Read {
     pub attr: Attr,
 }
 
+/// The result of [`Export::read_into`]: the data is the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadInto {
+    /// Octets read into the buffer (fewer than asked at the end of the file).
+    pub len: usize,
+    /// Whether the read reached the end of the file.
+    pub eof: bool,
+    /// The file's attributes after the read.
+    pub attr: Attr,
+}
+
 /// The result of WRITE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
@@ -111,24 +122,40 @@ impl Export {
     /// READ of up to `count` octets at `offset`; `count` is capped at
     /// [`MAX_IO`] (FSINFO `rtmax`), as knfsd caps it at its payload size.
     pub fn read(&self, fh: &FileHandle, offset: u64, count: u32) -> NfsResult<Read> {
+        let mut data = vec![0u8; count.min(MAX_IO) as usize];
+        let r = self.read_into(fh, offset, &mut data)?;
+        data.truncate(r.len);
+        Ok(Read {
+            data,
+            eof: r.eof,
+            attr: r.attr,
+        })
+    }
+
+    /// READ into `buf` (at most [`MAX_IO`] octets of it): the octets read
+    /// are `buf[..len]` of the result. A server reuses its buffers this
+    /// way (no fresh pages to fault in and zero per call).
+    pub fn read_into(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> NfsResult<ReadInto> {
         let (id, file) = self.open_file(fh, Access::Read)?;
-        let want = count.min(MAX_IO) as usize;
-        let mut data = vec![0u8; want];
+        let want = buf.len().min(MAX_IO as usize);
         let mut got = 0;
         while got < want {
             let at = offset.saturating_add(got as u64);
             if at >= MAX_END {
                 break;
             }
-            match pread(&*file, &mut data[got..], at)? {
+            match pread(&*file, &mut buf[got..want], at)? {
                 0 => break,
                 n => got += n,
             }
         }
-        data.truncate(got);
         let attr = self.attr_after(id, &file)?;
         let eof = offset.saturating_add(got as u64) >= attr.size;
-        Ok(Read { data, eof, attr })
+        Ok(ReadInto {
+            len: got,
+            eof,
+            attr,
+        })
     }
 
     /// WRITE of `data` at `offset`. `Unstable` returns once the data is

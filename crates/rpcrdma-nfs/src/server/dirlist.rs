@@ -181,6 +181,7 @@ mod tests {
         let env = |room| Env {
             limits: crate::Limits::DEFAULT,
             room,
+            bufs: super::super::bufpool::BufPool::new(64, 1),
         };
         assert_eq!(entry_budget(4096, &env(u64::MAX)), Some(4096 - FIXED));
         assert_eq!(

@@ -123,7 +123,12 @@ pub(crate) fn dispatch(data: &[u8]) {
         64..=127 => u64::from(*room) << 10,
         _ => u64::MAX,
     };
-    let res = execute(&s.export, args, &Env { limits: l, room });
+    let env = Env {
+        limits: l,
+        room,
+        bufs: super::bufpool::BufPool::new(l.rtmax as usize, 2),
+    };
+    let res = execute(&s.export, args, &env);
     let m = encode_res(&res).expect("results encode");
     let back = decode_res(proc, &m, &l).expect("the server's results decode");
     assert_eq!(back, res, "results re-decode differently");

@@ -35,6 +35,7 @@
 //! duplicate-reply cache; the others' replies are cached, so a
 //! retransmitted CREATE, REMOVE, RENAME or WRITE gets its first reply.
 
+mod bufpool;
 mod convert;
 mod dirlist;
 pub(crate) mod fuzz;
@@ -110,6 +111,7 @@ pub struct NfsService {
     sweep_every: Duration,
     stats: Arc<stats::Stats>,
     mounts: Arc<Mutex<VecDeque<MountEntry>>>,
+    bufs: Arc<bufpool::BufPool>,
 }
 
 impl std::fmt::Debug for NfsService {
@@ -135,6 +137,8 @@ impl NfsService {
             sweep_every: config.sweep_every,
             stats: Arc::default(),
             mounts: Arc::default(),
+            // One READ buffer per call in flight, up to 32 kept idle.
+            bufs: bufpool::BufPool::new(config.limits.rtmax.min(crate::fs::MAX_IO) as usize, 32),
         })
     }
 
@@ -154,6 +158,7 @@ impl NfsService {
                 export: self.export.clone(),
                 limits: self.limits,
                 stats: self.stats.clone(),
+                bufs: self.bufs.clone(),
             },
         );
         server.set_uncached(NFS_PROGRAM, NFS_V3, UNCACHED);

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use rpcrdma::{CallContext, Handler, HandlerError, HandlerFuture, Message};
 use rpcrdma_proto::wire::rpc::SUCCESS_HEADER_LEN;
 
+use super::bufpool::BufPool;
 use super::procs::{execute, Env};
 use super::stats::Stats;
 use crate::binding::message::{decode_args, encode_res};
@@ -36,6 +37,7 @@ pub(crate) struct Nfs3Handler {
     pub(crate) export: AsyncExport,
     pub(crate) limits: Limits,
     pub(crate) stats: Arc<Stats>,
+    pub(crate) bufs: Arc<BufPool>,
 }
 
 /// The results of a failed procedure, encoded.
@@ -77,6 +79,7 @@ impl Nfs3Handler {
                 .room
                 .max_reply()
                 .map_or(u64::MAX, |m| m.saturating_sub(SUCCESS_HEADER_LEN as u64)),
+            bufs: self.bufs.clone(),
         }
     }
 }

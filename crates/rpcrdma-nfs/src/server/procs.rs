@@ -4,8 +4,9 @@
 //! the server can still give (RFC 1813 asks for them where it can:
 //! `post_op_attr` / `wcc_data` in the `resfail` arms).
 
-use bytes::Bytes;
+use std::sync::Arc;
 
+use super::bufpool::BufPool;
 use super::convert::{
     fattr, fh_in, fh_out, post, sattr, stable_in, stable_out, status, time_in, wcc,
 };
@@ -15,13 +16,15 @@ use crate::nfs3::*;
 use crate::Limits;
 
 /// What a procedure needs besides its arguments.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Env {
     /// The server's limits (rtmax, wtmax, READDIR bounds, path lengths).
     pub(crate) limits: Limits,
     /// The most octets of results the reply can carry (the transport's
     /// room less the RPC reply header), for READDIR / READDIRPLUS.
     pub(crate) room: u64,
+    /// READ buffers.
+    pub(crate) bufs: Arc<BufPool>,
 }
 
 /// Runs the procedure of `args` on `e`.
@@ -33,7 +36,7 @@ pub(crate) fn execute(e: &Export, args: Nfs3Args, env: &Env) -> Nfs3Res {
         Nfs3Args::Lookup(a) => Nfs3Res::Lookup(lookup(e, &a)),
         Nfs3Args::Access(a) => Nfs3Res::Access(access(e, &a)),
         Nfs3Args::Readlink(a) => Nfs3Res::Readlink(readlink(e, &a, &env.limits)),
-        Nfs3Args::Read(a) => Nfs3Res::Read(read(e, &a, &env.limits)),
+        Nfs3Args::Read(a) => Nfs3Res::Read(read(e, &a, env)),
         Nfs3Args::Write(a) => Nfs3Res::Write(write(e, &a, &env.limits)),
         Nfs3Args::Create(a) => Nfs3Res::Create(create(e, &a)),
         Nfs3Args::Mkdir(a) => Nfs3Res::Mkdir(created(e, &a.place, |e, d, n| {
@@ -134,13 +137,16 @@ fn readlink(e: &Export, a: &ReadlinkArgs, l: &Limits) -> ReadlinkRes {
     }
 }
 
-fn read(e: &Export, a: &ReadArgs, l: &Limits) -> ReadRes {
-    match fh_in(&a.file).and_then(|fh| e.read(&fh, a.offset, a.effective_count(l))) {
+fn read(e: &Export, a: &ReadArgs, env: &Env) -> ReadRes {
+    let want = a.effective_count(&env.limits) as usize;
+    let mut buf = env.bufs.take(want);
+    let r = fh_in(&a.file).and_then(|fh| e.read_into(&fh, a.offset, &mut buf[..want]));
+    match r {
         Ok(r) => Res::Ok(ReadResOk {
             file_attributes: post(&r.attr),
-            count: r.data.len() as u32,
+            count: r.len as u32,
             eof: r.eof,
-            data: Bytes::from(r.data),
+            data: env.bufs.freeze(buf, r.len),
         }),
         Err(err) => fail(err, || attr_of(e, &a.file), None),
     }
@@ -255,7 +261,10 @@ fn fsinfo(e: &Export, a: &FsArgs, l: &Limits) -> FsinfoRes {
             dtpref: i.dtpref.min(l.max_dir_reply),
             maxfilesize: i.maxfilesize,
             time_delta: super::convert::time_out(i.time_delta),
-            properties: i.properties,
+            // LINK answers NFS3ERR_NOTSUPP: no FSF_LINK ("FSINFO describes
+            // the most commonly unsupported procedures in the properties
+            // bit map", RFC 1813 §1.6).
+            properties: i.properties & !fs::FSF_LINK,
         }),
         Err(err) => fail(err, || attr_of(e, &a.object), None),
     }
