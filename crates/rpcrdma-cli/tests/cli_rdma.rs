@@ -374,7 +374,23 @@ fn demo_exchanges_every_message_class() {
     ] {
         assert!(t.contains(wire), "{wire} missing:\n{t}");
     }
-    assert_eq!(t.matches("result: ok").count(), 6, "{t}");
+    // Then version 2: the CONNPROP exchange, the six classes again, a
+    // backchannel call with chunks; and a fallback to version 1.
+    for v2 in [
+        "[v2.0] CONNPROP both ways",
+        "RDMA2_CONNPROP",
+        "RDMA2_MSG",
+        "RDMA2_NOMSG",
+        "[v2.7] backchannel with chunks (BRS GENL)",
+        "RDMA Read Request  1048576 octets",
+        "RDMA Write          1048576 octets",
+        "[v2->v1] CONNPROP probe refused with ERR_VERS",
+        "ERR_VERS in the version 1 layout",
+        "rpcrdma_version 1 version_fallback true",
+    ] {
+        assert!(t.contains(v2), "{v2} missing:\n{t}");
+    }
+    assert_eq!(t.matches("result: ok").count(), 6 + 8 + 1, "{t}");
     assert!(t.contains("all message classes exchanged and checked"));
 }
 
@@ -393,11 +409,26 @@ fn demo_pcap_decodes_with_rpcrdma_decode() {
     let items = json_lines(&o);
     assert!(items.iter().all(|v| v["frame"] != "error"), "{items:?}");
     let frames = |f: &str| items.iter().filter(|v| v["frame"] == f).count();
-    assert_eq!((frames("mpa-request"), frames("mpa-reply")), (1, 1));
+    // Three connections: version 1, version 2, the fallback.
+    assert_eq!((frames("mpa-request"), frames("mpa-reply")), (3, 3));
+    let all: Vec<&Value> = items.iter().filter(|v| v["frame"] == "send").collect();
+    let first = all[0]["conn"].clone();
     // 5 forward calls + replies, 1 backchannel call + reply.
-    let sends: Vec<&Value> = items.iter().filter(|v| v["frame"] == "send").collect();
+    let sends: Vec<&Value> = all.iter().copied().filter(|s| s["conn"] == first).collect();
     assert_eq!(sends.len(), 12);
     assert!(sends.iter().all(|s| s["header"]["version"] == 1));
+    // Version 2: both CONNPROPs and every message class in version 2;
+    // the fallback's ERR_VERS recognised in the version 1 layout.
+    let v2 = all.iter().filter(|s| s["header"]["version"] == 2).count();
+    assert!(v2 >= 20, "{v2}");
+    let connprops = all
+        .iter()
+        .filter(|s| s["header"]["proc"] == "RDMA2_CONNPROP")
+        .count();
+    assert_eq!(connprops, 3, "two on the v2 connection, the refused probe");
+    assert!(all.iter().any(|s| s["header_error"]["detail"]
+        .as_str()
+        .is_some_and(|d| d.contains("version 2 refused"))));
     let procs: Vec<&str> = sends
         .iter()
         .map(|s| s["header"]["proc"].as_str().unwrap())
@@ -416,7 +447,8 @@ fn demo_pcap_checked_by_tshark() {
     }
     let path = tmp("demo-tshark.pcap");
     let p = path.to_str().unwrap();
-    let o = run(&["demo", "--pcap", p]);
+    // Version 1 only: Wireshark's rpcordma dissector knows no version 2.
+    let o = run(&["demo", "--pcap", p, "--rpcrdma-version", "1"]);
     assert!(o.status.success(), "{o:?}");
     let opts = [
         "-2",
@@ -519,7 +551,8 @@ fn demo_pcap_rpcrdma_decoded_by_tshark() {
     }
     let path = tmp("demo-plain.pcap");
     let p = path.to_str().unwrap();
-    let o = run(&["demo", "--pcap", p]);
+    // Version 1 only: Wireshark's rpcordma dissector knows no version 2.
+    let o = run(&["demo", "--pcap", p, "--rpcrdma-version", "1"]);
     assert!(o.status.success(), "{o:?}");
     // The test program is unknown to Wireshark: let the RPC dissector
     // take it anyway.

@@ -7,7 +7,8 @@
 //!
 //! Every call of `poll_completions` (and `poll_event`) makes one progress
 //! pass: read what the socket has (payloads straight into their target
-//! regions when the queue pair offers a [`QueuePair::direct_target`]),
+//! regions when the queue pair offers a [`QueuePair::direct_target`], with
+//! what follows each in the same scatter read: [`QueuePair::read_direct`]),
 //! confirm the Sends/Writes handed to TCP by earlier passes, frame and write
 //! what can be written with `write_vectored` (gathering payloads from
 //! registered memory), and shut the socket down once a Terminate or a close

@@ -146,7 +146,7 @@ pub enum Op {
 }
 
 impl Op {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Op::Ls => "ls",
             Op::Get => "get",

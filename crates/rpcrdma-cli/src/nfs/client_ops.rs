@@ -292,19 +292,25 @@ impl Done {
             Done::Ls(entries) => {
                 let mut out = std::io::stdout().lock();
                 for e in entries {
-                    let (t, mode, size) = e.attrs.as_ref().map_or(("?", 0, 0), |a| {
-                        (ftype_name(a.ftype), a.mode, a.size)
-                    });
+                    let (t, mode, size) = e
+                        .attrs
+                        .as_ref()
+                        .map_or(("?", 0, 0), |a| (ftype_name(a.ftype), a.mode, a.size));
                     let _ = writeln!(out, "{t:9} {mode:04o} {size:>12} {}", e.name);
                 }
-                eprintln!("{} entries in {:.3} s", entries.len(), elapsed.as_secs_f64());
+                eprintln!(
+                    "{} entries in {:.3} s",
+                    entries.len(),
+                    elapsed.as_secs_f64()
+                );
             }
             Done::Get {
                 bytes,
                 sha256,
                 local,
             } => eprintln!(
-                "{op:?}: {bytes} octets to {local} in {:.3} s ({}), sha256 {}",
+                "{}: {bytes} octets to {local} in {:.3} s ({}), sha256 {}",
+                op.name(),
                 elapsed.as_secs_f64(),
                 rate(*bytes, elapsed),
                 sha256.as_deref().unwrap_or("not computed")
@@ -315,7 +321,8 @@ impl Done {
                 summary,
                 remote,
             } => eprintln!(
-                "{op:?}: {bytes} octets to {remote} in {:.3} s ({}), {} WRITEs, {} COMMITs, sha256 {}",
+                "{}: {bytes} octets to {remote} in {:.3} s ({}), {} WRITEs, {} COMMITs, sha256 {}",
+                op.name(),
                 elapsed.as_secs_f64(),
                 rate(*bytes, elapsed),
                 summary.writes,

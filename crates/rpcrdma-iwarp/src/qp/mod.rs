@@ -25,8 +25,9 @@
 //! * **Receive side**: the FPDU header is collected (at most 72 octets),
 //!   every placement check runs on it, and the payload then goes to its
 //!   target: from the bytes already read, or — with
-//!   [`QueuePair::direct_target`] — by reading the socket straight into the
-//!   target region (one copy). Completions and Read Responses happen only
+//!   [`QueuePair::direct_target`] / [`QueuePair::read_direct`] — by reading
+//!   the socket straight into the target region (one copy; `read_direct`
+//!   also takes the PAD, CRC and next header in the same read). Completions and Read Responses happen only
 //!   after the FPDU's CRC has been verified. An FPDU that lies whole in one
 //!   input slice (without Markers) takes the same steps in one pass, with
 //!   one CRC computation over its contiguous octets.

@@ -344,7 +344,7 @@ impl Connection {
         if biggest > max {
             return Err(CallError::TooLarge { len: biggest, max });
         }
-        if self.req.backchannel() {
+        if self.req.backchannel() && !self.params().reverse_chunks {
             //= rfc8167#section-4.2
             //# Forward- and reverse-direction operation on the same connection share
             //# the same Receive buffers.
