@@ -463,7 +463,9 @@ impl FromIterator<Piece> for Message {
 /// inline piece.
 #[derive(Debug, Default)]
 pub struct MessageBuilder {
-    pieces: Vec<Piece>,
+    /// Finished pieces (in a message's own inline storage: a reply of a
+    /// piece or two needs no heap list).
+    pieces: SmallVec<[Piece; 2]>,
     cur: BytesMut,
 }
 
@@ -487,6 +489,8 @@ impl MessageBuilder {
 
     /// Fixed-length opaque data and its zero pad.
     pub fn put_fixed_opaque(&mut self, data: &[u8]) -> &mut Self {
+        // One reservation for data and pad (not a growth for each).
+        self.cur.reserve(data.len() + pad_len(data.len()));
         self.cur.extend_from_slice(data);
         self.cur.extend_from_slice(&ZERO_PAD[..pad_len(data.len())]);
         self
@@ -496,6 +500,8 @@ impl MessageBuilder {
     /// pad. Fails when the data is longer than `u32::MAX`.
     pub fn put_opaque(&mut self, data: &[u8]) -> Result<&mut Self, EncodeError> {
         let n = u32::try_from(data.len()).map_err(|_| EncodeError::TooLong("opaque"))?;
+        // One reservation for the length word, data and pad.
+        self.cur.reserve(4 + data.len() + pad_len(data.len()));
         self.put_u32(n);
         Ok(self.put_fixed_opaque(data))
     }
@@ -544,7 +550,9 @@ impl MessageBuilder {
 
     fn flush_inline(&mut self) {
         if !self.cur.is_empty() {
-            let b = self.cur.split().freeze();
+            // The buffer itself (no shared split off it): the next inline
+            // octets start a buffer of their own.
+            let b = std::mem::take(&mut self.cur).freeze();
             self.pieces.push(Piece::Inline(b));
         }
     }
@@ -552,7 +560,12 @@ impl MessageBuilder {
     /// The message.
     pub fn finish(&mut self) -> Message {
         self.flush_inline();
-        Message::from_pieces(std::mem::take(&mut self.pieces))
+        // The builder's list as it is: it never holds an empty inline piece
+        // (what `Message::from_pieces` would drop).
+        Message {
+            pieces: std::mem::take(&mut self.pieces),
+            results: Results::default(),
+        }
     }
 }
 
@@ -1329,6 +1342,9 @@ mod tests {
                 }
             }
             let m = b.finish();
+            // The builder's list taken as it is equals the general
+            // constructor's (which drops empty inline pieces).
+            prop_assert_eq!(&m, &Message::from_pieces(m.pieces().to_vec()));
             let flat = m.flatten();
             prop_assert_eq!(m.xdr_len(), expect_len);
             prop_assert_eq!(flat.len(), expect_len);
