@@ -1052,13 +1052,15 @@ impl Provider for IwarpProvider {
         }
         self.qp.post_send(wr)?;
         // Blocking reads (a thread that drives its connection itself and
-        // sleeps in recv(2)): a lone small Send goes to the socket now,
-        // not in the next progress pass — the owner would make a whole
-        // round just for it (a blocking client after posting its call, a
-        // blocking server after posting the reply it dispatched inline).
+        // sleeps in recv(2)) or an edge-triggered owner (a task driving it
+        // on readiness, `set_read_gate`): a lone small Send goes to the
+        // socket now, not in the next progress pass — the owner would make
+        // a whole round just for it (a client after posting its call, a
+        // server after posting the reply it dispatched inline), and the
+        // owner's next pass confirms it along with whatever else it does.
         // Anything else (Writes, several WRs, a full socket) waits for the
         // pass as before, gathered into one write.
-        if self.dontwait && !self.write_blocked {
+        if (self.dontwait || self.read_gate.is_some()) && !self.write_blocked {
             self.write_output(true);
         }
         self.wake_self();
