@@ -201,8 +201,9 @@ fn unconfirmed_sends_neither_cut_a_sleep_short_nor_spin_a_waker() {
 /// task driving the provider on readiness), a lone small Send goes to the
 /// socket when it is posted (its owner need not make a pass for it): the
 /// peer receives it while the sender makes none, and the sender's output
-/// is empty at once (`settled`). A Send behind another WR, or too large for
-/// the staging buffer, waits for the next pass as before.
+/// is empty at once (`settled`). A Send behind another WR or an unconfirmed
+/// Send, or too large for the staging buffer, waits for the next pass as
+/// before.
 #[test]
 fn a_lone_small_send_is_handed_to_tcp_when_posted() {
     lone_small_send(true);
@@ -264,4 +265,74 @@ fn lone_small_send(blocking_reads: bool) {
         c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
         [(1, Status::Success), (2, Status::Success)]
     );
+    // Two small Sends back to back: the first goes at once, the second
+    // (posted while the first is unconfirmed: more may follow) waits for
+    // the pass, which sends it with whatever else was posted.
+    b.post_recv(RecvWr {
+        wr_id: 3,
+        sge: dst.sge(0, 4096),
+    })
+    .unwrap();
+    post(&mut a, 3, 60);
+    assert!(a.settled());
+    post(&mut a, 4, 70);
+    assert!(!a.settled(), "a Send behind an unconfirmed one went alone");
+    a.poll_completions(&mut Vec::new());
+    assert!(a.settled());
+    let got = take(&mut b, 2);
+    assert_eq!(
+        got.iter()
+            .map(|c| (c.wr_id, c.byte_len))
+            .collect::<Vec<_>>(),
+        [(2, 60), (3, 70)]
+    );
+    if blocking_reads {
+        return;
+    }
+    // An edge-triggered owner whose last pass received several messages
+    // (a batch of calls to answer): its answers wait for the pass, which
+    // sends them together.
+    let inbox = a
+        .register(vec![0u8; 4096].into_boxed_slice(), Access::LOCAL_WRITE)
+        .unwrap();
+    let from_b = b
+        .register(vec![5u8; 64].into_boxed_slice(), Access::NONE)
+        .unwrap();
+    for i in 0..2u64 {
+        a.post_recv(RecvWr {
+            wr_id: 10 + i,
+            sge: inbox.sge(i * 64, 64),
+        })
+        .unwrap();
+        b.post_send(SendWr {
+            wr_id: 20 + i,
+            op: SendOp::Send { solicited: false },
+            sges: vec![from_b.sge(0, 64)].into(),
+        })
+        .unwrap();
+    }
+    b.poll_completions(&mut Vec::new());
+    // Both arrive before `a` reads: one pass takes them together.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut c = Vec::new();
+    a.note_readable();
+    a.poll_completions(&mut c);
+    assert_eq!(
+        c.iter().filter(|c| c.wr_id >= 10).count(),
+        2,
+        "one pass received both: {c:?}"
+    );
+    post(&mut a, 5, 40);
+    assert!(!a.settled(), "an answer to a batch went alone");
+    a.poll_completions(&mut Vec::new());
+    assert!(a.settled());
+    for i in 0..2u64 {
+        b.post_recv(RecvWr {
+            wr_id: 30 + i,
+            sge: dst.sge(0, 4096),
+        })
+        .unwrap();
+    }
+    let got = take(&mut b, 1);
+    assert_eq!((got[0].byte_len), 40);
 }
