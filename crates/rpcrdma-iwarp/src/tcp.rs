@@ -791,10 +791,11 @@ impl IwarpProvider {
 
     /// Hands output to TCP (`lone_only`: only when it is one small Send,
     /// see [`QueuePair::transmit_lone`]), then, after a Terminate or a
-    /// close, sends the FIN.
-    fn write_output(&mut self, lone_only: bool) {
+    /// close, sends the FIN. False if nothing was tried (`lone_only` and
+    /// not one small Send, or the write side is shut).
+    fn write_output(&mut self, lone_only: bool) -> bool {
         if self.shut_wr {
-            return;
+            return false;
         }
         let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
         let dontwait = self.dontwait;
@@ -802,7 +803,7 @@ impl IwarpProvider {
         let r = if lone_only {
             match qp.transmit_lone(write) {
                 Some(r) => r,
-                None => return,
+                None => return false,
             }
         } else {
             qp.transmit(write)
@@ -820,6 +821,7 @@ impl IwarpProvider {
             self.shut_wr = true;
             self.write_blocked = false;
         }
+        true
     }
 
     /// One read of at most `budget` octets (payload straight into the
@@ -1058,6 +1060,12 @@ impl Provider for IwarpProvider {
             // Read Response.
             return Err(ProviderError::NotConnected);
         }
+        let alone = !self.qp.has_output()
+            && matches!(
+                wr.op,
+                rpcrdma_proto::provider::SendOp::Send { .. }
+                    | rpcrdma_proto::provider::SendOp::SendWithInvalidate { .. }
+            );
         self.qp.post_send(wr)?;
         // Blocking reads (a thread that drives its connection itself and
         // sleeps in recv(2)) or an edge-triggered owner (a task driving it
@@ -1066,19 +1074,21 @@ impl Provider for IwarpProvider {
         // a whole round just for it (a client after posting its call, a
         // server after posting the reply it dispatched inline), and the
         // owner's next pass confirms it along with whatever else it does.
-        // Anything else (Writes, several WRs, a full socket) waits for the
-        // pass as before, gathered into one write; so does a Send posted
-        // while an earlier one is unconfirmed (handed to TCP since the last
-        // pass), or, for an edge-triggered owner, after a pass that received
-        // several messages: more are coming before the next pass (a server
-        // answering a batch of calls, callers posting behind one another as
-        // their replies come in), and the pass sends them in one write
-        // instead of one each.
-        if (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
+        // For an edge-triggered owner a lone Send too large to be staged
+        // goes too (the general transmit, as the pass would make it: one
+        // gathered write of its FPDUs). Anything else (Writes, several WRs,
+        // a full socket) waits for the pass as before, gathered into one
+        // write; so does a Send posted while an earlier one is unconfirmed
+        // (handed to TCP since the last pass), or, for an edge-triggered
+        // owner, after a pass that received several messages: more are
+        // coming before the next pass (a server answering a batch of calls,
+        // callers posting behind one another as their replies come in), and
+        // the pass sends them in one write instead of one each.
+        let now = (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
             && !self.write_blocked
-            && !self.qp.has_unconfirmed()
-        {
-            self.write_output(true);
+            && !self.qp.has_unconfirmed();
+        if now && !self.write_output(true) && alone && !self.dontwait {
+            self.write_output(false);
         }
         self.wake_self();
         Ok(())

@@ -202,8 +202,8 @@ fn unconfirmed_sends_neither_cut_a_sleep_short_nor_spin_a_waker() {
 /// socket when it is posted (its owner need not make a pass for it): the
 /// peer receives it while the sender makes none, and the sender's output
 /// is empty at once (`settled`). A Send behind another WR or an unconfirmed
-/// Send, or too large for the staging buffer, waits for the next pass as
-/// before.
+/// Send waits for the next pass as before, and under blocking reads so does
+/// one too large for the staging buffer.
 #[test]
 fn a_lone_small_send_is_handed_to_tcp_when_posted() {
     lone_small_send(true);
@@ -289,6 +289,18 @@ fn lone_small_send(blocking_reads: bool) {
     if blocking_reads {
         return;
     }
+    // An edge-triggered owner hands a lone Send too large to be staged to
+    // TCP when it is posted too (as the pass would, in one gathered write).
+    a.poll_completions(&mut Vec::new());
+    b.post_recv(RecvWr {
+        wr_id: 4,
+        sge: dst.sge(0, 4096),
+    })
+    .unwrap();
+    post(&mut a, 6, 2000);
+    assert!(a.settled(), "the lone large Send waits for a pass");
+    let got = take(&mut b, 1);
+    assert_eq!((got[0].wr_id, got[0].byte_len), (4, 2000));
     // An edge-triggered owner whose last pass received several messages
     // (a batch of calls to answer): its answers wait for the pass, which
     // sends them together.
