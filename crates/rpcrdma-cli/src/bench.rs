@@ -38,6 +38,7 @@ use rpcrdma::{
     CallContext, Client, ClientConfig, Handler, HandlerError, HandlerFuture, Message,
     MetricsSnapshot, RpcError, Server, ServerConfig, TcpConfig, TcpServer,
 };
+use rpcrdma_proto::engine::RpcRdmaVersion;
 use serde_json::{json, Map, Value};
 
 #[path = "bench_raw.rs"]
@@ -165,6 +166,10 @@ pub struct BenchArgs {
     /// for a second; report (RSS_N - RSS_0) / N as memory per idle connection.
     #[arg(long)]
     pub report_server_rss: Option<u32>,
+    /// RPC-over-RDMA version (RDMA only): 1, 2 or auto, for the client
+    /// and for a server this command starts (see `rpcrdma serve --help`).
+    #[arg(long, value_name = "1|2|auto", default_value = "auto")]
+    pub rpcrdma_version: RpcRdmaVersion,
     /// RDMA blocking mode (`rpcrdma::rdma::RdmaBlockingClient`): each
     /// connection is driven by the thread that calls on it, one call in
     /// flight (needs --depth 1; --conns threads). With --serve, or with an
@@ -238,6 +243,8 @@ pub struct ConnectOptions {
     pub mpa_crc: Option<bool>,
     /// RDMA only: a blocking client ([`RdmaBlockingClient`]).
     pub blocking: bool,
+    /// RDMA only: the RPC-over-RDMA versions the client speaks.
+    pub rpcrdma_version: RpcRdmaVersion,
 }
 
 /// An established client and what is known of its transport parameters.
@@ -359,6 +366,7 @@ pub async fn connect(
         }
         Transport::Rdma => {
             let mut rdma = RdmaClientConfig::default();
+            rdma.engine.rpcrdma_version = opts.rpcrdma_version;
             if let (Some(crc), Some(cm)) = (opts.mpa_crc, rdma.provider.iwarp_mut()) {
                 cm.config.crc = crc;
             }
@@ -415,6 +423,7 @@ fn rdma_params(st: &RdmaStatus) -> Map<String, Value> {
         p.insert("remote_invalidate".into(), json!(n.remote_invalidation));
     }
     p.insert("credits_granted".into(), json!(st.credits));
+    p.insert("rpcrdma_version".into(), json!(st.version.version));
     p
 }
 
@@ -535,6 +544,7 @@ pub async fn serve(
     addr: SocketAddr,
     drc_entries: Option<usize>,
     blocking: bool,
+    version: RpcRdmaVersion,
 ) -> Result<Serving, String> {
     let mut config = ServerConfig::default();
     if let Some(n) = drc_entries {
@@ -554,7 +564,7 @@ pub async fn serve(
             .await
             .map(Serving::Tcp)
             .map_err(|e| format!("serve tcp {addr}: {e}")),
-        Transport::Rdma => RdmaServer::serve(&server, addr, bench_rdma_config(blocking))
+        Transport::Rdma => RdmaServer::serve(&server, addr, bench_rdma_config(blocking, version))
             .await
             .map(Serving::Rdma)
             .map_err(|e| format!("serve rdma {addr}: {e}")),
@@ -569,8 +579,9 @@ const BENCH_MAX_CONNECTIONS: usize = 16_384;
 /// caps, since a benchmark's whole load comes from one address (e.g.
 /// `scripts/bench-conns`: 10,000 connections from 127.0.0.1, set up 32 at
 /// once), and room for [`BENCH_MAX_CONNECTIONS`].
-fn bench_rdma_config(blocking: bool) -> RdmaServerConfig {
+fn bench_rdma_config(blocking: bool, version: RpcRdmaVersion) -> RdmaServerConfig {
     let mut d = RdmaServerConfig::default();
+    d.engine.rpcrdma_version = version;
     if let Some(cm) = d.provider.iwarp_mut() {
         cm.accept.max_pending_per_source = cm.accept.max_pending;
     }
@@ -1050,7 +1061,14 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
         let addr = resolve(&args.addr)?;
         let mut local = None;
         let target = if addr.port() == 0 {
-            let s = serve(args.transport, addr, args.drc_entries, args.blocking).await?;
+            let s = serve(
+                args.transport,
+                addr,
+                args.drc_entries,
+                args.blocking,
+                args.rpcrdma_version,
+            )
+            .await?;
             let a = s.local_addr();
             local = Some(s);
             a
@@ -1062,6 +1080,7 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
             reply_max: u32::try_from(max + 64 * 1024).unwrap_or(u32::MAX),
             mpa_crc: args.crc.map(|c| c == OnOff::On),
             blocking: args.blocking,
+            rpcrdma_version: args.rpcrdma_version,
         };
         let rss0 = match args.report_server_rss {
             Some(pid) => Some((
@@ -1246,7 +1265,14 @@ async fn connect_all(
 
 async fn serve_forever(args: &BenchArgs) -> Result<ExitCode, String> {
     let addr = resolve(&args.addr)?;
-    let s = serve(args.transport, addr, args.drc_entries, args.blocking).await?;
+    let s = serve(
+        args.transport,
+        addr,
+        args.drc_entries,
+        args.blocking,
+        args.rpcrdma_version,
+    )
+    .await?;
     println!(
         "listening on {} (transport {})",
         s.local_addr(),
@@ -1332,7 +1358,9 @@ mod tests {
     #[tokio::test]
     async fn rdma_connects_and_reports_what_was_negotiated() {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let srv = serve(Transport::Rdma, any, None, false).await.unwrap();
+        let srv = serve(Transport::Rdma, any, None, false, RpcRdmaVersion::Auto)
+            .await
+            .unwrap();
         let c = connect(
             Transport::Rdma,
             srv.local_addr(),
@@ -1340,6 +1368,7 @@ mod tests {
                 reply_max: 1 << 20,
                 mpa_crc: Some(true),
                 blocking: false,
+                rpcrdma_version: RpcRdmaVersion::Auto,
             },
         )
         .await
@@ -1360,6 +1389,7 @@ mod tests {
             reply_max: 1 << 20,
             mpa_crc: Some(false),
             blocking: false,
+            rpcrdma_version: RpcRdmaVersion::Auto,
         };
         let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
         assert!(e.contains("--crc"), "{e}");
@@ -1367,11 +1397,14 @@ mod tests {
         let opts = ConnectOptions {
             mpa_crc: None,
             blocking: true,
+            rpcrdma_version: RpcRdmaVersion::Auto,
             ..opts
         };
         let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
         assert!(e.contains("--blocking"), "{e}");
-        assert!(serve(Transport::Tcp, any, None, true).await.is_err());
+        assert!(serve(Transport::Tcp, any, None, true, RpcRdmaVersion::Auto)
+            .await
+            .is_err());
     }
 
     /// Blocking clients (one thread each) against a blocking server (one
@@ -1380,11 +1413,14 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn blocking_rdma_load_counts_every_call() {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let srv = serve(Transport::Rdma, any, None, true).await.unwrap();
+        let srv = serve(Transport::Rdma, any, None, true, RpcRdmaVersion::Auto)
+            .await
+            .unwrap();
         let opts = ConnectOptions {
             reply_max: 1 << 20,
             mpa_crc: Some(true),
             blocking: true,
+            rpcrdma_version: RpcRdmaVersion::Auto,
         };
         let mut clients = Vec::new();
         let mut params = Map::new();
@@ -1437,13 +1473,20 @@ mod tests {
 
     #[tokio::test]
     async fn load_over_tcp_counts_every_call() {
-        let s = serve(Transport::Tcp, "127.0.0.1:0".parse().unwrap(), None, false)
-            .await
-            .unwrap();
+        let s = serve(
+            Transport::Tcp,
+            "127.0.0.1:0".parse().unwrap(),
+            None,
+            false,
+            RpcRdmaVersion::Auto,
+        )
+        .await
+        .unwrap();
         let opts = ConnectOptions {
             reply_max: 1 << 20,
             mpa_crc: None,
             blocking: false,
+            rpcrdma_version: RpcRdmaVersion::Auto,
         };
         let mut clients = Vec::new();
         for _ in 0..2 {
@@ -1506,6 +1549,7 @@ mod tests {
                 reply_max: 1 << 20,
                 mpa_crc: None,
                 blocking: false,
+                rpcrdma_version: RpcRdmaVersion::Auto,
             },
         )
         .await

@@ -41,7 +41,7 @@ use rpcrdma_iwarp::capture::{self, Recorded};
 use rpcrdma_iwarp::dissect::{self, ErrorKind, Side};
 use rpcrdma_iwarp::rdmap::Opcode;
 use rpcrdma_iwarp::tcp::{Capture, Direction, IwarpProvider};
-use rpcrdma_proto::engine::Config as EngineConfig;
+use rpcrdma_proto::engine::{Config as EngineConfig, RpcRdmaVersion};
 use rpcrdma_proto::provider::{ConnectionState, Provider};
 use serde_json::Value;
 
@@ -54,21 +54,24 @@ pub struct DemoArgs {
     /// Ethernet/IPv4/TCP) to FILE.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<String>,
+    /// Which RPC-over-RDMA versions to show: 1 (the version 1 exchanges),
+    /// 2 (the version 2 exchanges), auto (both, then a version 2 -> 1
+    /// fallback against a version 1 only server).
+    #[arg(long, value_name = "1|2|auto", default_value = "auto")]
+    pub rpcrdma_version: RpcRdmaVersion,
 }
 
-/// Records the first connection a call arrives on (to call back on it).
-struct Tap {
+/// Records the connection the latest call arrived on (to call back on it).
+pub(crate) struct Tap {
     inner: Arc<dyn CallDispatcher>,
-    conn: Mutex<Option<Arc<dyn ServerConnection>>>,
+    pub(crate) conn: Mutex<Option<Arc<dyn ServerConnection>>>,
 }
 
 impl CallDispatcher for Tap {
     fn dispatch(&self, call: IncomingCall) {
         {
             let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-            if c.is_none() {
-                *c = Some(call.conn.clone());
-            }
+            *c = Some(call.conn.clone());
         }
         self.inner.dispatch(call);
     }
@@ -234,6 +237,14 @@ fn describe(it: &Item) -> String {
             from_client,
             len,
             header: Err(e),
+        } if e.contains("refused for xid") => format!(
+            "{}  Send {len:>5} octets  ERR_VERS in the version 1 layout ({e})",
+            who(*from_client)
+        ),
+        Item::Send {
+            from_client,
+            len,
+            header: Err(e),
         } => format!(
             "{}  Send {len:>5} octets  (not an RPC-over-RDMA header: {e})",
             who(*from_client)
@@ -348,15 +359,108 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
         inner: server.dispatcher(),
         conn: Mutex::new(None),
     });
-    let rdma = RdmaServer::bind("127.0.0.1:0", RdmaServerConfig::default(), tap.clone())
+    // The server answers each client in the version of its first message
+    // (auto) and accepts RDMA Reads (IRD 16), which a version 2 client uses
+    // for the Read chunks of reverse calls.
+    let mut scfg = RdmaServerConfig::default();
+    scfg.engine.rpcrdma_version = RpcRdmaVersion::Auto;
+    scfg.engine.ird = 16;
+    let rdma = RdmaServer::bind("127.0.0.1:0", scfg, tap.clone())
         .await
         .map_err(|e| format!("listen: {e}"))?;
     let addr = rdma.local_addr();
     println!(
         "rpcrdma demo: RPC-over-RDMA v1 over software iWARP (MPA/DDP/RDMAP over TCP) on {addr}"
     );
+    let mut sessions = Vec::new();
+    let mut ok_all = true;
+    let (v1, v2) = match args.rpcrdma_version {
+        RpcRdmaVersion::V1 => (true, false),
+        RpcRdmaVersion::V2 => (false, true),
+        RpcRdmaVersion::Auto => (true, true),
+    };
+    if v1 {
+        let (ok, s) = part(&tap, addr, EngineConfig::client(), 1).await?;
+        ok_all &= ok;
+        sessions.push(s);
+        if let Some(s) = rdma.connections().first() {
+            println!("server {}", s.mountstats());
+        }
+    }
+    if v2 {
+        println!(
+            "\n=== RPC-over-RDMA version 2 (draft-cel-nfsv4-rpcrdma-version-two-09) on {addr} ==="
+        );
+        let mut e2 = EngineConfig::client();
+        e2.rpcrdma_version = RpcRdmaVersion::V2;
+        e2.ord = 16;
+        let (ok, s) = part(&tap, addr, e2, 2).await?;
+        ok_all &= ok;
+        sessions.push(s);
+    }
+    if v1 && v2 {
+        let (ok, s) = crate::demo_v2::fallback().await?;
+        ok_all &= ok;
+        sessions.push(s);
+    }
+    rdma.shutdown().await;
+    if let Some(path) = &args.pcap {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let mut bytes = Vec::new();
+        for (i, s) in sessions.into_iter().enumerate() {
+            let segs = s.rec.streams(take_capture(&s.meta));
+            let local = s
+                .meta
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .local
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 40000 + i as u16)));
+            let one =
+                capture::write::tcp_session(local, s.server, &segs, now + i as u64 * 1_000_000);
+            // One pcap: the first session's file header, every session's
+            // records.
+            bytes.extend_from_slice(if i == 0 { &one[..] } else { &one[24..] });
+        }
+        let r = std::fs::File::create(path).and_then(|mut f| f.write_all(&bytes));
+        match r {
+            Ok(()) => println!("capture written to {path} ({} octets)", bytes.len()),
+            Err(e) => return Err(format!("{path}: {e}")),
+        }
+    }
+    println!(
+        "\n{}",
+        if ok_all {
+            "all message classes exchanged and checked"
+        } else {
+            "SOME CHECKS FAILED"
+        }
+    );
+    Ok(ok_all)
+}
 
-    let engine = EngineConfig::client();
+/// One recorded client connection of the demo.
+pub(crate) struct Session {
+    meta: Arc<Mutex<ConnMeta>>,
+    rec: Recorded,
+    server: SocketAddr,
+}
+
+impl Session {
+    /// Lists and prints what was recorded since the last look.
+    pub(crate) fn print_new(&mut self) -> Vec<String> {
+        let items = listing(&mut self.rec, take_capture(&self.meta));
+        items.iter().map(describe).collect()
+    }
+}
+
+/// A client connection to `addr` with `engine`, recorded.
+pub(crate) async fn connect_recorded(
+    addr: SocketAddr,
+    engine: EngineConfig,
+) -> Result<(Arc<RdmaClientTransport>, Session), String> {
     let meta = Arc::new(Mutex::new(ConnMeta::default()));
     let t = RdmaClientTransport::with_connector(
         connector(addr, engine.clone(), meta.clone()),
@@ -366,12 +470,36 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
     )
     .await
     .map_err(|e| format!("connect: {e}"))?;
+    let m = meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let rec = Recorded::new(m.request.clone(), m.reply.clone());
+    Ok((
+        t,
+        Session {
+            meta,
+            rec,
+            server: addr,
+        },
+    ))
+}
+
+/// The message classes on one connection (`version` 1 or 2; in version 2
+/// also the CONNPROP exchange and a backchannel call with chunks).
+async fn part(
+    tap: &Arc<Tap>,
+    addr: SocketAddr,
+    engine: EngineConfig,
+    version: u32,
+) -> Result<(bool, Session), String> {
+    let (t, mut sess) = connect_recorded(addr, engine).await?;
     let c = Client::new(t.clone(), ClientConfig::default());
     let cb = Server::default();
     testprog::register_cb(&cb);
+    // Version 2: the test program on the backchannel too (READ and WRITE
+    // with chunks, server to client).
+    if version == 2 {
+        testprog::register(&cb);
+    }
     c.serve_backchannel(&cb).map_err(rerr)?;
-
-    let m = meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let st = t.status();
     println!(
         "connected: MPA revision {} CRC {} Markers {} IRD {} ORD {}; RFC 8797 private data sent {} received {}",
@@ -383,12 +511,16 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
         hex::encode(&st.link.local_private_data),
         hex::encode(&st.link.peer_private_data),
     );
-    let mut rec = Recorded::new(m.request.clone(), m.reply.clone());
     let mut ok_all = true;
+    if version == 2 {
+        ok_all &= crate::demo_v2::connprop_step(&t, &mut sess).await;
+    }
+
     let small = 1024u32;
     let k64 = 64 * 1024u32;
 
-    for step in 1..=6 {
+    let last = if version == 2 { 7 } else { 6 };
+    for step in 1..=last {
         let (title, result): (&str, Result<String, String>) = match step {
             1 => ("short call: NULL (RDMA_MSG, no chunks)", {
                 let o = CallOptions {
@@ -504,6 +636,10 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
                     }
                 },
             ),
+            7 => (
+                "backchannel with chunks (BRS GENL): the server calls the client's READ of 1 MiB (Write chunk) and WRITE of 1 MiB (Read chunk)",
+                crate::demo_v2::genl_backchannel(tap).await,
+            ),
             _ => ("backchannel call: the server calls CB_ECHO on the client (RFC 8167)", {
                 let conn = tap.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 match conn.map(|c| c.backchannel()) {
@@ -530,10 +666,15 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
         };
         // Let the last completions (and their Sends) reach the capture.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let items = listing(&mut rec, take_capture(&meta));
+        let lines = sess.print_new();
+        let step = if version == 2 {
+            format!("v2.{step}")
+        } else {
+            step.to_string()
+        };
         println!("\n[{step}] {title}");
-        for it in &items {
-            println!("    {}", describe(it));
+        for l in &lines {
+            println!("    {l}");
         }
         match result {
             Ok(s) => println!("    result: ok ({s})"),
@@ -545,34 +686,9 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
     }
     let st = t.status();
     println!("\nclient {}", st.mountstats());
-    if let Some(s) = rdma.connections().first() {
-        println!("server {}", s.mountstats());
+    if version == 2 {
+        ok_all &= crate::demo_v2::check_version(&st, 2, false);
     }
     t.shutdown().await;
-    rdma.shutdown().await;
-    if let Some(path) = &args.pcap {
-        let segs = rec.streams(take_capture(&meta));
-        let local = m
-            .local
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 40000)));
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        let bytes = capture::write::tcp_session(local, addr, &segs, now);
-        let r = std::fs::File::create(path).and_then(|mut f| f.write_all(&bytes));
-        match r {
-            Ok(()) => println!("capture written to {path} ({} octets)", bytes.len()),
-            Err(e) => return Err(format!("{path}: {e}")),
-        }
-    }
-    println!(
-        "\n{}",
-        if ok_all {
-            "all message classes exchanged and checked"
-        } else {
-            "SOME CHECKS FAILED"
-        }
-    );
-    Ok(ok_all)
+    Ok((ok_all, sess))
 }

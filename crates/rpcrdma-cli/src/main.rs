@@ -9,6 +9,7 @@ mod accept_args;
 mod bench;
 mod decode;
 mod demo;
+mod demo_v2;
 mod input;
 mod nfs;
 mod rdma_cmd;

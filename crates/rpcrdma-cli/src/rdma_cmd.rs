@@ -59,7 +59,8 @@ use rpcrdma::testprog::{self, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
 use rpcrdma::{
     CallOptions, Client, ClientConfig, Message, ReconnectPolicy, ReplyError, RpcError, Server,
 };
-use rpcrdma_proto::engine::Config as EngineConfig;
+use rpcrdma_proto::engine::{Config as EngineConfig, RpcRdmaVersion};
+use rpcrdma_proto::wire::v2::{PropSet, PropVal};
 use serde_json::{json, Value};
 
 use crate::accept_args::AcceptArgs;
@@ -90,6 +91,14 @@ pub struct LinkArgs {
     /// MPA revision: 1 (RFC 5044) or 2 (RFC 6581 enhanced, with IRD/ORD).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub mpa_rev: u8,
+    /// RPC-over-RDMA version: 1 (RFC 8166), 2 (draft-cel-nfsv4-rpcrdma-
+    /// version-two-09) or auto. A client in auto sends version 2 first and
+    /// goes on in version 1 on the same connection when the server refuses
+    /// it (and remembers the address); with 2 it fails instead. A server in
+    /// auto answers each client in the version of its first message; with
+    /// 1 it refuses version 2 (ERR_VERS, as Linux), with 2 version 1.
+    #[arg(long, value_name = "1|2|auto", default_value = "auto")]
+    pub rpcrdma_version: RpcRdmaVersion,
 }
 
 impl LinkArgs {
@@ -109,6 +118,7 @@ impl LinkArgs {
         if self.no_remote_invalidate {
             e.remote_invalidation = false;
         }
+        e.rpcrdma_version = self.rpcrdma_version;
         e
     }
 
@@ -304,6 +314,10 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         println!(
             "served {} calls, {} replies, {} connections, {} DRC hits",
             s.calls_received, m.replies_sent, m.connections, s.drc_hits
+        );
+        println!(
+            "rpcrdma versions: {} connections in version 1, {} in version 2",
+            m.rpcrdma_v1_connections, m.rpcrdma_v2_connections
         );
         rdma.shutdown().await;
         ExitCode::SUCCESS
@@ -670,7 +684,9 @@ pub fn call(args: CallArgs) -> ExitCode {
                         error: Some(format!("connect: {e}")),
                         rpc_status: None,
                     };
-                    println!("{}", o.json());
+                    let mut j = o.json();
+                    j["rpcrdma_version"] = Value::Null;
+                    println!("{j}");
                 } else {
                     eprintln!("rpcrdma call: cannot connect to {addr}: {e}");
                 }
@@ -682,7 +698,9 @@ pub fn call(args: CallArgs) -> ExitCode {
             let o = one_call(&c, xid0.wrapping_add(i), spec).await;
             all_ok &= o.ok;
             if args.json {
-                println!("{}", o.json());
+                let mut j = o.json();
+                j["rpcrdma_version"] = t.status().version.version.into();
+                println!("{j}");
             } else {
                 println!("{}", o.text());
             }
@@ -715,6 +733,11 @@ pub struct ProbeArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Probe twice, on two connections one after the other (the second
+    /// shows what this process learned from the first: an auto client
+    /// that fell back starts it in version 1).
+    #[arg(long)]
+    pub again: bool,
     #[command(flatten)]
     pub link: LinkArgs,
 }
@@ -742,7 +765,34 @@ pub fn probe_json(st: &RdmaStatus) -> Value {
         "inline_recv": n.map(|n| n.recv_threshold),
         "remote_invalidate": n.map(|n| n.remote_invalidation),
         "credits_granted": st.engine.credits_granted,
+        "rpcrdma_version": st.version.version,
+        "version_fallback": st.version.fallback,
+        "local_properties": props_json(&st.version.local_properties),
+        "peer_properties": props_json(&st.version.peer_properties),
     })
+}
+
+/// Transport properties as a list of `{"id","name","value"}` (`value`: the
+/// number or enum name a known property carries, the hex of an unknown
+/// one's data; `null` for a zero-length value, the default).
+pub fn props_json(props: &PropSet) -> Value {
+    let items: Vec<Value> = props
+        .props
+        .iter()
+        .map(|p| {
+            let value = match p {
+                PropVal::Rbsiz(v) => v.map_or(Value::Null, Value::from),
+                PropVal::Brs(v) => v.map_or(Value::Null, |b| Value::from(b.name())),
+                PropVal::Unknown { data, .. } => Value::from(hex::encode(data)),
+            };
+            json!({
+                "id": p.id().0,
+                "name": p.id().short_name().unwrap_or("unknown"),
+                "value": value,
+            })
+        })
+        .collect();
+    Value::from(items)
 }
 
 /// Runs `rpcrdma probe`.
@@ -756,76 +806,116 @@ pub fn probe(args: ProbeArgs) -> ExitCode {
     };
     let rt = runtime();
     rt.block_on(async move {
-        let (c, t) = match connect(addr, &args.link, Duration::from_secs(10), 2, first_xid()).await
-        {
-            Ok(x) => x,
-            Err(e) => {
-                eprintln!("rpcrdma probe: cannot connect to {addr}: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let prog = args.prog.unwrap_or(TEST_PROG);
-        let vers = args.vers.unwrap_or(TEST_VERS);
-        let opts = CallOptions {
-            reply_max: Some(1024),
-            ..CallOptions::default()
-        };
-        let r = c.call_with(prog, vers, 0, Message::new(), &opts).await;
-        // Any RPC reply (PROG_UNAVAIL included) carried the credit grant.
-        let status = match &r {
-            Ok(_) => Ok("SUCCESS"),
-            Err(e) => reply_status(e).ok_or_else(|| e.to_string()),
-        };
-        let st = t.status();
-        t.shutdown().await;
-        let status = match status {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("rpcrdma probe: NULL call failed: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        if args.json {
-            println!("{}", probe_json(&st));
-        } else {
-            let yn = |b: Option<bool>| match b {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "-",
+        // With --again, a second connection follows the first: an auto
+        // client that fell back starts it in version 1 (no probe).
+        for _ in 0..if args.again { 2 } else { 1 } {
+            let (st, status) = match probe_once(addr, &args).await {
+                Ok(x) => x,
+                Err(code) => return code,
             };
-            println!("connected to {addr}: RPC-over-RDMA version 1 over software iWARP");
-            println!(
-                "  MPA revision {} CRC {} Markers {} IRD {} ORD {}",
-                st.link.mpa_rev.map_or("-".into(), |r| r.to_string()),
-                yn(st.link.crc),
-                yn(st.link.markers),
-                st.link.ird,
-                st.link.ord
-            );
-            for (who, pd) in [
-                ("local", &st.link.local_private_data),
-                ("peer", &st.link.peer_private_data),
-            ] {
-                println!("  {who} private data: {}", hex::encode(pd));
-                if let Ok(s) = crate::json_misc::decode_private_data(pd, false) {
-                    for l in s.lines() {
-                        println!("    {l}");
-                    }
-                }
+            if args.json {
+                println!("{}", probe_json(&st));
+            } else {
+                probe_text(addr, &args, &st, status);
             }
-            if let Some(n) = st.negotiated {
-                println!(
-                    "  inline send {} recv {} remote invalidation {}",
-                    n.send_threshold,
-                    n.recv_threshold,
-                    if n.remote_invalidation { "yes" } else { "no" }
-                );
-            }
-            println!(
-                "  NULL ({prog:#x} v{vers}): {status}; credits granted {}",
-                st.engine.credits_granted
-            );
         }
         ExitCode::SUCCESS
     })
+}
+
+/// One probe: connects, makes the NULL call, closes; the connection's
+/// status and the NULL's RPC status.
+async fn probe_once(
+    addr: SocketAddr,
+    args: &ProbeArgs,
+) -> Result<(RdmaStatus, &'static str), ExitCode> {
+    let (c, t) = match connect(addr, &args.link, Duration::from_secs(10), 2, first_xid()).await {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("rpcrdma probe: cannot connect to {addr}: {e}");
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    let prog = args.prog.unwrap_or(TEST_PROG);
+    let vers = args.vers.unwrap_or(TEST_VERS);
+    let opts = CallOptions {
+        reply_max: Some(1024),
+        ..CallOptions::default()
+    };
+    let r = c.call_with(prog, vers, 0, Message::new(), &opts).await;
+    // Any RPC reply (PROG_UNAVAIL included) carried the credit grant.
+    let status = match &r {
+        Ok(_) => Ok("SUCCESS"),
+        Err(e) => reply_status(e).ok_or_else(|| e.to_string()),
+    };
+    let st = t.status();
+    t.shutdown().await;
+    match status {
+        Ok(s) => Ok((st, s)),
+        Err(e) => {
+            eprintln!("rpcrdma probe: NULL call failed: {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The text report of one probe.
+fn probe_text(addr: SocketAddr, args: &ProbeArgs, st: &RdmaStatus, status: &str) {
+    let (prog, vers) = (
+        args.prog.unwrap_or(TEST_PROG),
+        args.vers.unwrap_or(TEST_VERS),
+    );
+    let yn = |b: Option<bool>| match b {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "-",
+    };
+    println!(
+        "connected to {addr}: RPC-over-RDMA version {}{} over software iWARP",
+        st.version.version,
+        if st.version.fallback {
+            " (the server refused version 2: fallback)"
+        } else {
+            ""
+        }
+    );
+    for (who, props) in [
+        ("local", &st.version.local_properties),
+        ("peer", &st.version.peer_properties),
+    ] {
+        for p in &props.props {
+            println!("  {who} property {p}");
+        }
+    }
+    println!(
+        "  MPA revision {} CRC {} Markers {} IRD {} ORD {}",
+        st.link.mpa_rev.map_or("-".into(), |r| r.to_string()),
+        yn(st.link.crc),
+        yn(st.link.markers),
+        st.link.ird,
+        st.link.ord
+    );
+    for (who, pd) in [
+        ("local", &st.link.local_private_data),
+        ("peer", &st.link.peer_private_data),
+    ] {
+        println!("  {who} private data: {}", hex::encode(pd));
+        if let Ok(s) = crate::json_misc::decode_private_data(pd, false) {
+            for l in s.lines() {
+                println!("    {l}");
+            }
+        }
+    }
+    if let Some(n) = st.negotiated {
+        println!(
+            "  inline send {} recv {} remote invalidation {}",
+            n.send_threshold,
+            n.recv_threshold,
+            if n.remote_invalidation { "yes" } else { "no" }
+        );
+    }
+    println!(
+        "  NULL ({prog:#x} v{vers}): {status}; credits granted {}",
+        st.engine.credits_granted
+    );
 }

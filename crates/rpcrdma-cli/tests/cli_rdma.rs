@@ -109,7 +109,7 @@ fn reference_helpers_are_right() {
     );
 }
 
-const CALL_KEYS: [&str; 8] = [
+const CALL_KEYS: [&str; 9] = [
     "bytes",
     "crc32c",
     "elapsed_us",
@@ -117,6 +117,7 @@ const CALL_KEYS: [&str; 8] = [
     "ok",
     "proc",
     "rpc_status",
+    "rpcrdma_version",
     "xid",
 ];
 
@@ -222,25 +223,31 @@ fn call_rpc_errors_and_raw_calls() {
     assert!(v["error"].as_str().unwrap().starts_with("connect"));
 }
 
-const PROBE_KEYS: [&str; 12] = [
+const PROBE_KEYS: [&str; 16] = [
     "inline_recv",
     "inline_send",
     "credits_granted",
     "crc",
     "ird",
     "local_private_data",
+    "local_properties",
     "markers",
     "mpa_rev",
     "ord",
     "peer_private_data",
+    "peer_properties",
     "remote_invalidate",
+    "rpcrdma_version",
     "version",
+    "version_fallback",
 ];
 
+/// Version 1 (a client told to speak version 1; the server, in its default
+/// `auto`, answers in the version of the client's first message).
 #[test]
 fn probe_json_defaults_and_options() {
     let s = serve(&[]);
-    let o = run(&["probe", &s.addr, "--json"]);
+    let o = run(&["probe", &s.addr, "--json", "--rpcrdma-version", "1"]);
     assert!(o.status.success(), "{o:?}");
     let v = &json_lines(&o)[0];
     let mut want: Vec<String> = PROBE_KEYS.iter().map(|s| s.to_string()).collect();
@@ -258,6 +265,10 @@ fn probe_json_defaults_and_options() {
     assert_eq!(v["inline_recv"], 4096);
     assert_eq!(v["remote_invalidate"], false);
     assert_eq!(v["credits_granted"], 64);
+    assert_eq!(v["rpcrdma_version"], 1);
+    assert_eq!(v["version_fallback"], false);
+    assert_eq!(v["local_properties"], serde_json::json!([]));
+    assert_eq!(v["peer_properties"], serde_json::json!([]));
     let l = &v["local_private_data"];
     assert_eq!(l["found"], true);
     assert_eq!(l["remote_invalidate"], true);
@@ -270,7 +281,15 @@ fn probe_json_defaults_and_options() {
         (4096.into(), 4096.into())
     );
     // PROG_UNAVAIL still answers (and carries the grant).
-    let o = run(&["probe", &s.addr, "--prog", "7", "--json"]);
+    let o = run(&[
+        "probe",
+        &s.addr,
+        "--prog",
+        "7",
+        "--json",
+        "--rpcrdma-version",
+        "1",
+    ]);
     assert!(o.status.success());
     assert_eq!(json_lines(&o)[0]["credits_granted"], 64);
 
@@ -286,7 +305,16 @@ fn probe_json_defaults_and_options() {
         "--mpa-rev",
         "1",
     ]);
-    let o = run(&["probe", &s2.addr, "--json", "--crc", "--mpa-rev", "1"]);
+    let o = run(&[
+        "probe",
+        &s2.addr,
+        "--json",
+        "--crc",
+        "--mpa-rev",
+        "1",
+        "--rpcrdma-version",
+        "1",
+    ]);
     assert!(o.status.success(), "{o:?}");
     let v = &json_lines(&o)[0];
     assert_eq!(v["credits_granted"], 32);
@@ -346,7 +374,23 @@ fn demo_exchanges_every_message_class() {
     ] {
         assert!(t.contains(wire), "{wire} missing:\n{t}");
     }
-    assert_eq!(t.matches("result: ok").count(), 6, "{t}");
+    // Then version 2: the CONNPROP exchange, the six classes again, a
+    // backchannel call with chunks; and a fallback to version 1.
+    for v2 in [
+        "[v2.0] CONNPROP both ways",
+        "RDMA2_CONNPROP",
+        "RDMA2_MSG",
+        "RDMA2_NOMSG",
+        "[v2.7] backchannel with chunks (BRS GENL)",
+        "RDMA Read Request  1048576 octets",
+        "RDMA Write          1048576 octets",
+        "[v2->v1] CONNPROP probe refused with ERR_VERS",
+        "ERR_VERS in the version 1 layout",
+        "rpcrdma_version 1 version_fallback true",
+    ] {
+        assert!(t.contains(v2), "{v2} missing:\n{t}");
+    }
+    assert_eq!(t.matches("result: ok").count(), 6 + 8 + 1, "{t}");
     assert!(t.contains("all message classes exchanged and checked"));
 }
 
@@ -365,11 +409,26 @@ fn demo_pcap_decodes_with_rpcrdma_decode() {
     let items = json_lines(&o);
     assert!(items.iter().all(|v| v["frame"] != "error"), "{items:?}");
     let frames = |f: &str| items.iter().filter(|v| v["frame"] == f).count();
-    assert_eq!((frames("mpa-request"), frames("mpa-reply")), (1, 1));
+    // Three connections: version 1, version 2, the fallback.
+    assert_eq!((frames("mpa-request"), frames("mpa-reply")), (3, 3));
+    let all: Vec<&Value> = items.iter().filter(|v| v["frame"] == "send").collect();
+    let first = all[0]["conn"].clone();
     // 5 forward calls + replies, 1 backchannel call + reply.
-    let sends: Vec<&Value> = items.iter().filter(|v| v["frame"] == "send").collect();
+    let sends: Vec<&Value> = all.iter().copied().filter(|s| s["conn"] == first).collect();
     assert_eq!(sends.len(), 12);
     assert!(sends.iter().all(|s| s["header"]["version"] == 1));
+    // Version 2: both CONNPROPs and every message class in version 2;
+    // the fallback's ERR_VERS recognised in the version 1 layout.
+    let v2 = all.iter().filter(|s| s["header"]["version"] == 2).count();
+    assert!(v2 >= 20, "{v2}");
+    let connprops = all
+        .iter()
+        .filter(|s| s["header"]["proc"] == "RDMA2_CONNPROP")
+        .count();
+    assert_eq!(connprops, 3, "two on the v2 connection, the refused probe");
+    assert!(all.iter().any(|s| s["header_error"]["detail"]
+        .as_str()
+        .is_some_and(|d| d.contains("version 2 refused"))));
     let procs: Vec<&str> = sends
         .iter()
         .map(|s| s["header"]["proc"].as_str().unwrap())
@@ -388,7 +447,8 @@ fn demo_pcap_checked_by_tshark() {
     }
     let path = tmp("demo-tshark.pcap");
     let p = path.to_str().unwrap();
-    let o = run(&["demo", "--pcap", p]);
+    // Version 1 only: Wireshark's rpcordma dissector knows no version 2.
+    let o = run(&["demo", "--pcap", p, "--rpcrdma-version", "1"]);
     assert!(o.status.success(), "{o:?}");
     let opts = [
         "-2",
@@ -491,7 +551,8 @@ fn demo_pcap_rpcrdma_decoded_by_tshark() {
     }
     let path = tmp("demo-plain.pcap");
     let p = path.to_str().unwrap();
-    let o = run(&["demo", "--pcap", p]);
+    // Version 1 only: Wireshark's rpcordma dissector knows no version 2.
+    let o = run(&["demo", "--pcap", p, "--rpcrdma-version", "1"]);
     assert!(o.status.success(), "{o:?}");
     // The test program is unknown to Wireshark: let the RPC dissector
     // take it anyway.
@@ -628,7 +689,15 @@ fn serve_read_budget_and_timers() {
     }
     let s = serve(&["--read-sink-budget-mib", "1", "--read-timeout", "5"]);
     let o = run(&[
-        "call", &s.addr, "--proc", "write", "--size", "1500000", "--json",
+        "call",
+        &s.addr,
+        "--proc",
+        "write",
+        "--size",
+        "1500000",
+        "--json",
+        "--rpcrdma-version",
+        "1",
     ]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let v = &json_lines(&o)[0];
@@ -636,6 +705,17 @@ fn serve_read_budget_and_timers() {
     assert!(
         v["error"].as_str().unwrap().contains("Chunk"),
         "ERR_CHUNK expected: {v}"
+    );
+    // Version 2 says it is permanent (RDMA2_ERR_SYSTEM).
+    let o = run(&[
+        "call", &s.addr, "--proc", "write", "--size", "1500000", "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let v = &json_lines(&o)[0];
+    assert_eq!(v["rpcrdma_version"], 2);
+    assert!(
+        v["error"].as_str().unwrap().contains("System"),
+        "RDMA2_ERR_SYSTEM expected: {v}"
     );
     let o = run(&[
         "call", &s.addr, "--proc", "write", "--size", "1000000", "--json",
@@ -706,6 +786,8 @@ fn call_to_a_silent_server_gives_up_after_the_retransmissions() {
         kept.len()
     });
     let t0 = Instant::now();
+    // (Version 1: an auto client would first lose its version 2 probe
+    // to the silent server, one more connection.)
     let o = run(&[
         "call",
         &addr,
@@ -716,6 +798,8 @@ fn call_to_a_silent_server_gives_up_after_the_retransmissions() {
         "--retrans",
         "1",
         "--json",
+        "--rpcrdma-version",
+        "1",
     ]);
     let took = t0.elapsed();
     done.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -793,4 +877,76 @@ fn serve_connection_limit_flags_apply() {
         "{:?}",
         t0.elapsed()
     );
+}
+
+/// RPC-over-RDMA version 2 (client and server default `auto`): the probe
+/// reports the properties both ends advertised; against a version 1 server
+/// an auto client falls back on the same connection and its second
+/// connection (`--again`) starts in version 1; a version 2 only client
+/// fails with an error that says why; `call --json` reports the version.
+#[test]
+fn probe_and_call_speak_version_2_by_default_and_fall_back() {
+    let s = serve(&[]);
+    let o = run(&["probe", &s.addr, "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v = &json_lines(&o)[0];
+    assert_eq!(v["rpcrdma_version"], 2);
+    assert_eq!(v["version_fallback"], false);
+    assert_eq!(
+        v["local_properties"],
+        serde_json::json!([
+            {"id": 1, "name": "RBSIZ", "value": 4096},
+            {"id": 2, "name": "BRS", "value": "RDMA2_RVREQSUP_INLINE"}
+        ])
+    );
+    assert_eq!(
+        v["peer_properties"],
+        serde_json::json!([
+            {"id": 1, "name": "RBSIZ", "value": 4096},
+            {"id": 2, "name": "BRS", "value": "RDMA2_RVREQSUP_GENL"}
+        ])
+    );
+    assert_eq!(v["credits_granted"], 64);
+    for proc in ["read", "write"] {
+        let o = run(&[
+            "call", &s.addr, "--proc", proc, "--size", "1000000", "--json",
+        ]);
+        assert!(o.status.success(), "{o:?}");
+        let c = &json_lines(&o)[0];
+        assert_eq!(c["rpcrdma_version"], 2);
+        assert_eq!(c["crc32c"], u64::from(crc32c(&pattern(1, 1_000_000))));
+    }
+
+    let s1 = serve(&["--rpcrdma-version", "1"]);
+    let o = run(&["probe", &s1.addr, "--json", "--again"]);
+    assert!(o.status.success(), "{o:?}");
+    let v = json_lines(&o);
+    assert_eq!(v.len(), 2);
+    assert_eq!(
+        (
+            v[0]["rpcrdma_version"].clone(),
+            v[0]["version_fallback"].clone()
+        ),
+        (1.into(), true.into()),
+        "the first connection fell back"
+    );
+    assert_eq!(
+        (
+            v[1]["rpcrdma_version"].clone(),
+            v[1]["version_fallback"].clone()
+        ),
+        (1.into(), false.into()),
+        "the second started in version 1"
+    );
+    assert_eq!(v[1]["local_properties"], serde_json::json!([]));
+    let o = run(&["probe", &s1.addr, "--rpcrdma-version", "2"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("does not speak RPC-over-RDMA version 2"), "{e}");
+    // A version 2 only server refuses a version 1 client.
+    let s2 = serve(&["--rpcrdma-version", "2"]);
+    let o = run(&["call", &s2.addr, "--json", "--rpcrdma-version", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let c = &json_lines(&o)[0];
+    assert!(c["error"].as_str().unwrap().contains("Vers"), "{c}");
 }

@@ -62,7 +62,7 @@ use crate::rtr::{self, ReadRtr, Step};
 use crate::TerminateCode;
 
 /// Octets of read-ahead buffer (one per thread, see [`with_rbuf`]).
-const RBUF: usize = 64 * 1024;
+const RBUF: usize = crate::qp::READ_AHEAD;
 
 thread_local! {
     /// The read-ahead buffer of the providers this thread drives. Every
@@ -232,6 +232,37 @@ fn sock_write(
         c.push((Direction::Sent, v));
     }
     Ok(n)
+}
+
+/// One read into `a` then `b` (a scatter read; as [`sock_read`] when `b`
+/// is empty).
+fn sock_read2(
+    sock: &TcpStream,
+    a: &mut [u8],
+    b: &mut [u8],
+    dontwait: bool,
+    wait: bool,
+) -> io::Result<usize> {
+    if b.is_empty() {
+        return sock_read(sock, a, dontwait, wait);
+    }
+    let mut iov = [io::IoSliceMut::new(a), io::IoSliceMut::new(b)];
+    if dontwait {
+        let flags = if wait {
+            rustix::net::RecvFlags::empty()
+        } else {
+            rustix::net::RecvFlags::DONTWAIT
+        };
+        let r = rustix::net::recvmsg(
+            sock,
+            &mut iov,
+            &mut rustix::net::RecvAncillaryBuffer::default(),
+            flags,
+        )?;
+        Ok(r.bytes)
+    } else {
+        (&*sock).read_vectored(&mut iov)
+    }
 }
 
 pub(crate) fn wait_fd(
@@ -791,11 +822,10 @@ impl IwarpProvider {
 
     /// Hands output to TCP (`lone_only`: only when it is one small Send,
     /// see [`QueuePair::transmit_lone`]), then, after a Terminate or a
-    /// close, sends the FIN. False if nothing was tried (`lone_only` and
-    /// not one small Send, or the write side is shut).
-    fn write_output(&mut self, lone_only: bool) -> bool {
+    /// close, sends the FIN.
+    fn write_output(&mut self, lone_only: bool) {
         if self.shut_wr {
-            return false;
+            return;
         }
         let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
         let dontwait = self.dontwait;
@@ -803,7 +833,7 @@ impl IwarpProvider {
         let r = if lone_only {
             match qp.transmit_lone(write) {
                 Some(r) => r,
-                None => return false,
+                None => return,
             }
         } else {
             qp.transmit(write)
@@ -821,7 +851,6 @@ impl IwarpProvider {
             self.shut_wr = true;
             self.write_blocked = false;
         }
-        true
     }
 
     /// One read of at most `budget` octets (payload straight into the
@@ -832,19 +861,19 @@ impl IwarpProvider {
     /// out).
     fn read_step(&mut self, budget: usize, wait: bool, left: &mut usize) -> bool {
         let asked;
-        let r = if let Some(t) = self.qp.direct_target() {
-            let len = t.len().min(budget);
-            asked = len;
-            match sock_read(&self.sock, &mut t[..len], self.dontwait, wait) {
-                Ok(n) if n > 0 => {
-                    if let Some(c) = self.capture.as_mut() {
-                        c.push((Direction::Received, t[..n].to_vec()));
-                    }
-                    self.qp.direct_filled(n);
-                    Ok(n)
+        let (sock, dontwait, cap) = (&self.sock, self.dontwait, &mut self.capture);
+        let direct = self.qp.read_direct(
+            budget,
+            |a, b| sock_read2(sock, a, b, dontwait, wait),
+            |a, b| {
+                if let Some(c) = cap.as_mut() {
+                    c.push((Direction::Received, [a, b].concat()));
                 }
-                other => other,
-            }
+            },
+        );
+        let r = if let Some((r, n)) = direct {
+            asked = n;
+            r
         } else {
             let len = self.qp.suggested_read_len().min(RBUF).min(budget);
             asked = len;
@@ -1060,12 +1089,6 @@ impl Provider for IwarpProvider {
             // Read Response.
             return Err(ProviderError::NotConnected);
         }
-        let alone = !self.qp.has_output()
-            && matches!(
-                wr.op,
-                rpcrdma_proto::provider::SendOp::Send { .. }
-                    | rpcrdma_proto::provider::SendOp::SendWithInvalidate { .. }
-            );
         self.qp.post_send(wr)?;
         // Blocking reads (a thread that drives its connection itself and
         // sleeps in recv(2)) or an edge-triggered owner (a task driving it
@@ -1074,21 +1097,19 @@ impl Provider for IwarpProvider {
         // a whole round just for it (a client after posting its call, a
         // server after posting the reply it dispatched inline), and the
         // owner's next pass confirms it along with whatever else it does.
-        // For an edge-triggered owner a lone Send too large to be staged
-        // goes too (the general transmit, as the pass would make it: one
-        // gathered write of its FPDUs). Anything else (Writes, several WRs,
-        // a full socket) waits for the pass as before, gathered into one
-        // write; so does a Send posted while an earlier one is unconfirmed
-        // (handed to TCP since the last pass), or, for an edge-triggered
-        // owner, after a pass that received several messages: more are
-        // coming before the next pass (a server answering a batch of calls,
-        // callers posting behind one another as their replies come in), and
-        // the pass sends them in one write instead of one each.
-        let now = (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
+        // Anything else (Writes, several WRs, a full socket) waits for the
+        // pass as before, gathered into one write; so does a Send posted
+        // while an earlier one is unconfirmed (handed to TCP since the last
+        // pass), or, for an edge-triggered owner, after a pass that received
+        // several messages: more are coming before the next pass (a server
+        // answering a batch of calls, callers posting behind one another as
+        // their replies come in), and the pass sends them in one write
+        // instead of one each.
+        if (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
             && !self.write_blocked
-            && !self.qp.has_unconfirmed();
-        if now && !self.write_output(true) && alone && !self.dontwait {
-            self.write_output(false);
+            && !self.qp.has_unconfirmed()
+        {
+            self.write_output(true);
         }
         self.wake_self();
         Ok(())

@@ -1538,7 +1538,7 @@ fn staged_small_sends_partial_writes_and_order() {
     let (mut a, mut b) = pair(params(false, false));
     let src = reg(&mut a, vec![0; 8192], Access::NONE);
     let rbuf = reg(&mut b, vec![0; 64 * 8192], Access::LOCAL_WRITE);
-    let lens = [16usize, 40, 3000, 8, 1024, 1025, 100, 4];
+    let lens = [16usize, 40, 3000, 8, 4096, 4097, 6000, 100, 4];
     for (i, _) in lens.iter().enumerate() {
         b.post_recv(RecvWr {
             wr_id: 100 + i as u64,
@@ -1670,7 +1670,7 @@ fn small_send_fast_path_matches_reference_fpdus() {
             Opcode::SEND_SE_INVALIDATE,
         ),
     ];
-    let sge_lists: [&[(u64, u32)]; 8] = [
+    let sge_lists: [&[(u64, u32)]; 11] = [
         &[],
         &[(0, 0)],
         &[(3, 5)],
@@ -1679,6 +1679,9 @@ fn small_send_fast_path_matches_reference_fpdus() {
         &[(0, 1024)],
         &[(0, 1000), (2000, 25)],
         &[(7, 73)],
+        &[(0, 4096)],
+        &[(0, 4000), (5000, 97)],
+        &[(1, 3000), (4000, 1500)],
     ];
     for crc in [false, true] {
         for mulpdu in [StreamParams::DEFAULT.mulpdu, 90] {
@@ -1686,7 +1689,7 @@ fn small_send_fast_path_matches_reference_fpdus() {
             p.mulpdu = mulpdu;
             let mut a = QueuePair::new(CAPS, 0);
             a.establish(p);
-            let data = pattern(4096, 9);
+            let data = pattern(8192, 9);
             let src = reg(&mut a, data.clone(), Access::NONE);
             let mut reference = FpduSender::new(FramingConfig {
                 crc,
@@ -1850,7 +1853,7 @@ mod lone_small_send {
     fn run(crc: bool, msgs: &[(usize, usize, Writer)], mode: Mode) -> Seen {
         let mut q = QueuePair::new(CAPS, 0);
         q.establish(params(crc, false));
-        let data = pattern(4096, 5);
+        let data = pattern(8192, 5);
         let src = reg(&mut q, data, Access::NONE);
         let mut wire = Vec::new();
         let mut done = Vec::new();
@@ -1887,7 +1890,7 @@ mod lone_small_send {
 
         #[test]
         fn lone_small_send_equals_general_path(
-            msgs in proptest::collection::vec((0usize..1100, 0usize..4, writer()), 2..8),
+            msgs in proptest::collection::vec((0usize..4200, 0usize..4, writer()), 2..8),
             crc in any::<bool>(),
         ) {
             let general = run(crc, &msgs, Mode::General);

@@ -8,6 +8,10 @@
 //! runtime message (`binding::message`), and survive the trip through a
 //! message split into inline head and DDP-eligible piece. It panics only
 //! on a real bug.
+//!
+//! [`fuzz_nfs_dispatch`] (target `nfs_dispatch`) runs decoded arguments
+//! through the server's procedures on a scratch export
+//! (`server/fuzz.rs`).
 
 use rpcrdma_proto::xdr::Reader;
 use rpcrdma_proto::XdrEncode;
@@ -95,4 +99,12 @@ fn nfs_res(data: &[u8], msg: &rpcrdma::Message, proc: u32, l: &Limits) {
             let _ = e.to_string();
         }
     }
+}
+
+/// The `nfs_dispatch` fuzz entry point: `[proc selector, reply-room
+/// selector, arguments…]` decoded as the server does and run on a scratch
+/// export in the temporary directory; panics only on a real bug (results
+/// that do not re-decode, anything changed outside the export).
+pub fn fuzz_nfs_dispatch(data: &[u8]) {
+    crate::server::fuzz::dispatch(data)
 }

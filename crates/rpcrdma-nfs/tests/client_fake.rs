@@ -559,3 +559,68 @@ async fn a_dropped_connection_mid_transfer_is_a_transport_error() {
     .await
     .expect("timed out");
 }
+
+/// A source that copies into the buffer it is given and counts how often
+/// that buffer is a recycled one (capacity from an earlier WRITE).
+struct Counting {
+    data: Vec<u8>,
+    recycled: std::sync::atomic::AtomicUsize,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl WriteSource for Counting {
+    fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+    fn read_at(&self, offset: u64, len: usize, mut buf: bytes::BytesMut) -> std::io::Result<Bytes> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.reads.fetch_add(1, Relaxed);
+        if buf.capacity() >= len {
+            self.recycled.fetch_add(1, Relaxed);
+        }
+        buf.clear();
+        buf.extend_from_slice(&self.data[offset as usize..offset as usize + len]);
+        Ok(buf.freeze())
+    }
+}
+
+/// The buffers of finished WRITEs (in Read chunks) come back for the next
+/// ones: after the first window, no allocation per WRITE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_buffers_are_recycled() {
+    use std::sync::atomic::Ordering::Relaxed;
+    tokio::time::timeout(LIMIT, async {
+        let knobs = Knobs {
+            wtmax: 64 << 10,
+            ..Knobs::default()
+        };
+        let rig = Rig::new(knobs, opts()).await;
+        let (fh, _) = rig
+            .nfs
+            .create(rig.nfs.root(), b"r", Createhow3::Unchecked(Sattr3::none()))
+            .await
+            .unwrap();
+        let src = Arc::new(Counting {
+            data: pattern(64 << 10 << 5, 13),
+            recycled: Default::default(),
+            reads: Default::default(),
+        });
+        let s = rig
+            .nfs
+            .write_file(&fh, src.clone(), StableHow::UNSTABLE, |_| ())
+            .await
+            .unwrap();
+        assert_eq!(s.writes, 32);
+        assert!(rig.fake.file("r").unwrap() == src.data);
+        let (reads, recycled) = (src.reads.load(Relaxed), src.recycled.load(Relaxed));
+        assert_eq!(reads, 32);
+        eprintln!("{recycled} of {reads} WRITEs reused a buffer");
+        assert!(
+            recycled >= 24,
+            "{recycled} of {reads} WRITEs reused a buffer"
+        );
+        rig.stop().await;
+    })
+    .await
+    .expect("timed out");
+}

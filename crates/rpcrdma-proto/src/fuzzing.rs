@@ -11,9 +11,11 @@
 //! expected and fine (they are printed too, so their `Display` is exercised).
 
 pub mod engine_ops;
+pub mod engine_v2;
 pub mod mock;
 
 pub use engine_ops::fuzz_engine_ops;
+pub use engine_v2::fuzz_engine_v2;
 
 use crate::wire::direction::{self, Role};
 use crate::wire::header::{self, TransportHeader};
@@ -196,4 +198,5 @@ pub const TARGETS: &[(&str, FuzzFn)] = &[
     ("rpc", fuzz_rpc),
     ("direction", fuzz_direction),
     ("engine_ops", fuzz_engine_ops),
+    ("engine_v2", fuzz_engine_v2),
 ];

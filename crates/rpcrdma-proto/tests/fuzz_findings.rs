@@ -27,3 +27,15 @@ fn fuzzer_inputs_pass_every_check() {
     );
     assert!(n > 0);
 }
+
+/// The `engine_v2` target's findings (`fuzz/regressions/engine_v2/`).
+#[test]
+fn engine_v2_fuzzer_inputs_pass_every_check() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/engine_v2");
+    let n = rpcrdma_proto::fuzzing::replay_dir(
+        &dir,
+        "engine_v2",
+        rpcrdma_proto::fuzzing::fuzz_engine_v2,
+    );
+    assert!(n > 0);
+}

@@ -577,11 +577,22 @@ impl<'a> Attempts<'a> {
     }
 
     /// The next transmission (counted as a retransmission after the first).
+    /// The last one the retransmission count allows takes the header and
+    /// the arguments instead of copies (after it, a timeout ends the call:
+    /// [`Attempts::timed_out`]), as [`Attempts::next_ref`] does.
     pub(crate) fn next(&mut self) -> OutgoingCall {
         self.count_attempt();
+        let (header, args) = if self.attempts > self.config.retries {
+            (
+                std::mem::take(&mut self.header),
+                std::mem::take(&mut self.args),
+            )
+        } else {
+            (self.header.clone(), self.args.clone())
+        };
         OutgoingCall {
             xid: self.xid,
-            message: Message::with_header(self.header.clone(), self.args.clone()),
+            message: Message::with_header(header, args),
             reply_max: self.reply_max(),
             ddp_results: self.opts.ddp_results.clone(),
         }
@@ -792,6 +803,16 @@ mod tests {
                 }
                 assert_eq!(r.args, &args);
                 assert_eq!(r.ddp_results, &[100]);
+            }
+            assert!(a.timed_out().is_err());
+            // Owned transmissions: the same message every time, the last
+            // one (which takes the header and arguments) included.
+            let mut a =
+                Attempts::new(9, (1, 2, 3), args.clone(), &opts, &config, &metrics).unwrap();
+            for _ in 0..=config.retries {
+                let o = a.next();
+                assert_eq!(o.message, whole);
+                assert_eq!((o.xid, o.ddp_results), (9, vec![100]));
             }
             assert!(a.timed_out().is_err());
         }

@@ -100,6 +100,13 @@ metrics! {
     /// RDMA: new connections whose peer closed (or whose socket failed)
     /// before a complete MPA Request.
     handshakes_abandoned,
+    /// RDMA: connections that settled on RPC-over-RDMA version 1.
+    rpcrdma_v1_connections,
+    /// RDMA: connections that settled on RPC-over-RDMA version 2.
+    rpcrdma_v2_connections,
+    /// RDMA: connections whose version 2 probe the server refused
+    /// (ERR_VERS), gone on in version 1.
+    version_fallbacks,
     /// Octets sent (record marks included).
     bytes_sent,
     /// Octets received (record marks included).

@@ -20,17 +20,20 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
-use tokio::sync::{oneshot, watch, Notify, Semaphore};
+use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -103,6 +106,14 @@ impl std::fmt::Debug for TcpConfig {
     }
 }
 
+/// Octets of room a record read asks for when it needs more.
+const READ_CHUNK: usize = 64 << 10;
+
+/// Below this much room left in the read buffer, a read first makes
+/// [`READ_CHUNK`] octets of room (reclaiming the buffer when nothing else
+/// holds it).
+const READ_ROOM_MIN: usize = 32 << 10;
+
 /// Reads the next record. `Ok(None)` at a clean end of stream.
 async fn read_record(
     rd: &mut OwnedReadHalf,
@@ -114,7 +125,14 @@ async fn read_record(
         if let Some(r) = dec.decode(buf).map_err(TransportError::Framing)? {
             return Ok(Some(r));
         }
-        buf.reserve(64 << 10);
+        // Room for the next read. Made only when little is left: a record
+        // handed out without a copy (`RecordDecoder::decode` splits it off)
+        // shares the buffer, so making room means a new buffer; asking for
+        // a full READ_CHUNK after every small record allocated (and later
+        // freed) 64 KiB per record, and pinned them while records lived.
+        if buf.capacity() - buf.len() < READ_ROOM_MIN {
+            buf.reserve(READ_CHUNK);
+        }
         let n = rd
             .read_buf(buf)
             .await
@@ -573,6 +591,10 @@ async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
+    // Each connection's stop, told when the listener shuts down (dead
+    // entries pruned whenever the list has doubled).
+    let mut stops: Vec<Weak<ConnStop>> = Vec::new();
+    let mut prune_at = 64;
     loop {
         tokio::select! {
             r = listener.accept() => match r {
@@ -583,6 +605,12 @@ async fn accept_loop(
                 }
                 Ok((stream, peer)) => {
                     Metrics::inc(&metrics.connections);
+                    let stop = Arc::new(ConnStop::default());
+                    stops.push(Arc::downgrade(&stop));
+                    if stops.len() >= prune_at {
+                        stops.retain(|w| w.strong_count() > 0);
+                        prune_at = (2 * stops.len()).max(64);
+                    }
                     conns.spawn(
                         serve_conn(
                             stream,
@@ -590,7 +618,7 @@ async fn accept_loop(
                             config.clone(),
                             dispatcher.clone(),
                             metrics.clone(),
-                            shutdown.clone(),
+                            stop,
                         )
                         .instrument(tracing::debug_span!("rpc.tcp.conn", %peer)),
                     );
@@ -605,11 +633,132 @@ async fn accept_loop(
         }
     }
     drop(listener);
+    for s in stops.iter().filter_map(Weak::upgrade) {
+        s.stop();
+    }
     let grace = config.shutdown_grace + Duration::from_secs(1);
     let drained =
         tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
     if drained.is_err() {
         conns.abort_all();
+    }
+}
+
+/// The graceful stop of one server connection, told by its listener's
+/// shutdown. The connection's reader waits for it beside every read: an
+/// atomic load and, when the read has to wait, one uncontended lock to
+/// keep the waker (a `watch` channel's `changed` future cost several times
+/// that per call).
+#[derive(Default)]
+struct ConnStop {
+    stopped: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl ConnStop {
+    fn stop(&self) {
+        self.stopped.store(true, AtomicOrdering::Release);
+        let w = self.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(AtomicOrdering::Acquire)
+    }
+
+    /// Ready once stopped (and again every time it is polled after).
+    fn wait(&self) -> impl Future<Output = ()> + Unpin + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.is_stopped() {
+                return Poll::Ready(());
+            }
+            {
+                let mut w = self.waker.lock().unwrap_or_else(|p| p.into_inner());
+                if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *w = Some(cx.waker().clone());
+                }
+            }
+            // Stopped while the waker was being stored: `stop` may have
+            // found none.
+            if self.is_stopped() {
+                return Poll::Ready(());
+            }
+            Poll::Pending
+        })
+    }
+}
+
+/// The calls of one server connection being executed: at most `max`
+/// (the connection stops reading while that many are), each counted from
+/// its dispatch until its guard ([`InFlightPermit`]) is dropped (its reply
+/// written, or the call dropped). Only the connection's reader takes
+/// permits, so a check and an increment cannot overshoot; a permit given
+/// back at the limit, or the last one, wakes the reader. (A semaphore
+/// permit took a lock to give back, per call.)
+struct InFlight {
+    n: AtomicUsize,
+    max: usize,
+    room: Notify,
+}
+
+/// One call of an [`InFlight`] count (the call's `CallGuard`).
+struct InFlightPermit(Arc<InFlight>);
+
+impl Drop for InFlightPermit {
+    fn drop(&mut self) {
+        let was = self.0.n.fetch_sub(1, AtomicOrdering::AcqRel);
+        if was == self.0.max || was == 1 {
+            self.0.room.notify_one();
+        }
+    }
+}
+
+impl InFlight {
+    fn new(max: usize) -> Arc<InFlight> {
+        Arc::new(InFlight {
+            n: AtomicUsize::new(0),
+            max: max.max(1),
+            room: Notify::new(),
+        })
+    }
+
+    /// A permit if fewer than `max` calls are in flight (the reader only).
+    fn try_acquire(self: &Arc<Self>) -> Option<InFlightPermit> {
+        if self.n.load(AtomicOrdering::Acquire) >= self.max {
+            return None;
+        }
+        self.n.fetch_add(1, AtomicOrdering::AcqRel);
+        Some(InFlightPermit(self.clone()))
+    }
+
+    /// Waits for a permit (the reader only).
+    async fn acquire(self: &Arc<Self>) -> InFlightPermit {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a permit given back after it
+            // wakes this wait.
+            notified.as_mut().enable();
+            if let Some(p) = self.try_acquire() {
+                return p;
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until no call is in flight.
+    async fn drained(&self) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.n.load(AtomicOrdering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -619,7 +768,7 @@ async fn serve_conn(
     config: TcpConfig,
     dispatcher: Arc<dyn CallDispatcher>,
     metrics: Arc<Metrics>,
-    mut shutdown: watch::Receiver<bool>,
+    stop_flag: Arc<ConnStop>,
 ) {
     let _ = stream.set_nodelay(config.nodelay);
     let client = (config.identify)(peer);
@@ -631,24 +780,20 @@ async fn serve_conn(
         peer,
         metrics: metrics.clone(),
     });
-    let max_in_flight = config.max_in_flight.clamp(1, 1 << 16);
-    let in_flight = Arc::new(Semaphore::new(max_in_flight));
+    let in_flight = InFlight::new(config.max_in_flight.clamp(1, 1 << 16));
     let mut dec = RecordDecoder::new(config.record_limits);
     let mut buf = BytesMut::new();
-    // One shutdown future for the connection's life (not a fresh one per
-    // call); it ends the loop the first time it completes. Reading comes
-    // first; a peer that keeps the socket readable cannot starve shutdown:
-    // `seen` is looked at after every record.
-    let seen = shutdown.clone();
-    let stop = shutdown.changed();
-    tokio::pin!(stop);
+    // The listener's shutdown ends the loop. Reading comes first; a peer
+    // that keeps the socket readable cannot starve shutdown: the flag is
+    // looked at after every record.
+    let mut stop = stop_flag.wait();
     loop {
         let rec = tokio::select! {
             biased;
             r = read_record(&mut rd, &mut dec, &mut buf, &metrics) => r,
             _ = &mut stop => break,
         };
-        if seen.has_changed().unwrap_or(true) {
+        if stop_flag.is_stopped() {
             break;
         }
         let rec = match rec {
@@ -662,15 +807,12 @@ async fn serve_conn(
         };
         match peek(&rec) {
             Some((_, 0)) => {
-                let permit = match in_flight.clone().try_acquire_owned() {
-                    Ok(p) => p,
-                    // None free (or closed): wait as the general path does.
-                    Err(_) => tokio::select! {
+                let permit = match in_flight.try_acquire() {
+                    Some(p) => p,
+                    // None free: wait for a call to end (or shutdown).
+                    None => tokio::select! {
                         biased;
-                        p = in_flight.clone().acquire_owned() => match p {
-                            Ok(p) => p,
-                            Err(_) => break,
-                        },
+                        p = in_flight.acquire() => p,
                         _ = &mut stop => break,
                     },
                 };
@@ -697,11 +839,7 @@ async fn serve_conn(
     }
     drop(rd);
     // Drain: wait until every call in flight released its permit.
-    let _ = tokio::time::timeout(
-        config.shutdown_grace,
-        in_flight.acquire_many(max_in_flight as u32),
-    )
-    .await;
+    let _ = tokio::time::timeout(config.shutdown_grace, in_flight.drained()).await;
     conn.writer.close();
     match tokio::time::timeout(config.shutdown_grace, &mut writer).await {
         Ok(Ok(Err(e))) => tracing::debug!(%peer, error = %e, "rpc/tcp writer ended"),
@@ -717,3 +855,74 @@ async fn serve_conn(
 /// The record-marking error type, re-exported for matching on
 /// [`TransportError::Framing`].
 pub type FramingError = RecordError;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection's stop: a waiting reader is woken, a stop told before
+    /// the wait is seen at once, and the future stays ready.
+    #[tokio::test]
+    async fn a_connection_stop_wakes_its_reader() {
+        let st = Arc::new(ConnStop::default());
+        let waiter = {
+            let st = st.clone();
+            tokio::spawn(async move {
+                let mut w = st.wait();
+                (&mut w).await;
+                (&mut w).await;
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        st.stop();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert!(st.is_stopped());
+        let early = ConnStop::default();
+        early.stop();
+        early.wait().await;
+    }
+
+    /// The in-flight count: never more than `max` permits; a waiting
+    /// acquire gets one as soon as one is given back; the drain ends
+    /// exactly when the last permit is gone.
+    #[tokio::test]
+    async fn in_flight_permits_are_bounded_and_wake_their_waiter() {
+        let f = InFlight::new(3);
+        let mut held: Vec<InFlightPermit> = (0..3).map(|_| f.try_acquire().unwrap()).collect();
+        assert!(f.try_acquire().is_none());
+        // A waiter at the limit is woken by a permit given back.
+        let waiter = {
+            let f = f.clone();
+            tokio::spawn(async move { f.acquire().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        held.pop();
+        let p = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+        held.push(p);
+        assert_eq!(f.n.load(AtomicOrdering::Acquire), 3);
+        // The drain waits for every permit, and no longer.
+        let drain = {
+            let f = f.clone();
+            tokio::spawn(async move { f.drained().await })
+        };
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(!drain.is_finished());
+            held.pop();
+        }
+        tokio::time::timeout(Duration::from_secs(5), drain)
+            .await
+            .expect("drained")
+            .unwrap();
+        assert_eq!(f.n.load(AtomicOrdering::Acquire), 0);
+        assert!(f.try_acquire().is_some());
+    }
+}

@@ -88,6 +88,7 @@ mod terminate;
 
 use read::{OutRead, RespJob};
 use recv::{Rx, RxState};
+pub use recv::{DIRECT_TAIL_MAX, READ_AHEAD};
 use send::{Chunk, TxMsg};
 
 /// What the MPA exchange agreed, for the FPDU phase.

@@ -4,6 +4,8 @@
 //! placement from the socket, and what a verified FPDU completes. See the
 //! [module docs](super) for the data path.
 
+use std::io;
+
 use smallvec::smallvec;
 
 use rpcrdma_proto::provider::memory::Hold as Held;
@@ -19,6 +21,20 @@ use crate::TerminateCode;
 
 use super::terminate::RxFault;
 use super::{QpState, QueuePair, RespJob};
+
+/// Octets worth reading at once when the next FPDU's header is unknown: a
+/// whole FPDU at the largest ULPDU_Length (2 + 65,535 + 2 + 4 octets) and
+/// what usually comes right after it — the rest of a message, such as the
+/// last short segment of a 64 KiB Read Response or a reply Send of up to
+/// 4 KiB inline — so that one read takes it all. With 64 KiB, a 64 KiB
+/// Read Response (two FPDUs of 65,520 and 60 octets at the default
+/// MULPDU) took three reads: 65,536 octets, the last 38 octets of
+/// payload, the 6 of PAD and CRC.
+pub const READ_AHEAD: usize = 72 * 1024;
+
+/// Most octets [`QueuePair::direct_tail_len`] asks for: PAD (3), CRC (4),
+/// ULPDU_Length (2) and a tagged header (14).
+pub const DIRECT_TAIL_MAX: usize = 3 + 4 + 2 + TAGGED_HEADER_LEN;
 
 /// Largest FPDU header kept while receiving: ULPDU_Length + the longest
 /// prefix [`Segment::parse_prefix`] needs.
@@ -122,12 +138,12 @@ impl QueuePair {
 
     /// How many octets the owner should read from TCP into its read-ahead
     /// buffer next: small right after a large FPDU payload went straight to
-    /// memory (so the next large payload can too), large otherwise.
+    /// memory (so the next large payload can too), [`READ_AHEAD`] otherwise.
     pub fn suggested_read_len(&self) -> usize {
         if self.rx.last_was_large && self.rx.state != RxState::Payload {
             128
         } else {
-            64 * 1024
+            READ_AHEAD
         }
     }
 
@@ -146,6 +162,66 @@ impl QueuePair {
             .region_at_mut(idx)?
             .buf_mut()?
             .get_mut(off..off.checked_add(rem)?)
+    }
+
+    /// Octets worth reading right after the rest of the current payload,
+    /// into a buffer of the caller's that then goes to
+    /// [`QueuePair::handle_input`]: the payload's PAD and CRC and the
+    /// header of a next tagged FPDU (ULPDU_Length and the 14-octet
+    /// DDP/RDMAP header of a Write or Read Response segment), so that one
+    /// read takes the end of a payload and all the next payload's direct
+    /// placement needs (two reads per FPDU took 32 system calls per MiB).
+    /// At most [`DIRECT_TAIL_MAX`]; 0 when no payload is being read.
+    pub fn direct_tail_len(&self) -> usize {
+        if self.rx.state != RxState::Payload || self.params.recv_markers {
+            return 0;
+        }
+        pad_len(self.rx.ulpdu_len) + 4 + 2 + TAGGED_HEADER_LEN
+    }
+
+    /// One read straight into the current payload's target
+    /// ([`QueuePair::direct_target`], at most `max` octets) and, when that
+    /// takes the payload's rest, of what follows it
+    /// ([`QueuePair::direct_tail_len`]) into a scratch buffer handed to
+    /// [`QueuePair::handle_input`] — the zero-copy receive path of a TCP
+    /// owner. `read` fills its two buffers in order and returns the octets
+    /// read (a scatter read such as `readv(2)`; an error or 0 is returned
+    /// as it is, nothing consumed); `seen` gets the octets read, in order
+    /// (for captures). `None` (nothing done) when no payload is being read
+    /// to memory. Otherwise the read's outcome and the octets asked.
+    pub fn read_direct<R, S>(
+        &mut self,
+        max: usize,
+        read: R,
+        seen: S,
+    ) -> Option<(io::Result<usize>, usize)>
+    where
+        R: FnOnce(&mut [u8], &mut [u8]) -> io::Result<usize>,
+        S: FnOnce(&[u8], &[u8]),
+    {
+        let tail_len = self.direct_tail_len().min(DIRECT_TAIL_MAX);
+        let t = self.direct_target()?;
+        let len = t.len().min(max);
+        let mut scratch = [0u8; DIRECT_TAIL_MAX];
+        let tail = if len == t.len() {
+            &mut scratch[..tail_len]
+        } else {
+            &mut scratch[..0]
+        };
+        let asked = len + tail.len();
+        let r = read(&mut t[..len], tail);
+        let n = match r {
+            Ok(n) if n > 0 => n.min(asked),
+            other => return Some((other, asked)),
+        };
+        let k = n.min(len);
+        let rest = tail.get(..n - k).unwrap_or_default();
+        seen(t.get(..k).unwrap_or_default(), rest);
+        self.direct_filled(k);
+        if !rest.is_empty() {
+            self.handle_input(rest);
+        }
+        Some((Ok(n), asked))
     }
 
     /// Reports that `n` octets were read into [`QueuePair::direct_target`].

@@ -216,8 +216,25 @@ impl NfsClient {
         data: Bytes,
         stable: StableHow,
     ) -> Result<WriteResOk, NfsError> {
-        let count = u32::try_from(data.len())
-            .map_err(|_| NfsError::Caller(format!("WRITE of {} octets", data.len())))?;
+        self.write_returning(fh, offset, data, stable).await.0
+    }
+
+    /// [`NfsClient::write`], giving the data back (for the caller to
+    /// recycle its buffer once nothing else holds it).
+    pub(crate) async fn write_returning(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: Bytes,
+        stable: StableHow,
+    ) -> (Result<WriteResOk, NfsError>, Bytes) {
+        let count = match u32::try_from(data.len()) {
+            Ok(c) => c,
+            Err(_) => {
+                let e = NfsError::Caller(format!("WRITE of {} octets", data.len()));
+                return (Err(e), data);
+            }
+        };
         let args = Nfs3Args::Write(WriteArgs {
             file: fh.clone(),
             offset,
@@ -225,27 +242,12 @@ impl NfsClient {
             stable,
             data,
         });
-        let proc = args.proc();
-        let r = match self.call(&args).await? {
-            Nfs3Res::Write(r) => ok(r, proc, || format!("{count} octets at offset {offset}"))?,
-            _ => return Err(mismatch(proc)),
+        let res = self.call(&args).await;
+        let data = match args {
+            Nfs3Args::Write(a) => a.data,
+            _ => Bytes::new(),
         };
-        //= rfc1813#section-3.3.7
-        //# count
-        //#    The number of bytes of data written to the file. The
-        //#    server may write fewer bytes than requested. If so, the
-        //#    actual number of bytes written starting at location,
-        //#    offset, is returned.
-        if r.count > count {
-            return Err(NfsError::bad_reply(
-                "NFS WRITE",
-                format!(
-                    "sent {count} octets at offset {offset}, told {} written",
-                    r.count
-                ),
-            ));
-        }
-        Ok(r)
+        (check_write(res, count, offset), data)
     }
 
     /// NFSPROC3_COMMIT of `count` octets at `offset` (0, 0: the whole
@@ -339,4 +341,33 @@ impl NfsClient {
             _ => Err(mismatch(proc)),
         }
     }
+}
+
+/// The WRITE results of a call of `count` octets at `offset`.
+fn check_write(
+    res: Result<Nfs3Res, NfsError>,
+    count: u32,
+    offset: u64,
+) -> Result<WriteResOk, NfsError> {
+    let proc = crate::nfs3::NFSPROC3_WRITE;
+    let r = match res? {
+        Nfs3Res::Write(r) => ok(r, proc, || format!("{count} octets at offset {offset}"))?,
+        _ => return Err(mismatch(proc)),
+    };
+    //= rfc1813#section-3.3.7
+    //# count
+    //#    The number of bytes of data written to the file. The
+    //#    server may write fewer bytes than requested. If so, the
+    //#    actual number of bytes written starting at location,
+    //#    offset, is returned.
+    if r.count > count {
+        return Err(NfsError::bad_reply(
+            "NFS WRITE",
+            format!(
+                "sent {count} octets at offset {offset}, told {} written",
+                r.count
+            ),
+        ));
+    }
+    Ok(r)
 }

@@ -61,9 +61,12 @@ impl Export {
                 _ => return Err(NfsError::Inval),
             }
         }
-        if set.uid.is_some() || set.gid.is_some() {
-            let uid = set.uid.map(Uid::from_raw);
-            let gid = set.gid.map(Gid::from_raw);
+        // An id of all ones is no id (chown's "leave it"; the host refuses
+        // to name it): ignored, as knfsd ignores an id that does not map
+        // (`uid_valid` in svcxdr_decode_sattr3).
+        let uid = set.uid.filter(|&u| u != u32::MAX).map(Uid::from_raw);
+        let gid = set.gid.filter(|&g| g != u32::MAX).map(Gid::from_raw);
+        if uid.is_some() || gid.is_some() {
             chownat(&*obj.fd, "", uid, gid, AtFlags::EMPTY_PATH)?;
         }
         if let Some(mode) = set.mode {

@@ -37,6 +37,7 @@
 
 mod convert;
 mod dirlist;
+pub(crate) mod fuzz;
 mod mount;
 mod nfs;
 mod procs;

@@ -252,8 +252,14 @@ impl Connection {
         }
         match op {
             Op::Recv(mr) => self.on_receive(now, p, mr, c.byte_len as usize, c.opcode),
-            Op::CallSend(xid) => self.call_sent(p, xid),
-            Op::CallInv(xid) => self.call_invalidated(p, xid),
+            Op::CallSend(xid) => {
+                self.call_sent(p, xid);
+                self.pump_requeued(now, p);
+            }
+            Op::CallInv(xid) => {
+                self.call_invalidated(p, xid);
+                self.pump_requeued(now, p);
+            }
             Op::Read { handle, len } => self.read_done(now, p, handle, len, c.byte_len),
             Op::Reply(job) => self.job_step(p, job),
             Op::ReplySend(mr) => self.reply_sent(p, mr),

@@ -157,6 +157,13 @@ pub struct Config {
     /// with RDMA Read resources, `ord` > 0), else INLINE. Default true.
     /// Version 1 never uses chunks in the reverse direction.
     pub reverse_chunks: bool,
+    /// Version 2: the largest Write or Reply chunk a call may offer when
+    /// the responder answers RDMA2_ERR_WRITE_RESOURCE or
+    /// RDMA2_ERR_REPLY_RESOURCE with the size it needs: the call is sent
+    /// again, with the same XID, with a chunk that large; a larger need
+    /// fails the call with the size in the error. 0: never. Default 4 MiB
+    /// (`Limits::max_message_len`).
+    pub max_retry_chunk: u32,
 }
 
 /// Which RPC-over-RDMA versions a connection speaks.
@@ -201,7 +208,7 @@ impl std::str::FromStr for RpcRdmaVersion {
 
 /// What a connection settled about the RPC-over-RDMA version
 /// ([`Connection::version_info`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VersionInfo {
     /// The version in use: 1 or 2 (0 while it is still open).
     pub version: u32,
@@ -213,6 +220,9 @@ pub struct VersionInfo {
     /// The properties the peer advertised (empty in version 1, or when
     /// the peer sent no CONNPROP).
     pub peer_properties: crate::wire::v2::PropSet,
+    /// The peer showed it speaks no version 2 (see
+    /// [`Connection::peer_is_v1_only`]).
+    pub peer_v1_only: bool,
 }
 
 impl Config {
@@ -239,6 +249,7 @@ impl Config {
             read_budget: None,
             rpcrdma_version: RpcRdmaVersion::V1,
             reverse_chunks: true,
+            max_retry_chunk: Limits::DEFAULT.max_message_len,
         }
     }
 

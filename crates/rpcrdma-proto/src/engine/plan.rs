@@ -43,6 +43,32 @@ pub(super) struct CallLens<'a> {
     pub(super) reply_max: u32,
     /// The largest length of each DDP-eligible result.
     pub(super) ddp_results: &'a [u32],
+    /// What an earlier RDMA2_ERROR asked of this call (`Reform::NONE`
+    /// for a first transmission).
+    pub(super) reform: Reform,
+}
+
+/// How a call is sent again after a version 2 error report asked for
+/// another form (draft -09 §5.3.3; `requester::retry`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Reform {
+    /// A Long Call (READ_CHUNKS: the responder reads no data chunks; or
+    /// SEGMENTS: the fewest segments).
+    pub(super) long: bool,
+    /// No Write chunks, the whole reply in a Reply chunk (WRITE_CHUNKS).
+    pub(super) no_writes: bool,
+    /// A Reply chunk even if the reply looks like it fits inline
+    /// (REPLY_RESOURCE).
+    pub(super) reply_chunk: bool,
+}
+
+impl Reform {
+    /// The first transmission's form.
+    pub(super) const NONE: Reform = Reform {
+        long: false,
+        no_writes: false,
+        reply_chunk: false,
+    };
 }
 
 /// What a call sends and offers.
@@ -95,8 +121,11 @@ pub(super) fn plan_call(
     // As Linux: a Write chunk for each DDP-eligible result, a Reply chunk
     // when the rest (the header with the Write list echoed, plus the
     // non-DDP part) may not fit.
-    if !backchannel && min_hdr + reply_max as usize > recv_thr {
-        write_lens = lens.ddp_results.to_vec();
+    let reform = lens.reform;
+    if !backchannel && (reform.reply_chunk || min_hdr + reply_max as usize > recv_thr) {
+        if !reform.no_writes {
+            write_lens = lens.ddp_results.to_vec();
+        }
         let echo = ChunkLists {
             reads: ReadList::new(),
             writes: placeholders(&write_lens),
@@ -104,7 +133,9 @@ pub(super) fn plan_call(
         };
         let ddp_total: u64 = write_lens.iter().map(|&l| u64::from(l)).sum();
         let rest = u64::from(reply_max).saturating_sub(ddp_total);
-        if framing.header_len(Shape::Msg, &echo) as u64 + rest > recv_thr as u64 {
+        if reform.reply_chunk
+            || framing.header_len(Shape::Msg, &echo) as u64 + rest > recv_thr as u64
+        {
             reply_len = Some(reply_max);
         }
     }
@@ -128,7 +159,7 @@ pub(super) fn plan_call(
     // data to Read chunks, or becomes a Long Call (RDMA_NOMSG,
     // Position-Zero Read chunk).
     let inline_len = framing.header_len(Shape::Msg, &base) + lens.stream_len;
-    let form = if inline_len <= send_thr {
+    let form = if inline_len <= send_thr && !reform.long {
         CallForm::Inline
     } else if backchannel {
         return Err(CallError::TooLarge {
@@ -136,6 +167,7 @@ pub(super) fn plan_call(
             max: send_thr,
         });
     } else if lens.ddp_items > 0
+        && !reform.long
         && framing.header_len(Shape::Msg, &with_reads(lens.ddp_items)) + stripped_len <= send_thr
     {
         CallForm::Reads
@@ -410,6 +442,7 @@ mod tests {
             ddp_xdr_len: ddp.iter().map(|d| d.len + pad4(d.len)).sum(),
             reply_max,
             ddp_results: results,
+            reform: Reform::NONE,
         }
     }
 

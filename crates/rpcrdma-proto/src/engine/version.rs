@@ -23,14 +23,21 @@ use crate::wire::v2::PropSet;
 use smallvec::smallvec;
 
 impl Connection {
+    /// The RPC-over-RDMA version in use: 1 or 2, 0 while it is open.
+    #[inline]
+    pub fn version(&self) -> u32 {
+        if self.setup.is_ready() {
+            self.params().framing.version()
+        } else {
+            0
+        }
+    }
+
     /// What the connection settled about the RPC-over-RDMA version.
     pub fn version_info(&self) -> VersionInfo {
         VersionInfo {
-            version: if self.setup.is_ready() {
-                self.params().framing.version()
-            } else {
-                0
-            },
+            version: self.version(),
+            peer_v1_only: self.peer_is_v1_only(),
             fallback: self.setup.fallback,
             local_properties: if self.params().framing == Framing::V2 {
                 self.setup.local_props.clone()

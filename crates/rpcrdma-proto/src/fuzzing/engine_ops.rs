@@ -41,7 +41,7 @@ use arbitrary::{Result, Unstructured};
 
 use crate::engine::{
     CallHandle, CallId, Config, Connection, Event, Message, OutgoingCall, OutgoingReply, Piece,
-    Role,
+    Role, RpcRdmaVersion,
 };
 use crate::provider::{
     Bytes, Completion, ConnectionEvent, ConnectionInfo, DisconnectReason, Opcode, Provider, Stag,
@@ -63,13 +63,15 @@ fn words(w: &[u32]) -> Vec<u8> {
 
 /// What the harness learned from one Send the engine posted.
 #[derive(Clone, Debug)]
-struct Sent {
-    xid: u32,
-    chunks: ChunkLists,
+pub(super) struct Sent {
+    pub(super) xid: u32,
+    pub(super) chunks: ChunkLists,
 }
 
 struct Harness {
     role: Role,
+    /// The engine may speak version 2 (the `engine_v2` target).
+    v2: bool,
     conn: Connection,
     p: Mock,
     now: Instant,
@@ -128,6 +130,10 @@ impl Harness {
         self.sends_seen = self.p.sent.len();
         for s in sends {
             assert!(!self.lost, "the engine posted a Send after ConnectionLost");
+            if self.v2 {
+                self.check_send_v2(&s, &mut new_call);
+                continue;
+            }
             if let Some(n) = self.conn.negotiated() {
                 assert!(
                     s.len() <= n.send_threshold as usize,
@@ -212,6 +218,36 @@ impl Harness {
         }
     }
 
+    /// [`Harness::after`]'s look at one Send of a version 2 capable engine.
+    fn check_send_v2(&mut self, s: &[u8], new_call: &mut bool) {
+        if let Some(n) = self.conn.negotiated() {
+            assert!(
+                s.len() <= (n.send_threshold as usize).max(1024),
+                "Send of {} octets above the send threshold {}",
+                s.len(),
+                n.send_threshold
+            );
+        }
+        // Version 1: after a fallback (or an auto server's settling on it);
+        // or an error reply of an auto server to a version 1 message that
+        // came before it settled (posted later if the send queue was full).
+        let auto = self.conn.config().rpcrdma_version == RpcRdmaVersion::Auto;
+        let v1_error = s.get(12..16) == Some(&[0, 0, 0, 4][..]);
+        let v1_ok = match self.conn.version() {
+            0 => auto,
+            1 => true,
+            _ => auto && v1_error,
+        };
+        let Some((xid, chunks, is_call)) = super::engine_v2::check_send(s, v1_ok) else {
+            return;
+        };
+        *new_call |= is_call;
+        self.sent.push(Sent { xid, chunks });
+        if self.sent.len() > 64 {
+            self.sent.remove(0);
+        }
+    }
+
     fn terminal(&mut self, id: CallId) {
         let n = self
             .calls
@@ -253,6 +289,11 @@ impl Harness {
         }
         let xid = self.xid(u)?;
         let echo = self.sent.iter().rev().find(|s| s.xid == xid).cloned();
+        if self.v2 && u.ratio(7, 8)? {
+            let handles = self.handles_sent();
+            let m = super::engine_v2::message(u, self.role, xid, echo.as_ref(), &handles)?;
+            return self.mutate(u, m);
+        }
         let vers = if u.ratio(15, 16)? { 1 } else { u.arbitrary()? };
         let credit = *u.choose(&[0u32, 1, 2, 3, 4, 8, 200])?;
         let proc_ = match u.int_in_range(0u8..=15)? {
@@ -275,67 +316,9 @@ impl Harness {
         if proc_ == 2 {
             w.extend([0, 0]);
         }
-        // Read list: usually empty; sometimes segments (a call's data, or a
-        // Position-Zero chunk of a Long Call).
-        if u.ratio(1, 6)? {
-            for _ in 0..u.int_in_range(1u8..=3)? {
-                let pos = if u.ratio(1, 2)? {
-                    0
-                } else {
-                    4 * u32::from(u.int_in_range(1u8..=16)?)
-                };
-                w.extend([
-                    1,
-                    pos,
-                    u.arbitrary()?,
-                    u32::from(u.int_in_range(0u16..=600)?),
-                    0,
-                    0,
-                ]);
-            }
-        }
-        w.push(0);
-        // Write list and Reply chunk: the call's own, with used lengths.
-        let ch = echo.map(|s| s.chunks).unwrap_or_default();
-        if u.ratio(3, 4)? {
-            for wc in &ch.writes {
-                w.extend([1, wc.segments.len() as u32]);
-                for s in wc.segments.iter() {
-                    let len = if u.ratio(3, 4)? {
-                        s.length
-                    } else {
-                        u.int_in_range(0..=s.length.saturating_add(8))?
-                    };
-                    w.extend([s.handle, len, (s.offset >> 32) as u32, s.offset as u32]);
-                }
-            }
-        }
-        w.push(0);
-        match (&ch.reply, u.ratio(3, 4)?) {
-            (Some(rc), true) => {
-                w.extend([1, rc.segments.len() as u32]);
-                for s in rc.segments.iter() {
-                    let len = u.int_in_range(0..=s.length)?;
-                    w.extend([s.handle, len, (s.offset >> 32) as u32, s.offset as u32]);
-                }
-            }
-            _ => w.push(0),
-        }
+        w.extend(chunk_words(u, echo.as_ref())?);
         if proc_ == 0 || proc_ == 2 {
-            // The RPC message: a call (to a server, or a backchannel call)
-            // or a reply, with this XID.
-            let call = match self.role {
-                Role::Server => u.ratio(7, 8)?,
-                Role::Client => u.ratio(1, 8)?,
-            };
-            if call {
-                w.extend([xid, 0, 2, 100_003, 3, u.int_in_range(0..=3)?, 0, 0, 0, 0]);
-            } else {
-                w.extend([xid, 1, 0, 0, 0, 0]);
-            }
-            for _ in 0..u.int_in_range(0u8..=8)? {
-                w.push(u.arbitrary()?);
-            }
+            w.extend(rpc_words(u, xid, self.role)?);
         }
         self.mutate(u, words(&w))
     }
@@ -416,8 +399,10 @@ impl Harness {
                 } else {
                     None
                 };
-                // The credit word of whatever arrives may become the grant.
-                if let Some(c) = m.get(8..12) {
+                // The credit word of whatever arrives may become the grant
+                // (version 2: only a non-error response's).
+                let grants = !self.v2 || super::engine_v2::may_grant(&m);
+                if let Some(c) = m.get(8..12).filter(|_| grants) {
                     let c = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
                     self.max_grant = self.max_grant.max(c.min(self.requested));
                 }
@@ -550,10 +535,89 @@ impl Harness {
     }
 }
 
+/// The three chunk lists of a message from the peer, as words: a Read list
+/// usually empty, the Write list and Reply chunk of the call `echo` (ours)
+/// with used lengths.
+pub(super) fn chunk_words(u: &mut Unstructured<'_>, echo: Option<&Sent>) -> Result<Vec<u32>> {
+    let mut w = Vec::new();
+    // Read list: usually empty; sometimes segments (a call's data, or a
+    // Position-Zero chunk of a Long Call).
+    if u.ratio(1, 6)? {
+        for _ in 0..u.int_in_range(1u8..=3)? {
+            let pos = if u.ratio(1, 2)? {
+                0
+            } else {
+                4 * u32::from(u.int_in_range(1u8..=16)?)
+            };
+            w.extend([
+                1,
+                pos,
+                u.arbitrary()?,
+                u32::from(u.int_in_range(0u16..=600)?),
+                0,
+                0,
+            ]);
+        }
+    }
+    w.push(0);
+    // Write list and Reply chunk: the call's own, with used lengths.
+    let ch = echo.map(|s| s.chunks.clone()).unwrap_or_default();
+    if u.ratio(3, 4)? {
+        for wc in &ch.writes {
+            w.extend([1, wc.segments.len() as u32]);
+            for s in wc.segments.iter() {
+                let len = if u.ratio(3, 4)? {
+                    s.length
+                } else {
+                    u.int_in_range(0..=s.length.saturating_add(8))?
+                };
+                w.extend([s.handle, len, (s.offset >> 32) as u32, s.offset as u32]);
+            }
+        }
+    }
+    w.push(0);
+    match (&ch.reply, u.ratio(3, 4)?) {
+        (Some(rc), true) => {
+            w.extend([1, rc.segments.len() as u32]);
+            for s in rc.segments.iter() {
+                let len = u.int_in_range(0..=s.length)?;
+                w.extend([s.handle, len, (s.offset >> 32) as u32, s.offset as u32]);
+            }
+        }
+        _ => w.push(0),
+    }
+    Ok(w)
+}
+
+/// An RPC message with XID `xid`: a call (to a server, or a backchannel
+/// call) or a reply, and a few words of arguments or results.
+pub(super) fn rpc_words(u: &mut Unstructured<'_>, xid: u32, role: Role) -> Result<Vec<u32>> {
+    let mut w = Vec::new();
+    let call = match role {
+        Role::Server => u.ratio(7, 8)?,
+        Role::Client => u.ratio(1, 8)?,
+    };
+    if call {
+        w.extend([xid, 0, 2, 100_003, 3, u.int_in_range(0..=3)?, 0, 0, 0, 0]);
+    } else {
+        w.extend([xid, 1, 0, 0, 0, 0]);
+    }
+    for _ in 0..u.int_in_range(0u8..=8)? {
+        w.push(u.arbitrary()?);
+    }
+    Ok(w)
+}
+
 /// The fuzz target; see the module docs.
 pub fn fuzz_engine_ops(data: &[u8]) {
+    run(data, false);
+}
+
+/// Runs the harness on `data`; `v2`: the engine may speak version 2 (see
+/// `super::engine_v2`).
+pub(super) fn run(data: &[u8], v2: bool) {
     let mut u = Unstructured::new(data);
-    let Ok(mut h) = setup(&mut u) else { return };
+    let Ok(mut h) = setup(&mut u, v2) else { return };
     for _ in 0..MAX_OPS {
         if u.is_empty() || h.op(&mut u).is_err() {
             break;
@@ -562,7 +626,7 @@ pub fn fuzz_engine_ops(data: &[u8]) {
     finish(&mut h);
 }
 
-fn setup(u: &mut Unstructured<'_>) -> Result<Harness> {
+fn setup(u: &mut Unstructured<'_>, v2: bool) -> Result<Harness> {
     let role = if u.arbitrary()? {
         Role::Client
     } else {
@@ -584,6 +648,10 @@ fn setup(u: &mut Unstructured<'_>) -> Result<Harness> {
         None
     };
     config.limits.max_message_len = 64 << 10;
+    if v2 {
+        config.rpcrdma_version = *u.choose(&[RpcRdmaVersion::V2, RpcRdmaVersion::Auto])?;
+        config.max_retry_chunk = *u.choose(&[0u32, 16 << 10, 64 << 10])?;
+    }
     config.limits.max_read_sink_bytes = *u.choose(&[1024u64, 64 << 10])?;
     let requested = match role {
         Role::Client => config.credits_requested.max(1),
@@ -620,6 +688,7 @@ fn setup(u: &mut Unstructured<'_>) -> Result<Harness> {
     let base = Instant::now();
     let mut h = Harness {
         role,
+        v2,
         conn,
         p,
         now: base,

@@ -21,10 +21,11 @@
 //! Lent receive buffers ([`MemoryTable::register_lent`], the software
 //! providers' [`Provider::register_recv`](super::Provider::register_recv))
 //! have memory behind them only while a message is in them: the provider
-//! calls [`MemoryTable::back`] when a Send arrives for the receive (a
-//! buffer from [`super::recv_pool`]) and [`MemoryTable::received`] when the
-//! receive completes; posting the region again (its writing hold) or
-//! deregistering it gives the buffer back.
+//! calls [`MemoryTable::back`] when a Send arrives for the receive (the
+//! table's one spare buffer, else a buffer from [`super::recv_pool`]) and
+//! [`MemoryTable::received`] when the receive completes; posting the region
+//! again (its writing hold) or deregistering it gives the buffer back (to
+//! the spare slot while it is empty, else to the pool).
 
 use super::{
     check_shared_access, Access, Buffer, Bytes, Caps, MemoryRegion, Opcode, ProviderError, RecvWr,
@@ -93,12 +94,18 @@ impl Region {
         self.lent.is_some()
     }
 
-    /// A lent buffer's memory goes back to the pool; nothing is visible.
-    fn unback(&mut self) {
+    /// A lent buffer's memory goes to `spare` (the table's one spare
+    /// buffer, when it has none) or back to the pool; nothing is visible.
+    fn unback(&mut self, spare: &mut Box<[u8]>) {
         if let Some(l) = self.lent.as_mut() {
             l.visible = 0;
             if let Buffer::Owned(b) = &mut self.buf {
-                super::recv_pool::give(std::mem::take(b));
+                let b = std::mem::take(b);
+                if spare.is_empty() {
+                    *spare = b;
+                } else {
+                    super::recv_pool::give(b);
+                }
             }
         }
     }
@@ -177,6 +184,12 @@ pub struct MemoryTable {
     free: Vec<u32>,
     registered: u32,
     key_base: u8,
+    /// One buffer of a lent receive kept back from the pool (empty when
+    /// none): the next Send to land takes it ([`MemoryTable::back`]), so a
+    /// connection at depth 1 moves one buffer between its posted receive
+    /// and this slot and never touches the thread's pool. One receive's
+    /// worth of memory stays with an idle connection.
+    spare: Box<[u8]>,
 }
 
 impl MemoryTable {
@@ -189,6 +202,7 @@ impl MemoryTable {
             free: Vec::new(),
             registered: 0,
             key_base,
+            spare: Box::default(),
         }
     }
 
@@ -210,7 +224,7 @@ impl MemoryTable {
 
     /// Octets of memory behind the live registrations that this table
     /// owns (shared read-only bytes not counted; a lent receive buffer
-    /// only while a message is in it).
+    /// only while a message is in it), and its spare receive buffer.
     pub fn resident_bytes(&self) -> usize {
         self.slots
             .iter()
@@ -219,7 +233,8 @@ impl MemoryTable {
                 Buffer::Owned(b) => Some(b.len()),
                 Buffer::Shared(_) => None,
             })
-            .sum()
+            .sum::<usize>()
+            + self.spare.len()
     }
 
     /// The region an STag or local key names, with its index; `None` if the
@@ -325,10 +340,19 @@ impl MemoryTable {
     /// pool (nothing for any other region).
     #[inline]
     pub fn back(&mut self, idx: u32) {
-        if let Some(r) = self.region_at_mut(idx) {
+        let spare = &mut self.spare;
+        if let Some(r) = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.region.as_mut())
+        {
             if let (Some(l), Buffer::Owned(b)) = (r.lent, &mut r.buf) {
                 if b.len() != l.len {
-                    *b = super::recv_pool::take(l.len);
+                    *b = if spare.len() == l.len {
+                        std::mem::take(spare)
+                    } else {
+                        super::recv_pool::take(l.len)
+                    };
                 }
             }
         }
@@ -409,7 +433,7 @@ impl MemoryTable {
             .get_mut(idx as usize)
             .and_then(|s| s.region.take())
             .ok_or(ProviderError::InvalidHandle)?;
-        region.unback();
+        region.unback(&mut self.spare);
         self.free.push(idx);
         self.registered = self.registered.saturating_sub(1);
         Ok(region.buf)
@@ -478,10 +502,15 @@ impl MemoryTable {
     /// earlier message has been consumed, its memory goes back to the pool.
     #[inline]
     pub fn hold(&mut self, holds: &[Hold]) {
+        let spare = &mut self.spare;
         for h in holds {
-            if let Some(r) = self.region_at_mut(h.idx) {
+            if let Some(r) = self
+                .slots
+                .get_mut(h.idx as usize)
+                .and_then(|s| s.region.as_mut())
+            {
                 if h.write {
-                    r.unback();
+                    r.unback(spare);
                     r.writers = r.writers.saturating_add(1);
                 } else {
                     r.readers = r.readers.saturating_add(1);
@@ -1005,6 +1034,62 @@ mod tests {
             t.register_lent(65, &caps()).err(),
             Some(ProviderError::TooLong)
         );
+    }
+
+    #[test]
+    fn one_spare_receive_buffer_is_kept_from_the_pool() {
+        use super::super::recv_pool::idle_bytes;
+        // Each test runs on a thread of its own: the pool starts empty.
+        let mut t = MemoryTable::new(0);
+        let a = t.register_lent(16, &caps()).expect("lent");
+        let b = t.register_lent(16, &caps()).expect("lent");
+        let odd = t.register_lent(8, &caps()).expect("lent");
+        let (ia, ib, io) = (a.stag().index(), b.stag().index(), odd.stag().index());
+        let ptr = |t: &MemoryTable, i: u32| t.region_at(i).map(|r| r.buf.as_ptr() as usize);
+        let ha = Hold {
+            idx: ia,
+            write: true,
+        };
+        let hb = Hold {
+            idx: ib,
+            write: true,
+        };
+        // A message lands in `a` (a new buffer: no spare, empty pool).
+        t.hold(&[ha]);
+        t.back(ia);
+        t.received(ia, 0, 16);
+        t.release(&[ha]);
+        let first = ptr(&t, ia);
+        // Posted again: its buffer becomes the spare, not the pool's.
+        t.hold(&[ha]);
+        assert_eq!(idle_bytes(), 0);
+        assert_eq!(t.resident_bytes(), 16);
+        // The next message, in `b`, takes the spare.
+        t.hold(&[hb]);
+        t.back(ib);
+        assert_eq!(ptr(&t, ib), first);
+        assert_eq!(t.resident_bytes(), 16);
+        // Another size never takes it (and gets a buffer of its own).
+        t.back(ia);
+        let ho = Hold {
+            idx: io,
+            write: true,
+        };
+        t.hold(&[ho]);
+        t.back(io);
+        assert_eq!(t.region_at(io).map(|r| r.buf.len()), Some(8));
+        // With the spare slot taken, a buffer given back goes to the pool.
+        t.hold(&[ha]); // `a` again: its (second) buffer is the spare now
+        t.received(ib, 0, 1);
+        t.release(&[hb]);
+        t.hold(&[hb]); // `b`'s buffer: the pool's
+        assert_eq!(idle_bytes(), 16);
+        assert_eq!(t.resident_bytes(), 16 + 8);
+        // Nothing a message left shows in the next one.
+        t.back(ib);
+        t.received(ib, 3, 1);
+        t.release(&[hb]);
+        assert_eq!(t.region(&b).expect("read")[..3], [0, 0, 0]);
     }
 
     #[test]

@@ -104,8 +104,9 @@ impl RdmaBlockingClient {
     pub fn connect(
         addr: SocketAddr,
         client: ClientConfig,
-        rdma: RdmaClientConfig,
+        mut rdma: RdmaClientConfig,
     ) -> io::Result<RdmaBlockingClient> {
+        rdma.engine = super::versions::for_peer(rdma.engine, &addr.to_string());
         let connected = rdma
             .provider
             .connect(addr, &rdma.engine, rdma.connect_timeout)?;

@@ -203,6 +203,9 @@ pub(crate) struct Core {
     /// Outcomes handed to callers so far (the task shell tells a batch of
     /// replies from a lone one by it).
     delivered: u64,
+    /// The version the connection settled on, as last counted, and
+    /// whether its peer was seen to speak no version 2.
+    version_seen: (u32, bool),
 }
 
 impl Core {
@@ -245,6 +248,7 @@ impl Core {
             reply: None,
             retransmits_seen: 0,
             delivered: 0,
+            version_seen: (0, false),
         }
     }
 
@@ -406,9 +410,35 @@ impl Core {
         }
         self.count_retransmits();
         if busy {
+            self.count_version();
             self.publish();
         }
         busy
+    }
+
+    /// Counts the version the connection settled on (and a fallback), and
+    /// remembers a peer that speaks no version 2 for the next connections
+    /// of this process ([`super::versions`]).
+    fn count_version(&mut self) {
+        let now = (self.conn.version(), self.conn.peer_is_v1_only());
+        if now == self.version_seen {
+            return;
+        }
+        let m = &self.shared.metrics;
+        if now.0 != self.version_seen.0 {
+            match now.0 {
+                1 => Metrics::inc(&m.rpcrdma_v1_connections),
+                2 => Metrics::inc(&m.rpcrdma_v2_connections),
+                _ => {}
+            }
+            if self.conn.version_info().fallback {
+                Metrics::inc(&m.version_fallbacks);
+            }
+        }
+        if now.1 {
+            super::versions::remember_v1_only(&self.shared.peer);
+        }
+        self.version_seen = now;
     }
 
     /// Adds the calls the engine sent again since the last look to the
@@ -467,6 +497,10 @@ impl Core {
         st.status.last_error = self.conn.error().map(|e| e.to_string());
         st.status.resources = self.conn.resources();
         st.status.registered_regions = self.prov.registered_regions();
+        let v = &st.status.version;
+        if (v.version, v.peer_v1_only) != (self.conn.version(), self.conn.peer_is_v1_only()) {
+            st.status.version = self.conn.version_info();
+        }
     }
 
     // ------------------------------------------------------------------
@@ -796,6 +830,7 @@ impl Core {
     pub(crate) fn relink(&mut self, connected: Connected) {
         let old = std::mem::replace(&mut self.conn, Connection::new(self.config.clone()));
         self.conn = old.reconnect(self.config.clone());
+        self.version_seen = (0, false);
         self.prov = connected.provider;
         self.incoming.clear();
         if self.dispatcher.is_some() {

@@ -133,7 +133,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rpcrdma_proto::engine::Config as EngineConfig;
 pub use rpcrdma_proto::engine::Metrics as EngineMetrics;
-pub use rpcrdma_proto::engine::{ReadSinkBudget, Resources};
+pub use rpcrdma_proto::engine::{ReadSinkBudget, Resources, VersionInfo};
 pub use rpcrdma_proto::provider::LinkInfo;
 use rpcrdma_proto::provider::Provider;
 use rpcrdma_proto::wire::private_data::Negotiated;
@@ -153,6 +153,7 @@ mod server;
 mod task;
 mod thread;
 mod transport;
+pub mod versions;
 mod wake;
 
 pub use blocking::RdmaBlockingClient;
@@ -351,6 +352,10 @@ pub struct RdmaStatus {
     /// The provider's live memory registrations, if it counts them: at
     /// rest exactly [`Resources::regions_at_rest`].
     pub registered_regions: Option<u32>,
+    /// The RPC-over-RDMA version of the connection (version 0 while it is
+    /// still open), whether it fell back from version 2, and the
+    /// properties exchanged.
+    pub version: VersionInfo,
 }
 
 impl RdmaStatus {

@@ -42,7 +42,11 @@ impl RdmaClientTransport {
     /// default iWARP: MPA/DDP/RDMAP over TCP), with the engine's RFC 8797
     /// private data and IRD/ORD; reconnects to the same address after a
     /// loss when `config.reconnect` is set.
-    pub async fn connect(addr: SocketAddr, config: RdmaClientConfig) -> io::Result<Arc<Self>> {
+    ///
+    /// An `Auto` client starts in version 1 when this process already
+    /// learned that `addr` speaks no version 2 ([`super::versions`]).
+    pub async fn connect(addr: SocketAddr, mut config: RdmaClientConfig) -> io::Result<Arc<Self>> {
+        config.engine = super::versions::for_peer(config.engine, &addr.to_string());
         let (prov, eng, to) = (
             config.provider.clone(),
             config.engine.clone(),

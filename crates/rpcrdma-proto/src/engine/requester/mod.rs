@@ -17,6 +17,7 @@ use std::time::Instant;
 use super::connection::{Connection, Direction};
 use super::ids::IdMap;
 use super::marshal::pad4;
+use super::plan::Reform;
 use super::resources::Mrs;
 use super::timer::Deadlines;
 use super::{CallError, CallFailure, CallId, Config, ConnectionError, Event, OutgoingCall, Piece};
@@ -58,6 +59,10 @@ pub(super) struct Requester {
     pub(super) deadlines: Deadlines<u32>,
     /// Calls interrupted by the connection's end, for the next one.
     pub(super) retransmits: Vec<OutCall>,
+    /// A call went back to the queue after an error report asked for
+    /// another form (`retry`): the queue is pumped after the completion
+    /// that finished it.
+    pub(super) requeued: bool,
 }
 
 impl Requester {
@@ -77,6 +82,7 @@ impl Requester {
             outstanding: 0,
             deadlines: Deadlines::default(),
             retransmits: Vec::new(),
+            requeued: false,
         }
     }
 
@@ -207,6 +213,15 @@ pub(super) struct OutCall {
     /// Of those, the ones that ended in this call's own timeout (see
     /// [`Config::max_transmissions`]).
     timeouts: u32,
+    /// The form version 2 error reports asked for (see `retry`).
+    reform: Reform,
+    /// Times it was sent again after such a report (bounded).
+    reforms: u8,
+    /// Sent as a Long Call (its last marshalling).
+    long: bool,
+    /// An error report asked for another form: once its regions are
+    /// released, the call goes back to the front of the queue in it.
+    retry: Option<Reform>,
 }
 
 impl OutCall {
@@ -225,6 +240,10 @@ impl OutCall {
             deadline: None,
             transmissions: 0,
             timeouts: 0,
+            reform: Reform::NONE,
+            reforms: 0,
+            long: false,
+            retry: None,
         }
     }
 
@@ -248,6 +267,8 @@ impl Requester {
             let mut oc = OutCall::new(c.id, c.xid, c.call, c.retransmit);
             oc.transmissions = c.transmissions;
             oc.timeouts = c.timeouts;
+            oc.reform = c.reform;
+            oc.reforms = c.reforms;
             self.queue.push_back(oc);
         }
     }
@@ -323,7 +344,7 @@ impl Connection {
         if biggest > max {
             return Err(CallError::TooLarge { len: biggest, max });
         }
-        if self.req.backchannel() {
+        if self.req.backchannel() && !self.params().reverse_chunks {
             //= rfc8167#section-4.2
             //# Forward- and reverse-direction operation on the same connection share
             //# the same Receive buffers.
@@ -507,6 +528,17 @@ impl Connection {
     /// and is kept, `Queued`, for the next connection.
     fn keep_for_retransmission(&mut self, mut call: OutCall, err: &ConnectionError) {
         call.state = CallState::Queued;
+        if let ConnectionError::VersionRefused { .. } = err {
+            // No connection to this peer will take it (a version 2 only
+            // end against a version 1 server): it fails for good.
+            self.events.push_back(Event::CallFailed {
+                id: call.id,
+                xid: call.xid,
+                error: CallFailure::ConnectionLost(err.clone()),
+                retransmit: false,
+            });
+            return;
+        }
         self.events.push_back(Event::CallFailed {
             id: call.id,
             xid: call.xid,

@@ -317,8 +317,13 @@ impl Connection {
             _ => return,
         };
         if let Some(reply) = call.state.finish() {
-            let event = self.finish(p, &mut call, reply);
-            self.events.push_back(event);
+            match call.retry.take() {
+                Some(reform) => self.requeue_reformed(&mut call, reform),
+                None => {
+                    let event = self.finish(p, &mut call, reply);
+                    self.events.push_back(event);
+                }
+            }
         }
         for mr in call.all_mrs() {
             self.res.release(p, mr);

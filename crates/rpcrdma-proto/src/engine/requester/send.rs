@@ -76,15 +76,17 @@ impl Connection {
             ddp_xdr_len: ddp.iter().map(|(_, d)| d.len + pad4(d.len)).sum(),
             reply_max,
             ddp_results: &call.call.ddp_results,
+            reform: call.reform,
         };
         let CallPlan {
             form,
             write_lens,
             reply_len,
-        } = plan_call(self.params(), self.req.backchannel(), lens)?;
+        } = plan_call(self.params(), self.inline_only(), lens)?;
 
         // Registration: every chunk region per call.
         let mut mrs = Mrs::new();
+        call.long = form == CallForm::Long;
         let registered = match form {
             CallForm::Inline => Ok((ReadList::new(), Shape::Msg, Some(Skip::new()))),
             CallForm::Reads | CallForm::Long => self.register_reads(p, call, form, &ddp, &mut mrs),
@@ -134,6 +136,17 @@ impl Connection {
         call.send_mr = Some(send_mr);
         call.send_len = send_len;
         Ok(send_mr)
+    }
+
+    /// Our calls go inline only, without reply resources: backchannel
+    /// calls (RFC 8167), unless version 2's Reverse Request Support GENL
+    /// lets them use chunks like forward ones.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.2.2
+    //# The value RDMA2_RVREQSUP_GENL that receipt of reverse direction
+    //# requests or replies is supported in the same ways that forward
+    //# direction requests or replies typically are.
+    pub(in crate::engine) fn inline_only(&self) -> bool {
+        self.req.backchannel() && !self.params().reverse_chunks
     }
 
     /// The handle a version 2 call asks the responder to invalidate with

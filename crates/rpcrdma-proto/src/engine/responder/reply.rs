@@ -46,7 +46,7 @@ impl Connection {
         // chunks are registered as they are (see `post_reply`).
         let message = reply.message;
         let (stream_len, ddp) = marshal::layout(message.pieces());
-        if self.resp.backchannel() {
+        if self.resp.backchannel() && !self.params().reverse_chunks {
             let need = self.params().framing.min_msg_header_len() + stream_len;
             if need > thr {
                 return Err(CallError::TooLarge {
