@@ -153,6 +153,9 @@ pub struct IwarpProvider {
     /// socket is in blocking mode, every non-blocking I/O passes
     /// `MSG_DONTWAIT`.
     dontwait: bool,
+    /// The last progress pass received more than one message (see
+    /// `post_send`).
+    multi_input: bool,
     /// The `SO_RCVTIMEO` last set.
     rcv_timeout: Option<Duration>,
     /// A progress pass ran and nothing was posted, read or noted since: a
@@ -337,6 +340,7 @@ impl IwarpProvider {
             rtr_timed_out: false,
             read_gate: None,
             dontwait: false,
+            multi_input: false,
             rcv_timeout: None,
             progressed: false,
             confirm_due: false,
@@ -797,11 +801,15 @@ impl IwarpProvider {
     fn progress_stream(&mut self) {
         // 1. Read, placing payloads directly where possible.
         let mut budget = self.read_budget;
+        let done_before = self.qp.completions_pending();
         while !self.eof && budget > 0 && self.read_gate != Some(false) {
             if !self.read_step(budget, false, &mut budget) {
                 break;
             }
         }
+        // More than one message came in this pass: the owner is likely to
+        // post as many answers before its next pass (see `post_send`).
+        self.multi_input = self.qp.completions_pending() > done_before + 1;
         // 2. What earlier passes handed to TCP met no Terminate: complete.
         //    With blocking reads, only in a pass after a read (or a sleep
         //    that timed out): a pass of its own just to confirm would cost
@@ -1084,13 +1092,24 @@ impl Provider for IwarpProvider {
         }
         self.qp.post_send(wr)?;
         // Blocking reads (a thread that drives its connection itself and
-        // sleeps in recv(2)): a lone small Send goes to the socket now,
-        // not in the next progress pass — the owner would make a whole
-        // round just for it (a blocking client after posting its call, a
-        // blocking server after posting the reply it dispatched inline).
+        // sleeps in recv(2)) or an edge-triggered owner (a task driving it
+        // on readiness, `set_read_gate`): a lone small Send goes to the
+        // socket now, not in the next progress pass — the owner would make
+        // a whole round just for it (a client after posting its call, a
+        // server after posting the reply it dispatched inline), and the
+        // owner's next pass confirms it along with whatever else it does.
         // Anything else (Writes, several WRs, a full socket) waits for the
-        // pass as before, gathered into one write.
-        if self.dontwait && !self.write_blocked {
+        // pass as before, gathered into one write; so does a Send posted
+        // while an earlier one is unconfirmed (handed to TCP since the last
+        // pass), or, for an edge-triggered owner, after a pass that received
+        // several messages: more are coming before the next pass (a server
+        // answering a batch of calls, callers posting behind one another as
+        // their replies come in), and the pass sends them in one write
+        // instead of one each.
+        if (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
+            && !self.write_blocked
+            && !self.qp.has_unconfirmed()
+        {
             self.write_output(true);
         }
         self.wake_self();

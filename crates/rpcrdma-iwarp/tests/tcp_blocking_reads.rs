@@ -197,16 +197,27 @@ fn unconfirmed_sends_neither_cut_a_sleep_short_nor_spin_a_waker() {
     take(&mut b, 2);
 }
 
-/// Under blocking reads a lone small Send goes to the socket when it is
-/// posted (its owner need not make a pass for it): the peer receives it
-/// while the sender makes none, and the sender's output is empty at once
-/// (`settled`). A Send behind another WR, or too large for the staging
-/// buffer, waits for the next pass as before.
+/// Under blocking reads, and for an edge-triggered owner (read gate on: a
+/// task driving the provider on readiness), a lone small Send goes to the
+/// socket when it is posted (its owner need not make a pass for it): the
+/// peer receives it while the sender makes none, and the sender's output
+/// is empty at once (`settled`). A Send behind another WR or an unconfirmed
+/// Send, or too large for the staging buffer, waits for the next pass as
+/// before.
 #[test]
 fn a_lone_small_send_is_handed_to_tcp_when_posted() {
+    lone_small_send(true);
+    lone_small_send(false);
+}
+
+fn lone_small_send(blocking_reads: bool) {
     let cfg = IwarpConfig::default();
     let (mut b, mut a) = connected_pair(&cfg, &cfg);
-    a.set_blocking_reads(true).unwrap();
+    if blocking_reads {
+        a.set_blocking_reads(true).unwrap();
+    } else {
+        a.set_read_gate(true);
+    }
     b.set_blocking_reads(true).unwrap();
     a.poll_completions(&mut Vec::new());
     let src = a
@@ -237,15 +248,91 @@ fn a_lone_small_send_is_handed_to_tcp_when_posted() {
     // Too large to be staged (over 4 KiB): it waits for a pass.
     post(&mut a, 2, 5000);
     assert!(!a.settled());
-    a.poll_completions(&mut Vec::new());
+    // (A gated owner's passes confirm what earlier ones handed to TCP: the
+    // first Send's completion comes with this one.)
+    let mut c = Vec::new();
+    a.poll_completions(&mut c);
     assert!(a.settled());
+    assert_eq!(c.len(), usize::from(!blocking_reads), "{c:?}");
     let got = take(&mut b, 1);
     assert_eq!((got[0].wr_id, got[0].byte_len), (1, 5000));
-    // Every Send is confirmed by the passes after a read.
-    let mut c = take(&mut a, 2);
+    // Every Send is confirmed by the passes after a read (a gated owner's:
+    // by every pass).
+    let rest = 2 - c.len();
+    c.extend(take(&mut a, rest));
     c.sort_by_key(|c| c.wr_id);
     assert_eq!(
         c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
         [(1, Status::Success), (2, Status::Success)]
     );
+    // Two small Sends back to back: the first goes at once, the second
+    // (posted while the first is unconfirmed: more may follow) waits for
+    // the pass, which sends it with whatever else was posted.
+    b.post_recv(RecvWr {
+        wr_id: 3,
+        sge: dst.sge(0, 4096),
+    })
+    .unwrap();
+    post(&mut a, 3, 60);
+    assert!(a.settled());
+    post(&mut a, 4, 70);
+    assert!(!a.settled(), "a Send behind an unconfirmed one went alone");
+    a.poll_completions(&mut Vec::new());
+    assert!(a.settled());
+    let got = take(&mut b, 2);
+    assert_eq!(
+        got.iter()
+            .map(|c| (c.wr_id, c.byte_len))
+            .collect::<Vec<_>>(),
+        [(2, 60), (3, 70)]
+    );
+    if blocking_reads {
+        return;
+    }
+    // An edge-triggered owner whose last pass received several messages
+    // (a batch of calls to answer): its answers wait for the pass, which
+    // sends them together.
+    let inbox = a
+        .register(vec![0u8; 4096].into_boxed_slice(), Access::LOCAL_WRITE)
+        .unwrap();
+    let from_b = b
+        .register(vec![5u8; 64].into_boxed_slice(), Access::NONE)
+        .unwrap();
+    for i in 0..2u64 {
+        a.post_recv(RecvWr {
+            wr_id: 10 + i,
+            sge: inbox.sge(i * 64, 64),
+        })
+        .unwrap();
+        b.post_send(SendWr {
+            wr_id: 20 + i,
+            op: SendOp::Send { solicited: false },
+            sges: vec![from_b.sge(0, 64)].into(),
+        })
+        .unwrap();
+    }
+    b.poll_completions(&mut Vec::new());
+    // Both arrive before `a` reads: one pass takes them together.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut c = Vec::new();
+    a.note_readable();
+    a.poll_completions(&mut c);
+    assert_eq!(
+        c.iter().filter(|c| c.wr_id >= 10).count(),
+        2,
+        "one pass received both: {c:?}"
+    );
+    post(&mut a, 5, 40);
+    assert!(!a.settled(), "an answer to a batch went alone");
+    a.poll_completions(&mut Vec::new());
+    assert!(a.settled());
+    for i in 0..2u64 {
+        b.post_recv(RecvWr {
+            wr_id: 30 + i,
+            sge: dst.sge(0, 4096),
+        })
+        .unwrap();
+    }
+    let got = take(&mut b, 1);
+    assert_eq!((got[0].byte_len), 40);
 }

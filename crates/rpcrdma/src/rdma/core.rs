@@ -200,6 +200,9 @@ pub(crate) struct Core {
     reply: Option<(u32, Result<Message, TransportError>)>,
     /// The engine's `retransmits` already added to the runtime's.
     retransmits_seen: u64,
+    /// Outcomes handed to callers so far (the task shell tells a batch of
+    /// replies from a lone one by it).
+    delivered: u64,
     /// The version the connection settled on, as last counted, and
     /// whether its peer was seen to speak no version 2.
     version_seen: (u32, bool),
@@ -244,6 +247,7 @@ impl Core {
             conn_handle,
             reply: None,
             retransmits_seen: 0,
+            delivered: 0,
             version_seen: (0, false),
         }
     }
@@ -292,6 +296,11 @@ impl Core {
     /// Calls waiting for their replies.
     pub(crate) fn calls_waiting(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Outcomes handed to callers so far.
+    pub(crate) fn delivered(&self) -> u64 {
+        self.delivered
     }
 
     pub(crate) fn has_deferred(&self) -> bool {
@@ -611,6 +620,7 @@ impl Core {
 
     /// Hands a call's outcome to its caller.
     fn deliver(&mut self, tx: ReplySink, xid: u32, r: Result<Message, TransportError>) {
+        self.delivered += 1;
         match tx {
             ReplySink::Channel(tx) => {
                 let _ = tx.send(r);

@@ -120,6 +120,8 @@ struct Driven {
     /// Callers may drive: the driver task has started, the link is up and
     /// the connection has not ended.
     live: bool,
+    /// Outcomes the last holder handed out (to callers woken by them).
+    batch: u64,
     /// The runtime the driver task runs on: a caller drives only from a
     /// task of the same runtime (a handler its rounds dispatch may be
     /// spawned, onto the runtime the connection's handlers run on).
@@ -199,6 +201,7 @@ impl TaskShell {
             armed: None,
             timer_registered: false,
             live: false,
+            batch: 0,
             runtime: None,
         };
         let drive = Arc::new(TaskDrive {
@@ -415,7 +418,9 @@ impl TaskDrive {
     /// the last round's take means another round.
     fn drive_locked(&self, d: &mut Driven) -> Work {
         let outer = IN_ROUND.replace(true);
+        let before = d.core.delivered();
         let r = self.rounds(d);
+        d.batch = d.core.delivered() - before;
         IN_ROUND.set(outer);
         r
     }
@@ -468,11 +473,13 @@ impl TaskDrive {
             self.test.queued.fetch_add(1, Ordering::Relaxed);
             return Some(cmd);
         }
-        // Other calls outstanding, or a caller outside the connection's
-        // runtime: posted now, and sent by the driver task's next round with
-        // whatever else is posted meanwhile.
+        // Other calls outstanding, the last holder handed out several
+        // replies (their callers, about to start their next calls, follow
+        // this one), or a caller outside the connection's runtime: posted
+        // now, and sent by the driver task's next round with whatever else
+        // is posted meanwhile (one write and one wake-up per batch).
         let runtime = || tokio::runtime::Handle::try_current().map(|h| h.id()).ok();
-        if d.core.calls_waiting() > 0 || runtime() != d.runtime {
+        if d.core.calls_waiting() > 0 || d.batch > 1 || runtime() != d.runtime {
             d.core.command_now(cmd);
             drop(d);
             self.wake.wake();
@@ -480,16 +487,17 @@ impl TaskDrive {
             self.test.posted.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        // Nothing queued or deferred before it (see above): it starts now,
-        // and the rounds send it. Outside the caller's cooperative budget: a
-        // source that returned `Pending` for want of budget would wake the
-        // connection at once and leave itself unregistered for the round.
+        // Nothing queued or deferred before it (see above): it starts now.
         let outer = IN_ROUND.replace(true);
         // Active already: the provider's wake-up for the post is the
         // holder's own.
         self.wake.begin();
         d.core.command_now(cmd);
         IN_ROUND.set(outer);
+        // The rounds confirm it and register for what comes next. Outside
+        // the caller's cooperative budget: a source that returned `Pending`
+        // for want of budget would wake the connection at once and leave
+        // itself unregistered for the round.
         let mut f = tokio::task::unconstrained(std::future::poll_fn(|_| {
             Poll::Ready(self.drive_locked(&mut d))
         }));
