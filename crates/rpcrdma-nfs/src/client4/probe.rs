@@ -10,6 +10,9 @@ use super::session::{Nfs4Client, Nfs4Options};
 use crate::client::NfsError;
 use crate::nfs4::ops::Delegation;
 
+/// OPENs tried for a delegation.
+const OPEN_TRIES: u32 = 5;
+
 /// What to probe.
 #[derive(Clone)]
 pub struct ProbeOptions {
@@ -99,22 +102,33 @@ async fn run(
     while client.callbacks().counts().cb_null == 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let opened = client.open_read_deleg(&o.path).await?;
-    let stateid = match opened.delegation {
-        Delegation::Granted { kind, stateid, .. } => {
-            rep.delegation = Some(if kind == 1 { "read" } else { "write" }.into());
-            stateid
-        }
-        ref d => {
-            client.close(&opened.fh, opened.stateid).await?;
-            return Err(NfsError::Caller(format!(
-                "the server granted no delegation ({d:?}; callback path {})",
-                if client.status_flags() & crate::nfs4::ops::SEQ4_STATUS_CB_PATH_DOWN != 0 {
-                    "down"
-                } else {
-                    "up"
+    // A Linux server marks the callback path up only once it has the
+    // reply to its CB_NULL, and grants no delegation before: a few tries.
+    let mut tries = 0;
+    let (opened, stateid) = loop {
+        tries += 1;
+        let opened = client.open_read_deleg(&o.path).await?;
+        match opened.delegation {
+            Delegation::Granted { kind, stateid, .. } => {
+                rep.delegation = Some(if kind == 1 { "read" } else { "write" }.into());
+                break (opened, stateid);
+            }
+            ref d => {
+                let d = format!("{d:?}");
+                client.close(&opened.fh, opened.stateid).await?;
+                if tries >= OPEN_TRIES {
+                    return Err(NfsError::Caller(format!(
+                        "the server granted no delegation in {tries} OPENs (last: {d}; \
+                         callback path {})",
+                        if client.status_flags() & crate::nfs4::ops::SEQ4_STATUS_CB_PATH_DOWN != 0 {
+                            "down"
+                        } else {
+                            "up"
+                        }
+                    )));
                 }
-            )));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
     };
     if let Some(f) = &o.on_delegation {
