@@ -148,6 +148,9 @@ fn an_unparseable_request_gets_bad_xdr_and_nothing_else() {
     p.raw.send(&bad_list);
     p.raw.send(&words(&[3, 2, 128, 1, 0, 0, 0]));
     p.raw.send(&words(&[4, 2, 128, 5, 0, 0, 0x1234]));
+    // An RDMA2_NOMSG with a word after its chunk lists: only RDMA2_MSG
+    // carries an RPC message (§5.1, Table 2; decision 20).
+    p.raw.send(&words(&[6, 2, 128, 1, 0, 0, 0, 0, 0, 0xdead]));
     p.run();
     assert_eq!(
         p.raw.got,
@@ -155,19 +158,20 @@ fn an_unparseable_request_gets_bad_xdr_and_nothing_else() {
             words(&[2, 2, 64, 4, 1, 2]),
             words(&[3, 2, 64, 4, 1, 2]),
             words(&[4, 2, 64, 4, 1, 2]),
+            words(&[6, 2, 64, 4, 1, 2]),
         ]
     );
     //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
     //# The responder MUST NOT process the request in any way except to send
     //# an error message.
     assert!(take_calls(&mut p.side.events).is_empty());
-    assert_eq!(p.side.conn.metrics().rdma2_errors_sent, 3);
+    assert_eq!(p.side.conn.metrics().rdma2_errors_sent, 4);
     // The same shapes as responses (F_RESPONSE): a responder never gets an
     // error, so nothing is sent.
     bad_list[4 * 4..4 * 5].copy_from_slice(&1u32.to_be_bytes());
     p.raw.send(&bad_list);
     p.run();
-    assert_eq!(p.raw.got.len(), 3);
+    assert_eq!(p.raw.got.len(), 4);
     // And the connection goes on: a good call is delivered.
     let mut m = words(&[5, 2, 128, 0, 0, 0, 0, 0, 0]);
     m.extend(rpc_call(5));
@@ -289,4 +293,51 @@ fn a_client_answers_the_servers_unusable_reverse_requests() {
     p.run();
     assert!(p.raw.got.is_empty());
     assert!(!p.side.conn.is_closed());
+}
+
+#[test]
+fn without_remote_invalidation_no_handle_is_named_and_every_chunk_is_invalidated_locally() {
+    use rpcrdma_proto::engine::{Message, OutgoingReply, Piece};
+    use rpcrdma_proto::provider::fault::FaultConfig;
+    use rpcrdma_proto::provider::mem::MemConfig;
+    // Providers that cannot take (requester) or send (responder) an
+    // invalidation: a verbs device without MEM_MGT_EXTENSIONS.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-3.3
+    //# If none of the rdma_handle values in the header conveying the Call
+    //# may be invalidated by the responder, the requester sets the RPC
+    //# Call's rdma_inv_handle field to the value zero.
+    let mut mem = MemConfig::DEFAULT;
+    mem.caps.remote_invalidation = false;
+    let mut p = Pair::with_faults(
+        ccfg(V2),
+        scfg(V2),
+        mem,
+        FaultConfig::default(),
+        FaultConfig::default(),
+    );
+    p.call(OutgoingCall {
+        message: opaque_call(1, &data(16, 5), false),
+        reply_max: 20_000,
+        ddp_results: vec![8192],
+    });
+    let c = p.server_calls().remove(0);
+    let mut head = reply_header(c.xid);
+    head.extend(word(3000));
+    p.reply(
+        c.handle,
+        OutgoingReply {
+            message: Message::from_pieces([
+                Piece::Inline(head.into()),
+                Piece::Ddp(data(3000, 7).into()),
+            ]),
+        },
+    );
+    assert!(p
+        .client_events()
+        .iter()
+        .any(|e| matches!(e, Event::ReplyReceived(r) if r.message.results()[0] == data(3000, 7))));
+    let (sm, cm) = (p.s.conn.metrics(), p.c.conn.metrics());
+    assert_eq!(sm.send_with_invalidate, 0, "a plain Send");
+    // The Write chunk and the Reply chunk: both invalidated locally.
+    assert_eq!((cm.remote_invalidations, cm.local_invalidations), (0, 2));
 }
