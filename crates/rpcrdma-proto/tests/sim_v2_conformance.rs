@@ -341,3 +341,44 @@ fn without_remote_invalidation_no_handle_is_named_and_every_chunk_is_invalidated
     // The Write chunk and the Reply chunk: both invalidated locally.
     assert_eq!((cm.remote_invalidations, cm.local_invalidations), (0, 2));
 }
+
+#[test]
+fn a_server_sends_no_reverse_call_to_a_client_whose_brs_is_none() {
+    use rpcrdma_proto::engine::CallError;
+    let reverse = || OutgoingCall::inline(rpc_call(0), 512);
+    // BRS NONE: refused locally, nothing sent.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.2.2
+    //# The value RDMA2_RVREQSUP_NONE indicates that receipt of reverse
+    //# direction requests and replies is not supported.
+    let mut p = server();
+    p.raw.send(&words(&[0x60, 2, 128, 5, 0, 1, 2, 4, 0]));
+    p.run();
+    p.raw.got.clear();
+    let err = p
+        .side
+        .conn
+        .start_call(p.now, &mut p.side.prov, reverse())
+        .unwrap_err();
+    assert!(
+        matches!(err, CallError::BadMessage(m) if m.contains("NONE")),
+        "{err:?}"
+    );
+    p.run();
+    assert!(p.raw.got.is_empty());
+    // BRS absent (the default, INLINE): an inline reverse call goes.
+    let mut p = server();
+    p.raw.send(&words(&[0x61, 2, 128, 5, 0, 0]));
+    p.run();
+    p.raw.got.clear();
+    p.side
+        .conn
+        .start_call(p.now, &mut p.side.prov, reverse())
+        .unwrap();
+    p.run();
+    assert_eq!(p.raw.got.len(), 1);
+    assert_eq!(
+        (w(&p.raw.got[0], 3), w(&p.raw.got[0], 4)),
+        (0, 0),
+        "RDMA2_MSG, a request"
+    );
+}
