@@ -52,6 +52,7 @@
 
 use rpcrdma_proto::provider::Caps;
 
+use crate::mpa::fpdu::{MULPDU_MAX, MULPDU_MIN};
 use crate::mpa::{
     FrameKind, HandshakeProgress, HandshakeReader, IrdOrd, MpaFlags, MpaFrame, MpaFrameError,
     IRD_ORD_LEN, MAX_PRIVATE_DATA,
@@ -77,7 +78,11 @@ pub struct IwarpConfig {
     pub private_data: Vec<u8>,
     /// Longest MPA private data accepted from the peer (≤ 512).
     pub mpa_private_data_max: usize,
-    /// MULPDU for what we send.
+    /// Largest MULPDU for what we send (default and ceiling 64,768, RFC
+    /// 5044 §3; a value outside 128..=64768 is taken as the nearest end).
+    /// Over TCP the connection uses the smaller of this and the MULPDU of
+    /// its EMSS (RFC 5044 §4.5, §5.1), so that an FPDU fits in one
+    /// segment.
     pub mulpdu: u16,
     /// Queue and memory limits.
     pub caps: Caps,
@@ -522,7 +527,9 @@ impl Handshake {
                 recv_markers: n.recv_markers,
                 ird,
                 ord,
-                mulpdu: self.cfg.mulpdu,
+                // Within the RFC 5044 range (see `mpa::fpdu::MULPDU_MAX`);
+                // the TCP adapter lowers it to the EMSS's.
+                mulpdu: self.cfg.mulpdu.clamp(MULPDU_MIN, MULPDU_MAX),
                 max_rx_ulpdu: u16::MAX,
             },
             peer_private_data: received.ulp_private_data().to_vec(),
