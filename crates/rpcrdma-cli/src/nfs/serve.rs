@@ -20,7 +20,7 @@ use rpcrdma::{Server, TcpConfig};
 use rpcrdma_nfs::nfs3::proc_name;
 use rpcrdma_nfs::server::{NfsService, NfsServiceConfig};
 
-use crate::rdma_cmd::{run_for, runtime, RdmaServeOpts};
+use crate::rdma_cmd::{run_for, runtime_with, RdmaServeOpts};
 
 /// `rpcrdma nfs serve`.
 #[derive(Args, Debug)]
@@ -38,6 +38,11 @@ pub struct NfsServeArgs {
     /// Stop after this many seconds (default: until SIGINT / SIGTERM).
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Runtime worker threads (1: tokio's current-thread runtime, as
+    /// `rpcrdma bench --serve`). File I/O runs on the blocking pool
+    /// whatever this is.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
     #[command(flatten)]
     pub opts: RdmaServeOpts,
 }
@@ -54,7 +59,7 @@ pub fn run(args: NfsServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    runtime().block_on(async move {
+    runtime_with(args.threads).block_on(async move {
         let (rdma_rpc, tcp_rpc) = (Server::default(), Server::default());
         nfs.register_nfs(&rdma_rpc);
         nfs.register_mount(&tcp_rpc);
