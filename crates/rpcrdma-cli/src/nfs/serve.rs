@@ -43,13 +43,21 @@ pub struct NfsServeArgs {
     /// whatever this is.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// The most file operations running at once on the blocking pool (the
+    /// other calls wait for one to finish without holding a thread).
+    #[arg(long, default_value_t = NfsServiceConfig::default().max_blocking)]
+    pub max_blocking: usize,
     #[command(flatten)]
     pub opts: RdmaServeOpts,
 }
 
 /// Runs `rpcrdma nfs serve`.
 pub fn run(args: NfsServeArgs) -> ExitCode {
-    let nfs = match NfsService::new(&args.dir, NfsServiceConfig::default()) {
+    let config = NfsServiceConfig {
+        max_blocking: args.max_blocking.max(1),
+        ..NfsServiceConfig::default()
+    };
+    let nfs = match NfsService::new(&args.dir, config) {
         Ok(n) => n,
         Err(e) => {
             eprintln!(
