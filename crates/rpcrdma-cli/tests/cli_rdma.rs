@@ -435,6 +435,31 @@ fn demo_pcap_decodes_with_rpcrdma_decode() {
     // the fallback's ERR_VERS recognised in the version 1 layout.
     let v2 = all.iter().filter(|s| s["header"]["version"] == 2).count();
     assert!(v2 >= 20, "{v2}");
+    // The version 2 connection (the second) sends nothing but version 2:
+    // its two CONNPROPs, RDMA2_MSG and RDMA2_NOMSG both ways, and the
+    // server's reverse calls with a Write chunk and a Read chunk.
+    let second = all
+        .iter()
+        .find(|s| s["conn"] != first)
+        .map(|s| s["conn"].clone())
+        .unwrap();
+    let on2: Vec<&Value> = all
+        .iter()
+        .copied()
+        .filter(|s| s["conn"] == second)
+        .collect();
+    assert!(on2.iter().all(|s| s["header"]["version"] == 2), "{on2:?}");
+    let count = |p: &str| on2.iter().filter(|s| s["header"]["proc"] == p).count();
+    assert_eq!(count("RDMA2_CONNPROP"), 2);
+    assert!(count("RDMA2_NOMSG") >= 3 && count("RDMA2_MSG") >= 12);
+    let reverse = |list: &str| {
+        on2.iter().any(|s| {
+            s["from"] == "responder"
+                && s["header"]["rpc"]["direction"] == "CALL"
+                && s["header"][list].as_array().is_some_and(|l| !l.is_empty())
+        })
+    };
+    assert!(reverse("writes") && reverse("reads"), "{on2:?}");
     let connprops = all
         .iter()
         .filter(|s| s["header"]["proc"] == "RDMA2_CONNPROP")

@@ -3,8 +3,8 @@
 
 use proptest::prelude::*;
 use rpcrdma_iwarp::mpa::fpdu::{
-    fpdu_len_without_markers, mulpdu, mulpdu_without_markers, pad_len, FpduReceiver, FpduSender,
-    FramingConfig, FramingError, Received,
+    fpdu_len_without_markers, mulpdu, mulpdu_for_emss, mulpdu_without_markers, pad_len,
+    FpduReceiver, FpduSender, FramingConfig, FramingError, Received, MULPDU_MAX, MULPDU_MIN,
 };
 use rpcrdma_iwarp::TerminateCode;
 
@@ -380,6 +380,44 @@ fn length_limit() {
     assert!(FpduSender::new(PLAIN)
         .fpdu_to_vec(&[&vec![0u8; 65536]])
         .is_err());
+}
+
+//= rfc5044#section-3
+//# The sending DDP MUST NOT post a ULPDU larger than 64768 octets to
+//# MPA.
+#[test]
+fn the_sender_refuses_a_ulpdu_above_64768_on_every_path() {
+    let big = vec![0u8; usize::from(MULPDU_MAX) + 1];
+    let ok = vec![0u8; usize::from(MULPDU_MAX)];
+    for crc in [false, true] {
+        let cfg = FramingConfig {
+            crc,
+            markers: false,
+        };
+        let mut s = FpduSender::new(cfg);
+        assert!(s.fpdu_to_vec(&[&big]).is_err());
+        assert!(s.frame_parts(&[&big[..100], &big[100..]]).is_err());
+        let mut v = vec![0u8; 2];
+        v.extend_from_slice(&big);
+        assert!(s.frame_in_place(&mut v, 0).is_err());
+        assert_eq!(s.stream_position(), 0, "nothing framed");
+        assert_eq!(s.fpdu_to_vec(&[&ok]).unwrap().len(), 64_776);
+        let m = FpduSender::new(FramingConfig { crc, markers: true }).fpdu_to_vec(&[&big]);
+        assert!(m.is_err());
+    }
+}
+
+#[test]
+fn mulpdu_for_emss_stays_in_range() {
+    assert_eq!(mulpdu_for_emss(1448, false), 1442);
+    assert_eq!(mulpdu_for_emss(1448, true), 1448 - (6 + 12));
+    assert_eq!(mulpdu_for_emss(9000, false), 8994);
+    // Loopback-sized and larger EMSS: the RFC's ceiling.
+    assert_eq!(mulpdu_for_emss(65_483, false), MULPDU_MAX);
+    assert_eq!(mulpdu_for_emss(u32::MAX, true), MULPDU_MAX);
+    // Tiny EMSS: never below 128.
+    assert_eq!(mulpdu_for_emss(100, false), MULPDU_MIN);
+    assert_eq!(mulpdu_for_emss(0, true), MULPDU_MIN);
 }
 
 #[test]

@@ -38,6 +38,50 @@ pub const MARKER_LEN: usize = 4;
 //# Number Space.
 pub const MARKER_INTERVAL: u64 = 512;
 
+/// The largest ULPDU a sender hands to MPA, and the top of the MULPDU
+/// range (an FPDU of 64,776 octets without Markers). The receiver still
+/// accepts any ULPDU_Length up to its own limit.
+//= rfc5044#section-3
+//# The range of MULPDU values MUST be
+//# between 128 octets and 64768 octets, inclusive.
+//= rfc5044#section-3
+//# The sending DDP MUST NOT post a ULPDU larger than 64768 octets to
+//# MPA.
+pub const MULPDU_MAX: u16 = 64_768;
+
+/// The bottom of the MULPDU range.
+//= rfc5044#section-4.5
+//# In certain rare situations, the EMSS may shrink below 128 octets in
+//# size.  If this occurs, the MPA on TCP sender MUST NOT shrink the
+//# MULPDU below 128 octets
+pub const MULPDU_MIN: u16 = 128;
+
+/// The MULPDU for a connection whose TCP sends segments of up to `emss`
+/// octets: the RFC 5044 §4.5 formula (with or without room for Markers),
+/// kept within [`MULPDU_MIN`]..=[`MULPDU_MAX`], so that one FPDU fits in
+/// one segment wherever the EMSS allows it.
+//= rfc5044#section-5.1
+//# MPA transmitters SHOULD calculate a MULPDU as described in Section
+//# 4.5.  If the TCP implementation allows EMSS to be determined by MPA,
+//# that value should be used.
+pub fn mulpdu_for_emss(emss: u32, markers: bool) -> u16 {
+    let m = if markers {
+        mulpdu(emss)
+    } else {
+        mulpdu_without_markers(emss)
+    };
+    m.unwrap_or(MULPDU_MIN).clamp(MULPDU_MIN, MULPDU_MAX)
+}
+
+/// The ULPDU_Length field of a ULPDU of `ulpdu_len` octets, or an error
+/// above [`MULPDU_MAX`].
+fn ulpdu_length_field(ulpdu_len: usize) -> Result<[u8; 2], EncodeError> {
+    match u16::try_from(ulpdu_len) {
+        Ok(n) if n <= MULPDU_MAX => Ok(n.to_be_bytes()),
+        _ => Err(EncodeError::ValueOutOfRange("ULPDU_Length above 64768")),
+    }
+}
+
 /// Octets of PAD for a ULPDU of `ulpdu_len` octets.
 //= rfc5044#section-4.1
 //# PAD: The PAD field trails the ULPDU and contains between 0 and 3
@@ -213,8 +257,7 @@ impl FpduSender {
     /// ([`FpduSender::fpdu_wire_len`]).
     pub fn write_fpdu(&mut self, parts: &[&[u8]], out: &mut [u8]) -> Result<usize, EncodeError> {
         let ulpdu_len: usize = parts.iter().map(|p| p.len()).sum();
-        let len16 =
-            u16::try_from(ulpdu_len).map_err(|_| EncodeError::ValueOutOfRange("ULPDU_Length"))?;
+        let len_field = ulpdu_length_field(ulpdu_len)?;
         let total = self.fpdu_wire_len(ulpdu_len);
         need(out, total)?;
         let mut w = MarkerWriter {
@@ -224,7 +267,7 @@ impl FpduSender {
             fpdu_start: self.pos,
             markers: self.cfg.markers,
         };
-        w.put(&len16.to_be_bytes())?;
+        w.put(&len_field)?;
         for p in parts {
             w.put(p)?;
         }
@@ -263,9 +306,7 @@ impl FpduSender {
             return Err(EncodeError::ValueOutOfRange("frame_parts with markers"));
         }
         let ulpdu_len: usize = parts.iter().map(|p| p.len()).sum();
-        let len16 =
-            u16::try_from(ulpdu_len).map_err(|_| EncodeError::ValueOutOfRange("ULPDU_Length"))?;
-        let header = len16.to_be_bytes();
+        let header = ulpdu_length_field(ulpdu_len)?;
         let pad = pad_len(ulpdu_len);
         let mut trailer = [0u8; 7];
         let crc_val = if self.cfg.crc {
@@ -295,7 +336,7 @@ impl FpduSender {
     /// position and returns the FPDU length. The same octets as
     /// [`FpduSender::write_fpdu`]. Errors (with `out` unchanged) if Markers
     /// are on, `out` is shorter than `start + 2`, or the ULPDU is longer
-    /// than 65535 octets.
+    /// than [`MULPDU_MAX`] octets.
     pub fn frame_in_place(
         &mut self,
         out: &mut Vec<u8>,
@@ -309,13 +350,12 @@ impl FpduSender {
             .checked_sub(start)
             .and_then(|n| n.checked_sub(LENGTH_FIELD_LEN))
             .ok_or(EncodeError::ValueOutOfRange("frame_in_place start"))?;
-        let len16 =
-            u16::try_from(ulpdu_len).map_err(|_| EncodeError::ValueOutOfRange("ULPDU_Length"))?;
+        let len_field = ulpdu_length_field(ulpdu_len)?;
         let pad = pad_len(ulpdu_len);
         let fpdu = out
             .get_mut(start..)
             .ok_or(EncodeError::ValueOutOfRange("frame_in_place start"))?;
-        fpdu[..LENGTH_FIELD_LEN].copy_from_slice(&len16.to_be_bytes());
+        fpdu[..LENGTH_FIELD_LEN].copy_from_slice(&len_field);
         out.extend_from_slice(&[0u8; 3][..pad]);
         let crc_val = if self.cfg.crc {
             Crc32c::new().update(&out[start..]).value()

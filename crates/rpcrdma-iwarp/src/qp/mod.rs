@@ -79,7 +79,7 @@ use rpcrdma_proto::provider::{
 };
 
 use crate::ddp::{self, RegionInfo};
-use crate::mpa::fpdu::{FpduSender, FramingConfig};
+use crate::mpa::fpdu::{FpduSender, FramingConfig, MULPDU_MAX};
 use crate::rdmap::TerminateMessage;
 
 mod read;
@@ -112,7 +112,7 @@ pub struct StreamParams {
 }
 
 impl StreamParams {
-    /// No CRC, no Markers, IRD = ORD = 16, MULPDU 65512.
+    /// No CRC, no Markers, IRD = ORD = 16, MULPDU 64768.
     pub const DEFAULT: StreamParams = StreamParams {
         crc: false,
         send_markers: false,
@@ -124,8 +124,11 @@ impl StreamParams {
     };
 }
 
-/// Default MULPDU: the largest multiple of 8 that keeps an FPDU under 64 KiB.
-pub const DEFAULT_MULPDU: u16 = 65_512;
+/// Default MULPDU: the top of the range RFC 5044 allows
+/// ([`MULPDU_MAX`], 64,768 octets; an FPDU of 64,776). Until 2026-11-29 it
+/// was 65,512, above that range. Over TCP the provider lowers it to what
+/// the connection's EMSS allows ([`crate::mpa::fpdu::mulpdu_for_emss`]).
+pub const DEFAULT_MULPDU: u16 = MULPDU_MAX;
 
 /// Connection-level events of the queue pair.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -325,7 +328,12 @@ impl QueuePair {
         if !matches!(self.state, QpState::Idle) {
             return;
         }
-        self.params = params;
+        // No ULPDU above the RFC 5044 range, whatever the caller asked
+        // (the framer refuses one: a message would stall).
+        self.params = StreamParams {
+            mulpdu: params.mulpdu.min(MULPDU_MAX),
+            ..params
+        };
         self.framer = FpduSender::new(FramingConfig {
             crc: params.crc,
             markers: params.send_markers,

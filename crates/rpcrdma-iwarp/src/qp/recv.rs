@@ -27,8 +27,8 @@ use super::{QpState, QueuePair, RespJob};
 /// what usually comes right after it — the rest of a message, such as the
 /// last short segment of a 64 KiB Read Response or a reply Send of up to
 /// 4 KiB inline — so that one read takes it all. With 64 KiB, a 64 KiB
-/// Read Response (two FPDUs of 65,520 and 60 octets at the default
-/// MULPDU) took three reads: 65,536 octets, the last 38 octets of
+/// Read Response (two FPDUs, of 65,520 and 60 octets at the MULPDU of
+/// 65,512 used until 2026-11-29, 64,776 and 804 now) took three reads: 65,536 octets, the last 38 octets of
 /// payload, the 6 of PAD and CRC.
 pub const READ_AHEAD: usize = 72 * 1024;
 

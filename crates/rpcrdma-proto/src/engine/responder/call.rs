@@ -64,6 +64,27 @@ impl Connection {
         }
     }
 
+    /// Client: whether a header it cannot use is a reverse request to
+    /// answer (`reject_call`) rather than a reply to discard. Version 1
+    /// cannot tell (a malformed header says nothing of its direction), so
+    /// a client discards it. Version 2 can: a version 2 header refused with
+    /// a version 2 error (BAD_XDR, INVAL_HTYPE, a limit) had F_RESPONSE
+    /// clear — a response is dropped before it gets here — so it is the
+    /// server's request, answered as a forward one would be, when this
+    /// client takes reverse requests at all (the backchannel is enabled;
+    /// before that no receive was granted for it and it is dropped, RFC
+    /// 8167 section 6). Another version's message is still discarded.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.2
+    //# RPC-over-RDMA version 2 implementations that receive an OPTIONAL
+    //# operation that is not supported MUST respond with an RDMA2_ERROR
+    //# message with an error code of RDMA2_ERR_INVAL_HTYPE.
+    pub(in crate::engine) fn answers_reverse_reject(&self, answer: &ErrorReply) -> bool {
+        self.params().framing == Framing::V2
+            && self.setup.is_ready()
+            && self.resp.enabled
+            && !matches!(answer, ErrorReply::Vers { .. })
+    }
+
     /// Validates a received call's chunk lists; returns the Read chunks
     /// (position, segments, length) and the index of the Position-Zero
     /// Read chunk.

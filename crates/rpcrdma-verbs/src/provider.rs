@@ -1,0 +1,576 @@
+//! [`VerbsProvider`]: one RC queue pair on an rdma-core device, behind the
+//! provider contract of `rpcrdma-proto`.
+//!
+//! Work requests are checked against the registration table before they
+//! reach the device (the contract's synchronous refusals), every WR is
+//! signalled, and each completion is matched to its WR by a slot number
+//! carried in the `wr_id` the device echoes; the holds the WR took on its
+//! regions are released when its completion is returned. Completions are
+//! mapped to the contract's status classes ([`crate::status`]); the first
+//! failing one ends the connection (`rdma_disconnect`, the rest flush).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+use std::ptr;
+use std::task::Waker;
+
+use rpcrdma_proto::provider::memory::{Holds, SendRules};
+use rpcrdma_proto::provider::{
+    Access, Buffer, Bytes, Caps, Completion, ConnectionEvent, ConnectionInfo, ConnectionState,
+    DisconnectReason, LinkInfo, MemoryRegion, Notify, Opcode, Provider, ProviderError, RecvWr,
+    RegisterError, SendOp, SendWr, SmallVec, Stag, Status,
+};
+
+use crate::conn::{Channel, CmId, Queues};
+use crate::fd::Epoll;
+use crate::libs::Rdma;
+use crate::mr::Registry;
+use crate::status::status_class;
+use crate::sys::*;
+use crate::Transport;
+
+/// Completions taken from the CQ per `ibv_poll_cq` call.
+const POLL_BATCH: usize = 32;
+
+/// One posted work request, until its completion is returned.
+#[derive(Debug)]
+struct Posted {
+    wr_id: u64,
+    opcode: Opcode,
+    holds: Holds,
+    /// Octets of the Send-queue WR (the device reports them for receives
+    /// and reads only).
+    len: u32,
+    recv: bool,
+    /// Table key a Local Invalidate revokes on success.
+    invalidates: Option<u32>,
+}
+
+/// An RDMA connection on an rdma-core device. Build one with
+/// [`crate::VerbsCm`].
+pub struct VerbsProvider {
+    // Drop order matters (fields drop top to bottom after `Drop::drop`
+    // has deregistered every MR): the QP and its queues, then the id, then
+    // its event channel, then the registered buffers.
+    q: Queues,
+    pub(crate) id: CmId,
+    pub(crate) ch: Channel,
+    epoll: Epoll,
+    rdma: &'static Rdma,
+    caps: Caps,
+    rules: SendRules,
+    state: ConnectionState,
+    info: Option<ConnectionInfo>,
+    events: VecDeque<ConnectionEvent>,
+    posted: Vec<Option<Posted>>,
+    free: Vec<u32>,
+    sends: u32,
+    recvs: u32,
+    wcs: Vec<ibv_wc>,
+    /// Completions taken from the CQ by `arm` (to close the arming race),
+    /// returned by the next `poll_completions`.
+    stash: Vec<ibv_wc>,
+    local_pd: Vec<u8>,
+    peer: Option<SocketAddr>,
+    reg: Registry,
+}
+
+// SAFETY: the raw pointers are rdma-core objects owned by this value and
+// used only through `&mut self` (or `&self` for reads of immutable
+// fields); libibverbs and librdmacm may be called from any thread.
+unsafe impl Send for VerbsProvider {}
+
+impl VerbsProvider {
+    /// Wraps the objects of a connection being set up (state
+    /// `Connecting`; receives may be posted).
+    pub(crate) fn new(
+        rdma: &'static Rdma,
+        ch: Channel,
+        id: CmId,
+        q: Queues,
+    ) -> std::io::Result<VerbsProvider> {
+        let epoll = Epoll::new(&[q.comp_fd(), ch.fd()])?;
+        let caps = caps_of(&q);
+        let reg = Registry::new(rdma, q.pd);
+        let iwarp = q.transport == Transport::Iwarp;
+        Ok(VerbsProvider {
+            q,
+            id,
+            ch,
+            epoll,
+            rdma,
+            caps,
+            rules: SendRules {
+                read_single_sge: iwarp,
+                read_sink_access: if iwarp {
+                    Access::LOCAL_WRITE | Access::REMOTE_WRITE
+                } else {
+                    Access::LOCAL_WRITE
+                },
+                ord_zero: true,
+            },
+            state: ConnectionState::Connecting,
+            info: None,
+            events: VecDeque::new(),
+            posted: Vec::new(),
+            free: Vec::new(),
+            sends: 0,
+            recvs: 0,
+            wcs: vec![ibv_wc::default(); POLL_BATCH],
+            stash: Vec::new(),
+            local_pd: Vec::new(),
+            peer: None,
+            reg,
+        })
+    }
+
+    /// The device's transport.
+    pub fn transport(&self) -> Transport {
+        self.q.transport
+    }
+
+    /// The connection is up: `ird` / `ord` as negotiated, the peer's
+    /// private data; queues the `Established` event.
+    pub(crate) fn establish(&mut self, local_pd: &[u8], peer_pd: Vec<u8>, ird: u8, ord: u8) {
+        let info = ConnectionInfo {
+            peer_private_data: peer_pd,
+            ird,
+            ord,
+            max_send_sge: self.caps.max_send_sge,
+            max_recv_sge: self.caps.max_recv_sge,
+            max_inline: self.caps.max_inline,
+            max_msg_size: self.caps.max_msg_size,
+        };
+        self.rules.ord_zero = ord == 0;
+        self.local_pd = local_pd.to_vec();
+        self.peer = self.id.peer_addr();
+        self.state = ConnectionState::Established;
+        self.info = Some(info.clone());
+        self.events.push_back(ConnectionEvent::Established(info));
+    }
+
+    fn end(&mut self, reason: DisconnectReason) {
+        if matches!(self.state, ConnectionState::Disconnected(_)) {
+            return;
+        }
+        // SAFETY: the id is live; rdma_disconnect moves the QP to error
+        // (outstanding WRs flush) and tells the peer. Calling it on an id
+        // the peer disconnected already is allowed.
+        unsafe { (self.rdma.disconnect)(self.id.id) };
+        self.state = ConnectionState::Disconnected(reason.clone());
+        self.events.push_back(ConnectionEvent::Disconnected(reason));
+    }
+
+    /// Takes queued RDMA CM events: a disconnect or device removal ends
+    /// the connection.
+    fn pump_cm(&mut self) {
+        while let Ok(Some(ev)) = self.ch.try_event() {
+            match ev.kind {
+                RDMA_CM_EVENT_DISCONNECTED => self.end(DisconnectReason::PeerClose),
+                RDMA_CM_EVENT_DEVICE_REMOVAL => self.end(DisconnectReason::TransportLost),
+                _ => {}
+            }
+        }
+    }
+
+    fn slot(&mut self, p: Posted) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.posted[i as usize] = Some(p);
+                i
+            }
+            None => {
+                self.posted.push(Some(p));
+                (self.posted.len() - 1) as u32
+            }
+        }
+    }
+
+    fn unslot(&mut self, i: u32) -> Option<Posted> {
+        let p = self.posted.get_mut(i as usize)?.take()?;
+        self.free.push(i);
+        Some(p)
+    }
+
+    fn complete(&mut self, wc: &ibv_wc, out: &mut Vec<Completion>) {
+        let Some(p) = u32::try_from(wc.wr_id).ok().and_then(|i| self.unslot(i)) else {
+            return;
+        };
+        self.reg.table.release(&p.holds);
+        if p.recv {
+            self.recvs -= 1;
+        } else {
+            self.sends -= 1;
+        }
+        let status = status_class(wc.status);
+        let mut opcode = p.opcode;
+        let mut byte_len = 0;
+        if status.is_ok() {
+            byte_len = if p.recv || p.opcode == Opcode::Read {
+                wc.byte_len
+            } else {
+                p.len
+            };
+            if p.recv && wc.wc_flags & IBV_WC_WITH_INV != 0 {
+                let rkey = wc.invalidated_rkey;
+                if let Some(key) = self.reg.key_of_rkey(rkey) {
+                    self.reg.table.invalidate(Stag(key));
+                }
+                opcode = Opcode::RecvWithInvalidate { stag: Stag(rkey) };
+            }
+            if let Some(key) = p.invalidates {
+                self.reg.table.invalidate(Stag(key));
+            }
+        } else if status != Status::Flushed {
+            self.end(DisconnectReason::Error {
+                status,
+                blame: status.blame(),
+            });
+        }
+        out.push(Completion {
+            wr_id: p.wr_id,
+            opcode,
+            byte_len,
+            status,
+        });
+    }
+
+    /// Polls the CQ into `self.wcs`; returns how many.
+    fn poll_cq(&mut self) -> usize {
+        // SAFETY: `cq` is live and its context's ops table is the one
+        // libibverbs filled at open time (layout pinned by the ABI test).
+        let f = unsafe { (*(*self.q.cq).context).ops.poll_cq };
+        let Some(f) = f else { return 0 };
+        // SAFETY: `wcs` has room for POLL_BATCH completions.
+        let n = unsafe { f(self.q.cq, POLL_BATCH as libc::c_int, self.wcs.as_mut_ptr()) };
+        usize::try_from(n).unwrap_or(0).min(POLL_BATCH)
+    }
+
+    fn post_error(r: libc::c_int) -> ProviderError {
+        match r {
+            libc::ENOMEM => ProviderError::QueueFull,
+            _ => ProviderError::InvalidArgument("the device refused the work request"),
+        }
+    }
+
+    fn check_send(&self, wr: &SendWr) -> Result<(Holds, u64, Option<u32>), ProviderError> {
+        match wr.op {
+            SendOp::LocalInvalidate { stag } => {
+                let key = self
+                    .reg
+                    .key_of_rkey(stag.0)
+                    .ok_or(ProviderError::InvalidHandle)?;
+                let w = SendWr {
+                    wr_id: wr.wr_id,
+                    op: SendOp::LocalInvalidate { stag: Stag(key) },
+                    sges: wr.sges.clone(),
+                };
+                let c = self.reg.table.check_send(&w, &self.caps, &self.rules)?;
+                Ok((c.holds, c.total, Some(key)))
+            }
+            _ => {
+                let c = self.reg.table.check_send(wr, &self.caps, &self.rules)?;
+                Ok((c.holds, c.total, None))
+            }
+        }
+    }
+}
+
+/// `(ibv opcode, flags, invalidate rkey, remote)` of a Send-queue op.
+fn send_op(op: SendOp) -> (libc::c_int, libc::c_uint, u32, Option<(u64, u32)>, Opcode) {
+    let sol = |s: bool| if s { IBV_SEND_SOLICITED } else { 0 };
+    match op {
+        SendOp::Send { solicited } => (IBV_WR_SEND, sol(solicited), 0, None, Opcode::Send),
+        SendOp::SendWithInvalidate {
+            invalidate,
+            solicited,
+        } => (
+            IBV_WR_SEND_WITH_INV,
+            sol(solicited),
+            invalidate.0,
+            None,
+            Opcode::Send,
+        ),
+        SendOp::Write { remote } => (
+            IBV_WR_RDMA_WRITE,
+            0,
+            0,
+            Some((remote.offset, remote.stag.0)),
+            Opcode::Write,
+        ),
+        SendOp::Read { remote } => (
+            IBV_WR_RDMA_READ,
+            0,
+            0,
+            Some((remote.offset, remote.stag.0)),
+            Opcode::Read,
+        ),
+        SendOp::LocalInvalidate { stag } => {
+            (IBV_WR_LOCAL_INV, 0, stag.0, None, Opcode::LocalInvalidate)
+        }
+    }
+}
+
+/// The contract's limits of a connection's queues on its device.
+fn caps_of(q: &Queues) -> Caps {
+    let a = &q.attr;
+    let iwarp = q.transport == Transport::Iwarp;
+    let u = |v: libc::c_int| u32::try_from(v).unwrap_or(0);
+    let depth = |v: libc::c_int| u8::try_from(v.clamp(0, 255)).unwrap_or(255);
+    Caps {
+        max_send_wr: q.sizes.send_wr,
+        max_recv_wr: q.sizes.recv_wr,
+        max_send_sge: q.sizes.send_sge,
+        max_recv_sge: q.sizes.recv_sge,
+        // iWARP reads into one sink STag.
+        max_read_sge: if iwarp {
+            1
+        } else {
+            q.sizes.send_sge.min(u(a.max_sge_rd)).max(1)
+        },
+        max_msg_size: u32::try_from(a.max_mr_size.min(1 << 30)).unwrap_or(1 << 30),
+        max_mr_size: a.max_mr_size,
+        max_mr: u(a.max_mr).min(1 << 24),
+        // rdma_conn_param's private_data_len is one octet; an InfiniBand
+        // REQ through the RDMA CM carries 56.
+        max_private_data: if iwarp { 255 } else { 56 },
+        max_ird: depth(a.max_qp_rd_atom),
+        max_ord: depth(a.max_qp_init_rd_atom),
+        max_inline: q.sizes.inline,
+        read_sink_needs_remote_write: iwarp,
+        // Plain MRs; FRWR registration (remote invalidation) is to come.
+        remote_invalidation: false,
+    }
+}
+
+impl Drop for VerbsProvider {
+    fn drop(&mut self) {
+        if matches!(self.state, ConnectionState::Established) {
+            // SAFETY: the id is live.
+            unsafe { (self.rdma.disconnect)(self.id.id) };
+        }
+        // Before the PD goes (with `q`) and the buffers (with `reg`).
+        self.reg.deregister_all();
+    }
+}
+
+impl Provider for VerbsProvider {
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    fn connection_state(&self) -> ConnectionState {
+        self.state.clone()
+    }
+
+    fn connection_info(&self) -> Option<ConnectionInfo> {
+        self.info.clone()
+    }
+
+    fn poll_event(&mut self) -> Option<ConnectionEvent> {
+        if self.events.is_empty() {
+            self.pump_cm();
+        }
+        self.events.pop_front()
+    }
+
+    fn disconnect(&mut self) {
+        self.end(DisconnectReason::LocalClose);
+    }
+
+    fn register(&mut self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, RegisterError> {
+        self.reg.register(buf, access, &self.caps)
+    }
+
+    fn register_shared(
+        &mut self,
+        buf: Bytes,
+        access: Access,
+    ) -> Result<MemoryRegion, ProviderError> {
+        self.reg.register_shared(buf, access, &self.caps)
+    }
+
+    fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
+        self.reg.deregister(mr)
+    }
+
+    fn region(&self, mr: &MemoryRegion) -> Result<&[u8], ProviderError> {
+        self.reg.table.region(mr)
+    }
+
+    fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8], ProviderError> {
+        self.reg.table.region_mut(mr)
+    }
+
+    fn post_recv(&mut self, wr: RecvWr) -> Result<(), ProviderError> {
+        if matches!(self.state, ConnectionState::Disconnected(_)) {
+            return Err(ProviderError::NotConnected);
+        }
+        if self.recvs >= self.caps.max_recv_wr {
+            return Err(ProviderError::QueueFull);
+        }
+        let hold = self.reg.table.check_recv(&wr)?;
+        let mut sge = self.reg.sge(&wr.sge, hold.idx);
+        let slot = self.slot(Posted {
+            wr_id: wr.wr_id,
+            opcode: Opcode::Recv,
+            holds: [hold].into_iter().collect(),
+            len: 0,
+            recv: true,
+            invalidates: None,
+        });
+        let mut w = ibv_recv_wr {
+            wr_id: u64::from(slot),
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live; its context's ops table is libibverbs'
+        // (layout pinned by the ABI test).
+        let f = unsafe { (*(*self.q.qp).context).ops.post_recv };
+        let Some(f) = f else {
+            self.unslot(slot);
+            return Err(ProviderError::Unsupported);
+        };
+        // SAFETY: `w` and `sge` live across the call (the device copies
+        // the WR); the SGE names memory of a live MR within its bounds
+        // (checked by the table), held until the completion is returned.
+        let r = unsafe { f(self.q.qp, &mut w, &mut bad) };
+        if r != 0 {
+            self.unslot(slot);
+            return Err(Self::post_error(r));
+        }
+        self.reg.table.hold(&[hold]);
+        self.recvs += 1;
+        Ok(())
+    }
+
+    fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError> {
+        if self.state != ConnectionState::Established {
+            return Err(ProviderError::NotConnected);
+        }
+        if self.sends >= self.caps.max_send_wr {
+            return Err(ProviderError::QueueFull);
+        }
+        let (holds, total, invalidates) = self.check_send(&wr)?;
+        let mut sges: SmallVec<[ibv_sge; 4]> = wr
+            .sges
+            .iter()
+            .zip(&holds)
+            .map(|(s, h)| self.reg.sge(s, h.idx))
+            .collect();
+        let (opcode, flags, inv, remote, done) = send_op(wr.op);
+        let (remote_addr, rkey) = remote.unwrap_or((0, 0));
+        let slot = self.slot(Posted {
+            wr_id: wr.wr_id,
+            opcode: done,
+            holds: holds.clone(),
+            len: u32::try_from(total).unwrap_or(u32::MAX),
+            recv: false,
+            invalidates,
+        });
+        let mut w = ibv_send_wr {
+            wr_id: u64::from(slot),
+            next: ptr::null_mut(),
+            sg_list: if sges.is_empty() {
+                ptr::null_mut()
+            } else {
+                sges.as_mut_ptr()
+            },
+            num_sge: sges.len() as libc::c_int,
+            opcode,
+            send_flags: IBV_SEND_SIGNALED | flags,
+            invalidate_rkey: inv,
+            wr: ibv_send_wr_wr {
+                rdma: ibv_wr_rdma { remote_addr, rkey },
+            },
+            remote_srqn: 0,
+            // SAFETY: plain old data (unused for these opcodes).
+            tail: unsafe { std::mem::zeroed() },
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live; ops layout pinned by the ABI test.
+        let f = unsafe { (*(*self.q.qp).context).ops.post_send };
+        let Some(f) = f else {
+            self.unslot(slot);
+            return Err(ProviderError::Unsupported);
+        };
+        // SAFETY: `w` and `sges` live across the call (the device copies
+        // them); every SGE names a live MR within its bounds with the
+        // rights the op needs (checked by the table) and stays held until
+        // the completion is returned.
+        let r = unsafe { f(self.q.qp, &mut w, &mut bad) };
+        if r != 0 {
+            self.unslot(slot);
+            return Err(Self::post_error(r));
+        }
+        self.reg.table.hold(&holds);
+        self.sends += 1;
+        Ok(())
+    }
+
+    fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
+        let start = out.len();
+        self.q.drain_comp_channel();
+        self.pump_cm();
+        for wc in std::mem::take(&mut self.stash) {
+            self.complete(&wc, out);
+        }
+        loop {
+            let n = self.poll_cq();
+            for i in 0..n {
+                let wc = self.wcs[i];
+                self.complete(&wc, out);
+            }
+            if n < POLL_BATCH {
+                break;
+            }
+        }
+        out.len() - start
+    }
+
+    fn arm(&mut self, waker: &Waker, notify: Notify) {
+        // SAFETY: the CQ is live; ops layout pinned by the ABI test.
+        let f = unsafe { (*(*self.q.cq).context).ops.req_notify_cq };
+        if let Some(f) = f {
+            // SAFETY: arming a live CQ.
+            unsafe { f(self.q.cq, libc::c_int::from(notify == Notify::Solicited)) };
+        }
+        // Close the race: what completed before arming does not raise an
+        // event, so look once more.
+        let n = self.poll_cq();
+        self.stash.extend_from_slice(&self.wcs[..n]);
+        if n > 0 || !self.events.is_empty() {
+            waker.wake_by_ref();
+        }
+    }
+
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.epoll.fd())
+    }
+
+    fn registered_regions(&self) -> Option<u32> {
+        Some(self.reg.table.registered())
+    }
+
+    fn link_info(&self) -> LinkInfo {
+        let mut l = LinkInfo::from_connection(
+            self.peer.map(|p| p.to_string()).unwrap_or_default(),
+            self.info.as_ref(),
+        );
+        l.local_private_data = self.local_pd.clone();
+        l
+    }
+}
+
+impl std::fmt::Debug for VerbsProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsProvider")
+            .field("transport", &self.q.transport)
+            .field("state", &self.state)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
