@@ -21,11 +21,16 @@ use rpcrdma_proto::provider::{
 use crate::libs::Rdma;
 use crate::sys::*;
 
+/// The I/O virtual address every region is registered at. Local SGEs and
+/// remote accesses alike address an MR in its iova space (siw, rxe and
+/// mlx5 check both against it), so an SGE's address is `IOVA + offset`,
+/// never the buffer's process address.
+const IOVA: u64 = 0;
+
 /// What the `ibv_mr` of a table index gives a work request.
 #[derive(Clone, Copy, Debug)]
 struct Mr {
     mr: *mut ibv_mr,
-    addr: u64,
     lkey: u32,
     rkey: u32,
 }
@@ -126,12 +131,7 @@ impl Registry {
         if self.mrs.len() <= slot {
             self.mrs.resize(slot + 1, None);
         }
-        self.mrs[slot] = Some(Mr {
-            mr,
-            addr: ptr as u64,
-            lkey,
-            rkey,
-        });
+        self.mrs[slot] = Some(Mr { mr, lkey, rkey });
         self.by_rkey.insert(rkey, t.lkey());
         Ok(MemoryRegion::new(t.lkey(), Stag(rkey), t.len(), t.access()))
     }
@@ -182,7 +182,7 @@ impl Registry {
     pub(crate) fn sge(&self, s: &Sge, idx: u32) -> ibv_sge {
         match self.mrs.get(idx as usize).copied().flatten() {
             Some(m) => ibv_sge {
-                addr: m.addr + s.offset,
+                addr: IOVA + s.offset,
                 length: s.length,
                 lkey: m.lkey,
             },
