@@ -80,10 +80,21 @@ pub struct IwarpConfig {
     pub mpa_private_data_max: usize,
     /// Largest MULPDU for what we send (default and ceiling 64,768, RFC
     /// 5044 §3; a value outside 128..=64768 is taken as the nearest end).
-    /// Over TCP the connection uses the smaller of this and the MULPDU of
-    /// its EMSS (RFC 5044 §4.5, §5.1), so that an FPDU fits in one
-    /// segment.
     pub mulpdu: u16,
+    /// Size FPDUs to TCP segments (RFC 5044 §5.1, what Linux siw does): over
+    /// TCP to a non-loopback peer, MULPDU becomes the smaller of
+    /// [`IwarpConfig::mulpdu`] and the MULPDU of the connection's EMSS
+    /// (§4.5: 1,442 octets at MTU 1500), so that each FPDU fits in one
+    /// segment. **Off by default**: with our software receiver a 1,442-octet
+    /// MULPDU costs 3.7× the user-space instructions of a READ 1 MiB (one
+    /// FPDU, and one receive system call, per 1,442 octets instead of per
+    /// 64 KiB; BENCHMARKS.md, seventh pass), and a receiver that follows RFC
+    /// 5044 Appendix A handles FPDUs across segment boundaries anyway. Turn
+    /// it on against Linux siw with the MPA CRC on over a real link: siw
+    /// mis-assembles a CRC trailer split across segments
+    /// (docs/interop-linux.md). The environment variable
+    /// `RPCRDMA_ALIGN_FPDUS=1` turns it on by default.
+    pub align_fpdus: bool,
     /// Queue and memory limits.
     pub caps: Caps,
     /// Initiator, revision 2 only: ask for the RFC 6581 peer-to-peer model
@@ -128,6 +139,7 @@ impl Default for IwarpConfig {
             rtr: true,
             rtr_timeout: std::time::Duration::from_secs(5),
             local_congestion: local_congestion_default(),
+            align_fpdus: std::env::var("RPCRDMA_ALIGN_FPDUS").is_ok_and(|v| v == "1"),
         }
     }
 }

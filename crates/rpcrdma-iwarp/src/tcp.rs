@@ -135,6 +135,8 @@ pub struct IwarpProvider {
     capture: Option<Capture>,
     /// Initiator: how long a Read RTR may wait for its response.
     rtr_timeout: Duration,
+    /// [`IwarpConfig::align_fpdus`].
+    align_fpdus: bool,
     /// Initiator: the Read RTR in flight, with the outcome it announces
     /// (see [`crate::rtr`]); the connection is `Connecting` meanwhile.
     rtr: Option<(ReadRtr, Established)>,
@@ -313,17 +315,14 @@ fn write_all_deadline(sock: &mut TcpStream, mut data: &[u8], deadline: Instant) 
     Ok(())
 }
 
-/// The MULPDU of a connection: the configured one (at most 64,768), lowered
-/// to what the socket's EMSS (`TCP_MAXSEG`: the MSS less TCP options)
-/// allows, so that each FPDU fits in one TCP segment as RFC 5044 §5.1
-/// recommends and Linux siw does. An FPDU of one segment is what lets a
-/// siw receiver, which mis-assembles a CRC trailer split across segments
-/// (docs/interop-linux.md), take our stream on a direct link; small Sends
-/// between large messages still move the boundaries (no dynamic MULPDU).
-/// A loopback peer keeps the configured one: nothing is cut into segments
-/// there (GSO packets of up to 64 KiB pass whole), and Linux reports a
-/// `TCP_MAXSEG` of half the peer's first window (~32 KiB), which would
-/// double the FPDUs per MiB for nothing (BENCHMARKS.md, seventh pass).
+/// With [`IwarpConfig::align_fpdus`], the MULPDU of a connection: the
+/// configured one (at most 64,768), lowered to what the socket's EMSS
+/// (`TCP_MAXSEG`: the MSS less TCP options) allows, so that each FPDU fits
+/// in one TCP segment as RFC 5044 §5.1 recommends and Linux siw does; small
+/// Sends between large messages still move the boundaries (no dynamic
+/// MULPDU). A loopback peer keeps the configured one: nothing is cut into
+/// segments there (GSO packets of up to 64 KiB pass whole), and Linux
+/// reports a `TCP_MAXSEG` of half the peer's first window (~32 KiB).
 fn emss_mulpdu(sock: &TcpStream, params: StreamParams) -> u16 {
     let loopback = match sock.peer_addr() {
         Ok(SocketAddr::V4(a)) => a.ip().is_loopback(),
@@ -361,6 +360,7 @@ impl IwarpProvider {
             write_blocked: false,
             capture: None,
             rtr_timeout: Duration::ZERO,
+            align_fpdus: cfg.align_fpdus,
             rtr: None,
             rtr_outstanding: 0,
             stash: Vec::new(),
@@ -635,7 +635,9 @@ impl IwarpProvider {
     }
 
     fn set_established(&mut self, mut est: Established) {
-        est.params.mulpdu = emss_mulpdu(&self.sock, est.params);
+        if self.align_fpdus {
+            est.params.mulpdu = emss_mulpdu(&self.sock, est.params);
+        }
         let caps = self.qp.caps();
         let info = ConnectionInfo {
             peer_private_data: est.peer_private_data.clone(),
@@ -754,7 +756,9 @@ impl IwarpProvider {
     /// Sends are refused) until its Read Response arrives (see
     /// [`crate::rtr`]); otherwise it is established at once.
     fn start_rtr(&mut self, mut est: Established) {
-        est.params.mulpdu = emss_mulpdu(&self.sock, est.params);
+        if self.align_fpdus {
+            est.params.mulpdu = emss_mulpdu(&self.sock, est.params);
+        }
         match est.rtr {
             Rtr::None => self.set_established(est),
             Rtr::Write => {
@@ -1474,9 +1478,11 @@ impl PendingConnection {
     /// [`ConnectionEvent::Established`].
     pub fn accept(mut self, cfg: IwarpConfig, timeout: Duration) -> io::Result<IwarpProvider> {
         let deadline = Instant::now() + timeout;
+        let align_fpdus = cfg.align_fpdus;
         let r = self.hs.accept(cfg);
         let out = self.hs.output().to_vec();
         let mut p = self.provider;
+        p.align_fpdus = align_fpdus;
         p.record(Direction::Sent, &out);
         match r {
             Ok(est) => {

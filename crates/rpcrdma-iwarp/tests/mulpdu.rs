@@ -1,7 +1,8 @@
 //! The MULPDU we send with: never above the 64,768 octets RFC 5044 allows
 //! (the default was 65,512 until 2026-11-29: these tests failed then), as
-//! large as allowed when nothing smaller is asked for, and over TCP no
-//! larger than one segment of the connection's EMSS.
+//! large as allowed when nothing smaller is asked for, and with
+//! `IwarpConfig::align_fpdus` over TCP no larger than one segment of the
+//! connection's EMSS.
 
 mod tcp_common;
 
@@ -151,12 +152,18 @@ fn a_larger_mulpdu_asked_of_the_queue_pair_is_capped() {
 }
 
 /// A configured MULPDU outside 128..=64768 is taken as the nearest end;
-/// on loopback (EMSS ~65,483) the EMSS does not lower 64,768.
+/// on loopback the EMSS does not lower 64,768, aligned or not.
 #[test]
 fn configured_mulpdu_is_kept_in_range_over_tcp() {
-    for (asked, want) in [(u16::MAX, MULPDU_MAX), (16, MULPDU_MIN), (5000, 5000)] {
+    for (asked, want, align_fpdus) in [
+        (u16::MAX, MULPDU_MAX, false),
+        (16, MULPDU_MIN, false),
+        (5000, 5000, false),
+        (u16::MAX, MULPDU_MAX, true),
+    ] {
         let ini = IwarpConfig {
             mulpdu: asked,
+            align_fpdus,
             ..IwarpConfig::default()
         };
         let (a, b) = tcp_common::connected_pair(&ini, &IwarpConfig::default());
@@ -195,8 +202,24 @@ fn mulpdu_follows_the_emss_and_every_fpdu_fits_one_segment() {
         eprintln!("SKIPPED: no non-loopback IPv4 address on this host");
         return;
     };
+    // Off (the default): 64,768 whatever the EMSS.
+    let off = IwarpConfig {
+        crc: true,
+        align_fpdus: false,
+        ..IwarpConfig::default()
+    };
+    let l = Listener::bind(SocketAddr::new(ip, 0), off.clone()).unwrap();
+    let a = connect_with_mss(l.local_addr().unwrap(), 1448, off.clone());
+    let b = l
+        .accept(Duration::from_secs(10))
+        .unwrap()
+        .accept(off, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(b.qp().params().mulpdu, MULPDU_MAX);
+    drop((a, b));
     let cfg = IwarpConfig {
         crc: true,
+        align_fpdus: true,
         ..IwarpConfig::default()
     };
     let l = Listener::bind(SocketAddr::new(ip, 0), cfg.clone()).unwrap();
