@@ -162,11 +162,26 @@ impl LinkArgs {
 }
 
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    runtime_with(2)
+}
+
+/// A runtime of `threads` workers: 1 (or 0) is tokio's current-thread
+/// runtime (no hand-offs between workers: what `rpcrdma bench` runs by
+/// default), more a multi-thread one. Blocking work still goes to the
+/// blocking pool either way.
+pub(crate) fn runtime_with(threads: usize) -> tokio::runtime::Runtime {
+    if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    }
 }
 
 pub(crate) fn resolve(addr: &str) -> Result<SocketAddr, String> {

@@ -51,9 +51,15 @@ impl Drop for Serve {
 }
 
 fn serve(dir: &Dir) -> Serve {
+    serve_with(dir, &[])
+}
+
+/// `nfs serve` with `extra` options.
+fn serve_with(dir: &Dir, extra: &[&str]) -> Serve {
     let mut child = Command::new(BIN)
         .args(["nfs", "serve"])
         .arg(&dir.0)
+        .args(extra)
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -117,10 +123,16 @@ fn run(args: &[&str]) -> Output {
 /// `rpcrdma nfs OP 127.0.0.1:PATH [LOCAL] --json` against `s`: exit status and
 /// the one JSON object.
 fn nfs(s: &Serve, op: &str, path: &str, local: Option<&str>) -> (i32, Value) {
+    nfs_with(s, op, path, local, &[])
+}
+
+/// [`nfs`] with `extra` options.
+fn nfs_with(s: &Serve, op: &str, path: &str, local: Option<&str>, extra: &[&str]) -> (i32, Value) {
     let target = format!("127.0.0.1:{path}");
     let mut args = vec!["nfs", op, target.as_str()];
     args.extend(local);
     args.extend(["--port", &s.port, "--mount-port", &s.mount_port, "--json"]);
+    args.extend(extra);
     let o = run(&args);
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     let lines: Vec<&str> = text.lines().collect();
@@ -237,4 +249,41 @@ fn put_get_ls_stat_and_errors() {
     assert!(j["error"].as_str().unwrap().contains("Transport"), "{j}");
     // A target without SERVER:/path: exit 2.
     assert_eq!(run(&["nfs", "ls", "no-colon"]).status.code(), Some(2));
+}
+
+/// The benchmark's configuration (scripts/bench-nfs): a current-thread
+/// server whose file operations run one at a time on the blocking pool,
+/// clients on a current-thread (the default) and a multi-thread runtime,
+/// four 64 KiB calls in flight: every octet arrives, in order.
+#[test]
+fn single_threaded_server_and_both_client_runtimes() {
+    let export = Dir::new("export1t");
+    let local = Dir::new("local1t");
+    let s = serve_with(&export, &["--threads", "1", "--max-blocking", "1"]);
+    let data: Vec<u8> = (0..(1u32 << 20) + 4099)
+        .map(|i| (i.wrapping_mul(2_246_822_519) >> 23) as u8)
+        .collect();
+    let src = local.0.join("src");
+    std::fs::write(&src, &data).unwrap();
+    let want = hex_sha(&data);
+    for threads in ["1", "2"] {
+        let io = [
+            "--threads",
+            threads,
+            "--window",
+            "4",
+            "--rsize",
+            "65536",
+            "--wsize",
+            "65536",
+        ];
+        let name = format!("/t{threads}");
+        let (rc, j) = nfs_with(&s, "put", &name, Some(src.to_str().unwrap()), &io);
+        assert_eq!((rc, j["sha256"].as_str()), (0, Some(want.as_str())), "{j}");
+        assert_eq!(std::fs::read(export.0.join(&name[1..])).unwrap(), data);
+        let back = local.0.join(format!("back{threads}"));
+        let (rc, j) = nfs_with(&s, "get", &name, Some(back.to_str().unwrap()), &io);
+        assert_eq!((rc, j["sha256"].as_str()), (0, Some(want.as_str())), "{j}");
+        assert_eq!(std::fs::read(&back).unwrap(), data);
+    }
 }

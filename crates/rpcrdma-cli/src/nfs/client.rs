@@ -43,7 +43,7 @@ use rpcrdma_nfs::client::{
 use serde_json::{json, Value};
 
 use super::client_ops::{self, Done};
-use crate::rdma_cmd::{runtime, LinkArgs};
+use crate::rdma_cmd::{runtime_with, LinkArgs};
 
 /// The options every client command takes.
 #[derive(Args, Debug, Clone)]
@@ -95,6 +95,10 @@ pub struct NfsClientArgs {
     /// Skip the sha256 of the data (benchmarks: "sha256" is null).
     #[arg(long)]
     pub no_sha256: bool,
+    /// Runtime worker threads (1: tokio's current-thread runtime, as
+    /// `rpcrdma bench`; the client's calls are all driven by one task).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     #[command(flatten)]
     pub link: LinkArgs,
 }
@@ -221,7 +225,7 @@ fn run(op: Op, c: NfsClientArgs, local: Option<String>) -> ExitCode {
         return ExitCode::from(2);
     }
     let o = options(&c);
-    let rt = runtime();
+    let rt = runtime_with(c.threads);
     let (res, elapsed) = rt.block_on(async {
         let session = match connect(&target, &o).await {
             Ok(s) => s,

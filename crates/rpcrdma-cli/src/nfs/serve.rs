@@ -20,7 +20,7 @@ use rpcrdma::{Server, TcpConfig};
 use rpcrdma_nfs::nfs3::proc_name;
 use rpcrdma_nfs::server::{NfsService, NfsServiceConfig};
 
-use crate::rdma_cmd::{run_for, runtime, RdmaServeOpts};
+use crate::rdma_cmd::{run_for, runtime_with, RdmaServeOpts};
 
 /// `rpcrdma nfs serve`.
 #[derive(Args, Debug)]
@@ -38,13 +38,26 @@ pub struct NfsServeArgs {
     /// Stop after this many seconds (default: until SIGINT / SIGTERM).
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Runtime worker threads (1: tokio's current-thread runtime, as
+    /// `rpcrdma bench --serve`). File I/O runs on the blocking pool
+    /// whatever this is.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// The most file operations running at once on the blocking pool (the
+    /// other calls wait for one to finish without holding a thread).
+    #[arg(long, default_value_t = NfsServiceConfig::default().max_blocking)]
+    pub max_blocking: usize,
     #[command(flatten)]
     pub opts: RdmaServeOpts,
 }
 
 /// Runs `rpcrdma nfs serve`.
 pub fn run(args: NfsServeArgs) -> ExitCode {
-    let nfs = match NfsService::new(&args.dir, NfsServiceConfig::default()) {
+    let config = NfsServiceConfig {
+        max_blocking: args.max_blocking.max(1),
+        ..NfsServiceConfig::default()
+    };
+    let nfs = match NfsService::new(&args.dir, config) {
         Ok(n) => n,
         Err(e) => {
             eprintln!(
@@ -54,7 +67,7 @@ pub fn run(args: NfsServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    runtime().block_on(async move {
+    runtime_with(args.threads).block_on(async move {
         let (rdma_rpc, tcp_rpc) = (Server::default(), Server::default());
         nfs.register_nfs(&rdma_rpc);
         nfs.register_mount(&tcp_rpc);
