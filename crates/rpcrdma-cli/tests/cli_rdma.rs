@@ -417,6 +417,20 @@ fn demo_pcap_decodes_with_rpcrdma_decode() {
     let sends: Vec<&Value> = all.iter().copied().filter(|s| s["conn"] == first).collect();
     assert_eq!(sends.len(), 12);
     assert!(sends.iter().all(|s| s["header"]["version"] == 1));
+    // The backchannel call and its reply are labelled backward (RFC 8167):
+    // a CALL from the responder, a REPLY from the initiator.
+    let chan = |c: &str| sends.iter().filter(|s| s["channel"] == c).count();
+    // (The three RDMA_NOMSG messages carry no RPC header inline: null.)
+    assert_eq!((chan("forward"), chan("backward")), (7, 2));
+    for s in &sends {
+        let rpc = &s["header"]["rpc"];
+        if rpc.is_null() {
+            assert!(s["channel"].is_null(), "{s}");
+        } else {
+            let backward = (rpc["direction"] == "CALL") == (s["from"] == "responder");
+            assert_eq!(s["channel"] == "backward", backward, "{s}");
+        }
+    }
     // Version 2: both CONNPROPs and every message class in version 2;
     // the fallback's ERR_VERS recognised in the version 1 layout.
     let v2 = all.iter().filter(|s| s["header"]["version"] == 2).count();

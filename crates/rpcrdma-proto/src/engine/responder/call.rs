@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::engine::connection::Connection;
 use crate::engine::framing::{invalidation_handle, rpc_prefix, ErrorReply, Framing, Shape};
 use crate::engine::marshal;
-use crate::engine::{CallHandle, Event, IncomingCall, Message};
+use crate::engine::{CallHandle, ConnectionError, Event, IncomingCall, Message, PeerError};
 use crate::provider::{Bytes, Provider};
 use crate::wire::chunk::{ChunkLists, Segment, WriteChunk};
 use crate::wire::rpc::MsgType;
@@ -164,8 +164,15 @@ impl Connection {
             //= rfc8167#section-6
             //# If an endpoint is not prepared to receive an incoming reverse-
             //# direction message, loss of the RDMA connection might result.
-            // We drop it instead (no receive was ever granted for it).
+            // It took a receive posted for a reply: the peer's fault, and
+            // the end of the connection (as Linux's client ends it), so
+            // that the replies it displaced fail now instead of timing
+            // out.
             self.metrics.dropped += 1;
+            self.fatal(
+                p,
+                ConnectionError::Peer(PeerError::UnexpectedReverseCall { xid }),
+            );
             return;
         }
         if self.overrun(p) {
