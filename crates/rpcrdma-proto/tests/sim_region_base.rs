@@ -184,12 +184,7 @@ fn round_trip(v: RpcRdmaVersion, call: OutgoingCall, reply_len: usize, ddp_reply
         rpcrdma_proto::engine::Message::from_pieces([Piece::Inline(head.clone().into())])
     };
     p.s.conn
-        .send_reply(
-            p.now,
-            &mut p.s.prov,
-            c.handle.clone(),
-            OutgoingReply { message },
-        )
+        .send_reply(p.now, &mut p.s.prov, c.handle, OutgoingReply { message })
         .expect("send_reply");
     p.run();
     let replies: Vec<_> =
