@@ -86,7 +86,13 @@ fn nfs_null_calls_to_linux_svcrdma() {
     );
     let rbuf = p
         .register(vec![0; 4096].into_boxed_slice(), Access::LOCAL_WRITE)
-        .expect("register receive buffer");
+        .unwrap_or_else(|e| {
+            panic!(
+                "register receive buffer: {} ({:?})",
+                e.error,
+                p.last_registration_error()
+            )
+        });
     for (i, (prog, vers)) in [(100_003u32, 3u32), (100_003, 4)].into_iter().enumerate() {
         let xid = 0x7665_7200 + i as u32;
         p.post_recv(RecvWr {
