@@ -123,7 +123,7 @@ impl Registry {
                 self.pd,
                 ptr.cast_mut().cast(),
                 len,
-                0,
+                base,
                 ibv_access(t.access()),
             )
         };
