@@ -58,7 +58,7 @@ async fn probe_against(knobs: Knobs) -> (ProbeReport, CbCompoundRes, fake4::Stat
         addr: server.local_addr(),
         path: "/srv/nfs/deleg.txt".into(),
         wait: Duration::from_secs(10),
-        cb_null_wait: Duration::from_secs(10),
+        cb_null_wait: Duration::from_secs(2),
         rdma: RdmaClientConfig::default(),
         nfs4: opts(),
         on_delegation: Some(hook),
