@@ -24,7 +24,10 @@
 //!   `private_data` (hex), `ird_ord` (RFC 6581 header of an enhanced
 //!   frame, or null) and `rpcrdma_private_data` (the object of
 //!   `rpcrdma decode --what private-data --json`);
-//! * `send`: `opcode` (`Send`, `SendInv`, `SendSE`, `SendSEInv`),
+//! * `send`: `channel` (`"forward"`, `"backward"` for the backchannel of
+//!   RFC 8167 — a CALL from the responder, a REPLY from the initiator —
+//!   or null without an RPC header), `opcode` (`Send`, `SendInv`,
+//!   `SendSE`, `SendSEInv`),
 //!   `inv_stag` (Invalidate variants only), `msn`, `length`, `segments`
 //!   (DDP segments), and `header` (the object of `rpcrdma decode --json`)
 //!   or, when the payload is not a valid header, `header: null` and
@@ -248,7 +251,7 @@ fn present(out: &mut Out, conn: &Named<'_>, d: Side, pkt: Option<PacketRef>, ite
     let frame = item.name();
     let (fields, text) = match item {
         Item::Mpa(f) => mpa(out.json, f),
-        Item::Send(s) => send(out.json, s),
+        Item::Send(s) => send(out.json, s, conn.initiator() == d),
         Item::Tagged {
             opcode,
             stag,
@@ -398,8 +401,28 @@ fn send_opcode_name(op: Opcode) -> &'static str {
     }
 }
 
-fn send(json: bool, p: &SendMessage) -> (Map<String, Value>, String) {
+/// The RPC channel of a message: a CALL from the initiator or a REPLY from
+/// the responder is `forward`; a CALL from the responder (the connection's
+/// server calling its client, RFC 8167) or a REPLY from the initiator is
+/// `backward`; `None` without an RPC header.
+fn channel(payload: &[u8], from_initiator: bool) -> Option<&'static str> {
+    let h = crate::json_header::header_json(payload).ok()?;
+    let call = match h.get("rpc")?.get("direction")?.as_str()? {
+        "CALL" => true,
+        "REPLY" => false,
+        _ => return None,
+    };
+    Some(if call == from_initiator {
+        "forward"
+    } else {
+        "backward"
+    })
+}
+
+fn send(json: bool, p: &SendMessage, from_initiator: bool) -> (Map<String, Value>, String) {
     let mut m = Map::new();
+    let chan = channel(&p.payload, from_initiator);
+    m.insert("channel".into(), chan.into());
     m.insert("opcode".into(), send_opcode_name(p.opcode).into());
     if let Some(s) = p.inv_stag {
         m.insert("inv_stag".into(), s.into());
@@ -417,6 +440,9 @@ fn send(json: bool, p: &SendMessage) -> (Map<String, Value>, String) {
         p.segments,
         if p.segments == 1 { "" } else { "s" }
     );
+    if chan == Some("backward") {
+        text.push_str(" [backward direction (RFC 8167): server to client]");
+    }
     if json {
         match crate::json_header::header_json(&p.payload) {
             Ok(v) => {

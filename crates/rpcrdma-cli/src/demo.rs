@@ -238,8 +238,13 @@ fn describe(it: &Item) -> String {
             len,
             header: Err(e),
         } if e.contains("refused for xid") => format!(
-            "{}  Send {len:>5} octets  ERR_VERS in the version 1 layout ({e})",
-            who(*from_client)
+            "{}  Send {len:>5} octets  ERR_VERS in the version 1 layout ({})",
+            who(*from_client),
+            // The decoder's detail says why it is no version 2 header, then
+            // what it is: show what it is.
+            e.split("; ")
+                .find(|s| s.contains("refused for xid"))
+                .unwrap_or(e)
         ),
         Item::Send {
             from_client,

@@ -12,6 +12,7 @@ mod demo;
 mod demo_v2;
 mod input;
 mod nfs;
+mod nfs4;
 mod rdma_cmd;
 
 // The presenters live in the library (`src/lib.rs`), which the tests call
@@ -47,6 +48,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// NFSv3 over RPC-over-RDMA: serve a directory (MOUNT v3 over TCP).
     Nfs(nfs::NfsArgs),
+    /// NFSv4.1 over RPC-over-RDMA: the backchannel probe (RFC 8167).
+    Nfs4(nfs4::Nfs4Args),
 }
 
 fn main() -> ExitCode {
@@ -59,5 +62,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::demo(args),
         Command::Bench(args) => bench::run(args),
         Command::Nfs(args) => nfs::run(args),
+        Command::Nfs4(args) => nfs4::run(args),
     }
 }

@@ -417,10 +417,49 @@ fn demo_pcap_decodes_with_rpcrdma_decode() {
     let sends: Vec<&Value> = all.iter().copied().filter(|s| s["conn"] == first).collect();
     assert_eq!(sends.len(), 12);
     assert!(sends.iter().all(|s| s["header"]["version"] == 1));
+    // The backchannel call and its reply are labelled backward (RFC 8167):
+    // a CALL from the responder, a REPLY from the initiator.
+    let chan = |c: &str| sends.iter().filter(|s| s["channel"] == c).count();
+    // (The three RDMA_NOMSG messages carry no RPC header inline: null.)
+    assert_eq!((chan("forward"), chan("backward")), (7, 2));
+    for s in &sends {
+        let rpc = &s["header"]["rpc"];
+        if rpc.is_null() {
+            assert!(s["channel"].is_null(), "{s}");
+        } else {
+            let backward = (rpc["direction"] == "CALL") == (s["from"] == "responder");
+            assert_eq!(s["channel"] == "backward", backward, "{s}");
+        }
+    }
     // Version 2: both CONNPROPs and every message class in version 2;
     // the fallback's ERR_VERS recognised in the version 1 layout.
     let v2 = all.iter().filter(|s| s["header"]["version"] == 2).count();
     assert!(v2 >= 20, "{v2}");
+    // The version 2 connection (the second) sends nothing but version 2:
+    // its two CONNPROPs, RDMA2_MSG and RDMA2_NOMSG both ways, and the
+    // server's reverse calls with a Write chunk and a Read chunk.
+    let second = all
+        .iter()
+        .find(|s| s["conn"] != first)
+        .map(|s| s["conn"].clone())
+        .unwrap();
+    let on2: Vec<&Value> = all
+        .iter()
+        .copied()
+        .filter(|s| s["conn"] == second)
+        .collect();
+    assert!(on2.iter().all(|s| s["header"]["version"] == 2), "{on2:?}");
+    let count = |p: &str| on2.iter().filter(|s| s["header"]["proc"] == p).count();
+    assert_eq!(count("RDMA2_CONNPROP"), 2);
+    assert!(count("RDMA2_NOMSG") >= 3 && count("RDMA2_MSG") >= 12);
+    let reverse = |list: &str| {
+        on2.iter().any(|s| {
+            s["from"] == "responder"
+                && s["header"]["rpc"]["direction"] == "CALL"
+                && s["header"][list].as_array().is_some_and(|l| !l.is_empty())
+        })
+    };
+    assert!(reverse("writes") && reverse("reads"), "{on2:?}");
     let connprops = all
         .iter()
         .filter(|s| s["header"]["proc"] == "RDMA2_CONNPROP")

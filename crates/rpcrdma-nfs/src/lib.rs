@@ -22,7 +22,11 @@
 //!   `rpcrdma` runtime over one export;
 //! * [`client`]: MOUNT v3 over TCP and a typed NFSv3 client over
 //!   RPC-over-RDMA (windowed READ/WRITE, COMMIT with verifier checks,
-//!   READDIRPLUS until end of directory, errors by blame).
+//!   READDIRPLUS until end of directory, errors by blame);
+//! * [`nfs4`]: the XDR of the part of NFSv4.1 (RFC 8881) the backchannel
+//!   probe needs, and of the callback program;
+//! * [`client4`]: an NFSv4.1 session with a backchannel over
+//!   RPC-over-RDMA (RFC 8167), its callback service, and the probe.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -33,11 +37,13 @@ pub(crate) mod testgen;
 
 pub mod binding;
 pub mod client;
+pub mod client4;
 pub mod fs;
 pub mod fuzzing;
 pub mod limits;
 pub mod mount;
 pub mod nfs3;
+pub mod nfs4;
 pub mod server;
 
 #[cfg(test)]

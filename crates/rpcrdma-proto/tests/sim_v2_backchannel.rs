@@ -92,6 +92,15 @@ fn genl_backchannel_moves_a_mebibyte_each_way() {
     assert_eq!(replies.len(), 1);
     assert_eq!(replies[0].id, id);
     assert_eq!(replies[0].message.results()[0], result);
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-8.4.1
+    //# When chunks are present in a reverse direction RPC request, Remote
+    //# Invalidation allows the responder to trigger invalidation of a
+    //# requester's STags as part of sending a reply, the same way as is
+    //# done in the forward direction.
+    // The server (reverse requester) named one of its handles; the client
+    // (reverse responder) answered with Send With Invalidate.
+    assert_eq!(p.c.conn.metrics().send_with_invalidate, 1);
+    assert_eq!(p.s.conn.metrics().remote_invalidations, 1);
     // And a Long reverse Call with a Long Reply (Reply chunk).
     let big = data(100_000, 13);
     let msg = opaque_call(2, &big, false);

@@ -97,10 +97,16 @@ proptest! {
     }
 
     #[test]
-    fn v2_client_survives_hostile_responders(msgs in proptest::collection::vec(message(), 1..4)) {
+    fn v2_client_survives_hostile_responders(
+        msgs in proptest::collection::vec(message(), 1..4),
+        backchannel in any::<bool>(),
+    ) {
         let mut c = Config::client();
         c.rpcrdma_version = RpcRdmaVersion::V2;
         let mut p = RawPair::client_ready(c, Vec::new(), 2);
+        if backchannel {
+            p.side.conn.enable_backchannel(&mut p.side.prov, 2);
+        }
         let probe = p.raw.got.remove(0);
         let pxid = u32::from_be_bytes(probe[..4].try_into().unwrap());
         p.raw.send(&words(&[pxid, 2, 8, 5, 1, 0]));
@@ -117,14 +123,32 @@ proptest! {
         p.run();
         //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.3.3
         //# This header type MUST NOT be transmitted by a requester.
+        // Its calls are RDMA2_MSG requests; an RDMA2_ERROR only as the
+        // responder of the backchannel, answering a request (F_RESPONSE
+        // clear) of the peer with F_RESPONSE set.
         for g in &p.raw.got {
             let (h, _) = header::decode(g, &Limits::DEFAULT).unwrap();
             let TransportHeader::V2(h) = h else {
                 return Err(TestCaseError::fail(format!("{h:?}")));
             };
-            prop_assert!(matches!(h.body, Body::Msg(_)), "{:?}", h.body);
-            prop_assert!(!h.flags.is_response());
+            prop_assert_eq!(h.flags.reserved(), 0);
+            match h.body {
+                Body::Msg(_) => prop_assert!(!h.flags.is_response()),
+                Body::Error(_) => {
+                    prop_assert!(backchannel, "an error without a backchannel");
+                    prop_assert!(h.flags.is_response());
+                    let asked = msgs.iter().any(|m| {
+                        m.len() >= 20
+                            && m[..4] == h.xid.to_be_bytes()
+                            && m[4..8] == [0, 0, 0, 2]
+                            && m[16..20].last().is_some_and(|f| f & 1 == 0)
+                    });
+                    prop_assert!(asked, "an error for XID {:#x} no request had", h.xid);
+                }
+                b => return Err(TestCaseError::fail(format!("{b:?}"))),
+            }
         }
+
         prop_assert!(p.side.conn.outstanding() <= msgs.len());
         let _ = v2::PREFIX_LEN;
     }

@@ -5,7 +5,7 @@
 
 mod util;
 
-use rpcrdma_proto::engine::{Config, Event, OutgoingCall};
+use rpcrdma_proto::engine::{Config, ConnectionError, Event, OutgoingCall, PeerError};
 use rpcrdma_proto::wire::private_data::{InlineSize, PrivateData};
 use util::*;
 
@@ -183,8 +183,11 @@ fn reverse_call_with_chunks_gets_err_chunk() {
     assert_eq!(p.side.conn.metrics().rdma_reads, 0, "a client never reads");
 }
 
+//= rfc8167#section-6
+//# If an endpoint is not prepared to receive an incoming reverse-
+//# direction message, loss of the RDMA connection might result.
 #[test]
-fn reverse_call_before_enable_is_dropped() {
+fn reverse_call_before_enable_ends_the_connection() {
     let mut p = RawPair::client(Config::client(), linux_server_pd());
     // A forward call gives the client one receive; the server abuses it.
     p.side
@@ -197,7 +200,7 @@ fn reverse_call_before_enable_is_dropped() {
         .unwrap();
     p.raw.post_recvs(2);
     p.run();
-    let fwd = w(&p.raw.got.remove(0), 0);
+    let _fwd = w(&p.raw.got.remove(0), 0);
     let mut m = words(&[0x9000_0020, 1, 2, 0, 0, 0, 0]);
     m.extend(rpc_call(0x9000_0020));
     p.raw.send(&m);
@@ -205,8 +208,14 @@ fn reverse_call_before_enable_is_dropped() {
     assert!(take_calls(&mut p.side.events).is_empty());
     assert!(p.raw.got.is_empty(), "not answered");
     assert_eq!(p.side.conn.metrics().dropped, 1);
-    assert_eq!(p.side.conn.outstanding(), 1, "the forward call still waits");
-    let _ = fwd;
+    // The receive it took was meant for the reply: the connection ends
+    // (Linux's client disconnects too), blaming the peer.
+    assert_eq!(
+        p.side.conn.error(),
+        Some(&ConnectionError::Peer(PeerError::UnexpectedReverseCall {
+            xid: 0x9000_0020
+        }))
+    );
 }
 
 fn client_call(reply_max: u32) -> (RawPair, Vec<u8>) {

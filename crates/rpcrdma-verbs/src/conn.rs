@@ -413,3 +413,32 @@ impl Drop for Queues {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_sizes_fit_the_device() {
+        // SAFETY: plain old data; all-zero is valid.
+        let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
+        a.max_qp_wr = 1024;
+        a.max_sge = 6;
+        a.max_cqe = 300;
+        let want = QueueSizes {
+            send_wr: 256,
+            recv_wr: 256,
+            send_sge: 8,
+            recv_sge: 1,
+            inline: 0,
+        };
+        let got = fit(want, &a);
+        // One CQ holds both queues: 300 entries split evenly.
+        assert_eq!((got.send_wr, got.recv_wr), (150, 150));
+        assert_eq!((got.send_sge, got.recv_sge), (6, 1));
+        a.max_cqe = 4096;
+        a.max_qp_wr = 100;
+        let got = fit(want, &a);
+        assert_eq!((got.send_wr, got.recv_wr), (100, 100));
+    }
+}

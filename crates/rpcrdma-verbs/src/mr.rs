@@ -6,9 +6,11 @@
 //! is the table's key (index and generation), checked before anything is
 //! posted; the device's `lkey` goes into the `ibv_sge`. Its *remote* key
 //! ([`MemoryRegion::stag`]) is the device's `rkey`, what the peer puts on
-//! the wire. Regions are registered with I/O virtual address 0
-//! (`ibv_reg_mr_iova`), so remote offsets are zero-based as the contract
-//! says, on every device that honours the iova (siw, rxe, mlx5 do).
+//! the wire. A region is registered at the I/O virtual address equal to
+//! its buffer's offset within its page (`ibv_reg_mr_iova`; Linux refuses
+//! an iova whose page offset differs from the buffer's), so its first byte
+//! is tagged offset [`MemoryRegion::base`] = that page offset, whatever
+//! the process address: the contract's base, which the engine advertises.
 
 use std::collections::HashMap;
 use std::io;
@@ -21,11 +23,26 @@ use rpcrdma_proto::provider::{
 use crate::libs::Rdma;
 use crate::sys::*;
 
+/// The I/O virtual address of a buffer's first byte: its offset within
+/// its page (the smallest iova Linux accepts for it). Local SGEs and
+/// remote accesses alike address an MR in its iova space (siw, rxe and
+/// mlx5 check both against it), so an SGE's address is `base + offset`,
+/// never the buffer's process address.
+fn iova_of(ptr: *const u8) -> u64 {
+    // SAFETY: sysconf has no precondition.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = u64::try_from(page)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096);
+    (ptr as u64) & (page - 1)
+}
+
 /// What the `ibv_mr` of a table index gives a work request.
 #[derive(Clone, Copy, Debug)]
 struct Mr {
     mr: *mut ibv_mr,
-    addr: u64,
+    base: u64,
     lkey: u32,
     rkey: u32,
 }
@@ -98,6 +115,7 @@ impl Registry {
                 ));
             }
         };
+        let base = iova_of(ptr);
         // SAFETY: `ptr..ptr+len` is the heap buffer the table owns until
         // `deregister`, which deregisters this MR before giving the buffer
         // back; it never moves (a Box or Bytes allocation). The device
@@ -128,12 +146,12 @@ impl Registry {
         }
         self.mrs[slot] = Some(Mr {
             mr,
-            addr: ptr as u64,
+            base,
             lkey,
             rkey,
         });
         self.by_rkey.insert(rkey, t.lkey());
-        Ok(MemoryRegion::new(t.lkey(), Stag(rkey), t.len(), t.access()))
+        Ok(MemoryRegion::new(t.lkey(), Stag(rkey), t.len(), t.access()).with_base(base))
     }
 
     pub(crate) fn register(
@@ -182,7 +200,7 @@ impl Registry {
     pub(crate) fn sge(&self, s: &Sge, idx: u32) -> ibv_sge {
         match self.mrs.get(idx as usize).copied().flatten() {
             Some(m) => ibv_sge {
-                addr: m.addr + s.offset,
+                addr: m.base + s.offset,
                 length: s.length,
                 lkey: m.lkey,
             },
@@ -226,6 +244,8 @@ mod tests {
             ibv_access(Access::LOCAL_WRITE | Access::REMOTE_WRITE),
             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
         );
+        assert_eq!(iova_of(0x7f00_1234_5010 as *const u8), 0x010);
+        assert_eq!(iova_of(0x7f00_1234_6000 as *const u8), 0);
         let memlock = io::Error::from_raw_os_error(libc::ENOMEM);
         assert!(reg_error(&memlock).to_string().contains("RLIMIT_MEMLOCK"));
     }

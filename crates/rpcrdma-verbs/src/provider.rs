@@ -574,3 +574,52 @@ impl std::fmt::Debug for VerbsProvider {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rpcrdma_proto::provider::RemoteAddr;
+
+    #[test]
+    fn send_ops_map_to_ibv_opcodes_flags_and_remotes() {
+        let remote = RemoteAddr {
+            stag: Stag(0x1234_5678),
+            offset: 4096,
+        };
+        assert_eq!(
+            send_op(SendOp::Send { solicited: true }),
+            (IBV_WR_SEND, IBV_SEND_SOLICITED, 0, None, Opcode::Send)
+        );
+        assert_eq!(
+            send_op(SendOp::SendWithInvalidate {
+                invalidate: Stag(7),
+                solicited: false
+            }),
+            (IBV_WR_SEND_WITH_INV, 0, 7, None, Opcode::Send)
+        );
+        assert_eq!(
+            send_op(SendOp::Write { remote }),
+            (
+                IBV_WR_RDMA_WRITE,
+                0,
+                0,
+                Some((4096, 0x1234_5678)),
+                Opcode::Write
+            )
+        );
+        assert_eq!(
+            send_op(SendOp::Read { remote }),
+            (
+                IBV_WR_RDMA_READ,
+                0,
+                0,
+                Some((4096, 0x1234_5678)),
+                Opcode::Read
+            )
+        );
+        assert_eq!(
+            send_op(SendOp::LocalInvalidate { stag: Stag(9) }),
+            (IBV_WR_LOCAL_INV, 0, 9, None, Opcode::LocalInvalidate)
+        );
+    }
+}

@@ -73,13 +73,22 @@ pub enum NfsError {
     },
     /// The caller's fault: a bad path or argument, or a local I/O error.
     Caller(String),
+    /// An NFSv4 operation answered a status other than `NFS4_OK`.
+    V4Status {
+        /// The operation (`"OPEN"`, …).
+        op: &'static str,
+        /// The `nfsstat4`.
+        status: u32,
+    },
 }
 
 impl NfsError {
     /// Who is to blame.
     pub fn blame(&self) -> Blame {
         match self {
-            NfsError::Status { .. } | NfsError::Mount { .. } => Blame::Status,
+            NfsError::Status { .. } | NfsError::Mount { .. } | NfsError::V4Status { .. } => {
+                Blame::Status
+            }
             NfsError::BadReply { .. } => Blame::Server,
             NfsError::Rpc { error, .. } => match error.blame() {
                 RpcBlame::Transport => Blame::Transport,
@@ -143,6 +152,11 @@ impl fmt::Display for NfsError {
                 detail,
             } => write!(f, "cannot connect {service} to {addr}: {detail}"),
             NfsError::Caller(s) => f.write_str(s),
+            NfsError::V4Status { op, status } => write!(
+                f,
+                "server answered {} ({status}) to {op}",
+                crate::nfs4::status::name(*status)
+            ),
         }
     }
 }

@@ -439,6 +439,9 @@ impl Connection {
             // with an error, the requester discards it.
             Incoming::Reject { xid, answer, .. } => match self.config.role {
                 Role::Server => self.reject_call(p, xid, answer),
+                Role::Client if self.answers_reverse_reject(&answer) => {
+                    self.reject_call(p, xid, answer)
+                }
                 Role::Client => self.discard_reply(xid),
             },
             // Never for the responder (RFC 8166 section 4.2.4).

@@ -543,6 +543,15 @@ pub enum PeerError {
         /// The call's XID.
         xid: u32,
     },
+    /// A reverse-direction (backchannel) call arrived at a client that
+    /// posted no receives for one (before
+    /// [`Connection::enable_backchannel`]): it consumed a receive meant
+    /// for a reply. Linux's client disconnects the same way
+    /// (`rpcrdma_bc_receive_call`: "backchannel overflow").
+    UnexpectedReverseCall {
+        /// The call's XID.
+        xid: u32,
+    },
 }
 
 /// Why a connection ended (sticky).

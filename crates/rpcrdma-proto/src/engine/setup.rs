@@ -230,6 +230,12 @@ impl Setup {
         };
     }
 
+    /// The peer said, in version 2, that it takes no reverse requests
+    /// (Reverse Request Support NONE; absent means INLINE).
+    pub(super) fn peer_refuses_reverse_requests(&self) -> bool {
+        self.params.framing == Framing::V2 && self.peer_props.brs() == RvReqSup::None
+    }
+
     /// The Receive Buffer Size we advertise.
     fn local_rbsiz(&self) -> u32 {
         self.local_props.rbsiz()

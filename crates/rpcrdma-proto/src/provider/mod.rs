@@ -70,7 +70,12 @@
 //! "handle"), built as a 24-bit index plus an 8-bit key that changes on every
 //! registration of the same index (the Linux FRWR `ib_update_fast_reg_key`
 //! practice), so an STag from an earlier registration is refused. Remote
-//! offsets are zero-based: the first byte of a region is tagged offset 0.
+//! offsets start at the region's base ([`MemoryRegion::base`]): the first
+//! byte of a region is tagged offset `base`, and [`MemoryRegion::remote`]
+//! adds it. The software providers use base 0 (zero-based); the verbs
+//! provider registers at an I/O virtual address that must share the
+//! buffer's offset within its page (Linux `ib_uverbs_reg_mr` refuses
+//! anything else), so its base is that page offset.
 //! Invalidation (local, [`SendOp::LocalInvalidate`], or remote, Send With
 //! Invalidate) revokes the STag for *remote* access only; the region stays
 //! registered for local use until deregistered.
@@ -257,6 +262,7 @@ pub struct MemoryRegion {
     stag: Stag,
     len: u64,
     access: Access,
+    base: u64,
 }
 
 impl MemoryRegion {
@@ -267,7 +273,18 @@ impl MemoryRegion {
             stag,
             len,
             access,
+            base: 0,
         }
+    }
+    /// For provider implementations: the same handle whose first byte is
+    /// tagged offset `base` (see "Keys" in the [module docs](self)).
+    pub const fn with_base(self, base: u64) -> Self {
+        MemoryRegion { base, ..self }
+    }
+    /// Tagged offset of the region's first byte (0 unless the provider
+    /// says otherwise): what a peer adds to an offset within the region.
+    pub const fn base(&self) -> u64 {
+        self.base
     }
     /// Local key, used in [`Sge`]s.
     pub const fn lkey(&self) -> u32 {
@@ -298,11 +315,12 @@ impl MemoryRegion {
             length,
         }
     }
-    /// The remote address of `offset` in this region.
+    /// The remote address of `offset` (counted from the region's first
+    /// byte) in this region: tagged offset `base + offset`.
     pub const fn remote(&self, offset: u64) -> RemoteAddr {
         RemoteAddr {
             stag: self.stag,
-            offset,
+            offset: self.base.wrapping_add(offset),
         }
     }
 }
@@ -1161,6 +1179,11 @@ mod tests {
             }
         );
         assert_eq!((mr.len(), mr.is_empty()), (64, false));
+        let based = mr.with_base(0x10);
+        assert_eq!(based.base(), 0x10);
+        assert_eq!(based.remote(16).offset, 0x20);
+        // Local SGE offsets stay relative to the region.
+        assert_eq!(based.sge(8, 4), mr.sge(8, 4));
     }
 
     #[test]

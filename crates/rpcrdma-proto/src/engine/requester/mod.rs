@@ -344,6 +344,14 @@ impl Connection {
         if biggest > max {
             return Err(CallError::TooLarge { len: biggest, max });
         }
+        //= draft-cel-nfsv4-rpcrdma-version-two-09#section-4.2.2
+        //# The value RDMA2_RVREQSUP_NONE indicates that receipt of reverse
+        //# direction requests and replies is not supported.
+        if self.req.backchannel() && self.setup.peer_refuses_reverse_requests() {
+            return Err(CallError::BadMessage(
+                "the peer's Reverse Request Support is NONE: it takes no reverse calls",
+            ));
+        }
         if self.req.backchannel() && !self.params().reverse_chunks {
             //= rfc8167#section-4.2
             //# Forward- and reverse-direction operation on the same connection share

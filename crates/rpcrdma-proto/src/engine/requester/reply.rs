@@ -165,15 +165,16 @@ impl Connection {
         //# The Responder MUST copy the segment count and all
         //# segments from the Requester-provided Write chunk into the RPC Reply
         //# message's Transport header.
-        // Every chunk we offer is one segment at offset 0: the echo must be
-        // exactly that segment, with a length no larger than it.
+        // Every chunk we offer is one segment at the region's first byte
+        // (its base, 0 on the software providers): the echo must be exactly
+        // that segment, with a length no larger than it.
         let check = |ours: &MemoryRegion, theirs: &WriteChunk| -> Result<u32, CallFailure> {
             let [s] = theirs.segments.as_slice() else {
                 return Err(CallFailure::BadReply(
                     "returned chunk's segment count differs from the offer",
                 ));
             };
-            if s.handle != ours.stag().0 || s.offset != 0 {
+            if s.handle != ours.stag().0 || s.offset != ours.base() {
                 return Err(CallFailure::BadReply("returned segment not offered"));
             }
             if u64::from(s.length) > ours.len() {

@@ -214,7 +214,7 @@ impl Connection {
             let mr = self.res.register(p, stream, Access::REMOTE_READ, mrs)?;
             reads.push(ReadSegment::new(
                 0,
-                Segment::new(mr.stag().0, len as u32, 0),
+                Segment::new(mr.stag().0, len as u32, mr.base()),
             ));
             self.metrics.long_calls += 1;
             self.metrics.read_chunks += 1;
@@ -242,7 +242,7 @@ impl Connection {
             mrs.push(mr);
             reads.push(ReadSegment::new(
                 d.position as u32,
-                Segment::new(mr.stag().0, d.len as u32, 0),
+                Segment::new(mr.stag().0, d.len as u32, mr.base()),
             ));
             self.metrics.read_chunks += 1;
             self.metrics.read_chunk_bytes += d.len as u64;
@@ -293,14 +293,14 @@ impl Connection {
             let mr = self.res.register(p, buf, rw, mrs)?;
             offer
                 .writes
-                .push(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
+                .push(WriteChunk::single(Segment::new(mr.stag().0, l, mr.base())));
             offer.write_mrs.push(mr);
             self.metrics.write_chunks += 1;
         }
         if let Some(l) = reply_len {
             let buf = self.res.sink_buffer(l as usize);
             let mr = self.res.register(p, buf, rw, mrs)?;
-            offer.reply = Some(WriteChunk::single(Segment::new(mr.stag().0, l, 0)));
+            offer.reply = Some(WriteChunk::single(Segment::new(mr.stag().0, l, mr.base())));
             offer.reply_mr = Some(mr);
             self.metrics.reply_chunks += 1;
         }

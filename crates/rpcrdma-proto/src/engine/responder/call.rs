@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::engine::connection::Connection;
 use crate::engine::framing::{invalidation_handle, rpc_prefix, ErrorReply, Framing, Shape};
 use crate::engine::marshal;
-use crate::engine::{CallHandle, Event, IncomingCall, Message};
+use crate::engine::{CallHandle, ConnectionError, Event, IncomingCall, Message, PeerError};
 use crate::provider::{Bytes, Provider};
 use crate::wire::chunk::{ChunkLists, Segment, WriteChunk};
 use crate::wire::rpc::MsgType;
@@ -62,6 +62,27 @@ impl Connection {
         if !self.overrun(p) {
             self.send_error(p, xid, answer);
         }
+    }
+
+    /// Client: whether a header it cannot use is a reverse request to
+    /// answer (`reject_call`) rather than a reply to discard. Version 1
+    /// cannot tell (a malformed header says nothing of its direction), so
+    /// a client discards it. Version 2 can: a version 2 header refused with
+    /// a version 2 error (BAD_XDR, INVAL_HTYPE, a limit) had F_RESPONSE
+    /// clear — a response is dropped before it gets here — so it is the
+    /// server's request, answered as a forward one would be, when this
+    /// client takes reverse requests at all (the backchannel is enabled;
+    /// before that no receive was granted for it and it is dropped, RFC
+    /// 8167 section 6). Another version's message is still discarded.
+    //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.2
+    //# RPC-over-RDMA version 2 implementations that receive an OPTIONAL
+    //# operation that is not supported MUST respond with an RDMA2_ERROR
+    //# message with an error code of RDMA2_ERR_INVAL_HTYPE.
+    pub(in crate::engine) fn answers_reverse_reject(&self, answer: &ErrorReply) -> bool {
+        self.params().framing == Framing::V2
+            && self.setup.is_ready()
+            && self.resp.enabled
+            && !matches!(answer, ErrorReply::Vers { .. })
     }
 
     /// Validates a received call's chunk lists; returns the Read chunks
@@ -143,8 +164,15 @@ impl Connection {
             //= rfc8167#section-6
             //# If an endpoint is not prepared to receive an incoming reverse-
             //# direction message, loss of the RDMA connection might result.
-            // We drop it instead (no receive was ever granted for it).
+            // It took a receive posted for a reply: the peer's fault, and
+            // the end of the connection (as Linux's client ends it), so
+            // that the replies it displaced fail now instead of timing
+            // out.
             self.metrics.dropped += 1;
+            self.fatal(
+                p,
+                ConnectionError::Peer(PeerError::UnexpectedReverseCall { xid }),
+            );
             return;
         }
         if self.overrun(p) {
