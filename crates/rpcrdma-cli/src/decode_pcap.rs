@@ -441,7 +441,11 @@ fn send(json: bool, p: &SendMessage, from_initiator: bool) -> (Map<String, Value
         if p.segments == 1 { "" } else { "s" }
     );
     if chan == Some("backward") {
-        text.push_str(" [backward direction (RFC 8167): server to client]");
+        text.push_str(if from_initiator {
+            " [backward direction (RFC 8167): the client's reply]"
+        } else {
+            " [backward direction (RFC 8167): a call from the server]"
+        });
     }
     if json {
         match crate::json_header::header_json(&p.payload) {

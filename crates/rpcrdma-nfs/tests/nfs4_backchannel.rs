@@ -14,7 +14,7 @@ use rpcrdma::rdma::RdmaClientConfig;
 use rpcrdma::ReplyError;
 use rpcrdma_nfs::client::{auth_sys, Blame};
 use rpcrdma_nfs::client4::{
-    backchannel_attrs, probe_backchannel, Nfs4Client, Nfs4Options, ProbeOptions,
+    backchannel_attrs, probe_backchannel, Nfs4Client, Nfs4Options, ProbeOptions, ProbeReport,
 };
 use rpcrdma_nfs::nfs4::cb::*;
 use rpcrdma_nfs::nfs4::status::*;
@@ -37,46 +37,55 @@ async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
         .expect("test took too long")
 }
 
+/// Runs the probe against the fake server; the recall is sent when the
+/// probe holds the delegation (as the lab's conflicting write makes knfsd
+/// do).
+async fn probe_against(knobs: Knobs) -> (ProbeReport, CbCompoundRes, fake4::State) {
+    let fake = Fake4::new(knobs);
+    let server = fake.serve().await;
+    let f2 = fake.clone();
+    let recall_res = Arc::new(std::sync::Mutex::new(None));
+    let rr = recall_res.clone();
+    let hook: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+        let f2 = f2.clone();
+        let rr = rr.clone();
+        tokio::spawn(async move {
+            let r = f2.recall().await;
+            *rr.lock().unwrap() = Some(r);
+        });
+    });
+    let rep = probe_backchannel(ProbeOptions {
+        addr: server.local_addr(),
+        path: "/srv/nfs/deleg.txt".into(),
+        wait: Duration::from_secs(10),
+        cb_null_wait: Duration::from_secs(10),
+        rdma: RdmaClientConfig::default(),
+        nfs4: opts(),
+        on_delegation: Some(hook),
+    })
+    .await;
+    let r = recall_res.lock().unwrap().take().unwrap().unwrap();
+    let s = fake.state.lock().unwrap().clone();
+    server.shutdown().await;
+    (rep, r, s)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_gets_cb_null_and_a_recall_and_returns_the_delegation() {
     bounded(async {
-        let fake = Fake4::new(Knobs::default());
-        let server = fake.serve().await;
-        let f2 = fake.clone();
-        let recall_res = Arc::new(std::sync::Mutex::new(None));
-        let rr = recall_res.clone();
-        let hook: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-            let f2 = f2.clone();
-            let rr = rr.clone();
-            tokio::spawn(async move {
-                let r = f2.recall().await;
-                *rr.lock().unwrap() = Some(r);
-            });
-        });
-        let rep = probe_backchannel(ProbeOptions {
-            addr: server.local_addr(),
-            path: "/srv/nfs/deleg.txt".into(),
-            wait: Duration::from_secs(10),
-            cb_null_wait: Duration::from_secs(10),
-            rdma: RdmaClientConfig::default(),
-            nfs4: opts(),
-            on_delegation: Some(hook),
-        })
-        .await;
+        let (rep, r, s) = probe_against(Knobs::default()).await;
         assert!(rep.ok, "{rep:?}");
         assert!(rep.session_created && rep.cb_null_received);
         assert!(rep.cb_recall_received && rep.delegreturn_ok);
         assert_eq!(rep.delegation.as_deref(), Some("read"));
         // The server saw our answer to CB_RECALL: CB_SEQUENCE and CB_RECALL
         // NFS4_OK.
-        let r = recall_res.lock().unwrap().take().unwrap().unwrap();
         assert_eq!(r.status, NFS4_OK);
         assert_eq!(
             r.res.iter().map(|o| (o.op, o.status)).collect::<Vec<_>>(),
             vec![(OP_CB_SEQUENCE, NFS4_OK), (OP_CB_RECALL, NFS4_OK)]
         );
         assert_eq!(r.res[0].sequence.as_ref().unwrap().sessionid, SESSION);
-        let s = fake.state.lock().unwrap().clone();
         assert_eq!(s.cb_program, Some(CB_PROGRAM));
         // Backchannel sizes within the inline thresholds (RFC 8167: inline
         // only): our default 4 KiB thresholds less the 28-octet header.
@@ -86,7 +95,25 @@ async fn probe_gets_cb_null_and_a_recall_and_returns_the_delegation() {
         assert_eq!(back.maxoperations, MAX_CB_OPS);
         assert_eq!(s.delegreturned.map(|d| d.other), Some(DELEG.other));
         assert!(s.closed && s.session_destroyed && s.client_destroyed);
-        server.shutdown().await;
+    })
+    .await
+}
+
+/// Linux's knfsd sends no CB_NULL to a minor version 1 client
+/// (docs/interop-linux.md): the probe still succeeds, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_succeeds_without_cb_null_as_knfsd_sends_none() {
+    bounded(async {
+        let (rep, r, s) = probe_against(Knobs {
+            no_cb_null: true,
+            ..Knobs::default()
+        })
+        .await;
+        assert!(rep.ok, "{rep:?}");
+        assert!(!rep.cb_null_received, "{rep:?}");
+        assert!(rep.session_created && rep.cb_recall_received && rep.delegreturn_ok);
+        assert_eq!(r.status, NFS4_OK);
+        assert!(s.delegreturned.is_some() && s.session_destroyed && s.client_destroyed);
     })
     .await
 }
@@ -243,6 +270,7 @@ async fn a_callback_before_create_session_ends_the_connection() {
     bounded(async {
         let fake = Fake4::new(Knobs {
             cb_before_session: true,
+            ..Knobs::default()
         });
         let server = fake.serve().await;
         let e = Nfs4Client::connect(server.local_addr(), RdmaClientConfig::default(), opts())

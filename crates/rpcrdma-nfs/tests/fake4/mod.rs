@@ -32,6 +32,9 @@ pub struct Knobs {
     /// On EXCHANGE_ID, call CB_NULL over the backchannel before answering
     /// (a server that calls back before CREATE_SESSION).
     pub cb_before_session: bool,
+    /// As Linux's knfsd for a minor version 1 client: no CB_NULL probe,
+    /// the callback path is taken as up at once.
+    pub no_cb_null: bool,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -202,11 +205,15 @@ impl Fake4 {
                     *self.bc.lock().unwrap() = Some(Arc::new(bc));
                     // knfsd probes the backchannel with CB_NULL once the
                     // session exists.
-                    let me = self.clone();
-                    tokio::spawn(async move {
-                        let ok = me.callback(CB_NULL, vec![]).await.is_ok();
-                        me.state.lock().unwrap().cb_null_ok = ok;
-                    });
+                    if self.knobs.no_cb_null {
+                        self.state.lock().unwrap().cb_null_ok = true;
+                    } else {
+                        let me = self.clone();
+                        tokio::spawn(async move {
+                            let ok = me.callback(CB_NULL, vec![]).await.is_ok();
+                            me.state.lock().unwrap().cb_null_ok = ok;
+                        });
+                    }
                 }
                 ok(ResOk::CreateSession(CreateSessionResOk {
                     sessionid: SESSION,

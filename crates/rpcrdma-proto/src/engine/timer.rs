@@ -156,15 +156,43 @@ impl Connection {
     fn responder_timeout(&self, call: Option<Instant>) -> Option<Instant> {
         let read = self.resp.read_deadlines.front().map(|(d, _)| d);
         let trim = self.res.trim_at.filter(|_| self.quiet());
-        [
-            call,
-            read,
-            self.resp.idle_deadline,
-            trim,
-            self.setup.deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        // Pairwise, not an iterator over an array of five: this runs on
+        // every pass of a connection with a pool-trim deadline armed (a
+        // client's too): 205 -> ~90 instructions per task-mode NULL call.
+        let a = earlier(call, read);
+        let b = earlier(self.resp.idle_deadline, trim);
+        earlier(earlier(a, b), self.setup.deadline())
+    }
+}
+
+/// The earlier of two optional instants (`None` is no deadline).
+#[inline]
+fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::earlier;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn earlier_is_the_min_of_what_is_set() {
+        let t = Instant::now();
+        let u = t + Duration::from_millis(1);
+        for (a, b, want) in [
+            (None, None, None),
+            (Some(t), None, Some(t)),
+            (None, Some(u), Some(u)),
+            (Some(u), Some(t), Some(t)),
+            (Some(t), Some(u), Some(t)),
+        ] {
+            assert_eq!(earlier(a, b), want);
+            assert_eq!(earlier(a, b), [a, b].into_iter().flatten().min());
+        }
     }
 }
