@@ -450,3 +450,44 @@ fn many_rdma_connections_to_one_server() {
         .unwrap();
     assert!((per - (rss_n - rss0) as f64 / 50.0).abs() < 0.01, "{j}");
 }
+
+/// `--rpcrdma-version` (issue 13's fixed interface): the version the
+/// in-process pair settles, and an `auto` client against a version 1 only
+/// server process (it falls back).
+#[test]
+fn bench_speaks_the_rpcrdma_version_it_is_told() {
+    for (flag, want) in [(Some("1"), 1), (Some("2"), 2), (Some("auto"), 2), (None, 2)] {
+        let mut args = vec![
+            "bench",
+            "127.0.0.1:0",
+            "--transport",
+            "rdma",
+            "--count",
+            "50",
+        ];
+        args.extend(flag.map(|f| ["--rpcrdma-version", f]).into_iter().flatten());
+        args.push("--json");
+        let j = run_json(&args);
+        assert_eq!(j["errors"], 0, "{j}");
+        assert_eq!(j["params"]["rpcrdma_version"], want, "{flag:?}: {j}");
+    }
+    let mut child = rpcrdma()
+        .args([
+            "bench",
+            "--serve",
+            "127.0.0.1:0",
+            "--rpcrdma-version",
+            "1",
+            "--serve-seconds",
+            "20",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = listening_addr(&mut child);
+    let j = run_json(&["bench", &addr, "--count", "50", "--json"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(j["errors"], 0, "{j}");
+    assert_eq!(j["params"]["rpcrdma_version"], 1, "auto against v1: {j}");
+}

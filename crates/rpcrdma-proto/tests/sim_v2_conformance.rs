@@ -216,7 +216,8 @@ fn reserved_flag_bits_are_ignored_on_receipt_and_a_client_never_sends_them() {
         .any(|e| matches!(e, Event::ReplyReceived(_))));
     assert_eq!(p.side.conn.credits(), 9);
     // A reverse request with reserved bits set but F_RESPONSE clear is a
-    // request (dropped here: this client took no reverse requests).
+    // request, not a reply: nothing answers it here (this client posted no
+    // backchannel receives).
     let mut c = words(&[0x99, 2, 1, 0, 0x4000_0000, 0, 0, 0, 0]);
     c.extend(rpc_call(0x99));
     p.raw.send(&c);

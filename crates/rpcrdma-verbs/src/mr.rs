@@ -6,11 +6,11 @@
 //! is the table's key (index and generation), checked before anything is
 //! posted; the device's `lkey` goes into the `ibv_sge`. Its *remote* key
 //! ([`MemoryRegion::stag`]) is the device's `rkey`, what the peer puts on
-//! the wire. A region is registered at the I/O virtual address equal to
-//! its buffer's offset within its page (`ibv_reg_mr_iova`; Linux refuses
-//! an iova whose page offset differs from the buffer's), so its first byte
-//! is tagged offset [`MemoryRegion::base`] = that page offset, whatever
-//! the process address: the contract's base, which the engine advertises.
+//! the wire. A region is registered at its buffer's process address as
+//! its I/O virtual address (what `ibv_reg_mr` does, and all Linux siw
+//! honours: `siw_reg_user_mr` ignores any other iova), so its first byte is
+//! tagged offset [`MemoryRegion::base`] = that address, which the engine
+//! advertises as each chunk's offset.
 
 use std::collections::HashMap;
 use std::io;
@@ -23,19 +23,11 @@ use rpcrdma_proto::provider::{
 use crate::libs::Rdma;
 use crate::sys::*;
 
-/// The I/O virtual address of a buffer's first byte: its offset within
-/// its page (the smallest iova Linux accepts for it). Local SGEs and
-/// remote accesses alike address an MR in its iova space (siw, rxe and
-/// mlx5 check both against it), so an SGE's address is `base + offset`,
-/// never the buffer's process address.
+/// The I/O virtual address of a buffer's first byte: its process address
+/// (see the module docs). Local SGEs and remote accesses alike address an
+/// MR in its iova space, so an SGE's address is `base + offset`.
 fn iova_of(ptr: *const u8) -> u64 {
-    // SAFETY: sysconf has no precondition.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let page = u64::try_from(page)
-        .ok()
-        .filter(|p| p.is_power_of_two())
-        .unwrap_or(4096);
-    (ptr as u64) & (page - 1)
+    ptr as u64
 }
 
 /// What the `ibv_mr` of a table index gives a work request.
@@ -56,6 +48,8 @@ pub(crate) struct Registry {
     /// Device rkey to table key, for Local Invalidate and a received Send
     /// With Invalidate, which name the rkey.
     by_rkey: HashMap<u32, u32>,
+    /// The OS error of the last refused registration (diagnostics).
+    pub(crate) last_error: Option<io::Error>,
 }
 
 /// The `IBV_ACCESS_*` flags of contract rights.
@@ -75,14 +69,16 @@ pub(crate) fn ibv_access(a: Access) -> libc::c_int {
 
 /// What a refused `ibv_reg_mr` means for the caller.
 fn reg_error(e: &io::Error) -> ProviderError {
-    match e.raw_os_error() {
+    ProviderError::InvalidArgument(match e.raw_os_error() {
         Some(libc::ENOMEM) | Some(libc::EPERM) | Some(libc::EAGAIN) => {
-            ProviderError::InvalidArgument(
-                "ibv_reg_mr: cannot pin the buffer (RLIMIT_MEMLOCK too low? raise `ulimit -l`)",
-            )
+            "ibv_reg_mr: cannot pin the buffer (RLIMIT_MEMLOCK too low? raise `ulimit -l`)"
         }
-        _ => ProviderError::InvalidArgument("ibv_reg_mr refused the registration"),
-    }
+        Some(libc::EINVAL) => "ibv_reg_mr: EINVAL (address, length, access or iova refused)",
+        Some(libc::EFAULT) => "ibv_reg_mr: EFAULT (buffer not mapped)",
+        Some(libc::EACCES) => "ibv_reg_mr: EACCES (access rights refused)",
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => "ibv_reg_mr: not supported by the device",
+        _ => "ibv_reg_mr refused the registration",
+    })
 }
 
 impl Registry {
@@ -94,6 +90,7 @@ impl Registry {
             table: MemoryTable::without_index_zero(0),
             mrs: Vec::new(),
             by_rkey: HashMap::new(),
+            last_error: None,
         }
     }
 
@@ -126,12 +123,14 @@ impl Registry {
                 self.pd,
                 ptr.cast_mut().cast(),
                 len,
-                0,
+                base,
                 ibv_access(t.access()),
             )
         };
         if mr.is_null() {
-            let err = reg_error(&io::Error::last_os_error());
+            let os = io::Error::last_os_error();
+            let err = reg_error(&os);
+            self.last_error = Some(os);
             let buf = self
                 .table
                 .deregister(&t)
@@ -244,8 +243,9 @@ mod tests {
             ibv_access(Access::LOCAL_WRITE | Access::REMOTE_WRITE),
             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
         );
-        assert_eq!(iova_of(0x7f00_1234_5010 as *const u8), 0x010);
-        assert_eq!(iova_of(0x7f00_1234_6000 as *const u8), 0);
+        assert_eq!(iova_of(0x7f00_1234_5010 as *const u8), 0x7f00_1234_5010);
+        let inval = io::Error::from_raw_os_error(libc::EINVAL);
+        assert!(reg_error(&inval).to_string().contains("EINVAL"));
         let memlock = io::Error::from_raw_os_error(libc::ENOMEM);
         assert!(reg_error(&memlock).to_string().contains("RLIMIT_MEMLOCK"));
     }

@@ -125,6 +125,12 @@ impl VerbsProvider {
         })
     }
 
+    /// The OS error of the last registration the device refused (the
+    /// [`ProviderError`] names its class only).
+    pub fn last_registration_error(&self) -> Option<&std::io::Error> {
+        self.reg.last_error.as_ref()
+    }
+
     /// The device's transport.
     pub fn transport(&self) -> Transport {
         self.q.transport

@@ -50,15 +50,16 @@ fn word(b: &[u8], i: usize) -> u32 {
     u32::from_be_bytes(b[i * 4..i * 4 + 4].try_into().expect("4 octets"))
 }
 
-fn wait_for(p: &mut VerbsProvider, wr_id: u64) -> Completion {
+/// Polls until the completion of `wr_id` is there; completions of other
+/// WRs polled meanwhile stay in `seen` for a later wait.
+fn wait_for(p: &mut VerbsProvider, seen: &mut Vec<Completion>, wr_id: u64) -> Completion {
     let by = Instant::now() + Duration::from_secs(10);
-    let mut out = Vec::new();
     loop {
-        p.poll_completions(&mut out);
-        if let Some(c) = out.iter().find(|c| c.wr_id == wr_id) {
-            return *c;
+        if let Some(i) = seen.iter().position(|c| c.wr_id == wr_id) {
+            return seen.remove(i);
         }
-        assert!(Instant::now() < by, "no completion for {wr_id}: {out:?}");
+        assert!(Instant::now() < by, "no completion for {wr_id}: {seen:?}");
+        p.poll_completions(seen);
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -86,7 +87,14 @@ fn nfs_null_calls_to_linux_svcrdma() {
     );
     let rbuf = p
         .register(vec![0; 4096].into_boxed_slice(), Access::LOCAL_WRITE)
-        .expect("register receive buffer");
+        .unwrap_or_else(|e| {
+            panic!(
+                "register receive buffer: {} ({:?})",
+                e.error,
+                p.last_registration_error()
+            )
+        });
+    let mut seen = Vec::new();
     for (i, (prog, vers)) in [(100_003u32, 3u32), (100_003, 4)].into_iter().enumerate() {
         let xid = 0x7665_7200 + i as u32;
         p.post_recv(RecvWr {
@@ -104,13 +112,13 @@ fn nfs_null_calls_to_linux_svcrdma() {
             sges: vec![sbuf.sge(0, msg.len() as u32)].into(),
         })
         .expect("post send");
-        let s = wait_for(&mut p, 200 + i as u64);
+        let s = wait_for(&mut p, &mut seen, 200 + i as u64);
         assert_eq!(
             (s.status, s.opcode),
             (Status::Success, Opcode::Send),
             "{s:?}"
         );
-        let r = wait_for(&mut p, 100 + i as u64);
+        let r = wait_for(&mut p, &mut seen, 100 + i as u64);
         assert_eq!(r.status, Status::Success, "{r:?}");
         let reply = p.region(&rbuf).expect("reply")[..r.byte_len as usize].to_vec();
         assert!(reply.len() >= 13 * 4, "short reply {reply:02x?}");

@@ -73,9 +73,9 @@
 //! offsets start at the region's base ([`MemoryRegion::base`]): the first
 //! byte of a region is tagged offset `base`, and [`MemoryRegion::remote`]
 //! adds it. The software providers use base 0 (zero-based); the verbs
-//! provider registers at an I/O virtual address that must share the
-//! buffer's offset within its page (Linux `ib_uverbs_reg_mr` refuses
-//! anything else), so its base is that page offset.
+//! provider's base is the buffer's address (its MRs' I/O virtual address,
+//! as with `ibv_reg_mr`: Linux refuses an iova whose page offset differs
+//! from the buffer's, and siw ignores any other).
 //! Invalidation (local, [`SendOp::LocalInvalidate`], or remote, Send With
 //! Invalidate) revokes the STag for *remote* access only; the region stays
 //! registered for local use until deregistered.

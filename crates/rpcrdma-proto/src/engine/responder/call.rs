@@ -72,8 +72,8 @@ impl Connection {
     /// clear — a response is dropped before it gets here — so it is the
     /// server's request, answered as a forward one would be, when this
     /// client takes reverse requests at all (the backchannel is enabled;
-    /// before that no receive was granted for it and it is dropped, RFC
-    /// 8167 section 6). Another version's message is still discarded.
+    /// before that it posted no receive for them and the header is
+    /// discarded). Another version's message is still discarded.
     //= draft-cel-nfsv4-rpcrdma-version-two-09#section-5.2
     //# RPC-over-RDMA version 2 implementations that receive an OPTIONAL
     //# operation that is not supported MUST respond with an RDMA2_ERROR
