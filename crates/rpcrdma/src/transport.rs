@@ -71,6 +71,10 @@ pub enum TransportError {
     },
     /// The caller used an XID that already has a call outstanding.
     XidInUse(u32),
+    /// The caller's message cannot be sent as described (e.g. inline pieces
+    /// that are not whole XDR items); only that call fails, the connection
+    /// goes on.
+    BadMessage(&'static str),
 }
 
 impl TransportError {
@@ -78,7 +82,9 @@ impl TransportError {
     pub fn is_callers(&self) -> bool {
         matches!(
             self,
-            TransportError::TooLarge { .. } | TransportError::XidInUse(_)
+            TransportError::TooLarge { .. }
+                | TransportError::XidInUse(_)
+                | TransportError::BadMessage(_)
         )
     }
 }
@@ -94,6 +100,7 @@ impl fmt::Display for TransportError {
                 write!(f, "message of {len} octets exceeds transport limit {max}")
             }
             TransportError::XidInUse(x) => write!(f, "xid 0x{x:08x} already outstanding"),
+            TransportError::BadMessage(why) => write!(f, "unusable call message: {why}"),
         }
     }
 }

@@ -703,3 +703,35 @@ async fn silent_and_garbage_peers_do_not_block_the_listener() {
     })
     .await
 }
+
+/// A call whose inline arguments are not whole XDR items (5 octets) cannot
+/// be sent (RFC 8166 §3.4.5: Read chunk positions are multiples of four):
+/// that call fails as the caller's fault, and the connection goes on —
+/// no reconnection, the next call on it succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misaligned_call_fails_alone_and_the_connection_goes_on() {
+    bounded(async {
+        let (_s, rdma) = start().await;
+        let (c, t) = client_to(rdma.local_addr()).await;
+        testprog::null(&c).await.unwrap();
+        let e = c
+            .call(TEST_PROG, TEST_VERS, 0, Message::inline(vec![1u8; 5]), &[])
+            .await
+            .unwrap_err();
+        assert_eq!(e.blame(), rpcrdma::Blame::Caller, "{e}");
+        assert!(
+            matches!(
+                e,
+                RpcError::Caller(rpcrdma::CallerError::Refused(
+                    rpcrdma::TransportError::BadMessage(_)
+                ))
+            ),
+            "{e:?}"
+        );
+        testprog::null(&c).await.unwrap();
+        assert_eq!(t.status().connects, 1, "the connection was not replaced");
+        t.shutdown().await;
+        rdma.shutdown().await;
+    })
+    .await
+}

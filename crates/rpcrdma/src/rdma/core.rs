@@ -160,6 +160,7 @@ fn call_error(e: CallError) -> TransportError {
     match e {
         CallError::TooLarge { len, max } => TransportError::TooLarge { len, max },
         CallError::Closed(e) => TransportError::Lost(e.to_string()),
+        CallError::BadMessage(why) => TransportError::BadMessage(why),
         other => TransportError::Lost(other.to_string()),
     }
 }
