@@ -44,14 +44,19 @@ async fn probe_against(knobs: Knobs) -> (ProbeReport, CbCompoundRes, fake4::Stat
     let fake = Fake4::new(knobs);
     let server = fake.serve().await;
     let f2 = fake.clone();
-    let recall_res = Arc::new(std::sync::Mutex::new(None));
-    let rr = recall_res.clone();
+    // The recall's outcome comes from a task of its own: the probe can end
+    // (DELEGRETURN, DESTROY_*) before that task has stored it, so wait for
+    // it (bounded by the test's limit) rather than look once.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
     let hook: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
         let f2 = f2.clone();
-        let rr = rr.clone();
+        let tx = tx.lock().unwrap().take();
         tokio::spawn(async move {
             let r = f2.recall().await;
-            *rr.lock().unwrap() = Some(r);
+            if let Some(tx) = tx {
+                let _ = tx.send(r);
+            }
         });
     });
     let rep = probe_backchannel(ProbeOptions {
@@ -64,7 +69,7 @@ async fn probe_against(knobs: Knobs) -> (ProbeReport, CbCompoundRes, fake4::Stat
         on_delegation: Some(hook),
     })
     .await;
-    let r = recall_res.lock().unwrap().take().unwrap().unwrap();
+    let r = rx.await.expect("the recall was sent").unwrap();
     let s = fake.state.lock().unwrap().clone();
     server.shutdown().await;
     (rep, r, s)
