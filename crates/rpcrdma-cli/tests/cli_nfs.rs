@@ -5,12 +5,13 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rpcrdma");
+mod common;
+use common::BIN;
 
 /// A scratch directory, removed on drop.
 struct Dir(PathBuf);
@@ -101,23 +102,7 @@ fn serve_with(dir: &Dir, extra: &[&str]) -> Serve {
 
 /// Runs the tool with a time bound.
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("rpcrdma {args:?} did not finish in time");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::run_within(args, Duration::from_secs(90))
 }
 
 /// `rpcrdma nfs OP 127.0.0.1:PATH [LOCAL] --json` against `s`: exit status and

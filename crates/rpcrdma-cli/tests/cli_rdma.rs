@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rpcrdma");
+mod common;
+use common::BIN;
 
 /// A `serve --duration` child, killed on drop.
 struct Serve {
@@ -43,23 +44,7 @@ fn serve(extra: &[&str]) -> Serve {
 
 /// Runs the tool with a time bound.
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("rpcrdma {args:?} did not finish in time");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::run_within(args, Duration::from_secs(60))
 }
 
 fn json_lines(o: &Output) -> Vec<Value> {
