@@ -967,6 +967,7 @@ fn probe_and_call_speak_version_2_by_default_and_fall_back() {
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("does not speak RPC-over-RDMA version 2"), "{e}");
+    assert_eq!(e.matches("connection lost").count(), 1, "said once: {e}");
     // A version 2 only server refuses a version 1 client.
     let s2 = serve(&["--rpcrdma-version", "2"]);
     let o = run(&["call", &s2.addr, "--json", "--rpcrdma-version", "1"]);

@@ -807,6 +807,8 @@ impl Core {
         let err = match error {
             CallFailure::Local(e) => call_error(e),
             CallFailure::ConnectionLost(_) if self.closing => TransportError::Closed,
+            // `TransportError::Lost` says "connection lost" itself.
+            CallFailure::ConnectionLost(e) => TransportError::Lost(e.to_string()),
             other => TransportError::Lost(other.to_string()),
         };
         let _e = p.span.enter();
