@@ -10,17 +10,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use rpcrdma::rdma::{RdmaClientTransport, RdmaServer, RdmaServerConfig, RdmaStatus};
 use rpcrdma::testprog::{self, TEST_PROG, TEST_VERS};
-use rpcrdma::{CallOptions, Client, ClientConfig, Message, Server};
+use rpcrdma::{CallOptions, Client, ClientConfig, Message, Reply, RpcError, Server};
 use rpcrdma_proto::engine::{Config as EngineConfig, RpcRdmaVersion};
 
 use crate::demo::{connect_recorded, Session, Tap};
 
-/// Prints what the connection's setup sent (version 2: our CONNPROP and
-/// the server's) and checks that both went.
-pub(crate) async fn connprop_step(t: &Arc<RdmaClientTransport>, sess: &mut Session) -> bool {
-    // The exchange is over once the client may call: one NULL settles it.
+/// One NULL call on `t`, then a moment for the tap to record what it
+/// caused on the wire.
+async fn null_and_settle(t: &Arc<RdmaClientTransport>) -> Result<Reply, RpcError> {
     let c = Client::new(t.clone(), ClientConfig::default());
-    let _ = c
+    let r = c
         .call_with(
             TEST_PROG,
             TEST_VERS,
@@ -30,6 +29,14 @@ pub(crate) async fn connprop_step(t: &Arc<RdmaClientTransport>, sess: &mut Sessi
         )
         .await;
     tokio::time::sleep(Duration::from_millis(20)).await;
+    r
+}
+
+/// Prints what the connection's setup sent (version 2: our CONNPROP and
+/// the server's) and checks that both went.
+pub(crate) async fn connprop_step(t: &Arc<RdmaClientTransport>, sess: &mut Session) -> bool {
+    // The exchange is over once the client may call: one NULL settles it.
+    let _ = null_and_settle(t).await;
     let lines = sess.print_new();
     println!("\n[v2.0] CONNPROP both ways: each end's transport properties (RBSIZ, BRS), the client's first message");
     for l in &lines {
@@ -146,17 +153,7 @@ pub(crate) async fn fallback() -> Result<(bool, Session), String> {
     let mut e = EngineConfig::client();
     e.rpcrdma_version = RpcRdmaVersion::Auto;
     let (t, mut sess) = connect_recorded(addr, e).await?;
-    let c = Client::new(t.clone(), ClientConfig::default());
-    let r = c
-        .call_with(
-            TEST_PROG,
-            TEST_VERS,
-            testprog::PROC_NULL,
-            Message::new(),
-            &CallOptions::default(),
-        )
-        .await;
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    let r = null_and_settle(&t).await;
     println!(
         "\n[v2->v1] CONNPROP probe refused with ERR_VERS; NULL in version 1 on the same connection"
     );
