@@ -9,6 +9,7 @@
 #![warn(unreachable_pub)]
 
 pub mod decode_pcap;
+mod decode_pcap_rpc;
 pub mod failure;
 pub mod json_header;
 pub mod json_misc;
