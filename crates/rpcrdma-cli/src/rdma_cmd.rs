@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use rpcrdma::rdma::provider::{IwarpCm, IwarpConfig, ProviderConfig};
+use rpcrdma::rdma::provider::{IwarpCm, IwarpConfig, ProviderConfig, VerbsCm};
 use rpcrdma::rdma::{
     connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig,
     RdmaStatus, DEFAULT_READ_SINK_BUDGET,
@@ -65,9 +65,35 @@ use serde_json::{json, Value};
 
 use crate::accept_args::AcceptArgs;
 
+/// Which RDMA provider carries the connections.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// rpcrdma's software iWARP over TCP (talks to Linux siw).
+    #[default]
+    Iwarp,
+    /// rdma-core verbs (RDMA NICs, the kernel's siw and rxe), loaded at run
+    /// time.
+    Verbs,
+}
+
+impl ProviderKind {
+    /// Its name in output (`probe --json` "provider").
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Iwarp => "iwarp",
+            ProviderKind::Verbs => "verbs",
+        }
+    }
+}
+
 /// Link and engine options shared by the RDMA commands.
 #[derive(Args, Debug, Clone)]
 pub struct LinkArgs {
+    /// RDMA provider: iwarp (software iWARP over TCP) or verbs (rdma-core;
+    /// the device is the one the RDMA CM picks for the address). The MPA
+    /// options apply to iwarp only.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Iwarp)]
+    pub provider: ProviderKind,
     /// Credits: granted (serve) or requested (call, probe). Defaults: 64 /
     /// 128, as Linux.
     #[arg(long)]
@@ -123,6 +149,9 @@ impl LinkArgs {
     }
 
     fn provider(&self) -> ProviderConfig {
+        if self.provider == ProviderKind::Verbs {
+            return ProviderConfig::Verbs(VerbsCm::default());
+        }
         ProviderConfig::Iwarp(IwarpCm {
             config: IwarpConfig {
                 rev: self.mpa_rev,
@@ -829,7 +858,9 @@ pub fn probe(args: ProbeArgs) -> ExitCode {
                 Err(code) => return code,
             };
             if args.json {
-                println!("{}", probe_json(&st));
+                let mut v = probe_json(&st);
+                v["provider"] = Value::from(args.link.provider.name());
+                println!("{v}");
             } else {
                 probe_text(addr, &args, &st, status);
             }
@@ -886,12 +917,16 @@ fn probe_text(addr: SocketAddr, args: &ProbeArgs, st: &RdmaStatus, status: &str)
         None => "-",
     };
     println!(
-        "connected to {addr}: RPC-over-RDMA version {}{} over software iWARP",
+        "connected to {addr}: RPC-over-RDMA version {}{} over {}",
         st.version.version,
         if st.version.fallback {
             " (the server refused version 2: fallback)"
         } else {
             ""
+        },
+        match args.link.provider {
+            ProviderKind::Iwarp => "software iWARP",
+            ProviderKind::Verbs => "rdma-core verbs",
         }
     );
     for (who, props) in [

@@ -208,7 +208,7 @@ fn call_rpc_errors_and_raw_calls() {
     assert!(v["error"].as_str().unwrap().starts_with("connect"));
 }
 
-const PROBE_KEYS: [&str; 16] = [
+const PROBE_KEYS: [&str; 17] = [
     "inline_recv",
     "inline_send",
     "credits_granted",
@@ -221,6 +221,7 @@ const PROBE_KEYS: [&str; 16] = [
     "ord",
     "peer_private_data",
     "peer_properties",
+    "provider",
     "remote_invalidate",
     "rpcrdma_version",
     "version",
@@ -238,6 +239,7 @@ fn probe_json_defaults_and_options() {
     let mut want: Vec<String> = PROBE_KEYS.iter().map(|s| s.to_string()).collect();
     want.sort();
     assert_eq!(keys(v), want);
+    assert_eq!(v["provider"], "iwarp");
     assert_eq!(v["version"], 1);
     assert_eq!(v["mpa_rev"], 2);
     assert_eq!(
