@@ -94,6 +94,11 @@ pub struct LinkArgs {
     /// options apply to iwarp only.
     #[arg(long, value_enum, default_value_t = ProviderKind::Iwarp)]
     pub provider: ProviderKind,
+    /// With `--provider verbs`: the RDMA device to use (e.g. siw0); a
+    /// connection on another device is refused. Default: the device the
+    /// RDMA CM picks for the address.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
     /// Credits: granted (serve) or requested (call, probe). Defaults: 64 /
     /// 128, as Linux.
     #[arg(long)]
@@ -150,7 +155,9 @@ impl LinkArgs {
 
     fn provider(&self) -> ProviderConfig {
         if self.provider == ProviderKind::Verbs {
-            return ProviderConfig::Verbs(VerbsCm::default());
+            let mut cm = VerbsCm::default();
+            cm.config.device = self.device.clone();
+            return ProviderConfig::Verbs(cm);
         }
         ProviderConfig::Iwarp(IwarpCm {
             config: IwarpConfig {
@@ -860,6 +867,7 @@ pub fn probe(args: ProbeArgs) -> ExitCode {
             if args.json {
                 let mut v = probe_json(&st);
                 v["provider"] = Value::from(args.link.provider.name());
+                v["device"] = st.link.device.clone().map_or(Value::Null, Value::from);
                 println!("{v}");
             } else {
                 probe_text(addr, &args, &st, status);

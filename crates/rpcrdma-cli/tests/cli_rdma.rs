@@ -208,7 +208,8 @@ fn call_rpc_errors_and_raw_calls() {
     assert!(v["error"].as_str().unwrap().starts_with("connect"));
 }
 
-const PROBE_KEYS: [&str; 17] = [
+const PROBE_KEYS: [&str; 18] = [
+    "device",
     "inline_recv",
     "inline_send",
     "credits_granted",
@@ -240,6 +241,7 @@ fn probe_json_defaults_and_options() {
     want.sort();
     assert_eq!(keys(v), want);
     assert_eq!(v["provider"], "iwarp");
+    assert_eq!(v["device"], Value::Null);
     assert_eq!(v["version"], 1);
     assert_eq!(v["mpa_rev"], 2);
     assert_eq!(
@@ -853,11 +855,21 @@ fn serve_help_shows_the_connection_limits() {
         ("--max-conns <N>", "1024"),
         ("--max-conns-per-source <N>", "64"),
     ] {
-        let line = help
+        // The flag's block: its line up to the next flag (clap puts the
+        // help on the next lines once any option has a long help).
+        let block: Vec<&str> = help
             .lines()
-            .find(|l| l.trim_start().starts_with(flag))
-            .unwrap_or_else(|| panic!("no {flag} in\n{help}"));
-        assert!(line.ends_with(&format!("[default: {default}]")), "{line}");
+            .skip_while(|l| !l.trim_start().starts_with(flag))
+            .enumerate()
+            .take_while(|(i, l)| *i == 0 || !l.trim_start().starts_with('-'))
+            .map(|(_, l)| l)
+            .collect();
+        assert!(!block.is_empty(), "no {flag} in\n{help}");
+        let want = format!("[default: {default}]");
+        assert!(
+            block.iter().any(|l| l.trim_end().ends_with(&want)),
+            "{block:?}"
+        );
     }
 }
 

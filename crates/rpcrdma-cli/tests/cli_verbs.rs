@@ -36,6 +36,14 @@ fn verbs_without_a_device_says_why() {
     fails_with_one_line(&["probe", "127.0.0.1:9", "--provider", "verbs"]);
     fails_with_one_line(&["call", "127.0.0.1:9", "--provider", "verbs"]);
     fails_with_one_line(&[
+        "probe",
+        "127.0.0.1:9",
+        "--provider",
+        "verbs",
+        "--device",
+        "siw0",
+    ]);
+    fails_with_one_line(&[
         "serve",
         "--listen",
         "127.0.0.1:0",

@@ -700,6 +700,7 @@ impl Provider for VerbsProvider {
             self.info.as_ref(),
         );
         l.local_private_data = self.local_pd.clone();
+        l.device = self.id.device_name(self.rdma);
         l
     }
 }
