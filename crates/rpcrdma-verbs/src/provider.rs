@@ -22,6 +22,7 @@ use rpcrdma_proto::provider::{
     RegisterError, SendOp, SendWr, SmallVec, Stag, Status,
 };
 
+use crate::async_events::{self, Subscription};
 use crate::conn::{Channel, CmId, Queues};
 use crate::fd::Epoll;
 use crate::libs::Rdma;
@@ -75,6 +76,8 @@ pub struct VerbsProvider {
     pub(crate) id: CmId,
     pub(crate) ch: Channel,
     epoll: Epoll,
+    /// The device's async events for this connection.
+    sub: Subscription,
     rdma: &'static Rdma,
     caps: Caps,
     rules: SendRules,
@@ -115,7 +118,10 @@ impl VerbsProvider {
         id: CmId,
         q: Queues,
     ) -> std::io::Result<VerbsProvider> {
-        let epoll = Epoll::new(&[q.comp_fd(), ch.fd()])?;
+        // SAFETY: the QP is live; `context` is its first field.
+        let ctx = unsafe { (*q.qp).context };
+        let sub = Subscription::new(rdma, ctx, q.qp, q.cq)?;
+        let epoll = Epoll::new(&[q.comp_fd(), ch.fd(), sub.async_fd(), sub.wake.raw()])?;
         let caps = caps_of(&q);
         let reg = Registry::new(rdma, q.pd);
         let iwarp = q.transport == Transport::Iwarp;
@@ -124,6 +130,7 @@ impl VerbsProvider {
             id,
             ch,
             epoll,
+            sub,
             rdma,
             caps,
             rules: SendRules {
@@ -196,9 +203,34 @@ impl VerbsProvider {
         self.events.push_back(ConnectionEvent::Disconnected(reason));
     }
 
-    /// Takes queued RDMA CM events: a disconnect or device removal ends
-    /// the connection.
+    /// Takes queued RDMA CM events (a disconnect or device removal ends
+    /// the connection) and the device's async events for this QP and CQ
+    /// (a fatal one ends it with its status).
+    ///
+    /// One `poll(2)` with no wait says which of the four fds has
+    /// something, so an idle check costs one system call.
     fn pump_cm(&mut self) {
+        let fds = [
+            self.q.comp_fd(),
+            self.ch.fd(),
+            self.sub.async_fd(),
+            self.sub.wake.raw(),
+        ];
+        let ready =
+            crate::fd::wait_readable(&fds, Some(std::time::Duration::ZERO)).unwrap_or(0b1111);
+        if ready & 0b0001 != 0 {
+            self.q.drain_comp_channel();
+        }
+        if ready & 0b1100 != 0 {
+            for ev in self.sub.take() {
+                if let Some(reason) = async_events::reason(ev) {
+                    self.end(reason);
+                }
+            }
+        }
+        if ready & 0b0010 == 0 {
+            return;
+        }
         while let Ok(Some(ev)) = self.ch.try_event() {
             match ev.kind {
                 RDMA_CM_EVENT_DISCONNECTED => self.end(DisconnectReason::PeerClose),
@@ -649,7 +681,6 @@ impl Provider for VerbsProvider {
 
     fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
         let start = out.len();
-        self.q.drain_comp_channel();
         self.pump_cm();
         self.complete_invs(out);
         for wc in std::mem::take(&mut self.stash) {
