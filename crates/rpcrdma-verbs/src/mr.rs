@@ -116,8 +116,32 @@ fn local_only(a: Access) -> Access {
     }
 }
 
-/// The errno of a refused `ibv_reg_mr`, in words.
-fn reg_error(e: &io::Error) -> ProviderError {
+/// The soft `RLIMIT_MEMLOCK` in octets (`None`: unlimited or unknown).
+fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` into `r`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some(r.rlim_cur)
+}
+
+/// The errno of a refused `ibv_reg_mr` of `len` octets, in words: a
+/// pinning failure under a finite `RLIMIT_MEMLOCK` names the limit.
+fn reg_error(e: &io::Error, len: usize) -> ProviderError {
+    if matches!(
+        e.raw_os_error(),
+        Some(libc::ENOMEM) | Some(libc::EPERM) | Some(libc::EAGAIN)
+    ) {
+        if let Some(limit) = memlock_limit() {
+            return ProviderError::PinLimit { len, limit };
+        }
+    }
     ProviderError::InvalidArgument(match e.raw_os_error() {
         Some(libc::ENOMEM) | Some(libc::EPERM) | Some(libc::EAGAIN) => {
             "ibv_reg_mr: cannot pin the buffer (RLIMIT_MEMLOCK too low? raise `ulimit -l`)"
@@ -174,7 +198,7 @@ impl Registry {
         };
         if mr.is_null() {
             let os = io::Error::last_os_error();
-            let err = reg_error(&os);
+            let err = reg_error(&os, len);
             self.last_error = Some(os);
             return Err(err);
         }
@@ -413,8 +437,20 @@ mod tests {
         );
         assert_eq!(iova_of(0x7f00_1234_5010 as *const u8), 0x7f00_1234_5010);
         let inval = io::Error::from_raw_os_error(libc::EINVAL);
-        assert!(reg_error(&inval).to_string().contains("EINVAL"));
+        assert!(reg_error(&inval, 8).to_string().contains("EINVAL"));
         let memlock = io::Error::from_raw_os_error(libc::ENOMEM);
-        assert!(reg_error(&memlock).to_string().contains("RLIMIT_MEMLOCK"));
+        let e = reg_error(&memlock, 1 << 20).to_string();
+        assert!(e.contains("RLIMIT_MEMLOCK"), "{e}");
+        // Under a finite limit the message names it and the size.
+        if let Some(limit) = memlock_limit() {
+            assert_eq!(
+                reg_error(&memlock, 1 << 20),
+                ProviderError::PinLimit {
+                    len: 1 << 20,
+                    limit
+                }
+            );
+            assert!(e.contains("cannot pin 1048576 octets"), "{e}");
+        }
     }
 }

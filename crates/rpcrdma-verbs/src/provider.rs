@@ -31,10 +31,6 @@ use crate::status::status_class;
 use crate::sys::*;
 use crate::Transport;
 
-/// Linux siw's `vendor_id` (`SIW_VENDOR_ID`, ASCII "bmt", in
-/// drivers/infiniband/sw/siw/siw.h).
-const SIW_VENDOR_ID: u32 = 0x0062_6d74;
-
 /// Completions taken from the CQ per `ibv_poll_cq` call.
 const POLL_BATCH: usize = 32;
 
@@ -487,11 +483,16 @@ fn caps_of(q: &Queues) -> Caps {
         max_ord: depth(a.max_qp_init_rd_atom),
         max_inline: q.sizes.inline,
         read_sink_needs_remote_write: iwarp,
-        // A received Send With Invalidate must invalidate a plain MR's
-        // rkey: Linux siw does (`siw_invalidate_stag` takes any memory of
-        // the QP's PD); rxe and hardware invalidate only FRWR / memory
-        // window keys, which user-space verbs here do not make.
-        remote_invalidation: iwarp && a.vendor_id == SIW_VENDOR_ID,
+        // Remote invalidation needs the device to invalidate a plain MR's
+        // rkey *and* to say so in the receive completion. Linux siw does
+        // the first (`siw_invalidate_stag` takes any memory of the QP's
+        // PD) but its user-space provider drops the second (rdma-core
+        // providers/siw/siw.c `copy_cqe`: `wc->wc_flags = 0`, no
+        // `invalidated_rkey`); rxe and hardware invalidate only FRWR /
+        // memory-window keys, which user-space verbs do not make. So no
+        // device qualifies today, and the engine invalidates locally (by
+        // deregistration, see `crate::mr`).
+        remote_invalidation: false,
     }
 }
 

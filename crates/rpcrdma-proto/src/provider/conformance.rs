@@ -420,7 +420,10 @@ pub fn write_remote_access_error<P: Provider>(h: &mut Harness<P>, bad: BadRemote
 }
 
 /// Send With Invalidate: the receiver's STag is invalidated and reported in
-/// the receive completion; a later Write with it fails.
+/// the receive completion; a later Write with it fails. A receiver without
+/// [`Caps::remote_invalidation`](super::Caps::remote_invalidation) (whose
+/// upper layer never asks a peer for it) may act on it or not, but the
+/// message is delivered whole or the connection ends with an error.
 pub fn send_with_invalidate<P: Provider>(h: &mut Harness<P>) -> CheckResult {
     const N: &str = "send_with_invalidate";
     let chunk = register_filled(&mut h.b, 16, 0, RW).map_err(|e| err(N, e))?;
@@ -442,6 +445,24 @@ pub fn send_with_invalidate<P: Provider>(h: &mut Harness<P>) -> CheckResult {
     .map_err(|e| err(N, e))?;
     ensure!(N, h.wait(1, 1), "no completions a={:?} b={:?}", h.ca, h.cb);
     let c = h.cb[0];
+    if !h.b.caps().remote_invalidation {
+        let delivered = c.status == Status::Success
+            && c.byte_len == 4
+            && matches!(c.opcode, Opcode::Recv | Opcode::RecvWithInvalidate { .. });
+        if delivered {
+            let got = h.b.region(&rbuf).map_err(|e| err(N, e))?;
+            ensure!(N, got[..4] == [5; 4], "received {got:?}");
+        } else {
+            ensure!(
+                N,
+                h.wait_down(),
+                "failed receive {c:?} did not end the connection"
+            );
+        }
+        let t = h.b.region(&chunk).map_err(|e| err(N, e))?;
+        ensure!(N, t.iter().all(|&x| x == 0), "chunk memory written");
+        return Ok(());
+    }
     ensure!(
         N,
         c.status == Status::Success
@@ -879,7 +900,11 @@ pub fn shared_buffer_remote_access_refused<P: Provider>(
     ensure!(
         N,
         h.wait_down(),
-        "connection did not go down (write {write})"
+        "connection did not go down (write {write}): a {:?} {:?}, b {:?} {:?}",
+        h.a.connection_state(),
+        h.ca,
+        h.b.connection_state(),
+        h.cb
     );
     ensure!(N, h.wait(1, 0), "no completion a={:?}", h.ca);
     let c = h.ca.iter().find(|c| c.wr_id == 1);
