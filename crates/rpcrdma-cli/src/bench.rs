@@ -26,8 +26,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::rdma_cmd::{verbs_provider, ProviderKind};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
+use rpcrdma::rdma::provider::ProviderConfig;
 use rpcrdma::rdma::{
     connect_client, RdmaBlockingClient, RdmaClientConfig, RdmaServer, RdmaServerConfig, RdmaStatus,
 };
@@ -177,6 +179,21 @@ pub struct BenchArgs {
     /// its own (`RdmaServerConfig::blocking`).
     #[arg(long)]
     pub blocking: bool,
+    /// RDMA provider (`--transport rdma`): iwarp (software iWARP over TCP)
+    /// or verbs (rdma-core; give an address on the device, e.g.
+    /// 10.0.2.15:0 for the lab's siw0).
+    #[arg(long, value_enum, default_value_t = ProviderKind::Iwarp)]
+    pub provider: ProviderKind,
+    /// With `--provider verbs`: the RDMA device to use.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+}
+
+impl BenchArgs {
+    /// The RDMA provider chosen (`None`: the default, software iWARP).
+    pub fn rdma_provider(&self) -> Option<ProviderConfig> {
+        (self.provider == ProviderKind::Verbs).then(|| verbs_provider(self.device.clone()))
+    }
 }
 
 /// VmRSS of process `pid` in KiB, from `/proc/PID/status`.
@@ -245,6 +262,8 @@ pub struct ConnectOptions {
     pub blocking: bool,
     /// RDMA only: the RPC-over-RDMA versions the client speaks.
     pub rpcrdma_version: RpcRdmaVersion,
+    /// RDMA only: the provider (`None`: software iWARP).
+    pub provider: Option<ProviderConfig>,
 }
 
 /// An established client and what is known of its transport parameters.
@@ -367,6 +386,9 @@ pub async fn connect(
         Transport::Rdma => {
             let mut rdma = RdmaClientConfig::default();
             rdma.engine.rpcrdma_version = opts.rpcrdma_version;
+            if let Some(p) = &opts.provider {
+                rdma.provider = p.clone();
+            }
             if let (Some(crc), Some(cm)) = (opts.mpa_crc, rdma.provider.iwarp_mut()) {
                 cm.config.crc = crc;
             }
@@ -545,6 +567,7 @@ pub async fn serve(
     drc_entries: Option<usize>,
     blocking: bool,
     version: RpcRdmaVersion,
+    provider: Option<ProviderConfig>,
 ) -> Result<Serving, String> {
     let mut config = ServerConfig::default();
     if let Some(n) = drc_entries {
@@ -564,10 +587,16 @@ pub async fn serve(
             .await
             .map(Serving::Tcp)
             .map_err(|e| format!("serve tcp {addr}: {e}")),
-        Transport::Rdma => RdmaServer::serve(&server, addr, bench_rdma_config(blocking, version))
-            .await
-            .map(Serving::Rdma)
-            .map_err(|e| format!("serve rdma {addr}: {e}")),
+        Transport::Rdma => {
+            let mut config = bench_rdma_config(blocking, version);
+            if let Some(p) = provider {
+                config.provider = p;
+            }
+            RdmaServer::serve(&server, addr, config)
+                .await
+                .map(Serving::Rdma)
+                .map_err(|e| format!("serve rdma {addr}: {e}"))
+        }
     }
 }
 
@@ -1067,6 +1096,7 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
                 args.drc_entries,
                 args.blocking,
                 args.rpcrdma_version,
+                args.rdma_provider(),
             )
             .await?;
             let a = s.local_addr();
@@ -1081,6 +1111,7 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
             mpa_crc: args.crc.map(|c| c == OnOff::On),
             blocking: args.blocking,
             rpcrdma_version: args.rpcrdma_version,
+            provider: args.rdma_provider(),
         };
         let rss0 = match args.report_server_rss {
             Some(pid) => Some((
@@ -1271,6 +1302,7 @@ async fn serve_forever(args: &BenchArgs) -> Result<ExitCode, String> {
         args.drc_entries,
         args.blocking,
         args.rpcrdma_version,
+        args.rdma_provider(),
     )
     .await?;
     println!(
@@ -1358,9 +1390,16 @@ mod tests {
     #[tokio::test]
     async fn rdma_connects_and_reports_what_was_negotiated() {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let srv = serve(Transport::Rdma, any, None, false, RpcRdmaVersion::Auto)
-            .await
-            .unwrap();
+        let srv = serve(
+            Transport::Rdma,
+            any,
+            None,
+            false,
+            RpcRdmaVersion::Auto,
+            None,
+        )
+        .await
+        .unwrap();
         let c = connect(
             Transport::Rdma,
             srv.local_addr(),
@@ -1369,6 +1408,7 @@ mod tests {
                 mpa_crc: Some(true),
                 blocking: false,
                 rpcrdma_version: RpcRdmaVersion::Auto,
+                provider: None,
             },
         )
         .await
@@ -1390,6 +1430,7 @@ mod tests {
             mpa_crc: Some(false),
             blocking: false,
             rpcrdma_version: RpcRdmaVersion::Auto,
+            provider: None,
         };
         let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
         assert!(e.contains("--crc"), "{e}");
@@ -1398,13 +1439,16 @@ mod tests {
             mpa_crc: None,
             blocking: true,
             rpcrdma_version: RpcRdmaVersion::Auto,
+            provider: None,
             ..opts
         };
         let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
         assert!(e.contains("--blocking"), "{e}");
-        assert!(serve(Transport::Tcp, any, None, true, RpcRdmaVersion::Auto)
-            .await
-            .is_err());
+        assert!(
+            serve(Transport::Tcp, any, None, true, RpcRdmaVersion::Auto, None)
+                .await
+                .is_err()
+        );
     }
 
     /// Blocking clients (one thread each) against a blocking server (one
@@ -1413,7 +1457,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn blocking_rdma_load_counts_every_call() {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let srv = serve(Transport::Rdma, any, None, true, RpcRdmaVersion::Auto)
+        let srv = serve(Transport::Rdma, any, None, true, RpcRdmaVersion::Auto, None)
             .await
             .unwrap();
         let opts = ConnectOptions {
@@ -1421,6 +1465,7 @@ mod tests {
             mpa_crc: Some(true),
             blocking: true,
             rpcrdma_version: RpcRdmaVersion::Auto,
+            provider: None,
         };
         let mut clients = Vec::new();
         let mut params = Map::new();
@@ -1479,6 +1524,7 @@ mod tests {
             None,
             false,
             RpcRdmaVersion::Auto,
+            None,
         )
         .await
         .unwrap();
@@ -1487,6 +1533,7 @@ mod tests {
             mpa_crc: None,
             blocking: false,
             rpcrdma_version: RpcRdmaVersion::Auto,
+            provider: None,
         };
         let mut clients = Vec::new();
         for _ in 0..2 {
@@ -1550,6 +1597,7 @@ mod tests {
                 mpa_crc: None,
                 blocking: false,
                 rpcrdma_version: RpcRdmaVersion::Auto,
+                provider: None,
             },
         )
         .await

@@ -86,6 +86,13 @@ impl ProviderKind {
     }
 }
 
+/// The verbs provider on `device` (`None`: the one the RDMA CM picks).
+pub fn verbs_provider(device: Option<String>) -> ProviderConfig {
+    let mut cm = VerbsCm::default();
+    cm.config.device = device;
+    ProviderConfig::Verbs(cm)
+}
+
 /// Link and engine options shared by the RDMA commands.
 #[derive(Args, Debug, Clone)]
 pub struct LinkArgs {
@@ -155,9 +162,7 @@ impl LinkArgs {
 
     fn provider(&self) -> ProviderConfig {
         if self.provider == ProviderKind::Verbs {
-            let mut cm = VerbsCm::default();
-            cm.config.device = self.device.clone();
-            return ProviderConfig::Verbs(cm);
+            return verbs_provider(self.device.clone());
         }
         ProviderConfig::Iwarp(IwarpCm {
             config: IwarpConfig {
