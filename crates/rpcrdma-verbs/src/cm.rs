@@ -230,8 +230,18 @@ impl ConnectionManager for VerbsCm {
         let ev = p.ch.event_by(by)?;
         match ev.kind {
             RDMA_CM_EVENT_ESTABLISHED => {
-                // The peer's responder resources bound our reads.
-                let ord = ord.min(ev.responder_resources);
+                // The peer's responder resources bound our reads. On
+                // InfiniBand / RoCE the event gives them as
+                // `initiator_depth` (`cm_format_rep_event` swaps the REP's
+                // fields to our side); on iWARP `cma_iw_handler` passes the
+                // device's "negotiated IRD/ORD values we will use" (siw's
+                // words), our ORD being `responder_resources`.
+                let bound = if p.transport() == crate::Transport::Iwarp {
+                    ev.responder_resources
+                } else {
+                    ev.initiator_depth
+                };
+                let ord = ord.min(bound);
                 p.establish(&params.private_data, ev.private_data, ird, ord);
                 Ok(p)
             }
@@ -312,8 +322,14 @@ impl VerbsListener {
             req: ConnectRequest {
                 peer,
                 private_data: ev.private_data,
-                ird: ev.responder_resources,
-                ord: ev.initiator_depth,
+                // The peer's IRD and ORD. The event gives them from our
+                // side (`cm_format_req_event`, `iw_conn_req_handler`):
+                // `initiator_depth` = the peer's responder resources (its
+                // IRD, the most reads we may have in flight),
+                // `responder_resources` = the peer's initiator depth (its
+                // ORD).
+                ird: ev.initiator_depth,
+                ord: ev.responder_resources,
             },
             accept_timeout: self.cm.config.accept_timeout,
             provider,
