@@ -350,15 +350,12 @@ mod setup_text_tests {
             b"",
         );
         assert!(t.contains("MPA Reject, private data 0102"), "{t}");
-        for t in [setup_failure_text(
-            &DisconnectReason::TransportLost,
-            b"\x80\0\0\x1c",
-        )] {
-            assert!(
-                !t.contains("TransportLost") && t.contains("--transport tcp"),
-                "{t}"
-            );
-        }
+        // An RPC record (last fragment, 28 octets) from a TCP RPC server.
+        let t = setup_failure_text(&DisconnectReason::TransportLost, b"\x80\0\0\x1c");
+        assert!(
+            !t.contains("TransportLost") && t.contains("--transport tcp"),
+            "{t}"
+        );
     }
 }
 
