@@ -455,8 +455,10 @@ impl RdmaServeOpts {
 }
 
 /// Waits `duration` seconds (`None`, or not a finite number ≥ 0: forever),
-/// or until SIGINT / SIGTERM, whichever comes first.
-pub(crate) async fn run_for(duration: Option<f64>) {
+/// or until SIGINT / SIGTERM, whichever comes first. The signal handlers
+/// are those of `signals`, installed before (so that a signal sent as soon
+/// as the command said it is ready is not fatal).
+pub(crate) async fn run_for(duration: Option<f64>, signals: &mut Signals) {
     let wait = async {
         match duration {
             Some(s) if s.is_finite() && s >= 0.0 => {
@@ -467,24 +469,39 @@ pub(crate) async fn run_for(duration: Option<f64>) {
     };
     tokio::select! {
         () = wait => {}
-        () = signalled() => {}
+        () = signals.recv() => {}
     }
 }
 
-/// SIGINT or SIGTERM (pending forever if the handlers cannot be installed).
-async fn signalled() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut i), Ok(mut t)) => {
-            tokio::select! {
-                _ = i.recv() => {}
-                _ = t.recv() => {}
+/// SIGINT and SIGTERM handlers: installed when created (in a runtime).
+pub(crate) struct Signals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl Signals {
+    /// Installs the handlers (none if they cannot be installed).
+    pub(crate) fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals(
+            match (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+            ) {
+                (Ok(i), Ok(t)) => Some((i, t)),
+                _ => None,
+            },
+        )
+    }
+
+    /// The next SIGINT or SIGTERM (pending forever without handlers).
+    pub(crate) async fn recv(&mut self) {
+        match &mut self.0 {
+            Some((i, t)) => {
+                tokio::select! {
+                    _ = i.recv() => {}
+                    _ = t.recv() => {}
+                }
             }
+            None => std::future::pending::<()>().await,
         }
-        _ => std::future::pending::<()>().await,
     }
 }
 
@@ -498,14 +515,19 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         let rdma = match RdmaServer::serve(&server, args.listen.as_str(), config).await {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("rpcrdma serve: cannot listen on {}: {e}", args.listen);
-                return ExitCode::from(2);
+                return CliError::failed(
+                    "listen",
+                    "listen",
+                    format!("cannot listen on {}: {e}", args.listen),
+                )
+                .report("serve", false);
             }
         };
+        let mut signals = Signals::install();
         println!("listening on {}", rdma.local_addr());
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        run_for(args.duration).await;
+        run_for(args.duration, &mut signals).await;
         let m = rdma.metrics().snapshot();
         let s = server.metrics();
         println!(

@@ -626,6 +626,37 @@ pub enum DisconnectReason {
     TransportLost,
 }
 
+impl core::fmt::Display for DisconnectReason {
+    /// In words, for messages (no enum names).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            DisconnectReason::Rejected { private_data } if private_data.is_empty() => {
+                f.write_str("the peer rejected the connection")
+            }
+            DisconnectReason::Rejected { private_data } => {
+                f.write_str("the peer rejected the connection (private data ")?;
+                for b in private_data {
+                    write!(f, "{b:02x}")?;
+                }
+                f.write_str(")")
+            }
+            DisconnectReason::LocalClose => f.write_str("closed locally"),
+            DisconnectReason::PeerClose => f.write_str("the peer closed the connection"),
+            DisconnectReason::Error { status, blame } => {
+                write!(f, "{}", status.name())?;
+                match blame {
+                    Blame::Local => f.write_str(" (our side)"),
+                    Blame::Remote => f.write_str(" (the peer's side)"),
+                    _ => Ok(()),
+                }
+            }
+            DisconnectReason::TransportLost => {
+                f.write_str("the link was lost (connection reset or closed by the peer)")
+            }
+        }
+    }
+}
+
 /// Connection state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConnectionState {
