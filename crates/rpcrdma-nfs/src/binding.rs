@@ -27,6 +27,7 @@
 //! knows the message API).
 
 pub mod message;
+pub mod typed;
 
 use crate::codec::opaque_len;
 use crate::limits::NFS3_FHSIZE;

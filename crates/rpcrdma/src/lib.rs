@@ -30,6 +30,10 @@
 //!   same-XID re-sends over any transport;
 //! * [`client`]: [`Client::call`], credentials, timeouts, errors by blame;
 //! * [`server`]: [`Server`], handler registry, RPC error replies;
+//! * [`program`]: typed programs — a [`program::Procedure`] declared once
+//!   (numbers, argument and result types with their XDR, DDP-eligibility
+//!   on the type: [`program::DdpOpaque`]), called with
+//!   [`Client::call_typed`] and served by a [`program::Program`];
 //! * [`drc`]: the duplicate-reply cache;
 //! * [`metrics`]: counters; every call also runs in a `tracing` span
 //!   (`rpc.call` on the client, `rpc.serve` on the server);
@@ -65,6 +69,7 @@ pub mod client;
 pub mod drc;
 pub use rpcrdma_proto::message;
 pub mod metrics;
+pub mod program;
 pub mod rdma;
 pub mod reconnect;
 pub mod record;
