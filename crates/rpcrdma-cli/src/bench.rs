@@ -36,7 +36,7 @@ use rpcrdma::testprog::{
 };
 use rpcrdma::{
     CallContext, Client, ClientConfig, Handler, HandlerError, HandlerFuture, Message,
-    MetricsSnapshot, RpcError, Server, ServerConfig, TcpConfig, TcpServer,
+    MetricsSnapshot, ProcStats, RpcError, Server, ServerConfig, Side, TcpConfig, TcpServer,
 };
 use rpcrdma_proto::engine::RpcRdmaVersion;
 use serde_json::{json, Map, Value};
@@ -245,6 +245,9 @@ pub struct ConnectOptions {
     pub blocking: bool,
     /// RDMA only: the RPC-over-RDMA versions the client speaks.
     pub rpcrdma_version: RpcRdmaVersion,
+    /// The per-procedure statistics every connection counts into (`None`:
+    /// each its own).
+    pub stats: Option<Arc<ProcStats>>,
 }
 
 /// An established client and what is known of its transport parameters.
@@ -278,6 +281,14 @@ impl BenchClient {
         match self {
             BenchClient::Async(c) => c.metrics(),
             BenchClient::Blocking(c) => lock(c).metrics(),
+        }
+    }
+
+    /// The client's per-procedure statistics.
+    pub fn stats(&self) -> Arc<ProcStats> {
+        match self {
+            BenchClient::Async(c) => c.stats().clone(),
+            BenchClient::Blocking(c) => lock(c).stats().clone(),
         }
     }
 
@@ -344,6 +355,7 @@ pub async fn connect(
 ) -> Result<Connected, String> {
     let config = ClientConfig {
         reply_max: opts.reply_max,
+        stats: opts.stats.clone(),
         ..ClientConfig::default()
     };
     match transport {
@@ -935,6 +947,9 @@ pub async fn run_load(
     params: &Map<String, Value>,
 ) -> Report {
     let spec = Arc::new(spec);
+    // Every client counts into the same table (`ConnectOptions::stats`).
+    let stats = clients.first().map(BenchClient::stats);
+    let stats_before = stats.as_ref().map(|s| s.snapshot()).unwrap_or_default();
     if !spec.warmup.is_zero() {
         phase(clients, &spec, Stop::Duration(spec.warmup), false).await;
     }
@@ -950,6 +965,9 @@ pub async fn run_load(
     let mut params = params.clone();
     params.insert("wire_bytes_sent".into(), json!(sent));
     params.insert("wire_bytes_received".into(), json!(rx));
+    let proc_stats = stats.map_or(Value::Null, |s| {
+        rpcrdma_cli::proc_stats::since_json(&s, &stats_before)
+    });
     Report {
         proc: spec.proc.name().into(),
         size: spec.size as u64,
@@ -963,6 +981,7 @@ pub async fn run_load(
         latency: r.latency,
         cpu: r.cpu,
         params,
+        proc_stats,
     }
 }
 
@@ -1081,6 +1100,7 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
             mpa_crc: args.crc.map(|c| c == OnOff::On),
             blocking: args.blocking,
             rpcrdma_version: args.rpcrdma_version,
+            stats: Some(Arc::new(ProcStats::new(Side::Client))),
         };
         let rss0 = match args.report_server_rss {
             Some(pid) => Some((
@@ -1369,6 +1389,7 @@ mod tests {
                 mpa_crc: Some(true),
                 blocking: false,
                 rpcrdma_version: RpcRdmaVersion::Auto,
+                stats: None,
             },
         )
         .await
@@ -1390,6 +1411,7 @@ mod tests {
             mpa_crc: Some(false),
             blocking: false,
             rpcrdma_version: RpcRdmaVersion::Auto,
+            stats: None,
         };
         let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
         assert!(e.contains("--crc"), "{e}");
@@ -1421,6 +1443,7 @@ mod tests {
             mpa_crc: Some(true),
             blocking: true,
             rpcrdma_version: RpcRdmaVersion::Auto,
+            stats: None,
         };
         let mut clients = Vec::new();
         let mut params = Map::new();
@@ -1487,6 +1510,7 @@ mod tests {
             mpa_crc: None,
             blocking: false,
             rpcrdma_version: RpcRdmaVersion::Auto,
+            stats: None,
         };
         let mut clients = Vec::new();
         for _ in 0..2 {
@@ -1550,6 +1574,7 @@ mod tests {
                 mpa_crc: None,
                 blocking: false,
                 rpcrdma_version: RpcRdmaVersion::Auto,
+                stats: None,
             },
         )
         .await

@@ -161,6 +161,9 @@ pub struct Report {
     pub cpu: CpuTimes,
     /// Negotiated or configured transport parameters, where known.
     pub params: Map<String, Value>,
+    /// The clients' per-procedure statistics of this point (warm-up
+    /// included), `null` where not counted (raw TCP).
+    pub proc_stats: Value,
 }
 
 impl Report {
@@ -212,6 +215,7 @@ impl Report {
             "errors": self.errors,
             "first_error": self.first_error,
             "params": Value::Object(self.params.clone()),
+            "proc_stats": self.proc_stats,
         })
     }
 

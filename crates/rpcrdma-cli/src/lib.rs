@@ -12,3 +12,4 @@ pub mod decode_pcap;
 pub mod failure;
 pub mod json_header;
 pub mod json_misc;
+pub mod proc_stats;

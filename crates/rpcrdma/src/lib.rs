@@ -65,10 +65,14 @@ pub mod client;
 pub mod drc;
 pub use rpcrdma_proto::message;
 pub mod metrics;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 pub mod rdma;
 pub mod reconnect;
 pub mod record;
+pub mod rpcbind;
 pub mod server;
+pub mod stats;
 pub mod tcp;
 mod tcp_write;
 pub mod testprog;
@@ -81,6 +85,7 @@ pub use message::{Message, MessageBuilder, MessageReader, Piece};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use reconnect::{Connector, ReconnectPolicy, ReconnectingTransport};
 pub use server::{CallContext, Handler, HandlerError, HandlerFuture, Server, ServerConfig};
+pub use stats::{ProcStats, Side};
 pub use tcp::{TcpClientTransport, TcpConfig, TcpServer};
 pub use transport::{
     CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
