@@ -257,7 +257,6 @@ fn rdma_bench_with_mpa_crc_under_every_forced_implementation() {
                 "--count",
                 "20",
                 "--crc",
-                "on",
                 "--json",
             ])
             .output()
