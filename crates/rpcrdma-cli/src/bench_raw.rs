@@ -112,6 +112,8 @@ pub fn run(
         cpu,
         params,
         proc_stats: serde_json::Value::Null,
+        proc_num: None,
+        interrupted: false,
     })
 }
 
