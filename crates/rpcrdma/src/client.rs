@@ -19,7 +19,7 @@ use tracing::Instrument;
 use crate::message::{Message, MessageReader, Piece};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::server::Server;
-use crate::stats::{now_ns, ErrorKind, Octets, ProcCounters, ProcKey, ProcStats, Side};
+use crate::stats::{ErrorKind, Octets, ProcCounters, ProcKey, ProcStats, Side};
 use crate::tcp::{TcpClientTransport, TcpConfig};
 use crate::transport::{AttemptRef, ClientTransport, OutgoingCall, TransportError};
 
@@ -468,34 +468,34 @@ impl Client {
             &self.config,
             (&metrics, stats),
         )?;
-        let reply = self.transmissions(&mut call).await;
-        call.finish(reply)
-    }
-
-    /// Transmits `call` until its reply, or its error.
-    async fn transmissions(&self, call: &mut Attempts<'_>) -> Result<Message, RpcError> {
-        let xid = call.xid;
-        loop {
+        // Every way the transmissions end, as a value: the call's
+        // statistics count it (`Attempts::finish`).
+        let reply = 'call: loop {
             let timeout = call.timeout();
             let deadline = Instant::now().checked_add(timeout);
             if let (Some(rdma), Some(_)) = (self.transport.as_rdma(), deadline) {
                 // RPC-over-RDMA: the transmission borrowed (the header handed
                 // over with the last one, as the blocking client does), the
                 // call ended at its deadline by the transport.
-                let rx = rdma
-                    .start_call(call.next_ref(), deadline)
-                    .map_err(refused_or_transport)?;
+                let rx = match rdma.start_call(call.next_ref(), deadline) {
+                    Ok(rx) => rx,
+                    Err(e) => break 'call Err(refused_or_transport(e)),
+                };
                 let t = self.settled_by_transport(rx, deadline).await;
-                match call.settle(t)? {
-                    Some(m) => return Ok(m),
-                    None => continue,
+                match call.settle(t) {
+                    Ok(Some(m)) => break 'call Ok(m),
+                    Ok(None) => continue,
+                    Err(e) => break 'call Err(e),
                 }
             }
-            let (rx, timed) = match deadline {
+            let sent = match deadline {
                 Some(d) => self.transport.send_call_until(call.next(), d),
                 None => self.transport.send_call(call.next()).map(|rx| (rx, false)),
-            }
-            .map_err(refused_or_transport)?;
+            };
+            let (rx, timed) = match sent {
+                Ok(x) => x,
+                Err(e) => break 'call Err(refused_or_transport(e)),
+            };
             let t = if timed {
                 self.settled_by_transport(rx, deadline).await
             } else {
@@ -507,10 +507,13 @@ impl Client {
                     }
                 }
             };
-            if let Some(m) = call.settle(t)? {
-                return Ok(m);
+            match call.settle(t) {
+                Ok(Some(m)) => break 'call Ok(m),
+                Ok(None) => {}
+                Err(e) => break 'call Err(e),
             }
-        }
+        };
+        call.finish(reply)
     }
 }
 
@@ -586,8 +589,8 @@ pub(crate) struct Attempts<'a> {
     metrics: &'a Metrics,
     /// This procedure's statistics.
     stats: &'a ProcCounters,
-    /// When the call was made ([`now_ns`]: its round-trip time starts
-    /// here).
+    /// When the call was made ([`ProcCounters::start`]: its round-trip
+    /// time starts here; 0 when it is not timed).
     started: u64,
     /// The call's octets (header and arguments).
     sent: Octets,
@@ -619,7 +622,7 @@ impl<'a> Attempts<'a> {
             config,
             metrics,
             stats,
-            started: now_ns(),
+            started: stats.start(),
             sent,
             attempts: 0,
         })
@@ -725,9 +728,12 @@ impl<'a> Attempts<'a> {
             recv = Octets::of(&reply);
             decode_reply(self.xid, reply, &self.config.limits, self.metrics)
         });
-        let elapsed = now_ns().wrapping_sub(self.started);
-        self.stats
-            .record_ns(r.as_ref().err().map(error_kind), elapsed, self.sent, recv);
+        self.stats.record_since(
+            r.as_ref().err().map(error_kind),
+            self.started,
+            self.sent,
+            recv,
+        );
         if let Err(e) = &r {
             tracing::debug!(error = %e, "call failed");
         }

@@ -37,7 +37,7 @@ use crate::client::{inline_prefix, Client, ClientConfig, RpcError};
 use crate::drc::{call_checksum, DrcKey, DrcLookup, DuplicateReplyCache};
 use crate::message::{Message, MessageReader, Piece};
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::stats::{now_ns, ErrorKind, Octets, ProcKey, ProcStats, Side};
+use crate::stats::{ErrorKind, Octets, ProcKey, ProcStats, Side};
 use crate::tcp::{TcpConfig, TcpServer};
 use crate::transport::{
     CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ReplyRoom, ServerConnection,
@@ -490,7 +490,7 @@ impl Server {
             conn: conn.clone(),
         };
         let handler = &registered.handler;
-        let started = now_ns();
+        let started = self.inner.stats.at(stats).start();
         let ready =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.call_ready(&ctx)));
         let result = match ready {
@@ -605,11 +605,10 @@ impl Server {
             }
         }
         let sent = reply.as_ref().map(Octets::of).unwrap_or_default();
-        let elapsed = now_ns().wrapping_sub(started);
         self.inner
             .stats
             .at(stats)
-            .record_ns(error, elapsed, sent, received);
+            .record_since(error, started, sent, received);
         if let Some(reply) = reply {
             self.send(&*conn, xid, reply, guard);
         }
@@ -638,7 +637,8 @@ struct Running {
     span: tracing::Span,
     /// The procedure's statistics (index in the server's table).
     stats: usize,
-    /// When the handler was called ([`now_ns`]).
+    /// When the handler was called ([`crate::stats::ProcCounters::start`];
+    /// 0: not timed).
     started: u64,
     /// The call's octets.
     received: Octets,

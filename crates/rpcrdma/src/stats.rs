@@ -13,7 +13,11 @@
 //! of the key (no lock, no allocation once a key has its slot), and a
 //! histogram is power-of-two buckets (a leading-zero count picks the
 //! bucket). Readers ([`ProcStats::snapshot`], the Prometheus endpoint)
-//! copy the counters when asked.
+//! copy the counters when asked. The latency needs a clock read at each
+//! end of a call, which costs more than all the rest: every call of a key
+//! is timed up to its [`TIME_EVERY_CALL_UNTIL`]th, then one in
+//! [`TIME_ONE_IN`] (the histogram's count then trails the calls; its
+//! percentiles and mean are those of the calls timed).
 //!
 //! # Bounds
 //!
@@ -34,6 +38,14 @@ const _: () = assert!(SLOTS.is_power_of_two() && SLOTS <= 1 << 16);
 
 /// The procedure number of the overflow entry (program 0, version 0).
 pub const OVERFLOW_PROC: u32 = u32::MAX;
+
+/// Every call of a key up to this many is timed (see
+/// [`ProcCounters::start`]).
+pub const TIME_EVERY_CALL_UNTIL: u64 = 1024;
+
+/// After [`TIME_EVERY_CALL_UNTIL`] calls, one call in this many is timed.
+pub const TIME_ONE_IN: u64 = 8;
+const _: () = assert!(TIME_ONE_IN.is_power_of_two());
 
 /// Histogram buckets: bucket `i` counts durations below `1024 << i`
 /// nanoseconds (about 1 µs, 2 µs, 4 µs, ... 34 s); the last counts the
@@ -263,6 +275,34 @@ impl ProcCounters {
             if n != 0 {
                 c.fetch_add(n, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// The start of a call to time ([`now_ns`]), or 0 when this call is
+    /// not timed: every call up to the [`TIME_EVERY_CALL_UNTIL`]th of a key
+    /// is, then one in [`TIME_ONE_IN`] (a clock read at each end costs more
+    /// than the rest of the counting together).
+    #[inline]
+    pub fn start(&self) -> u64 {
+        let n = self.calls.load(Ordering::Relaxed);
+        if n < TIME_EVERY_CALL_UNTIL || n & (TIME_ONE_IN - 1) == 0 {
+            now_ns()
+        } else {
+            0
+        }
+    }
+
+    /// [`ProcCounters::record_ns`] of a call started at `started` (from
+    /// [`ProcCounters::start`]; 0: counted, not timed).
+    #[inline]
+    pub fn record_since(&self, error: Option<ErrorKind>, started: u64, sent: Octets, recv: Octets) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if let Some(e) = error {
+            self.errors[e as usize].fetch_add(1, Ordering::Relaxed);
+        }
+        self.add_octets(sent, recv);
+        if started != 0 {
+            self.time.record_ns(now_ns().wrapping_sub(started));
         }
     }
 
