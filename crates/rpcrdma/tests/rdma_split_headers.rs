@@ -3,18 +3,18 @@
 //! (docs/interop-linux.md, "siw mis-assembles a DDP/RDMAP header split
 //! after more than 16 octets"): a relay between our client and our server
 //! follows the MPA framing (CRC off and on) and writes each FPDU in two
-//! pieces, the first ending inside its header (1 to 47 octets, cycling
-//! over every offset of the 20-octet Send and 48-octet Read Request
-//! headers), with a pause between them so that the receiver reads them
-//! separately. The calls are the ones that stalled the Linux client at
+//! pieces, the first ending inside its DDP/RDMAP header — after 1 to 19
+//! octets of a Send's 20, 1 to 47 of a Read Request's 48, 1 to 15 of a
+//! tagged header's 16, cycling so that every offset is used — with a pause
+//! between them so that the receiver reads them separately. The calls are the ones that stalled the Linux client at
 //! rsize 4096: READ replies of 4 KiB placed by RDMA Write then a Send,
 //! plus WRITEs whose data the server pulls by RDMA Read (Read Request
 //! headers split too). Every octet is checked.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -22,19 +22,31 @@ use rpcrdma::rdma::{connect_client, RdmaClientConfig, RdmaServer, RdmaServerConf
 use rpcrdma::{testprog, ClientConfig, Server};
 
 const LIMIT: Duration = Duration::from_secs(120);
-/// The longest DDP/RDMAP header (RDMA Read Request: 2 + 46 octets).
-const MAX_HDR: usize = 48;
+/// The (RDMAP opcode, octets of its header in the first piece) pairs
+/// forwarded, both directions.
+type Splits = Arc<Mutex<BTreeSet<(u8, usize)>>>;
+
+/// Octets of DDP/RDMAP header (with the MPA length) per RDMAP opcode:
+/// tagged (RDMA Write, Read Response) 16, Read Request 48, the Sends and
+/// Terminate 20 or more (RFC 5040 §4, RFC 5041 §5).
+fn header_len(opcode: u8) -> usize {
+    match opcode {
+        0 | 2 => 16,
+        1 => 48,
+        _ => 20,
+    }
+}
 
 /// Copies one direction: the MPA frame whole, then every FPDU in two
-/// writes, the first `k` octets of it (k = 1, 2, ..., 47, 1, ...; never
-/// more than the FPDU less one octet), a pause, then the rest. Counts the
-/// FPDUs split inside their header.
-fn relay(mut from: TcpStream, mut to: TcpStream, splits: Arc<AtomicU64>) {
+/// writes, the first ending `k` octets into its header (k cycling over 1 to
+/// the header's length less one, per opcode; never the whole FPDU), a
+/// pause, then the rest. Records each (opcode, k) used.
+fn relay(mut from: TcpStream, mut to: TcpStream, splits: Splits) {
     to.set_nodelay(true).unwrap();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 65536];
     let mut frame_done = false;
-    let mut k = 0usize;
+    let mut next_k = [0usize; 16];
     loop {
         // Forward every whole unit in `buf`.
         loop {
@@ -63,8 +75,11 @@ fn relay(mut from: TcpStream, mut to: TcpStream, splits: Arc<AtomicU64>) {
             if buf.len() < n {
                 break;
             }
-            k = k % (MAX_HDR - 1) + 1;
-            let first = k.min(n - 1);
+            let opcode = buf[3] & 0x0f;
+            let hdr = header_len(opcode);
+            let k = &mut next_k[usize::from(opcode)];
+            *k = *k % (hdr - 1) + 1;
+            let first = (*k).min(n - 1);
             if to.write_all(&buf[..first]).is_err() {
                 return;
             }
@@ -72,7 +87,7 @@ fn relay(mut from: TcpStream, mut to: TcpStream, splits: Arc<AtomicU64>) {
             if to.write_all(&buf[first..n]).is_err() {
                 return;
             }
-            splits.fetch_add(1, Ordering::Relaxed);
+            splits.lock().unwrap().insert((opcode, first));
             buf.drain(..n);
         }
         match from.read(&mut chunk) {
@@ -86,7 +101,7 @@ fn relay(mut from: TcpStream, mut to: TcpStream, splits: Arc<AtomicU64>) {
 }
 
 /// A relay on 127.0.0.1 in front of `upstream` (one connection).
-fn start_relay(upstream: SocketAddr, splits: Arc<AtomicU64>) -> SocketAddr {
+fn start_relay(upstream: SocketAddr, splits: Splits) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     thread::spawn(move || {
@@ -109,7 +124,7 @@ async fn every_header_split(crc: bool) {
     let rdma = RdmaServer::serve(&server, "127.0.0.1:0", config)
         .await
         .unwrap();
-    let splits = Arc::new(AtomicU64::new(0));
+    let splits = Splits::default();
     let addr = start_relay(rdma.local_addr(), splits.clone());
     let mut ccfg = RdmaClientConfig {
         reconnect: None,
@@ -135,7 +150,7 @@ async fn every_header_split(crc: bool) {
         }
     }
     // WRITEs pulled by RDMA Read (Read Request headers split too).
-    for seed in 0..24u32 {
+    for seed in 0..48u32 {
         let data = testprog::pattern(1000 + seed, 6000 + seed as usize * 7);
         let want = (data.len() as u32, crc32c::crc32c(&data));
         assert_eq!(
@@ -146,12 +161,16 @@ async fn every_header_split(crc: bool) {
     }
     let st = t.status();
     assert_eq!(st.connects, 1, "crc {crc}: the connection was lost");
-    // Every offset of the longest header was used, in both directions.
-    assert!(
-        splits.load(Ordering::Relaxed) >= 4 * MAX_HDR as u64,
-        "crc {crc}: only {} FPDUs split",
-        splits.load(Ordering::Relaxed)
-    );
+    // Every split point of the Send and Read Request headers was used.
+    let used = splits.lock().unwrap().clone();
+    for (opcode, hdr) in [(3u8, 20usize), (1, 48)] {
+        for k in 1..hdr {
+            assert!(
+                used.contains(&(opcode, k)),
+                "crc {crc}: opcode {opcode} never split after {k} octets: {used:?}"
+            );
+        }
+    }
     t.shutdown().await;
     rdma.shutdown().await;
 }
