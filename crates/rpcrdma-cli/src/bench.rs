@@ -22,7 +22,7 @@
 use std::io::{IsTerminal, Write as _};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -94,6 +94,15 @@ impl BenchProc {
             BenchProc::Echo => "echo",
             BenchProc::Read => "read",
             BenchProc::Write => "write",
+        }
+    }
+
+    fn number(self) -> u32 {
+        match self {
+            BenchProc::Null => PROC_NULL,
+            BenchProc::Echo => PROC_ECHO,
+            BenchProc::Read => PROC_READ,
+            BenchProc::Write => PROC_WRITE,
         }
     }
 }
@@ -170,6 +179,10 @@ pub struct BenchArgs {
     /// its own (`RdmaServerConfig::blocking`).
     #[arg(long)]
     pub blocking: bool,
+    /// Print one progress line per second on standard error, also when it
+    /// is not a terminal (on a terminal: always, on one line).
+    #[arg(long)]
+    pub progress: bool,
     /// RDMA link and engine options (`--crc`, `--credits`, `--inline-send`,
     /// `--inline-recv`, `--mpa-rev`, `--rpcrdma-version`,
     /// `--max-message`...), for the client and for a server this command
@@ -793,9 +806,31 @@ fn blocking_worker(
     res
 }
 
+/// Set on SIGINT / SIGTERM: every load phase ends as if its time were up,
+/// and what was measured is reported.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// Watches for SIGINT / SIGTERM (until the runtime ends); the handlers
+/// are installed on return.
+fn watch_signals() {
+    let mut signals = crate::rdma_cmd::Signals::install();
+    tokio::spawn(async move {
+        signals.recv().await;
+        INTERRUPTED.store(true, Ordering::Relaxed);
+        eprintln!("rpcrdma bench: interrupted; reporting what was measured");
+    });
+}
+
 impl Shared {
     /// Whether a worker should make another call.
     fn go_on(&self) -> bool {
+        if interrupted() {
+            return false;
+        }
         match self.deadline {
             Some(end) => Instant::now() < end,
             None => self.remaining.fetch_sub(1, Ordering::Relaxed) > 0,
@@ -804,6 +839,9 @@ impl Shared {
 
     /// [`Shared::go_on`] at `now` (read by the caller).
     fn go_on_at(&self, now: Instant) -> bool {
+        if interrupted() {
+            return false;
+        }
         match self.deadline {
             Some(end) => now < end,
             None => self.remaining.fetch_sub(1, Ordering::Relaxed) > 0,
@@ -863,6 +901,7 @@ async fn phase(
             }
         }
     }
+    let tty = std::io::stderr().is_terminal();
     let ticker = progress.then(|| {
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -873,11 +912,15 @@ async fn phase(
                 let secs = t0.elapsed().as_secs_f64();
                 let n = shared.done.load(Ordering::Relaxed);
                 let mut err = std::io::stderr();
-                let _ = write!(
-                    err,
-                    "\r  {secs:6.1} s  {n:>10} calls  {:>10.0} calls/s ",
+                let line = format!(
+                    "  {secs:6.1} s  {n:>10} calls  {:>10.0} calls/s ",
                     n as f64 / secs
                 );
+                let _ = if tty {
+                    write!(err, "\r{line}")
+                } else {
+                    writeln!(err, "{}", line.trim_end())
+                };
                 let _ = err.flush();
             }
         })
@@ -910,9 +953,11 @@ async fn phase(
     out.cpu = CpuTimes::now().since(&cpu0);
     if let Some(t) = ticker {
         t.abort();
-        let mut err = std::io::stderr();
-        let _ = write!(err, "\r{:60}\r", "");
-        let _ = err.flush();
+        if tty {
+            let mut err = std::io::stderr();
+            let _ = write!(err, "\r{:60}\r", "");
+            let _ = err.flush();
+        }
     }
     out
 }
@@ -931,6 +976,7 @@ pub async fn run_load(
     let before: u64 = clients.iter().map(|c| c.metrics().bytes_sent).sum();
     let before_rx: u64 = clients.iter().map(|c| c.metrics().bytes_received).sum();
     let r = phase(clients, &spec, spec.stop, spec.progress).await;
+    let interrupted = interrupted();
     let sent: u64 = clients.iter().map(|c| c.metrics().bytes_sent).sum::<u64>() - before;
     let rx: u64 = clients
         .iter()
@@ -953,6 +999,8 @@ pub async fn run_load(
         latency: r.latency,
         cpu: r.cpu,
         params,
+        proc_num: Some(spec.proc.number()),
+        interrupted,
     }
 }
 
@@ -1041,7 +1089,8 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, CliError> {
     for &size in &sizes {
         crate::rdma_cmd::check_payload(size, option, &args.link)?;
     }
-    let progress = std::io::stderr().is_terminal();
+    let progress = args.progress || std::io::stderr().is_terminal();
+    watch_signals();
     let placement = report::cpus_allowed();
     let mut reports = Vec::new();
     if args.raw_tcp {
@@ -1061,6 +1110,9 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, CliError> {
                 .map_err(|e| CliError::failed("io", "raw-tcp", e.to_string()))?
                 .map_err(|e| CliError::failed("io", "raw-tcp", format!("raw tcp: {e}")))?;
             reports.push(r);
+            if interrupted() {
+                break;
+            }
         }
     } else {
         let addr = resolve(&args.addr)?;
@@ -1167,6 +1219,9 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, CliError> {
                 eprintln!("size {}", fmt_size(size));
             }
             reports.push(run_load(&clients, spec, args.transport, &params).await);
+            if interrupted() {
+                break;
+            }
         }
         for c in &clients {
             c.close();

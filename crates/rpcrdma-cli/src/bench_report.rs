@@ -137,7 +137,7 @@ pub fn cpus_allowed() -> Option<String> {
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     /// What ran: "null", "echo", "read", "write" (RPC) or "pingpong",
-    /// "stream" (raw TCP).
+    /// "stream" (raw TCP); `proc_name` in JSON.
     pub proc: String,
     /// Payload octets per call.
     pub size: u64,
@@ -161,6 +161,10 @@ pub struct Report {
     pub cpu: CpuTimes,
     /// Negotiated or configured transport parameters, where known.
     pub params: Map<String, Value>,
+    /// The test program's procedure number (None for raw TCP).
+    pub proc_num: Option<u32>,
+    /// The measured phase was cut short by SIGINT / SIGTERM.
+    pub interrupted: bool,
 }
 
 impl Report {
@@ -187,10 +191,35 @@ impl Report {
         }
     }
 
+    /// Whether the point succeeded: calls made, none failed.
+    pub fn ok(&self) -> bool {
+        self.calls > 0 && self.errors == 0
+    }
+
+    /// The error object of a failed point (README, "Scripting").
+    pub fn error_json(&self) -> Value {
+        if self.ok() {
+            return Value::Null;
+        }
+        let message = match &self.first_error {
+            Some(e) => format!(
+                "{} of {} calls failed; first: {e}",
+                self.errors,
+                self.calls + self.errors
+            ),
+            None => "no call completed".to_string(),
+        };
+        json!({"kind": "calls-failed", "op": "bench", "message": message})
+    }
+
     /// The JSON object (`--json`).
     pub fn to_json(&self) -> Value {
         json!({
-            "proc": self.proc,
+            "ok": self.ok(),
+            "error": self.error_json(),
+            "interrupted": self.interrupted,
+            "proc": self.proc_num,
+            "proc_name": self.proc,
             "size": self.size,
             "depth": self.depth,
             "conns": self.conns,
@@ -251,6 +280,9 @@ impl Report {
             self.cpu.sys,
             self.cpu_us_per_call()
         );
+        if self.interrupted {
+            let _ = writeln!(s, "  interrupted: the figures cover the time measured");
+        }
         let _ = write!(s, "  errors {}", self.errors);
         if let Some(e) = &self.first_error {
             let _ = write!(s, " (first: {e})");
@@ -378,7 +410,7 @@ mod tests {
         assert_eq!(j["cpu_us_per_call"], 250.0);
         assert_eq!(j["errors"], 1);
         assert_eq!(j["first_error"], "boom");
-        assert_eq!(j["proc"], "echo");
+        assert_eq!(j["proc_name"], "echo");
         assert_eq!(j["size"], 1000);
         assert_eq!(j["depth"], 4);
         assert_eq!(j["conns"], 2);

@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use rpcrdma::rdma::provider::{IwarpCm, IwarpConfig, ProviderConfig};
+use rpcrdma::rdma::provider::{IwarpCm, IwarpConfig, ProviderConfig, VerbsCm};
 use rpcrdma::rdma::{
     connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig, RdmaStatus,
 };
@@ -72,9 +72,47 @@ use crate::accept_args::AcceptArgs;
 use rpcrdma_cli::cli_error::CliError;
 use rpcrdma_cli::num_args::{num_u32, size_u32, size_u64};
 
+/// Which RDMA provider carries the connections.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// rpcrdma's software iWARP over TCP (talks to Linux siw).
+    #[default]
+    Iwarp,
+    /// rdma-core verbs (RDMA NICs, the kernel's siw and rxe), loaded at run
+    /// time.
+    Verbs,
+}
+
+impl ProviderKind {
+    /// Its name in output (`probe --json` "provider").
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Iwarp => "iwarp",
+            ProviderKind::Verbs => "verbs",
+        }
+    }
+}
+
+/// The verbs provider on `device` (`None`: the one the RDMA CM picks).
+pub fn verbs_provider(device: Option<String>) -> ProviderConfig {
+    let mut cm = VerbsCm::default();
+    cm.config.device = device;
+    ProviderConfig::Verbs(cm)
+}
+
 /// Link and engine options shared by the RDMA commands.
 #[derive(Args, Debug, Clone)]
 pub struct LinkArgs {
+    /// RDMA provider: iwarp (software iWARP over TCP) or verbs (rdma-core;
+    /// the device is the one the RDMA CM picks for the address). The MPA
+    /// options apply to iwarp only.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Iwarp)]
+    pub provider: ProviderKind,
+    /// With `--provider verbs`: the RDMA device to use (e.g. siw0); a
+    /// connection on another device is refused. Default: the device the
+    /// RDMA CM picks for the address.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
     /// Credits: granted (serve) or requested (call, probe). Defaults: 64 /
     /// 128, as Linux.
     #[arg(long, value_parser = num_u32)]
@@ -190,8 +228,13 @@ impl LinkArgs {
         p
     }
 
-    /// The MPA settings of these options on `p` (an iWARP provider).
+    /// These options' provider on `p`: the verbs provider (on `--device`)
+    /// with `--provider verbs`, else the MPA settings of an iWARP one.
     fn set_provider(&self, p: &mut ProviderConfig) {
+        if self.provider == ProviderKind::Verbs {
+            *p = verbs_provider(self.device.clone());
+            return;
+        }
         if let Some(cm) = p.iwarp_mut() {
             cm.config = IwarpConfig {
                 rev: self.mpa_rev,
@@ -412,8 +455,10 @@ impl RdmaServeOpts {
 }
 
 /// Waits `duration` seconds (`None`, or not a finite number ≥ 0: forever),
-/// or until SIGINT / SIGTERM, whichever comes first.
-pub(crate) async fn run_for(duration: Option<f64>) {
+/// or until SIGINT / SIGTERM, whichever comes first. The signal handlers
+/// are those of `signals`, installed before (so that a signal sent as soon
+/// as the command said it is ready is not fatal).
+pub(crate) async fn run_for(duration: Option<f64>, signals: &mut Signals) {
     let wait = async {
         match duration {
             Some(s) if s.is_finite() && s >= 0.0 => {
@@ -424,24 +469,39 @@ pub(crate) async fn run_for(duration: Option<f64>) {
     };
     tokio::select! {
         () = wait => {}
-        () = signalled() => {}
+        () = signals.recv() => {}
     }
 }
 
-/// SIGINT or SIGTERM (pending forever if the handlers cannot be installed).
-async fn signalled() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut i), Ok(mut t)) => {
-            tokio::select! {
-                _ = i.recv() => {}
-                _ = t.recv() => {}
+/// SIGINT and SIGTERM handlers: installed when created (in a runtime).
+pub(crate) struct Signals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl Signals {
+    /// Installs the handlers (none if they cannot be installed).
+    pub(crate) fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals(
+            match (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+            ) {
+                (Ok(i), Ok(t)) => Some((i, t)),
+                _ => None,
+            },
+        )
+    }
+
+    /// The next SIGINT or SIGTERM (pending forever without handlers).
+    pub(crate) async fn recv(&mut self) {
+        match &mut self.0 {
+            Some((i, t)) => {
+                tokio::select! {
+                    _ = i.recv() => {}
+                    _ = t.recv() => {}
+                }
             }
+            None => std::future::pending::<()>().await,
         }
-        _ => std::future::pending::<()>().await,
     }
 }
 
@@ -455,14 +515,19 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         let rdma = match RdmaServer::serve(&server, args.listen.as_str(), config).await {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("rpcrdma serve: cannot listen on {}: {e}", args.listen);
-                return ExitCode::from(2);
+                return CliError::failed(
+                    "listen",
+                    "listen",
+                    format!("cannot listen on {}: {e}", args.listen),
+                )
+                .report("serve", false);
             }
         };
+        let mut signals = Signals::install();
         println!("listening on {}", rdma.local_addr());
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        run_for(args.duration).await;
+        run_for(args.duration, &mut signals).await;
         let m = rdma.metrics().snapshot();
         let s = server.metrics();
         println!(
@@ -1039,6 +1104,8 @@ pub fn probe(args: ProbeArgs) -> ExitCode {
                 j["prog"] = args.prog.unwrap_or(TEST_PROG).into();
                 j["vers"] = args.vers.unwrap_or(TEST_VERS).into();
                 j["rpc_status"] = status.into();
+                j["provider"] = Value::from(args.link.provider.name());
+                j["device"] = st.link.device.clone().map_or(Value::Null, Value::from);
                 println!("{j}");
             } else {
                 probe_text(addr, &args, &st, status);
@@ -1096,12 +1163,16 @@ fn probe_text(addr: SocketAddr, args: &ProbeArgs, st: &RdmaStatus, status: &str)
         None => "-",
     };
     println!(
-        "connected to {addr}: RPC-over-RDMA version {}{} over software iWARP",
+        "connected to {addr}: RPC-over-RDMA version {}{} over {}",
         st.version.version,
         if st.version.fallback {
             " (the server refused version 2: fallback)"
         } else {
             ""
+        },
+        match args.link.provider {
+            ProviderKind::Iwarp => "software iWARP",
+            ProviderKind::Verbs => "rdma-core verbs",
         }
     );
     for (who, props) in [
