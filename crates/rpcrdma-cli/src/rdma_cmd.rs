@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use rpcrdma::rdma::provider::{IwarpCm, IwarpConfig, ProviderConfig};
+use rpcrdma::rdma::provider::{IwarpCm, IwarpConfig, ProviderConfig, VerbsCm};
 use rpcrdma::rdma::{
     connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig, RdmaStatus,
 };
@@ -72,9 +72,47 @@ use crate::accept_args::AcceptArgs;
 use rpcrdma_cli::cli_error::CliError;
 use rpcrdma_cli::num_args::{num_u32, size_u32, size_u64};
 
+/// Which RDMA provider carries the connections.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// rpcrdma's software iWARP over TCP (talks to Linux siw).
+    #[default]
+    Iwarp,
+    /// rdma-core verbs (RDMA NICs, the kernel's siw and rxe), loaded at run
+    /// time.
+    Verbs,
+}
+
+impl ProviderKind {
+    /// Its name in output (`probe --json` "provider").
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Iwarp => "iwarp",
+            ProviderKind::Verbs => "verbs",
+        }
+    }
+}
+
+/// The verbs provider on `device` (`None`: the one the RDMA CM picks).
+pub fn verbs_provider(device: Option<String>) -> ProviderConfig {
+    let mut cm = VerbsCm::default();
+    cm.config.device = device;
+    ProviderConfig::Verbs(cm)
+}
+
 /// Link and engine options shared by the RDMA commands.
 #[derive(Args, Debug, Clone)]
 pub struct LinkArgs {
+    /// RDMA provider: iwarp (software iWARP over TCP) or verbs (rdma-core;
+    /// the device is the one the RDMA CM picks for the address). The MPA
+    /// options apply to iwarp only.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Iwarp)]
+    pub provider: ProviderKind,
+    /// With `--provider verbs`: the RDMA device to use (e.g. siw0); a
+    /// connection on another device is refused. Default: the device the
+    /// RDMA CM picks for the address.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
     /// Credits: granted (serve) or requested (call, probe). Defaults: 64 /
     /// 128, as Linux.
     #[arg(long, value_parser = num_u32)]
@@ -190,8 +228,13 @@ impl LinkArgs {
         p
     }
 
-    /// The MPA settings of these options on `p` (an iWARP provider).
+    /// These options' provider on `p`: the verbs provider (on `--device`)
+    /// with `--provider verbs`, else the MPA settings of an iWARP one.
     fn set_provider(&self, p: &mut ProviderConfig) {
+        if self.provider == ProviderKind::Verbs {
+            *p = verbs_provider(self.device.clone());
+            return;
+        }
         if let Some(cm) = p.iwarp_mut() {
             cm.config = IwarpConfig {
                 rev: self.mpa_rev,
@@ -1061,6 +1104,8 @@ pub fn probe(args: ProbeArgs) -> ExitCode {
                 j["prog"] = args.prog.unwrap_or(TEST_PROG).into();
                 j["vers"] = args.vers.unwrap_or(TEST_VERS).into();
                 j["rpc_status"] = status.into();
+                j["provider"] = Value::from(args.link.provider.name());
+                j["device"] = st.link.device.clone().map_or(Value::Null, Value::from);
                 println!("{j}");
             } else {
                 probe_text(addr, &args, &st, status);
@@ -1118,12 +1163,16 @@ fn probe_text(addr: SocketAddr, args: &ProbeArgs, st: &RdmaStatus, status: &str)
         None => "-",
     };
     println!(
-        "connected to {addr}: RPC-over-RDMA version {}{} over software iWARP",
+        "connected to {addr}: RPC-over-RDMA version {}{} over {}",
         st.version.version,
         if st.version.fallback {
             " (the server refused version 2: fallback)"
         } else {
             ""
+        },
+        match args.link.provider {
+            ProviderKind::Iwarp => "software iWARP",
+            ProviderKind::Verbs => "rdma-core verbs",
         }
     );
     for (who, props) in [

@@ -217,7 +217,8 @@ fn call_rpc_errors_and_raw_calls() {
     assert_eq!(v["error"]["op"], "connect", "{v}");
 }
 
-const PROBE_KEYS: [&str; 21] = [
+const PROBE_KEYS: [&str; 23] = [
+    "device",
     "error",
     "ok",
     "prog",
@@ -235,6 +236,7 @@ const PROBE_KEYS: [&str; 21] = [
     "ord",
     "peer_private_data",
     "peer_properties",
+    "provider",
     "remote_invalidate",
     "rpcrdma_version",
     "version",
@@ -252,6 +254,8 @@ fn probe_json_defaults_and_options() {
     let mut want: Vec<String> = PROBE_KEYS.iter().map(|s| s.to_string()).collect();
     want.sort();
     assert_eq!(keys(v), want);
+    assert_eq!(v["provider"], "iwarp");
+    assert_eq!(v["device"], Value::Null);
     assert_eq!(v["version"], 1);
     assert_eq!(v["mpa_rev"], 2);
     assert_eq!(
@@ -870,11 +874,21 @@ fn serve_help_shows_the_connection_limits() {
         ("--max-conns <N>", "1024"),
         ("--max-conns-per-source <N>", "64"),
     ] {
-        let line = help
+        // The flag's block: its line up to the next flag (clap puts the
+        // help on the next lines once any option has a long help).
+        let block: Vec<&str> = help
             .lines()
-            .find(|l| l.trim_start().starts_with(flag))
-            .unwrap_or_else(|| panic!("no {flag} in\n{help}"));
-        assert!(line.ends_with(&format!("[default: {default}]")), "{line}");
+            .skip_while(|l| !l.trim_start().starts_with(flag))
+            .enumerate()
+            .take_while(|(i, l)| *i == 0 || !l.trim_start().starts_with('-'))
+            .map(|(_, l)| l)
+            .collect();
+        assert!(!block.is_empty(), "no {flag} in\n{help}");
+        let want = format!("[default: {default}]");
+        assert!(
+            block.iter().any(|l| l.trim_end().ends_with(&want)),
+            "{block:?}"
+        );
     }
 }
 

@@ -736,6 +736,14 @@ pub enum ProviderError {
     InvalidArgument(&'static str),
     /// The backend does not support this.
     Unsupported,
+    /// The memory of a registration could not be pinned: the process's
+    /// locked-memory limit (`RLIMIT_MEMLOCK`, `ulimit -l`) is too low.
+    PinLimit {
+        /// Octets the registration needed.
+        len: usize,
+        /// The limit in octets.
+        limit: u64,
+    },
 }
 
 impl fmt::Display for ProviderError {
@@ -756,6 +764,13 @@ impl fmt::Display for ProviderError {
             ProviderError::NotConnected => f.write_str("not connected"),
             ProviderError::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             ProviderError::Unsupported => f.write_str("unsupported"),
+            ProviderError::PinLimit { len, limit } => write!(
+                f,
+                "cannot pin {len} octets for RDMA: the locked-memory limit \
+                 (RLIMIT_MEMLOCK) is {} KiB; raise it (`ulimit -l unlimited`, \
+                 or LimitMEMLOCK=infinity for a systemd service)",
+                limit / 1024
+            ),
         }
     }
 }
