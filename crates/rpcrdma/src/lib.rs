@@ -72,6 +72,7 @@ pub mod reconnect;
 pub mod record;
 pub mod rpcbind;
 pub mod server;
+mod slot;
 pub mod stats;
 pub mod tcp;
 mod tcp_write;
