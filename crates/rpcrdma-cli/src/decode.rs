@@ -7,9 +7,11 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
+use crate::decode_pcap::Options;
 use crate::input::{read_input, InputError};
 use rpcrdma_cli::cli_error::CliError;
 use rpcrdma_cli::failure::Failure;
+use rpcrdma_iwarp::capture::rpc::{Filter, ProcMatch};
 
 /// What to decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -43,12 +45,50 @@ pub struct DecodeArgs {
     /// in a capture file, pcap or pcapng (`-` for standard input).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["file", "raw", "what"])]
     pub pcap: Option<String>,
+    /// With `--pcap`: print only a summary — service response times per
+    /// procedure (like `tshark -z rpc,srt`), the count of each
+    /// RPC-over-RDMA message class and chunk type.
+    #[arg(long, requires = "pcap")]
+    pub summary: bool,
+    /// With `--pcap`: only the messages of this XID (decimal or 0x hex).
+    #[arg(long, requires = "pcap", value_parser = parse_u32)]
+    pub xid: Option<u32>,
+    /// With `--pcap`: only the calls of this procedure and their replies,
+    /// by name (`READ`, `GETATTR`, `COMPOUND`, `MNT`, `LOCK`, …; any
+    /// program that has it) or number (decimal or 0x hex).
+    #[arg(long = "proc", requires = "pcap", value_name = "NAME|NUMBER")]
+    pub proc_filter: Option<String>,
+}
+
+/// A 32-bit number in decimal or `0x` hex.
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s:?} is not a 32-bit number (decimal or 0x hex): {e}"))
+}
+
+/// The `--proc` filter: a number, else a name.
+fn proc_match(s: &str) -> ProcMatch {
+    match parse_u32(s) {
+        Ok(n) => ProcMatch::Number(n),
+        Err(_) => ProcMatch::Name(s.to_string()),
+    }
 }
 
 /// Runs the subcommand.
 pub fn run(args: DecodeArgs) -> ExitCode {
     if let Some(path) = &args.pcap {
-        return crate::decode_pcap::run(path, args.json);
+        let opts = Options {
+            json: args.json,
+            summary: args.summary,
+            filter: Filter {
+                xid: args.xid,
+                proc: args.proc_filter.as_deref().map(proc_match),
+            },
+        };
+        return crate::decode_pcap::run(path, opts);
     }
     let bytes = match read_input(&args.file, args.raw) {
         Ok(b) => b,

@@ -294,6 +294,11 @@ impl Core {
         self.conn.set_waker(waker);
     }
 
+    /// Received calls (a backchannel at a client) are dispatched.
+    pub(crate) fn has_dispatcher(&self) -> bool {
+        self.dispatcher.is_some()
+    }
+
     /// Calls waiting for their replies.
     pub(crate) fn calls_waiting(&self) -> usize {
         self.pending.len()
@@ -626,6 +631,7 @@ impl Core {
             ReplySink::Channel(tx) => {
                 let _ = tx.send(r);
             }
+            ReplySink::Slot(s) => s.send(r),
             ReplySink::Driver => self.reply = Some((xid, r)),
         }
     }
