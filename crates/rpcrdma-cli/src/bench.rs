@@ -22,10 +22,11 @@
 use std::io::{IsTerminal, Write as _};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::rdma_cmd::LinkArgs;
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use rpcrdma::rdma::{
@@ -38,7 +39,7 @@ use rpcrdma::{
     CallContext, Client, ClientConfig, Handler, HandlerError, HandlerFuture, Message,
     MetricsSnapshot, RpcError, Server, ServerConfig, TcpConfig, TcpServer,
 };
-use rpcrdma_proto::engine::RpcRdmaVersion;
+use rpcrdma_cli::cli_error::CliError;
 use serde_json::{json, Map, Value};
 
 #[path = "bench_raw.rs"]
@@ -93,6 +94,15 @@ impl BenchProc {
             BenchProc::Echo => "echo",
             BenchProc::Read => "read",
             BenchProc::Write => "write",
+        }
+    }
+
+    fn number(self) -> u32 {
+        match self {
+            BenchProc::Null => PROC_NULL,
+            BenchProc::Echo => PROC_ECHO,
+            BenchProc::Read => PROC_READ,
+            BenchProc::Write => PROC_WRITE,
         }
     }
 }
@@ -150,10 +160,6 @@ pub struct BenchArgs {
     /// Raw TCP baseline on loopback (ping-pong; `--proc read`: stream).
     #[arg(long)]
     pub raw_tcp: bool,
-    /// RDMA only: ask for MPA CRC32C on (`on`) or off (`off`); default:
-    /// the provider's default.
-    #[arg(long, value_enum)]
-    pub crc: Option<OnOff>,
     /// Runtime worker threads (1: single-threaded runtime).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
@@ -166,10 +172,6 @@ pub struct BenchArgs {
     /// for a second; report (RSS_N - RSS_0) / N as memory per idle connection.
     #[arg(long)]
     pub report_server_rss: Option<u32>,
-    /// RPC-over-RDMA version (RDMA only): 1, 2 or auto, for the client
-    /// and for a server this command starts (see `rpcrdma serve --help`).
-    #[arg(long, value_name = "1|2|auto", default_value = "auto")]
-    pub rpcrdma_version: RpcRdmaVersion,
     /// RDMA blocking mode (`rpcrdma::rdma::RdmaBlockingClient`): each
     /// connection is driven by the thread that calls on it, one call in
     /// flight (needs --depth 1; --conns threads). With --serve, or with an
@@ -177,6 +179,16 @@ pub struct BenchArgs {
     /// its own (`RdmaServerConfig::blocking`).
     #[arg(long)]
     pub blocking: bool,
+    /// Print one progress line per second on standard error, also when it
+    /// is not a terminal (on a terminal: always, on one line).
+    #[arg(long)]
+    pub progress: bool,
+    /// RDMA link and engine options (`--crc`, `--credits`, `--inline-send`,
+    /// `--inline-recv`, `--mpa-rev`, `--rpcrdma-version`,
+    /// `--max-message`...), for the client and for a server this command
+    /// starts, as `rpcrdma serve` / `call` take them.
+    #[command(flatten)]
+    pub link: LinkArgs,
 }
 
 /// VmRSS of process `pid` in KiB, from `/proc/PID/status`.
@@ -221,15 +233,6 @@ fn parse_tcp_mem(sockstat: &str) -> Option<u64> {
     None
 }
 
-/// `on` / `off`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OnOff {
-    /// Enabled.
-    On,
-    /// Disabled.
-    Off,
-}
-
 /// A parsed `--sweep` list.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SizeList(pub Vec<u64>);
@@ -239,12 +242,10 @@ pub struct SizeList(pub Vec<u64>);
 pub struct ConnectOptions {
     /// Largest reply expected (an RDMA transport sizes its Reply chunk from it).
     pub reply_max: u32,
-    /// MPA CRC32C wanted (RDMA only; `None`: the provider's default).
-    pub mpa_crc: Option<bool>,
     /// RDMA only: a blocking client ([`RdmaBlockingClient`]).
     pub blocking: bool,
-    /// RDMA only: the RPC-over-RDMA versions the client speaks.
-    pub rpcrdma_version: RpcRdmaVersion,
+    /// RDMA only: link and engine options (`--crc` on TCP is refused).
+    pub link: LinkArgs,
 }
 
 /// An established client and what is known of its transport parameters.
@@ -326,6 +327,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// TCP settings: `--max-message` bounds a record.
+fn tcp_config(link: &LinkArgs) -> TcpConfig {
+    let mut t = TcpConfig::default();
+    t.record_limits.max_record_size = link.max_message as usize;
+    t
+}
+
 fn tcp_params(tcp: &TcpConfig) -> Map<String, Value> {
     let mut p = Map::new();
     p.insert("record_marking".into(), json!("RFC 5531 section 11"));
@@ -348,10 +356,10 @@ pub async fn connect(
     };
     match transport {
         Transport::Tcp => {
-            if opts.mpa_crc.is_some() {
+            if opts.link.crc_choice().is_some() {
                 return Err("--crc applies to --transport rdma (MPA CRC32C) only".into());
             }
-            let tcp = TcpConfig::default();
+            let tcp = tcp_config(&opts.link);
             let params = tcp_params(&tcp);
             if opts.blocking {
                 return Err("--blocking applies to --transport rdma only".into());
@@ -365,11 +373,7 @@ pub async fn connect(
             })
         }
         Transport::Rdma => {
-            let mut rdma = RdmaClientConfig::default();
-            rdma.engine.rpcrdma_version = opts.rpcrdma_version;
-            if let (Some(crc), Some(cm)) = (opts.mpa_crc, rdma.provider.iwarp_mut()) {
-                cm.config.crc = crc;
-            }
+            let rdma = opts.link.apply_client(RdmaClientConfig::default());
             if opts.blocking {
                 let mut c = tokio::task::spawn_blocking(move || {
                     let mut c = RdmaBlockingClient::connect(addr, config, rdma)
@@ -544,7 +548,7 @@ pub async fn serve(
     addr: SocketAddr,
     drc_entries: Option<usize>,
     blocking: bool,
-    version: RpcRdmaVersion,
+    link: &LinkArgs,
 ) -> Result<Serving, String> {
     let mut config = ServerConfig::default();
     if let Some(n) = drc_entries {
@@ -558,13 +562,13 @@ pub async fn serve(
                 addr,
                 TcpConfig {
                     max_connections: BENCH_MAX_CONNECTIONS,
-                    ..TcpConfig::default()
+                    ..tcp_config(link)
                 },
             )
             .await
             .map(Serving::Tcp)
             .map_err(|e| format!("serve tcp {addr}: {e}")),
-        Transport::Rdma => RdmaServer::serve(&server, addr, bench_rdma_config(blocking, version))
+        Transport::Rdma => RdmaServer::serve(&server, addr, bench_rdma_config(blocking, link))
             .await
             .map(Serving::Rdma)
             .map_err(|e| format!("serve rdma {addr}: {e}")),
@@ -579,9 +583,8 @@ const BENCH_MAX_CONNECTIONS: usize = 16_384;
 /// caps, since a benchmark's whole load comes from one address (e.g.
 /// `scripts/bench-conns`: 10,000 connections from 127.0.0.1, set up 32 at
 /// once), and room for [`BENCH_MAX_CONNECTIONS`].
-fn bench_rdma_config(blocking: bool, version: RpcRdmaVersion) -> RdmaServerConfig {
-    let mut d = RdmaServerConfig::default();
-    d.engine.rpcrdma_version = version;
+fn bench_rdma_config(blocking: bool, link: &LinkArgs) -> RdmaServerConfig {
+    let mut d = link.apply_server(RdmaServerConfig::default());
     if let Some(cm) = d.provider.iwarp_mut() {
         cm.accept.max_pending_per_source = cm.accept.max_pending;
     }
@@ -803,9 +806,31 @@ fn blocking_worker(
     res
 }
 
+/// Set on SIGINT / SIGTERM: every load phase ends as if its time were up,
+/// and what was measured is reported.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// Watches for SIGINT / SIGTERM (until the runtime ends); the handlers
+/// are installed on return.
+fn watch_signals() {
+    let mut signals = crate::rdma_cmd::Signals::install();
+    tokio::spawn(async move {
+        signals.recv().await;
+        INTERRUPTED.store(true, Ordering::Relaxed);
+        eprintln!("rpcrdma bench: interrupted; reporting what was measured");
+    });
+}
+
 impl Shared {
     /// Whether a worker should make another call.
     fn go_on(&self) -> bool {
+        if interrupted() {
+            return false;
+        }
         match self.deadline {
             Some(end) => Instant::now() < end,
             None => self.remaining.fetch_sub(1, Ordering::Relaxed) > 0,
@@ -814,6 +839,9 @@ impl Shared {
 
     /// [`Shared::go_on`] at `now` (read by the caller).
     fn go_on_at(&self, now: Instant) -> bool {
+        if interrupted() {
+            return false;
+        }
         match self.deadline {
             Some(end) => now < end,
             None => self.remaining.fetch_sub(1, Ordering::Relaxed) > 0,
@@ -873,6 +901,7 @@ async fn phase(
             }
         }
     }
+    let tty = std::io::stderr().is_terminal();
     let ticker = progress.then(|| {
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -883,11 +912,15 @@ async fn phase(
                 let secs = t0.elapsed().as_secs_f64();
                 let n = shared.done.load(Ordering::Relaxed);
                 let mut err = std::io::stderr();
-                let _ = write!(
-                    err,
-                    "\r  {secs:6.1} s  {n:>10} calls  {:>10.0} calls/s ",
+                let line = format!(
+                    "  {secs:6.1} s  {n:>10} calls  {:>10.0} calls/s ",
                     n as f64 / secs
                 );
+                let _ = if tty {
+                    write!(err, "\r{line}")
+                } else {
+                    writeln!(err, "{}", line.trim_end())
+                };
                 let _ = err.flush();
             }
         })
@@ -920,9 +953,11 @@ async fn phase(
     out.cpu = CpuTimes::now().since(&cpu0);
     if let Some(t) = ticker {
         t.abort();
-        let mut err = std::io::stderr();
-        let _ = write!(err, "\r{:60}\r", "");
-        let _ = err.flush();
+        if tty {
+            let mut err = std::io::stderr();
+            let _ = write!(err, "\r{:60}\r", "");
+            let _ = err.flush();
+        }
     }
     out
 }
@@ -941,6 +976,7 @@ pub async fn run_load(
     let before: u64 = clients.iter().map(|c| c.metrics().bytes_sent).sum();
     let before_rx: u64 = clients.iter().map(|c| c.metrics().bytes_received).sum();
     let r = phase(clients, &spec, spec.stop, spec.progress).await;
+    let interrupted = interrupted();
     let sent: u64 = clients.iter().map(|c| c.metrics().bytes_sent).sum::<u64>() - before;
     let rx: u64 = clients
         .iter()
@@ -963,26 +999,31 @@ pub async fn run_load(
         latency: r.latency,
         cpu: r.cpu,
         params,
+        proc_num: Some(spec.proc.number()),
+        interrupted,
     }
 }
 
-fn resolve(addr: &str) -> Result<SocketAddr, String> {
+fn resolve(addr: &str) -> Result<SocketAddr, CliError> {
+    let bad = |m| CliError::bad_input("bad-address", "resolve", m);
     addr.to_socket_addrs()
-        .map_err(|e| format!("bad address {addr:?}: {e}"))?
+        .map_err(|e| bad(format!("bad address {addr:?}: {e}")))?
         .next()
-        .ok_or_else(|| format!("address {addr:?} resolves to nothing"))
+        .ok_or_else(|| bad(format!("address {addr:?} resolves to nothing")))
 }
 
-fn fail(msg: &str) -> ExitCode {
-    eprintln!("rpcrdma bench: {msg}");
-    ExitCode::from(2)
+/// An operation of the benchmark that failed (exit status 1).
+fn failed(kind: &'static str, op: &'static str) -> impl Fn(String) -> CliError {
+    move |m| CliError::failed(kind, op, m)
 }
 
 /// Runs `rpcrdma bench`.
 pub fn run(args: BenchArgs) -> ExitCode {
+    let json = args.json;
+    let fail = |e: CliError| e.report("bench", json);
     // A misspelt RPCRDMA_CRC32C_IMPL would measure the default silently.
     if let Err(e) = rpcrdma_iwarp::crc::from_env() {
-        return fail(&e);
+        return fail(CliError::bad_input("usage", "environment", e));
     }
     let rt = if args.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -996,11 +1037,11 @@ pub fn run(args: BenchArgs) -> ExitCode {
     };
     let rt = match rt {
         Ok(rt) => rt,
-        Err(e) => return fail(&format!("runtime: {e}")),
+        Err(e) => return fail(CliError::failed("io", "runtime", format!("runtime: {e}"))),
     };
     match rt.block_on(run_async(args)) {
         Ok(code) => code,
-        Err(e) => fail(&e),
+        Err(e) => fail(e),
     }
 }
 
@@ -1016,27 +1057,40 @@ fn stop_of(args: &BenchArgs) -> (Stop, Duration) {
     (stop, Duration::from_secs_f64(warm.max(0.0)))
 }
 
-async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
+async fn run_async(args: BenchArgs) -> Result<ExitCode, CliError> {
     let (stop, warmup) = stop_of(&args);
+    if args.transport != Transport::Rdma && args.link.crc_choice().is_some() {
+        return Err(CliError::usage(
+            "--crc",
+            "--crc applies to --transport rdma (MPA CRC32C) only",
+        ));
+    }
     if args.serve {
         return serve_forever(&args).await;
     }
     if args.blocking && !args.serve && args.depth > 1 {
-        return Err(
-            "--blocking keeps one call in flight per connection: use --depth 1 (and --conns for more)"
-                .into(),
-        );
-    }
-    if args.blocking && (args.transport != Transport::Rdma || args.raw_tcp) {
-        return Err("--blocking applies to --transport rdma only".into());
-    }
-    let sizes = args.sweep.clone().map_or_else(|| vec![args.size], |l| l.0);
-    if let Some(&big) = sizes.iter().find(|&&s| s > TEST_MAX_DATA as u64) {
-        return Err(format!(
-            "size {big} exceeds TEST_MAX_DATA = {TEST_MAX_DATA}"
+        return Err(CliError::usage(
+            "--depth",
+            "--blocking keeps one call in flight per connection: use --depth 1 (and --conns for more)",
         ));
     }
-    let progress = std::io::stderr().is_terminal();
+    if args.blocking && (args.transport != Transport::Rdma || args.raw_tcp) {
+        return Err(CliError::usage(
+            "--blocking",
+            "--blocking applies to --transport rdma only",
+        ));
+    }
+    let sizes = args.sweep.clone().map_or_else(|| vec![args.size], |l| l.0);
+    let option = if args.sweep.is_some() {
+        "--sweep"
+    } else {
+        "--size"
+    };
+    for &size in &sizes {
+        crate::rdma_cmd::check_payload(size, option, &args.link)?;
+    }
+    let progress = args.progress || std::io::stderr().is_terminal();
+    watch_signals();
     let placement = report::cpus_allowed();
     let mut reports = Vec::new();
     if args.raw_tcp {
@@ -1053,9 +1107,12 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
             let (depth, w) = (args.depth, warmup);
             let r = tokio::task::spawn_blocking(move || raw::run(kind, size, depth, raw_stop, w))
                 .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("raw tcp: {e}"))?;
+                .map_err(|e| CliError::failed("io", "raw-tcp", e.to_string()))?
+                .map_err(|e| CliError::failed("io", "raw-tcp", format!("raw tcp: {e}")))?;
             reports.push(r);
+            if interrupted() {
+                break;
+            }
         }
     } else {
         let addr = resolve(&args.addr)?;
@@ -1066,9 +1123,10 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
                 addr,
                 args.drc_entries,
                 args.blocking,
-                args.rpcrdma_version,
+                &args.link,
             )
-            .await?;
+            .await
+            .map_err(failed("listen", "listen"))?;
             let a = s.local_addr();
             local = Some(s);
             a
@@ -1078,13 +1136,12 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
         let max = sizes.iter().copied().max().unwrap_or(0);
         let opts = ConnectOptions {
             reply_max: u32::try_from(max + 64 * 1024).unwrap_or(u32::MAX),
-            mpa_crc: args.crc.map(|c| c == OnOff::On),
             blocking: args.blocking,
-            rpcrdma_version: args.rpcrdma_version,
+            link: args.link.clone(),
         };
         let rss0 = match args.report_server_rss {
             Some(pid) => Some((
-                vm_rss_kib(pid)?,
+                vm_rss_kib(pid).map_err(failed("io", "read-rss"))?,
                 tcp_kernel_pages().ok(),
                 kernel_slab_kib().ok(),
             )),
@@ -1092,7 +1149,9 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
         };
         let setup_start = Instant::now();
         let (clients, mut params) =
-            connect_all(args.transport, target, &opts, args.conns.max(1), args.ramp).await?;
+            connect_all(args.transport, target, &opts, args.conns.max(1), args.ramp)
+                .await
+                .map_err(failed("connect", "connect"))?;
         let setup = setup_start.elapsed();
         params.insert("setup_seconds".into(), json!(setup.as_secs_f64()));
         if progress || args.conns > 1 {
@@ -1108,10 +1167,10 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
             for c in &clients {
                 c.null()
                     .await
-                    .map_err(|e| format!("null before idle: {e}"))?;
+                    .map_err(|e| CliError::failed("rpc", "null-before-idle", e.to_string()))?;
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let rss_n = vm_rss_kib(pid)?;
+            let rss_n = vm_rss_kib(pid).map_err(failed("io", "read-rss"))?;
             let n = clients.len() as u64;
             let per = (rss_n as f64 - rss0 as f64) / n as f64;
             eprintln!(
@@ -1160,6 +1219,9 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
                 eprintln!("size {}", fmt_size(size));
             }
             reports.push(run_load(&clients, spec, args.transport, &params).await);
+            if interrupted() {
+                break;
+            }
         }
         for c in &clients {
             c.close();
@@ -1192,7 +1254,10 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, String> {
                 .collect(),
         };
         let svg = render_chart("rpcrdma bench sweep", &[series]);
-        std::fs::write(path, svg).map_err(|e| format!("write {path}: {e}"))?;
+        std::fs::write(path, svg).map_err(|e| {
+            CliError::failed("io", "write-chart", format!("write {path}: {e}"))
+                .with("path", path.as_str())
+        })?;
     }
     if args.json {
         let v = if args.sweep.is_some() {
@@ -1263,16 +1328,17 @@ async fn connect_all(
     Ok((clients, params))
 }
 
-async fn serve_forever(args: &BenchArgs) -> Result<ExitCode, String> {
+async fn serve_forever(args: &BenchArgs) -> Result<ExitCode, CliError> {
     let addr = resolve(&args.addr)?;
     let s = serve(
         args.transport,
         addr,
         args.drc_entries,
         args.blocking,
-        args.rpcrdma_version,
+        &args.link,
     )
-    .await?;
+    .await
+    .map_err(failed("listen", "listen"))?;
     println!(
         "listening on {} (transport {})",
         s.local_addr(),
@@ -1308,6 +1374,14 @@ mod tests {
     struct T {
         #[command(flatten)]
         b: BenchArgs,
+    }
+
+    fn crc_link(crc: Option<bool>) -> LinkArgs {
+        LinkArgs {
+            crc: crc == Some(true),
+            no_crc: crc == Some(false),
+            ..LinkArgs::default()
+        }
     }
 
     fn parse(a: &[&str]) -> Result<BenchArgs, clap::Error> {
@@ -1358,7 +1432,7 @@ mod tests {
     #[tokio::test]
     async fn rdma_connects_and_reports_what_was_negotiated() {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let srv = serve(Transport::Rdma, any, None, false, RpcRdmaVersion::Auto)
+        let srv = serve(Transport::Rdma, any, None, false, &LinkArgs::default())
             .await
             .unwrap();
         let c = connect(
@@ -1366,9 +1440,8 @@ mod tests {
             srv.local_addr(),
             &ConnectOptions {
                 reply_max: 1 << 20,
-                mpa_crc: Some(true),
                 blocking: false,
-                rpcrdma_version: RpcRdmaVersion::Auto,
+                link: crc_link(Some(true)),
             },
         )
         .await
@@ -1387,22 +1460,20 @@ mod tests {
         // --crc is an RDMA (MPA) setting.
         let opts = ConnectOptions {
             reply_max: 1 << 20,
-            mpa_crc: Some(false),
             blocking: false,
-            rpcrdma_version: RpcRdmaVersion::Auto,
+            link: crc_link(Some(false)),
         };
         let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
         assert!(e.contains("--crc"), "{e}");
         // So is --blocking.
         let opts = ConnectOptions {
-            mpa_crc: None,
             blocking: true,
-            rpcrdma_version: RpcRdmaVersion::Auto,
+            link: LinkArgs::default(),
             ..opts
         };
         let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
         assert!(e.contains("--blocking"), "{e}");
-        assert!(serve(Transport::Tcp, any, None, true, RpcRdmaVersion::Auto)
+        assert!(serve(Transport::Tcp, any, None, true, &LinkArgs::default())
             .await
             .is_err());
     }
@@ -1413,14 +1484,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn blocking_rdma_load_counts_every_call() {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let srv = serve(Transport::Rdma, any, None, true, RpcRdmaVersion::Auto)
+        let srv = serve(Transport::Rdma, any, None, true, &LinkArgs::default())
             .await
             .unwrap();
         let opts = ConnectOptions {
             reply_max: 1 << 20,
-            mpa_crc: Some(true),
             blocking: true,
-            rpcrdma_version: RpcRdmaVersion::Auto,
+            link: crc_link(Some(true)),
         };
         let mut clients = Vec::new();
         let mut params = Map::new();
@@ -1478,15 +1548,14 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             None,
             false,
-            RpcRdmaVersion::Auto,
+            &LinkArgs::default(),
         )
         .await
         .unwrap();
         let opts = ConnectOptions {
             reply_max: 1 << 20,
-            mpa_crc: None,
             blocking: false,
-            rpcrdma_version: RpcRdmaVersion::Auto,
+            link: LinkArgs::default(),
         };
         let mut clients = Vec::new();
         for _ in 0..2 {
@@ -1547,9 +1616,8 @@ mod tests {
             tcp.local_addr(),
             &ConnectOptions {
                 reply_max: 1 << 20,
-                mpa_crc: None,
                 blocking: false,
-                rpcrdma_version: RpcRdmaVersion::Auto,
+                link: LinkArgs::default(),
             },
         )
         .await

@@ -111,6 +111,8 @@ pub fn run(
         latency,
         cpu,
         params,
+        proc_num: None,
+        interrupted: false,
     })
 }
 

@@ -137,7 +137,7 @@ pub fn cpus_allowed() -> Option<String> {
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     /// What ran: "null", "echo", "read", "write" (RPC) or "pingpong",
-    /// "stream" (raw TCP).
+    /// "stream" (raw TCP); `proc_name` in JSON.
     pub proc: String,
     /// Payload octets per call.
     pub size: u64,
@@ -161,6 +161,10 @@ pub struct Report {
     pub cpu: CpuTimes,
     /// Negotiated or configured transport parameters, where known.
     pub params: Map<String, Value>,
+    /// The test program's procedure number (None for raw TCP).
+    pub proc_num: Option<u32>,
+    /// The measured phase was cut short by SIGINT / SIGTERM.
+    pub interrupted: bool,
 }
 
 impl Report {
@@ -187,10 +191,35 @@ impl Report {
         }
     }
 
+    /// Whether the point succeeded: calls made, none failed.
+    pub fn ok(&self) -> bool {
+        self.calls > 0 && self.errors == 0
+    }
+
+    /// The error object of a failed point (README, "Scripting").
+    pub fn error_json(&self) -> Value {
+        if self.ok() {
+            return Value::Null;
+        }
+        let message = match &self.first_error {
+            Some(e) => format!(
+                "{} of {} calls failed; first: {e}",
+                self.errors,
+                self.calls + self.errors
+            ),
+            None => "no call completed".to_string(),
+        };
+        json!({"kind": "calls-failed", "op": "bench", "message": message})
+    }
+
     /// The JSON object (`--json`).
     pub fn to_json(&self) -> Value {
         json!({
-            "proc": self.proc,
+            "ok": self.ok(),
+            "error": self.error_json(),
+            "interrupted": self.interrupted,
+            "proc": self.proc_num,
+            "proc_name": self.proc,
             "size": self.size,
             "depth": self.depth,
             "conns": self.conns,
@@ -251,6 +280,9 @@ impl Report {
             self.cpu.sys,
             self.cpu_us_per_call()
         );
+        if self.interrupted {
+            let _ = writeln!(s, "  interrupted: the figures cover the time measured");
+        }
         let _ = write!(s, "  errors {}", self.errors);
         if let Some(e) = &self.first_error {
             let _ = write!(s, " (first: {e})");
@@ -276,49 +308,7 @@ fn round(x: f64, digits: i32) -> f64 {
     (x * m).round() / m
 }
 
-/// Parses a size: a decimal number with an optional binary suffix
-/// `K`/`KiB` (1024), `M`/`MiB` (1024²) or `G`/`GiB` (1024³), case-insensitive.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    let (num, mult) = [("kib", 1u64 << 10), ("mib", 1 << 20), ("gib", 1 << 30)]
-        .into_iter()
-        .chain([("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30)])
-        .find_map(|(suf, m)| lower.strip_suffix(suf).map(|n| (n.to_string(), m)))
-        .unwrap_or((lower.clone(), 1));
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("bad size {s:?} (expected e.g. 512, 4K, 1M)"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size {s:?} overflows"))
-}
-
-/// Parses a comma-separated list of sizes (`--sweep 1K,4K,1M`).
-pub fn parse_size_list(s: &str) -> Result<Vec<u64>, String> {
-    let v: Vec<u64> = s
-        .split(',')
-        .filter(|x| !x.trim().is_empty())
-        .map(parse_size)
-        .collect::<Result<_, _>>()?;
-    if v.is_empty() {
-        return Err("empty size list".into());
-    }
-    Ok(v)
-}
-
-/// `4096` → "4K", `1048576` → "1M", `1000` → "1000".
-pub fn fmt_size(n: u64) -> String {
-    if n >= 1 << 30 && n.is_multiple_of(1 << 30) {
-        format!("{}G", n >> 30)
-    } else if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
-        format!("{}M", n >> 20)
-    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
-        format!("{}K", n >> 10)
-    } else {
-        n.to_string()
-    }
-}
+pub use rpcrdma::units::{fmt_size, parse_size, parse_size_list};
 
 #[cfg(test)]
 mod tests {
@@ -380,25 +370,6 @@ mod tests {
         assert!(d.user >= 0.0 && d.sys >= 0.0);
     }
 
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("0"), Ok(0));
-        assert_eq!(parse_size("1K"), Ok(1024));
-        assert_eq!(parse_size("4k"), Ok(4096));
-        assert_eq!(parse_size("1M"), Ok(1 << 20));
-        assert_eq!(parse_size("2MiB"), Ok(2 << 20));
-        assert_eq!(parse_size("1G"), Ok(1 << 30));
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("-1").is_err());
-        assert!(parse_size("99999999999999999999G").is_err());
-        assert_eq!(parse_size_list("1K,4K,,1M"), Ok(vec![1024, 4096, 1 << 20]));
-        assert!(parse_size_list(",").is_err());
-        assert_eq!(fmt_size(1024), "1K");
-        assert_eq!(fmt_size(1 << 20), "1M");
-        assert_eq!(fmt_size(1000), "1000");
-        assert_eq!(fmt_size(0), "0");
-    }
-
     fn sample() -> Report {
         let mut r = Report {
             proc: "echo".into(),
@@ -439,7 +410,7 @@ mod tests {
         assert_eq!(j["cpu_us_per_call"], 250.0);
         assert_eq!(j["errors"], 1);
         assert_eq!(j["first_error"], "boom");
-        assert_eq!(j["proc"], "echo");
+        assert_eq!(j["proc_name"], "echo");
         assert_eq!(j["size"], 1000);
         assert_eq!(j["depth"], 4);
         assert_eq!(j["conns"], 2);

@@ -1,13 +1,14 @@
 //! `rpcrdma decode`.
 //!
-//! Exit status: 0 decoded, 2 malformed input (with a JSON error object under
-//! `--json`), 1 I/O error. Never a panic.
+//! Exit status: 0 decoded, 2 missing or malformed input (with the failure
+//! object `{"ok": false, "error": {...}}` under `--json`). Never a panic.
 
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
 use crate::input::{read_input, InputError};
+use rpcrdma_cli::cli_error::CliError;
 use rpcrdma_cli::failure::Failure;
 
 /// What to decode.
@@ -52,8 +53,13 @@ pub fn run(args: DecodeArgs) -> ExitCode {
     let bytes = match read_input(&args.file, args.raw) {
         Ok(b) => b,
         Err(InputError::Io(e)) => {
-            eprintln!("rpcrdma decode: cannot read {}: {e}", args.file);
-            return ExitCode::from(1);
+            return CliError::bad_input(
+                "io",
+                "read-file",
+                format!("cannot read {}: {e}", args.file),
+            )
+            .with("path", args.file.as_str())
+            .report("decode", args.json);
         }
         Err(InputError::BadHex { offset, detail }) => {
             return fail(
@@ -81,10 +87,7 @@ pub fn run(args: DecodeArgs) -> ExitCode {
 }
 
 fn fail(args: &DecodeArgs, f: Failure) -> ExitCode {
-    if args.json {
-        println!("{}", f.to_json());
-    } else {
-        eprintln!("rpcrdma decode: malformed input: {}", f.detail);
-    }
-    ExitCode::from(2)
+    let mut e = f.to_cli_error();
+    e.message = format!("malformed input: {}", f.detail);
+    e.report("decode", args.json)
 }

@@ -31,16 +31,18 @@
 //!   `inv_stag` (Invalidate variants only), `msn`, `length`, `segments`
 //!   (DDP segments), and `header` (the object of `rpcrdma decode --json`)
 //!   or, when the payload is not a valid header, `header: null` and
-//!   `header_error` (the `{"error", "offset", "detail"}` object);
+//!   `header_error` (the error object `{"kind", "op", "message",
+//!   "offset"}`);
 //! * `write` / `read-response` (one line per DDP segment): `stag`,
 //!   `offset` (the Tagged Offset), `length`, `last`;
 //! * `read-request`: `msn`, `sink_stag`, `sink_to`, `size`, `src_stag`,
 //!   `src_to`;
 //! * `terminate`: `msn`, `layer`, `etype`, `ecode`, `description` (or
 //!   null);
-//! * `error`: `error` (a stable name: the table of
-//!   `rpcrdma_iwarp::dissect`, plus `tcp-gap` and `capture-truncated` of
-//!   `rpcrdma_iwarp::capture`) and `detail`; the framing errors and
+//! * `error`: `error`, the tool's error object (`kind`: a stable name,
+//!   the table of `rpcrdma_iwarp::dissect`, plus `tcp-gap` and
+//!   `capture-truncated` of `rpcrdma_iwarp::capture`; `op`: `dissect`;
+//!   `message`); the framing errors and
 //!   `ddp-rdmap` also carry the Terminate a peer would send (`layer`,
 //!   `etype`, `ecode`, `description`), the framing errors the
 //!   `stream_offset` of the FPDU at fault.
@@ -51,11 +53,13 @@
 //! line.
 //!
 //! Exit status: 0 when the file parsed (whatever the streams contained), 2
-//! for a malformed capture file (after the lines decoded so far, one JSON
-//! object `{"error", "offset", "detail"}` under `--json`), 1 for an I/O
-//! error.
+//! for a capture file that cannot be read or is malformed (after the lines
+//! decoded so far, the failure object `{"ok": false, "error": {"kind",
+//! "op", "message", "offset"}}` under `--json`).
 
 use std::io::{BufReader, Read, Write};
+
+use crate::cli_error::CliError;
 use std::process::ExitCode;
 
 use rpcrdma_iwarp::capture::pcap::{PcapError, PcapReader, Record};
@@ -303,8 +307,10 @@ fn error(e: &Error) -> (Map<String, Value>, String) {
     }
     let kind = e.kind.name();
     let text = format!("ERROR {kind}: {}", e.detail);
-    m.insert("error".into(), kind.into());
-    m.insert("detail".into(), e.detail.clone().into());
+    m.insert(
+        "error".into(),
+        json!({"kind": kind, "op": "dissect", "message": e.detail}),
+    );
     (m, text)
 }
 
@@ -454,7 +460,7 @@ fn send(json: bool, p: &SendMessage, from_initiator: bool) -> (Map<String, Value
             }
             Err(f) => {
                 m.insert("header".into(), Value::Null);
-                m.insert("header_error".into(), f.to_json());
+                m.insert("header_error".into(), f.error_json());
             }
         }
     } else {
@@ -470,19 +476,11 @@ fn send(json: bool, p: &SendMessage, from_initiator: bool) -> (Map<String, Value
 }
 
 fn fail(json: bool, e: &PcapError) -> ExitCode {
-    if json {
-        let line = json!({"error": e.kind, "offset": e.offset, "detail": e.detail}).to_string();
-        let mut o = std::io::stdout();
-        let _ = writeln!(o, "{line}");
-        let _ = o.flush();
-    } else {
-        eprintln!("rpcrdma decode: malformed capture: {e}");
-    }
-    if e.kind == "io" {
-        ExitCode::from(1)
-    } else {
-        ExitCode::from(2)
-    }
+    // A capture that cannot be read or parsed is bad input (exit 2).
+    let err = CliError::bad_input(e.kind, "read-capture", format!("malformed capture: {e}"))
+        .with("offset", e.offset);
+    let _ = std::io::stdout().flush();
+    err.report("decode", json)
 }
 
 /// Runs `rpcrdma decode --pcap PATH` (`-` = standard input).
@@ -493,8 +491,9 @@ pub fn run(path: &str, json: bool) -> ExitCode {
         match std::fs::File::open(path) {
             Ok(f) => Box::new(f),
             Err(e) => {
-                eprintln!("rpcrdma decode: cannot read {path}: {e}");
-                return ExitCode::from(1);
+                return CliError::bad_input("io", "read-file", format!("cannot read {path}: {e}"))
+                    .with("path", path)
+                    .report("decode", json);
             }
         }
     };

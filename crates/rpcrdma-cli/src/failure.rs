@@ -1,11 +1,13 @@
 //! What `rpcrdma decode` reports about input that does not decode.
 
 use rpcrdma_proto::DecodeError;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-/// A decode that went wrong, with the `"error"` kind printed under `--json`.
+use crate::cli_error::CliError;
+
+/// A decode that went wrong.
 pub struct Failure {
-    /// Stable machine name of the error.
+    /// Stable machine name of the error (the `kind` of the error object).
     pub kind: String,
     /// Octet offset of the fault.
     pub offset: usize,
@@ -14,9 +16,21 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// The `{"error", "offset", "detail"}` object printed under `--json`.
+    /// As the tool's failure (bad input: exit status 2), with its offset.
+    pub fn to_cli_error(&self) -> CliError {
+        CliError::bad_input(&self.kind, "decode", self.detail.clone()).with("offset", self.offset)
+    }
+
+    /// The `error` object `{"kind", "op", "message", "offset"}` (embedded
+    /// where a decode inside a larger item failed).
+    pub fn error_json(&self) -> Value {
+        self.to_cli_error().error_json()
+    }
+
+    /// The failure object printed under `--json`:
+    /// `{"ok": false, "error": {"kind", "op", "message", "offset"}}`.
     pub fn to_json(&self) -> Value {
-        json!({"error": self.kind, "offset": self.offset, "detail": self.detail})
+        self.to_cli_error().to_json()
     }
 }
 

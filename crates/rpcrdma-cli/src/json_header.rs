@@ -259,7 +259,7 @@ fn to_json(
             o.insert("raw".into(), hex::encode(&u.rest).into());
         }
     }
-    o.insert("error".into(), error);
+    o.insert("rdma_error".into(), error);
     o.insert(
         "rpc".into(),
         match rpc {

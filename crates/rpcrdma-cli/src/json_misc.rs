@@ -2,7 +2,8 @@
 //!
 //! `--what private-data --json` prints one object:
 //! `{"found", "offset", "version", "remote_invalidate", "send_size",
-//! "receive_size"}` plus `"mpa_ird_ord"` when exactly 4 octets (an RFC 6581
+//! "receive_size"}` plus `"ird_ord"` (`ird, ord, peer_to_peer, rtr_send,
+//! rtr_write, rtr_read`, as `decode --pcap` names them) when exactly 4 octets (an RFC 6581
 //! MPA v2 IRD/ORD header) precede the format identifier. `found` is true only
 //! for usable version 1 private data; `offset` / `version` describe the
 //! format identifier when there is one (so an unknown version shows
@@ -42,14 +43,15 @@ pub fn decode_private_data(bytes: &[u8], json: bool) -> Result<String, Failure> 
         });
         if let (Some(m), Value::Object(map)) = (mpa, &mut o) {
             map.insert(
-                "mpa_ird_ord".into(),
+                "ird_ord".into(),
+                // The names of `decode --pcap`'s `ird_ord` (README).
                 json!({
                     "ird": m.ird,
                     "ord": m.ord,
                     "peer_to_peer": m.peer_to_peer,
-                    "zero_length_rtr": m.zero_length_rtr,
-                    "rdma_write_rtr": m.rdma_write_rtr,
-                    "rdma_read_rtr": m.rdma_read_rtr,
+                    "rtr_send": m.zero_length_rtr,
+                    "rtr_write": m.rdma_write_rtr,
+                    "rtr_read": m.rdma_read_rtr,
                 }),
             );
         }

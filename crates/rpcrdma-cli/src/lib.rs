@@ -8,7 +8,9 @@
 
 #![warn(unreachable_pub)]
 
+pub mod cli_error;
 pub mod decode_pcap;
 pub mod failure;
 pub mod json_header;
 pub mod json_misc;
+pub mod num_args;

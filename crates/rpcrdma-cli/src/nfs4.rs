@@ -62,10 +62,10 @@ pub struct ProbeArgs {
     #[arg(long, default_value_t = 15.0)]
     pub timeout: f64,
     /// AUTH_SYS uid of the calls (default: this process's).
-    #[arg(long)]
+    #[arg(long, value_parser = rpcrdma_cli::num_args::num_u32)]
     pub uid: Option<u32>,
     /// AUTH_SYS gid of the calls (default: this process's).
-    #[arg(long)]
+    #[arg(long, value_parser = rpcrdma_cli::num_args::num_u32)]
     pub gid: Option<u32>,
     /// Print one JSON object.
     #[arg(long)]

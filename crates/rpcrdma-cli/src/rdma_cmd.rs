@@ -8,24 +8,30 @@
 //! * `call ADDR --proc null|echo|read|write --size N [--count K]`: the data
 //!   is the test program's pattern (`--seed`, default 1): ECHO and WRITE
 //!   send `pattern(seed, N)`, READ asks for it (the server produces it).
-//!   `--prog P --vers V --procnum N` instead makes a NULL-style call (void
-//!   arguments) to any program. With `--json` one object per call:
-//!   `{"ok", "proc", "xid", "bytes", "crc32c", "elapsed_us", "error",
-//!   "rpc_status"}` where `proc` is the name (`"null"`, …) or the number
-//!   for `--procnum`, `bytes` the payload octets moved (ECHO: the octets
-//!   echoed, READ: read, WRITE: written), `crc32c` the CRC-32C (Castagnoli)
-//!   of those octets (READ: exactly what the server produced; WRITE: what
-//!   was sent; NULL: of nothing = 0), `error` null or a text, `rpc_status`
-//!   the RPC accept status name (`"SUCCESS"`, `"PROG_UNAVAIL"`,
-//!   `"PROG_MISMATCH"`, `"PROC_UNAVAIL"`, `"GARBAGE_ARGS"`, `"SYSTEM_ERR"`,
-//!   or `"RPC_MISMATCH"` / `"AUTH_ERROR"` for a denied call) or null when
-//!   no RPC reply arrived. `ok` also requires the data check (ECHO equal,
-//!   READ equal to the pattern, WRITE's returned count and CRC equal).
-//!   `elapsed_us` is the time of the RPC call alone (not generating or
-//!   checking the data). Exit status 0 when every call is ok.
+//!   `--prog P --vers V --procnum N [--args-hex HEX]` instead calls any
+//!   program's procedure with the XDR arguments given in hex (void by
+//!   default) and prints its results in hex. With `--json` one object per
+//!   call: `{"ok", "prog", "vers", "proc", "proc_name", "xid", "bytes",
+//!   "crc32c", "elapsed_us", "error", "rpc_status", "rpcrdma_version",
+//!   "result_hex"}` (README, "Scripting"): `proc` the procedure number,
+//!   `proc_name` the test program's name or null, `bytes` the payload
+//!   octets moved (ECHO: the octets echoed, READ: read, WRITE: written; a
+//!   raw call: its results), `crc32c` the CRC-32C (Castagnoli) of those
+//!   octets (READ: exactly what the server produced; WRITE: what was sent;
+//!   NULL: of nothing = 0), `error` null or the error object `{"kind",
+//!   "op", "message", ...}`, `rpc_status` the RPC accept status name
+//!   (`"SUCCESS"`, `"PROG_UNAVAIL"`, `"PROG_MISMATCH"`, `"PROC_UNAVAIL"`,
+//!   `"GARBAGE_ARGS"`, `"SYSTEM_ERR"`, or `"RPC_MISMATCH"` /
+//!   `"AUTH_ERROR"` for a denied call) or null when no RPC reply arrived.
+//!   `ok` also requires the data check (ECHO equal, READ equal to the
+//!   pattern, WRITE's returned count and CRC equal). `elapsed_us` is the
+//!   time of the RPC call alone (not generating or checking the data).
+//!   Exit status 0 when every call is ok, 1 otherwise, 2 for bad usage
+//!   (a payload over `--max-message` is refused before connecting).
 //! * `probe ADDR`: connects, makes one NULL call (default the test program;
 //!   a PROG_UNAVAIL answer still carries the credit grant) and prints what
-//!   was negotiated; `--json`: `{"version", "mpa_rev", "crc", "markers",
+//!   was negotiated (exit status 1 when the NULL got an RPC error); `--json`:
+//!   `{"ok", "error", "prog", "vers", "rpc_status", "version", "mpa_rev", "crc", "markers",
 //!   "ird", "ord", "local_private_data", "peer_private_data",
 //!   "inline_send", "inline_recv", "remote_invalidate",
 //!   "credits_granted"}`, the private data as the object of
@@ -50,10 +56,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use rpcrdma::rdma::provider::{IwarpCm, IwarpConfig, ProviderConfig};
+use rpcrdma::rdma::provider::{IwarpCm, IwarpConfig, ProviderConfig, VerbsCm};
 use rpcrdma::rdma::{
-    connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig,
-    RdmaStatus, DEFAULT_READ_SINK_BUDGET,
+    connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig, RdmaStatus,
 };
 use rpcrdma::testprog::{self, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
 use rpcrdma::{
@@ -64,19 +69,60 @@ use rpcrdma_proto::wire::v2::{PropSet, PropVal};
 use serde_json::{json, Value};
 
 use crate::accept_args::AcceptArgs;
+use rpcrdma_cli::cli_error::CliError;
+use rpcrdma_cli::num_args::{num_u32, size_u32, size_u64};
+
+/// Which RDMA provider carries the connections.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// rpcrdma's software iWARP over TCP (talks to Linux siw).
+    #[default]
+    Iwarp,
+    /// rdma-core verbs (RDMA NICs, the kernel's siw and rxe), loaded at run
+    /// time.
+    Verbs,
+}
+
+impl ProviderKind {
+    /// Its name in output (`probe --json` "provider").
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Iwarp => "iwarp",
+            ProviderKind::Verbs => "verbs",
+        }
+    }
+}
+
+/// The verbs provider on `device` (`None`: the one the RDMA CM picks).
+pub fn verbs_provider(device: Option<String>) -> ProviderConfig {
+    let mut cm = VerbsCm::default();
+    cm.config.device = device;
+    ProviderConfig::Verbs(cm)
+}
 
 /// Link and engine options shared by the RDMA commands.
 #[derive(Args, Debug, Clone)]
 pub struct LinkArgs {
+    /// RDMA provider: iwarp (software iWARP over TCP) or verbs (rdma-core;
+    /// the device is the one the RDMA CM picks for the address). The MPA
+    /// options apply to iwarp only.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Iwarp)]
+    pub provider: ProviderKind,
+    /// With `--provider verbs`: the RDMA device to use (e.g. siw0); a
+    /// connection on another device is refused. Default: the device the
+    /// RDMA CM picks for the address.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
     /// Credits: granted (serve) or requested (call, probe). Defaults: 64 /
     /// 128, as Linux.
-    #[arg(long)]
+    #[arg(long, value_parser = num_u32)]
     pub credits: Option<u32>,
-    /// Our RFC 8797 Send Size (largest message we send inline).
-    #[arg(long, default_value_t = 4096)]
+    /// Our RFC 8797 Send Size (largest message we send inline; K/M
+    /// suffixes).
+    #[arg(long, default_value = "4K", value_parser = size_u32)]
     pub inline_send: u32,
-    /// Our RFC 8797 Receive Size (receive buffer size).
-    #[arg(long, default_value_t = 4096)]
+    /// Our RFC 8797 Receive Size (receive buffer size; K/M suffixes).
+    #[arg(long, default_value = "4K", value_parser = size_u32)]
     pub inline_recv: u32,
     /// Set the R flag (remote invalidation). Default: set by a client,
     /// clear by a server (as Linux).
@@ -85,9 +131,17 @@ pub struct LinkArgs {
     /// Clear the R flag.
     #[arg(long, overrides_with = "remote_invalidate")]
     pub no_remote_invalidate: bool,
-    /// Use (client: ask for; server: require) the MPA CRC.
-    #[arg(long)]
+    /// Use (client: ask for; server: require) the MPA CRC32C.
+    #[arg(long, overrides_with = "no_crc")]
     pub crc: bool,
+    /// Do not use the MPA CRC (the default).
+    #[arg(long, overrides_with = "crc")]
+    pub no_crc: bool,
+    /// Largest RPC message (call or reply, headers included) this side
+    /// sends or accepts, over any chunk; K/M/G suffixes. The server's own
+    /// limit applies too: raise it on both sides.
+    #[arg(long, value_name = "SIZE", value_parser = size_u32, default_value = "4M")]
+    pub max_message: u32,
     /// MPA revision: 1 (RFC 5044) or 2 (RFC 6581 enhanced, with IRD/ORD).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub mpa_rev: u8,
@@ -99,6 +153,20 @@ pub struct LinkArgs {
     /// 1 it refuses version 2 (ERR_VERS, as Linux), with 2 version 1.
     #[arg(long, value_name = "1|2|auto", default_value = "auto")]
     pub rpcrdma_version: RpcRdmaVersion,
+}
+
+impl Default for LinkArgs {
+    /// The options' defaults (no option given).
+    fn default() -> Self {
+        #[derive(clap::Parser)]
+        struct P {
+            #[command(flatten)]
+            l: LinkArgs,
+        }
+        <P as clap::Parser>::try_parse_from(["rpcrdma"])
+            .map(|p| p.l)
+            .expect("the defaults of LinkArgs parse")
+    }
 }
 
 impl LinkArgs {
@@ -119,18 +187,61 @@ impl LinkArgs {
             e.remote_invalidation = false;
         }
         e.rpcrdma_version = self.rpcrdma_version;
+        e.limits.max_message_len = self.max_message;
+        // The Read sinks of one connection hold at least one whole message.
+        e.limits.max_read_sink_bytes = e
+            .limits
+            .max_read_sink_bytes
+            .max(u64::from(self.max_message));
         e
     }
 
+    /// The MPA CRC the options ask for: `Some(true)` with `--crc`,
+    /// `Some(false)` with `--no-crc`, `None` (the default: off) without.
+    pub fn crc_choice(&self) -> Option<bool> {
+        match (self.crc, self.no_crc) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        }
+    }
+
+    /// `config` with these options' engine and provider settings (timers,
+    /// reconnection and the rest kept).
+    pub fn apply_client(&self, mut config: RdmaClientConfig) -> RdmaClientConfig {
+        config.engine = self.engine(config.engine, false);
+        self.set_provider(&mut config.provider);
+        config
+    }
+
+    /// `config` with these options' engine and provider settings (connection
+    /// limits and the accept path kept).
+    pub fn apply_server(&self, mut config: RdmaServerConfig) -> RdmaServerConfig {
+        config.engine = self.engine(config.engine, true);
+        self.set_provider(&mut config.provider);
+        config
+    }
+
     fn provider(&self) -> ProviderConfig {
-        ProviderConfig::Iwarp(IwarpCm {
-            config: IwarpConfig {
+        let mut p = ProviderConfig::Iwarp(IwarpCm::default());
+        self.set_provider(&mut p);
+        p
+    }
+
+    /// These options' provider on `p`: the verbs provider (on `--device`)
+    /// with `--provider verbs`, else the MPA settings of an iWARP one.
+    fn set_provider(&self, p: &mut ProviderConfig) {
+        if self.provider == ProviderKind::Verbs {
+            *p = verbs_provider(self.device.clone());
+            return;
+        }
+        if let Some(cm) = p.iwarp_mut() {
+            cm.config = IwarpConfig {
                 rev: self.mpa_rev,
-                crc: self.crc,
-                ..IwarpConfig::default()
-            },
-            ..IwarpCm::default()
-        })
+                crc: self.crc_choice().unwrap_or(cm.config.crc),
+                ..cm.config.clone()
+            };
+        }
     }
 
     /// Server settings from these options.
@@ -161,6 +272,46 @@ impl LinkArgs {
     }
 }
 
+/// Room for the RPC and RPC-over-RDMA headers of a test program call or
+/// reply around its payload (AUTH_SYS included), in the up-front check of
+/// a payload size against `--max-message`.
+pub const HEADER_ROOM: u64 = 1024;
+
+/// Checks a payload of `size` octets (given with `option`) against the test
+/// program's limit and `--max-message`, before anything is sent: the error
+/// names the option to change.
+pub fn check_payload(size: u64, option: &str, link: &LinkArgs) -> Result<(), CliError> {
+    use rpcrdma::units::fmt_size;
+    if size > u64::from(TEST_MAX_DATA) {
+        return Err(CliError::usage(
+            option,
+            format!(
+                "{option} {} exceeds the test program's largest payload, {} (TEST_MAX_DATA)",
+                fmt_size(size),
+                fmt_size(TEST_MAX_DATA.into())
+            ),
+        ));
+    }
+    let max = u64::from(link.max_message);
+    if size + HEADER_ROOM > max {
+        return Err(CliError::bad_input(
+            "too-large",
+            "check-size",
+            format!(
+                "{option} {}: with its RPC headers (up to {HEADER_ROOM} octets) the message \
+                 exceeds --max-message {} ({max} octets); raise --max-message (to {} or more, \
+                 on the server too: `rpcrdma serve --max-message`)",
+                fmt_size(size),
+                fmt_size(max),
+                fmt_size((size + HEADER_ROOM).next_multiple_of(1 << 20)),
+            ),
+        )
+        .with("option", "--max-message")
+        .with("max_message", max));
+    }
+    Ok(())
+}
+
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
     runtime_with(2)
 }
@@ -184,12 +335,43 @@ pub(crate) fn runtime_with(threads: usize) -> tokio::runtime::Runtime {
     }
 }
 
-pub(crate) fn resolve(addr: &str) -> Result<SocketAddr, String> {
+pub(crate) fn resolve(addr: &str) -> Result<SocketAddr, CliError> {
     use std::net::ToSocketAddrs;
+    let bad = |m| CliError::bad_input("bad-address", "resolve", m);
     addr.to_socket_addrs()
-        .map_err(|e| format!("{addr}: {e}"))?
+        .map_err(|e| bad(format!("{addr}: {e}")))?
         .next()
-        .ok_or_else(|| format!("{addr}: no address"))
+        .ok_or_else(|| bad(format!("{addr}: no address")))
+}
+
+/// A connection that could not be set up.
+pub fn connect_error(addr: SocketAddr, e: &std::io::Error) -> CliError {
+    CliError::failed(
+        "connect",
+        "connect",
+        format!("cannot connect to {addr}: {e}"),
+    )
+    .with("addr", addr.to_string())
+}
+
+/// `--args-hex`: XDR arguments, a whole number of 4-octet units.
+fn parse_args_hex(text: &str) -> Result<Bytes, CliError> {
+    let bad = |m: String| {
+        CliError::bad_input("bad-hex", "parse-arguments", m).with("option", "--args-hex")
+    };
+    let b = crate::input::parse_hex(text.as_bytes()).map_err(|e| match e {
+        crate::input::InputError::BadHex { offset, detail } => {
+            bad(format!("--args-hex: {detail} at offset {offset}"))
+        }
+        crate::input::InputError::Io(e) => bad(e.to_string()),
+    })?;
+    if b.len() % 4 != 0 {
+        return Err(bad(format!(
+            "--args-hex: {} octets is not a whole number of XDR units (4 octets)",
+            b.len()
+        )));
+    }
+    Ok(Bytes::from(b))
 }
 
 // ------------------------------------------------------------------ serve
@@ -216,12 +398,13 @@ pub struct RdmaServeOpts {
     /// `rpcrdma::rdma::RdmaServerConfig::blocking`).
     #[arg(long)]
     pub blocking: bool,
-    /// Server-wide RDMA Read-sink budget in MiB: the Read sinks all
-    /// connections together may have registered at once (on top of 16 MiB
-    /// per connection). Calls wait for it in arrival order; one that can
-    /// never fit gets ERR_CHUNK. 0: per-connection budgets only.
-    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_READ_SINK_BUDGET >> 20)]
-    pub read_sink_budget_mib: u64,
+    /// Server-wide RDMA Read-sink budget: the Read sinks all connections
+    /// together may have registered at once (on top of 16 MiB per
+    /// connection). Calls wait for it in arrival order; one that can never
+    /// fit gets ERR_CHUNK. 0: per-connection budgets only.
+    // The default is DEFAULT_READ_SINK_BUDGET (a test checks it).
+    #[arg(long, value_name = "SIZE", value_parser = size_u64, default_value = "128M")]
+    pub read_sink_budget: u64,
     /// RDMA Read deadline in seconds: a received call whose Reads have not
     /// all completed this long after they were issued terminates its
     /// connection (the peer broke the protocol). 0: no deadline.
@@ -262,8 +445,7 @@ impl RdmaServeOpts {
     pub fn server_config(&self) -> RdmaServerConfig {
         let mut c = RdmaServerConfig {
             blocking: self.blocking,
-            read_sink_budget: (self.read_sink_budget_mib > 0)
-                .then(|| self.read_sink_budget_mib.saturating_mul(1 << 20)),
+            read_sink_budget: (self.read_sink_budget > 0).then_some(self.read_sink_budget),
             ..self.link.server_config()
         };
         c.engine.read_timeout = timer(self.read_timeout);
@@ -273,8 +455,10 @@ impl RdmaServeOpts {
 }
 
 /// Waits `duration` seconds (`None`, or not a finite number ≥ 0: forever),
-/// or until SIGINT / SIGTERM, whichever comes first.
-pub(crate) async fn run_for(duration: Option<f64>) {
+/// or until SIGINT / SIGTERM, whichever comes first. The signal handlers
+/// are those of `signals`, installed before (so that a signal sent as soon
+/// as the command said it is ready is not fatal).
+pub(crate) async fn run_for(duration: Option<f64>, signals: &mut Signals) {
     let wait = async {
         match duration {
             Some(s) if s.is_finite() && s >= 0.0 => {
@@ -285,24 +469,39 @@ pub(crate) async fn run_for(duration: Option<f64>) {
     };
     tokio::select! {
         () = wait => {}
-        () = signalled() => {}
+        () = signals.recv() => {}
     }
 }
 
-/// SIGINT or SIGTERM (pending forever if the handlers cannot be installed).
-async fn signalled() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut i), Ok(mut t)) => {
-            tokio::select! {
-                _ = i.recv() => {}
-                _ = t.recv() => {}
+/// SIGINT and SIGTERM handlers: installed when created (in a runtime).
+pub(crate) struct Signals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl Signals {
+    /// Installs the handlers (none if they cannot be installed).
+    pub(crate) fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals(
+            match (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+            ) {
+                (Ok(i), Ok(t)) => Some((i, t)),
+                _ => None,
+            },
+        )
+    }
+
+    /// The next SIGINT or SIGTERM (pending forever without handlers).
+    pub(crate) async fn recv(&mut self) {
+        match &mut self.0 {
+            Some((i, t)) => {
+                tokio::select! {
+                    _ = i.recv() => {}
+                    _ = t.recv() => {}
+                }
             }
+            None => std::future::pending::<()>().await,
         }
-        _ => std::future::pending::<()>().await,
     }
 }
 
@@ -316,14 +515,19 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         let rdma = match RdmaServer::serve(&server, args.listen.as_str(), config).await {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("rpcrdma serve: cannot listen on {}: {e}", args.listen);
-                return ExitCode::from(2);
+                return CliError::failed(
+                    "listen",
+                    "listen",
+                    format!("cannot listen on {}: {e}", args.listen),
+                )
+                .report("serve", false);
             }
         };
+        let mut signals = Signals::install();
         println!("listening on {}", rdma.local_addr());
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        run_for(args.duration).await;
+        run_for(args.duration, &mut signals).await;
         let m = rdma.metrics().snapshot();
         let s = server.metrics();
         println!(
@@ -363,6 +567,15 @@ impl ProcName {
             ProcName::Write => "write",
         }
     }
+
+    fn number(self) -> u32 {
+        match self {
+            ProcName::Null => testprog::PROC_NULL,
+            ProcName::Echo => testprog::PROC_ECHO,
+            ProcName::Read => testprog::PROC_READ,
+            ProcName::Write => testprog::PROC_WRITE,
+        }
+    }
 }
 
 /// `rpcrdma call`.
@@ -373,24 +586,29 @@ pub struct CallArgs {
     /// Test program procedure.
     #[arg(long, value_enum, default_value_t = ProcName::Null)]
     pub proc: ProcName,
-    /// Payload octets (ECHO, READ, WRITE).
-    #[arg(long, default_value_t = 0)]
+    /// Payload octets (ECHO, READ, WRITE; K/M/G suffixes).
+    #[arg(long, default_value = "0", value_parser = size_u32)]
     pub size: u32,
     /// Number of calls (sequential).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = num_u32)]
     pub count: u32,
     /// Pattern seed of the data.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = num_u32)]
     pub seed: u32,
-    /// Program number of a raw NULL-style call (with --vers, --procnum).
-    #[arg(long, requires = "procnum")]
+    /// Program number of a raw call (with --vers, --procnum; hex with 0x).
+    #[arg(long, requires = "procnum", value_parser = num_u32)]
     pub prog: Option<u32>,
     /// Version of a raw call (default 1).
-    #[arg(long)]
+    #[arg(long, value_parser = num_u32)]
     pub vers: Option<u32>,
-    /// Procedure number of a raw call (void arguments).
-    #[arg(long)]
+    /// Procedure number of a raw call (arguments: --args-hex, else void;
+    /// the results are printed in hex).
+    #[arg(long, value_parser = num_u32)]
     pub procnum: Option<u32>,
+    /// XDR arguments of a raw call, in hex (whitespace, `0x` and `:`
+    /// separators allowed; a multiple of 4 octets).
+    #[arg(long, value_name = "HEX", requires = "procnum")]
+    pub args_hex: Option<String>,
     /// Major timeout in seconds: a call without a reply this long ends the
     /// connection and is sent again, with the same XID, on a new one.
     #[arg(long, default_value_t = 10.0)]
@@ -410,8 +628,14 @@ pub struct CallArgs {
 pub struct Outcome {
     /// Everything checked out.
     pub ok: bool,
-    /// Procedure name, or number for a raw call.
-    pub proc: Value,
+    /// Program, version and procedure number.
+    pub prog: u32,
+    /// Version.
+    pub vers: u32,
+    /// Procedure number.
+    pub proc: u32,
+    /// Procedure name (the test program's), if known.
+    pub proc_name: Option<&'static str>,
     /// The call's XID.
     pub xid: u32,
     /// Payload octets moved.
@@ -420,34 +644,63 @@ pub struct Outcome {
     pub crc32c: u32,
     /// Wall time.
     pub elapsed_us: u64,
-    /// Failure text.
-    pub error: Option<String>,
+    /// What failed.
+    pub error: Option<CliError>,
     /// RPC status name, if a reply arrived.
     pub rpc_status: Option<String>,
+    /// The results of a raw call (`--args-hex` or `--procnum`), as XDR.
+    pub result: Option<Bytes>,
 }
 
 impl Outcome {
+    fn new(xid: u32, spec: &CallSpec) -> Self {
+        let (prog, vers, proc, proc_name) = match spec {
+            CallSpec::Raw {
+                prog, vers, proc, ..
+            } => (*prog, *vers, *proc, None),
+            CallSpec::Test { proc, .. } => (TEST_PROG, TEST_VERS, proc.number(), Some(proc.name())),
+        };
+        Outcome {
+            ok: false,
+            prog,
+            vers,
+            proc,
+            proc_name,
+            xid,
+            bytes: 0,
+            crc32c: 0,
+            elapsed_us: 0,
+            error: None,
+            rpc_status: None,
+            result: None,
+        }
+    }
+
     /// The `--json` object.
     pub fn json(&self) -> Value {
         json!({
             "ok": self.ok,
+            "prog": self.prog,
+            "vers": self.vers,
             "proc": self.proc,
+            "proc_name": self.proc_name,
             "xid": self.xid,
             "bytes": self.bytes,
             "crc32c": self.crc32c,
             "elapsed_us": self.elapsed_us,
-            "error": self.error,
+            "error": self.error.as_ref().map(CliError::error_json),
             "rpc_status": self.rpc_status,
+            "result_hex": self.result.as_ref().map(hex::encode),
         })
     }
 
-    /// The text line.
+    /// The text line (and the raw result in hex on the next line).
     pub fn text(&self) -> String {
-        let p = match &self.proc {
-            Value::String(s) => s.clone(),
-            v => format!("proc {v}"),
+        let p = match self.proc_name {
+            Some(n) => n.to_string(),
+            None => format!("{:#x} v{} proc {}", self.prog, self.vers, self.proc),
         };
-        format!(
+        let mut s = format!(
             "{p}: {} xid=0x{:08x} status={} bytes={} crc32c=0x{:08x} {}us{}",
             if self.ok { "ok" } else { "FAILED" },
             self.xid,
@@ -458,8 +711,37 @@ impl Outcome {
             self.error
                 .as_ref()
                 .map_or(String::new(), |e| format!(" error: {e}"))
-        )
+        );
+        if let Some(r) = &self.result {
+            s.push_str(&format!(
+                "\n  result ({} octets): {}",
+                r.len(),
+                hex::encode(r)
+            ));
+        }
+        s
     }
+}
+
+/// The failure of a call, as the tool reports it (`op` the operation).
+pub fn rpc_error(e: &RpcError, op: &str) -> CliError {
+    use rpcrdma::TransportError;
+    let kind = match e {
+        RpcError::Transport(TransportError::TooLarge { .. }) => "too-large",
+        RpcError::Transport(_) => "transport",
+        RpcError::Timeout { .. } => "timeout",
+        RpcError::Reply(_) => "rpc",
+        RpcError::BadReply(_) => "bad-reply",
+        _ => "caller",
+    };
+    let mut c = CliError::failed(kind, op, e.to_string());
+    if let Some(s) = reply_status(e) {
+        c = c.with("rpc_status", s);
+    }
+    if let RpcError::Transport(TransportError::TooLarge { .. }) = e {
+        c = c.with("option", "--max-message");
+    }
+    c
 }
 
 fn reply_status(e: &RpcError) -> Option<&'static str> {
@@ -476,7 +758,7 @@ fn reply_status(e: &RpcError) -> Option<&'static str> {
 }
 
 /// What to call.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum CallSpec {
     /// A test program procedure with `size` octets of `pattern(seed, size)`.
     Test {
@@ -487,7 +769,8 @@ pub enum CallSpec {
         /// Pattern seed.
         seed: u32,
     },
-    /// A void call to any program.
+    /// A call to any program, its arguments given as XDR (void by
+    /// default).
     Raw {
         /// Program.
         prog: u32,
@@ -495,43 +778,47 @@ pub enum CallSpec {
         vers: u32,
         /// Procedure.
         proc: u32,
+        /// The XDR arguments.
+        args: Bytes,
     },
 }
 
 /// Makes one call; `xid` is the XID the client will use for it.
-pub async fn one_call(c: &Client, xid: u32, spec: CallSpec) -> Outcome {
+pub async fn one_call(c: &Client, xid: u32, spec: &CallSpec) -> Outcome {
     let start = Instant::now();
-    let mut out = Outcome {
-        ok: false,
-        proc: Value::Null,
-        xid,
-        bytes: 0,
-        crc32c: 0,
-        elapsed_us: 0,
-        error: None,
-        rpc_status: None,
-    };
+    let mut out = Outcome::new(xid, spec);
+    let spec = spec.clone();
     // Reply sizes as Linux computes them: exact bounds, so that small
     // replies come back inline and only what needs one gets a chunk.
     let small = 1024u32;
     let mut call_time: Option<Duration> = None;
     let r: Result<(), RpcError> = async {
         match spec {
-            CallSpec::Raw { prog, vers, proc } => {
-                out.proc = json!(proc);
+            CallSpec::Raw {
+                prog,
+                vers,
+                proc,
+                args,
+            } => {
                 let opts = CallOptions {
-                    reply_max: Some(small),
+                    // Results of any size up to the message limit.
+                    reply_max: Some(c.config().limits.max_message_len.max(small)),
                     ..CallOptions::default()
                 };
                 let t0 = Instant::now();
-                let r = c.call_with(prog, vers, proc, Message::new(), &opts).await;
+                let r = c
+                    .call_with(prog, vers, proc, Message::inline(args), &opts)
+                    .await;
                 call_time = Some(t0.elapsed());
-                r?;
+                let r = r?;
                 out.rpc_status = Some("SUCCESS".into());
+                let res = r.results().flatten();
+                out.bytes = res.len() as u64;
+                out.crc32c = crc32c::crc32c(&res);
+                out.result = Some(res);
                 out.ok = true;
             }
             CallSpec::Test { proc, size, seed } => {
-                out.proc = json!(proc.name());
                 let data = match proc {
                     ProcName::Echo | ProcName::Write => testprog::pattern(seed, size as usize),
                     _ => Vec::new(),
@@ -600,7 +887,7 @@ pub async fn one_call(c: &Client, xid: u32, spec: CallSpec) -> Outcome {
                 };
                 match check? {
                     None => out.ok = true,
-                    Some(why) => out.error = Some(why),
+                    Some(why) => out.error = Some(CliError::failed("data-mismatch", "call", why)),
                 }
             }
         }
@@ -609,7 +896,7 @@ pub async fn one_call(c: &Client, xid: u32, spec: CallSpec) -> Outcome {
     .await;
     if let Err(e) = r {
         out.rpc_status = reply_status(&e).map(str::to_string);
-        out.error = Some(e.to_string());
+        out.error = Some(rpc_error(&e, "call"));
         out.ok = false;
     }
     // The call itself (not building the data or checking it).
@@ -653,21 +940,25 @@ pub async fn connect(
 pub fn call(args: CallArgs) -> ExitCode {
     let addr = match resolve(&args.addr) {
         Ok(a) => a,
-        Err(e) => {
-            eprintln!("rpcrdma call: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return e.report("call", args.json),
+    };
+    let raw_args = match args.args_hex.as_deref().map(parse_args_hex) {
+        Some(Err(e)) => return e.report("call", args.json),
+        Some(Ok(b)) => b,
+        None => Bytes::new(),
     };
     let spec = match (args.prog, args.procnum) {
         (Some(prog), Some(proc)) => CallSpec::Raw {
             prog,
             vers: args.vers.unwrap_or(1),
             proc,
+            args: raw_args,
         },
         (None, Some(proc)) => CallSpec::Raw {
             prog: TEST_PROG,
             vers: args.vers.unwrap_or(TEST_VERS),
             proc,
+            args: raw_args,
         },
         _ => CallSpec::Test {
             proc: args.proc,
@@ -676,9 +967,8 @@ pub fn call(args: CallArgs) -> ExitCode {
         },
     };
     if let CallSpec::Test { size, .. } = spec {
-        if size > TEST_MAX_DATA {
-            eprintln!("rpcrdma call: --size exceeds {TEST_MAX_DATA}");
-            return ExitCode::from(2);
+        if let Err(e) = check_payload(size.into(), "--size", &args.link) {
+            return e.report("call", args.json);
         }
     }
     let timeout = Duration::from_secs_f64(args.timeout.clamp(0.001, 86_400.0));
@@ -687,30 +977,11 @@ pub fn call(args: CallArgs) -> ExitCode {
         let xid0 = first_xid();
         let (c, t) = match connect(addr, &args.link, timeout, args.retrans, xid0).await {
             Ok(x) => x,
-            Err(e) => {
-                if args.json {
-                    let o = Outcome {
-                        ok: false,
-                        proc: Value::Null,
-                        xid: 0,
-                        bytes: 0,
-                        crc32c: 0,
-                        elapsed_us: 0,
-                        error: Some(format!("connect: {e}")),
-                        rpc_status: None,
-                    };
-                    let mut j = o.json();
-                    j["rpcrdma_version"] = Value::Null;
-                    println!("{j}");
-                } else {
-                    eprintln!("rpcrdma call: cannot connect to {addr}: {e}");
-                }
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return connect_error(addr, &e).report("call", args.json),
         };
         let mut all_ok = true;
         for i in 0..args.count {
-            let o = one_call(&c, xid0.wrapping_add(i), spec).await;
+            let o = one_call(&c, xid0.wrapping_add(i), &spec).await;
             all_ok &= o.ok;
             if args.json {
                 let mut j = o.json();
@@ -739,11 +1010,11 @@ pub fn call(args: CallArgs) -> ExitCode {
 pub struct ProbeArgs {
     /// Server address (host:port).
     pub addr: String,
-    /// Program of the NULL call (default: the test program).
-    #[arg(long)]
+    /// Program of the NULL call (default: the test program; hex with 0x).
+    #[arg(long, value_parser = num_u32)]
     pub prog: Option<u32>,
     /// Version of the NULL call.
-    #[arg(long)]
+    #[arg(long, value_parser = num_u32)]
     pub vers: Option<u32>,
     /// Print one JSON object.
     #[arg(long)]
@@ -814,43 +1085,53 @@ pub fn props_json(props: &PropSet) -> Value {
 pub fn probe(args: ProbeArgs) -> ExitCode {
     let addr = match resolve(&args.addr) {
         Ok(a) => a,
-        Err(e) => {
-            eprintln!("rpcrdma probe: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return e.report("probe", args.json),
     };
     let rt = runtime();
     rt.block_on(async move {
         // With --again, a second connection follows the first: an auto
         // client that fell back starts it in version 1 (no probe).
+        let mut code = ExitCode::SUCCESS;
         for _ in 0..if args.again { 2 } else { 1 } {
-            let (st, status) = match probe_once(addr, &args).await {
+            let (st, status, err) = match probe_once(addr, &args).await {
                 Ok(x) => x,
-                Err(code) => return code,
+                Err(e) => return e.report("probe", args.json),
             };
             if args.json {
-                println!("{}", probe_json(&st));
+                let mut j = probe_json(&st);
+                j["ok"] = err.is_none().into();
+                j["error"] = err.as_ref().map_or(Value::Null, CliError::error_json);
+                j["prog"] = args.prog.unwrap_or(TEST_PROG).into();
+                j["vers"] = args.vers.unwrap_or(TEST_VERS).into();
+                j["rpc_status"] = status.into();
+                j["provider"] = Value::from(args.link.provider.name());
+                j["device"] = st.link.device.clone().map_or(Value::Null, Value::from);
+                println!("{j}");
             } else {
                 probe_text(addr, &args, &st, status);
+                if let Some(e) = &err {
+                    eprintln!("rpcrdma probe: {e}");
+                }
+            }
+            if let Some(e) = err {
+                // The link was negotiated, but the NULL call was refused.
+                code = e.exit_code();
             }
         }
-        ExitCode::SUCCESS
+        code
     })
 }
 
 /// One probe: connects, makes the NULL call, closes; the connection's
-/// status and the NULL's RPC status.
+/// status, the NULL's RPC status and, when the server answered with an
+/// RPC error (PROG_UNAVAIL...), that failure.
 async fn probe_once(
     addr: SocketAddr,
     args: &ProbeArgs,
-) -> Result<(RdmaStatus, &'static str), ExitCode> {
-    let (c, t) = match connect(addr, &args.link, Duration::from_secs(10), 2, first_xid()).await {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("rpcrdma probe: cannot connect to {addr}: {e}");
-            return Err(ExitCode::FAILURE);
-        }
-    };
+) -> Result<(RdmaStatus, &'static str, Option<CliError>), CliError> {
+    let (c, t) = connect(addr, &args.link, Duration::from_secs(10), 2, first_xid())
+        .await
+        .map_err(|e| connect_error(addr, &e))?;
     let prog = args.prog.unwrap_or(TEST_PROG);
     let vers = args.vers.unwrap_or(TEST_VERS);
     let opts = CallOptions {
@@ -859,18 +1140,14 @@ async fn probe_once(
     };
     let r = c.call_with(prog, vers, 0, Message::new(), &opts).await;
     // Any RPC reply (PROG_UNAVAIL included) carried the credit grant.
-    let status = match &r {
-        Ok(_) => Ok("SUCCESS"),
-        Err(e) => reply_status(e).ok_or_else(|| e.to_string()),
-    };
     let st = t.status();
     t.shutdown().await;
-    match status {
-        Ok(s) => Ok((st, s)),
-        Err(e) => {
-            eprintln!("rpcrdma probe: NULL call failed: {e}");
-            Err(ExitCode::FAILURE)
-        }
+    match &r {
+        Ok(_) => Ok((st, "SUCCESS", None)),
+        Err(e) => match reply_status(e) {
+            Some(s) => Ok((st, s, Some(rpc_error(e, "null-call")))),
+            None => Err(rpc_error(e, "null-call")),
+        },
     }
 }
 
@@ -886,12 +1163,16 @@ fn probe_text(addr: SocketAddr, args: &ProbeArgs, st: &RdmaStatus, status: &str)
         None => "-",
     };
     println!(
-        "connected to {addr}: RPC-over-RDMA version {}{} over software iWARP",
+        "connected to {addr}: RPC-over-RDMA version {}{} over {}",
         st.version.version,
         if st.version.fallback {
             " (the server refused version 2: fallback)"
         } else {
             ""
+        },
+        match args.link.provider {
+            ProviderKind::Iwarp => "software iWARP",
+            ProviderKind::Verbs => "rdma-core verbs",
         }
     );
     for (who, props) in [
@@ -933,4 +1214,24 @@ fn probe_text(addr: SocketAddr, args: &ProbeArgs, st: &RdmaStatus, status: &str)
         "  NULL ({prog:#x} v{vers}): {status}; credits granted {}",
         st.engine.credits_granted
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        s: ServeArgs,
+    }
+
+    use rpcrdma::rdma::DEFAULT_READ_SINK_BUDGET;
+
+    #[test]
+    fn read_sink_budget_default_is_the_librarys() {
+        let t = T::try_parse_from(["t"]).unwrap();
+        assert_eq!(t.s.opts.read_sink_budget, DEFAULT_READ_SINK_BUDGET);
+    }
 }

@@ -23,7 +23,7 @@ fn run_json(args: &[&str]) -> Value {
 }
 
 fn check_point(j: &Value, proc: &str, size: u64, depth: u64, conns: u64, calls: u64) {
-    assert_eq!(j["proc"], proc, "{j}");
+    assert_eq!(j["proc_name"], proc, "{j}");
     assert_eq!(j["size"], size, "{j}");
     assert_eq!(j["depth"], depth, "{j}");
     assert_eq!(j["conns"], conns, "{j}");
@@ -193,7 +193,7 @@ fn raw_tcp_baselines() {
         "500",
         "--json",
     ]);
-    assert_eq!(j["proc"], "pingpong");
+    assert_eq!(j["proc_name"], "pingpong");
     assert_eq!(j["transport"], "raw-tcp");
     assert_eq!(j["calls"], 500);
     assert_eq!(j["errors"], 0);
@@ -208,7 +208,7 @@ fn raw_tcp_baselines() {
         "100",
         "--json",
     ]);
-    assert_eq!(j["proc"], "stream");
+    assert_eq!(j["proc_name"], "stream");
     assert_eq!(j["calls"], 100);
     assert!(j["mb_per_sec"].as_f64().unwrap() > 0.0);
 }
@@ -257,7 +257,6 @@ fn rdma_bench_with_mpa_crc_under_every_forced_implementation() {
                 "--count",
                 "20",
                 "--crc",
-                "on",
                 "--json",
             ])
             .output()

@@ -94,15 +94,19 @@ fn reference_helpers_are_right() {
     );
 }
 
-const CALL_KEYS: [&str; 9] = [
+const CALL_KEYS: [&str; 13] = [
     "bytes",
     "crc32c",
     "elapsed_us",
     "error",
     "ok",
     "proc",
+    "proc_name",
+    "prog",
+    "result_hex",
     "rpc_status",
     "rpcrdma_version",
+    "vers",
     "xid",
 ];
 
@@ -134,7 +138,9 @@ fn call_json_for_every_procedure() {
         let v = &v[0];
         assert_eq!(keys(v), CALL_KEYS, "{proc}");
         assert_eq!(v["ok"], true, "{proc}: {v}");
-        assert_eq!(v["proc"], proc);
+        assert_eq!(v["proc_name"], proc);
+        assert!(v["proc"].is_u64(), "{v}");
+        assert_eq!(v["prog"], 0x2000_5244);
         assert_eq!(v["rpc_status"], "SUCCESS");
         assert!(v["error"].is_null());
         assert_eq!(v["bytes"], bytes as u64);
@@ -181,7 +187,10 @@ fn call_rpc_errors_and_raw_calls() {
         assert_eq!(keys(v), CALL_KEYS);
         assert_eq!(v["ok"], false);
         assert_eq!(v["rpc_status"], status);
-        assert!(v["error"].as_str().unwrap().contains(status));
+        assert_eq!(v["error"]["kind"], "rpc", "{v}");
+        assert_eq!(v["error"]["op"], "call", "{v}");
+        assert_eq!(v["error"]["rpc_status"], status, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains(status));
     }
     // A raw NULL-style call to the test program's NULL succeeds.
     let o = run(&[
@@ -199,16 +208,22 @@ fn call_rpc_errors_and_raw_calls() {
         (v["ok"].clone(), v["proc"].clone()),
         (Value::Bool(true), Value::from(0))
     );
-    // Nobody listening: ok false, a connect error, no RPC status.
+    // Nobody listening: ok false, a connect error.
     let o = run(&["call", "127.0.0.1:1", "--json"]);
     assert_eq!(o.status.code(), Some(1));
     let v = &json_lines(&o)[0];
     assert_eq!(v["ok"], false);
-    assert!(v["rpc_status"].is_null());
-    assert!(v["error"].as_str().unwrap().starts_with("connect"));
+    assert_eq!(v["error"]["kind"], "connect", "{v}");
+    assert_eq!(v["error"]["op"], "connect", "{v}");
 }
 
-const PROBE_KEYS: [&str; 16] = [
+const PROBE_KEYS: [&str; 23] = [
+    "device",
+    "error",
+    "ok",
+    "prog",
+    "rpc_status",
+    "vers",
     "inline_recv",
     "inline_send",
     "credits_granted",
@@ -221,6 +236,7 @@ const PROBE_KEYS: [&str; 16] = [
     "ord",
     "peer_private_data",
     "peer_properties",
+    "provider",
     "remote_invalidate",
     "rpcrdma_version",
     "version",
@@ -238,6 +254,8 @@ fn probe_json_defaults_and_options() {
     let mut want: Vec<String> = PROBE_KEYS.iter().map(|s| s.to_string()).collect();
     want.sort();
     assert_eq!(keys(v), want);
+    assert_eq!(v["provider"], "iwarp");
+    assert_eq!(v["device"], Value::Null);
     assert_eq!(v["version"], 1);
     assert_eq!(v["mpa_rev"], 2);
     assert_eq!(
@@ -257,7 +275,7 @@ fn probe_json_defaults_and_options() {
     let l = &v["local_private_data"];
     assert_eq!(l["found"], true);
     assert_eq!(l["remote_invalidate"], true);
-    assert_eq!(l["mpa_ird_ord"]["ird"], 16);
+    assert_eq!(l["ird_ord"]["ird"], 16);
     let p = &v["peer_private_data"];
     assert_eq!(p["found"], true);
     assert_eq!(p["remote_invalidate"], false);
@@ -275,8 +293,10 @@ fn probe_json_defaults_and_options() {
         "--rpcrdma-version",
         "1",
     ]);
-    assert!(o.status.success());
+    // PROG_UNAVAIL: the operation failed (1), what was negotiated is shown.
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert_eq!(json_lines(&o)[0]["credits_granted"], 64);
+    assert_eq!(json_lines(&o)[0]["rpc_status"], "PROG_UNAVAIL");
 
     // Non-default server: grant 32, receive size 2048, R set, CRC
     // required, MPA revision 1.
@@ -308,7 +328,7 @@ fn probe_json_defaults_and_options() {
     assert_eq!(v["inline_send"], 2048);
     assert_eq!(v["inline_recv"], 4096);
     assert_eq!(v["remote_invalidate"], true);
-    assert!(v["peer_private_data"].get("mpa_ird_ord").is_none());
+    assert!(v["peer_private_data"].get("ird_ord").is_none());
     // And calls work over it (CRC on every FPDU).
     let o = run(&[
         "call",
@@ -450,7 +470,7 @@ fn demo_pcap_decodes_with_rpcrdma_decode() {
         .filter(|s| s["header"]["proc"] == "RDMA2_CONNPROP")
         .count();
     assert_eq!(connprops, 3, "two on the v2 connection, the refused probe");
-    assert!(all.iter().any(|s| s["header_error"]["detail"]
+    assert!(all.iter().any(|s| s["header_error"]["message"]
         .as_str()
         .is_some_and(|d| d.contains("version 2 refused"))));
     let procs: Vec<&str> = sends
@@ -693,7 +713,7 @@ fn serve_blocking_answers_every_procedure() {
 }
 
 /// `serve --help` reports the server-wide Read-sink budget, the RDMA Read
-/// deadline and the idle timeout with their defaults; `--read-sink-budget-mib`
+/// deadline and the idle timeout with their defaults; `--read-sink-budget`
 /// takes effect (a call whose Read chunk can never fit it gets ERR_CHUNK,
 /// a smaller one is served); bad timer values are refused.
 #[test]
@@ -702,8 +722,8 @@ fn serve_read_budget_and_timers() {
     assert!(o.status.success());
     let h = String::from_utf8_lossy(&o.stdout);
     for want in [
-        "--read-sink-budget-mib <MIB>",
-        "[default: 128]",
+        "--read-sink-budget <SIZE>",
+        "[default: 128M]",
         "--read-timeout <SECS>",
         "[default: 30]",
         "--idle-timeout <SECS>",
@@ -711,7 +731,7 @@ fn serve_read_budget_and_timers() {
     ] {
         assert!(h.contains(want), "{want:?} missing from:\n{h}");
     }
-    let s = serve(&["--read-sink-budget-mib", "1", "--read-timeout", "5"]);
+    let s = serve(&["--read-sink-budget", "1M", "--read-timeout", "5"]);
     let o = run(&[
         "call",
         &s.addr,
@@ -727,7 +747,7 @@ fn serve_read_budget_and_timers() {
     let v = &json_lines(&o)[0];
     assert_eq!(v["ok"], false);
     assert!(
-        v["error"].as_str().unwrap().contains("Chunk"),
+        v["error"]["message"].as_str().unwrap().contains("Chunk"),
         "ERR_CHUNK expected: {v}"
     );
     // Version 2 says it is permanent (RDMA2_ERR_SYSTEM).
@@ -738,7 +758,7 @@ fn serve_read_budget_and_timers() {
     let v = &json_lines(&o)[0];
     assert_eq!(v["rpcrdma_version"], 2);
     assert!(
-        v["error"].as_str().unwrap().contains("System"),
+        v["error"]["message"].as_str().unwrap().contains("System"),
         "RDMA2_ERR_SYSTEM expected: {v}"
     );
     let o = run(&[
@@ -829,7 +849,10 @@ fn call_to_a_silent_server_gives_up_after_the_retransmissions() {
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(!o.status.success());
     let v = json_lines(&o);
-    let err = v[0]["error"].as_str().unwrap_or_default().to_string();
+    let err = v[0]["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(
         err.contains("never answered") && err.contains("2 transmission"),
         "{err}"
@@ -851,11 +874,21 @@ fn serve_help_shows_the_connection_limits() {
         ("--max-conns <N>", "1024"),
         ("--max-conns-per-source <N>", "64"),
     ] {
-        let line = help
+        // The flag's block: its line up to the next flag (clap puts the
+        // help on the next lines once any option has a long help).
+        let block: Vec<&str> = help
             .lines()
-            .find(|l| l.trim_start().starts_with(flag))
-            .unwrap_or_else(|| panic!("no {flag} in\n{help}"));
-        assert!(line.ends_with(&format!("[default: {default}]")), "{line}");
+            .skip_while(|l| !l.trim_start().starts_with(flag))
+            .enumerate()
+            .take_while(|(i, l)| *i == 0 || !l.trim_start().starts_with('-'))
+            .map(|(_, l)| l)
+            .collect();
+        assert!(!block.is_empty(), "no {flag} in\n{help}");
+        let want = format!("[default: {default}]");
+        assert!(
+            block.iter().any(|l| l.trim_end().ends_with(&want)),
+            "{block:?}"
+        );
     }
 }
 
@@ -973,5 +1006,8 @@ fn probe_and_call_speak_version_2_by_default_and_fall_back() {
     let o = run(&["call", &s2.addr, "--json", "--rpcrdma-version", "1"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let c = &json_lines(&o)[0];
-    assert!(c["error"].as_str().unwrap().contains("Vers"), "{c}");
+    assert!(
+        c["error"]["message"].as_str().unwrap().contains("Vers"),
+        "{c}"
+    );
 }

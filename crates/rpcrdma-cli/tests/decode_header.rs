@@ -61,11 +61,15 @@ fn assert_malformed(input: &[u8], what: &str) -> Value {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // The tool's failure object: {"ok": false, "error": {kind, op, message, offset}}.
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v["error"].is_string(), "{what}: {v}");
-    assert!(v["offset"].is_u64(), "{what}: {v}");
-    assert!(v["detail"].is_string(), "{what}: {v}");
-    v
+    assert_eq!(v["ok"], false, "{what}: {v}");
+    let e = v["error"].clone();
+    assert!(e["kind"].is_string(), "{what}: {v}");
+    assert_eq!(e["op"], "decode", "{what}: {v}");
+    assert!(e["offset"].is_u64(), "{what}: {v}");
+    assert!(e["message"].is_string(), "{what}: {v}");
+    e
 }
 
 fn hex_of(b: &[u8]) -> Vec<u8> {
@@ -86,7 +90,7 @@ fn v1_msg_with_write_chunk() {
         serde_json::json!([[{"handle": 0x1234, "length": 8192, "offset": 0x7f00_dead_0000u64}]])
     );
     assert_eq!(v["reply"], Value::Null);
-    assert_eq!(v["error"], Value::Null);
+    assert_eq!(v["rdma_error"], Value::Null);
     assert_eq!(
         v["rpc"],
         serde_json::json!({"xid": 0x1a2b3c4d, "direction": "CALL", "prog": 100003, "vers": 3, "proc": 6})
@@ -130,14 +134,14 @@ fn v1_other_shapes() {
 
     let v = decode_sample("v1_error_vers");
     assert_eq!(
-        v["error"],
+        v["rdma_error"],
         serde_json::json!({"code": 1, "name": "ERR_VERS", "vers_low": 1, "vers_high": 1})
     );
     let v = decode_sample("v1_error_chunk");
-    assert_eq!(v["error"]["name"], "ERR_CHUNK");
+    assert_eq!(v["rdma_error"]["name"], "ERR_CHUNK");
     let v = decode_sample("v1_error_unknown");
-    assert_eq!(v["error"]["name"], "UNKNOWN");
-    assert_eq!(v["error"]["code"], 7);
+    assert_eq!(v["rdma_error"]["name"], "UNKNOWN");
+    assert_eq!(v["rdma_error"]["code"], 7);
 
     let v = decode_sample("v1_unknown_proc");
     assert_eq!(v["proc"], "UNKNOWN");
@@ -236,7 +240,7 @@ fn v2_error_every_code() {
         let v = decode_sample(&format!("v2_error_{file}"));
         assert_eq!(v["proc"], "RDMA2_ERROR", "{file}");
         assert_eq!(v["flags"], 1, "{file}");
-        let e = v["error"].as_object().unwrap();
+        let e = v["rdma_error"].as_object().unwrap();
         assert_eq!(e["code"], code, "{file}");
         assert_eq!(e["name"], name, "{file}");
         assert_eq!(e.len(), 2 + fields.len(), "{file}: {e:?}");
@@ -305,7 +309,7 @@ fn truncated_samples_exit_2() {
             if cut < b.len() {
                 let v = assert_malformed(&hex_of(&b[..cut]), &format!("{name}[..{cut}]"));
                 if cut < 16 {
-                    assert_eq!(v["error"], "truncated");
+                    assert_eq!(v["kind"], "truncated");
                 }
             }
         }
@@ -344,14 +348,14 @@ fn malformed_inputs_exit_2() {
     ];
     for (input, kind, what) in cases {
         let v = assert_malformed(input.as_bytes(), what);
-        assert_eq!(v["error"], kind, "{what}: {v}");
+        assert_eq!(v["kind"], kind, "{what}: {v}");
     }
     let v = assert_malformed(
         b"00000001 00000002 00000001 00000005 00000000 00000001 00000002 00000004 00000003",
         "BRS answer",
     );
     assert!(
-        v["detail"].as_str().unwrap().contains("RDMA2_ERR_BAD_XDR"),
+        v["message"].as_str().unwrap().contains("RDMA2_ERR_BAD_XDR"),
         "{v}"
     );
 }

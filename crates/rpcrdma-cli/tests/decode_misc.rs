@@ -61,9 +61,9 @@ fn linux_client_private_data_json() {
     assert_eq!(v["send_size"], json!(4096));
     assert_eq!(v["receive_size"], json!(4096));
     assert_eq!(
-        v["mpa_ird_ord"],
-        json!({"ird": 128, "ord": 0, "peer_to_peer": false, "zero_length_rtr": false,
-               "rdma_write_rtr": false, "rdma_read_rtr": false})
+        v["ird_ord"],
+        json!({"ird": 128, "ord": 0, "peer_to_peer": false, "rtr_send": false,
+               "rtr_write": false, "rtr_read": false})
     );
 }
 
@@ -77,7 +77,7 @@ fn linux_server_private_data_json_from_file() {
     assert_eq!(v["remote_invalidate"], json!(false));
     assert_eq!(v["send_size"], json!(4096));
     assert_eq!(v["receive_size"], json!(4096));
-    assert_eq!(v["mpa_ird_ord"]["ord"], json!(128));
+    assert_eq!(v["ird_ord"]["ord"], json!(128));
 }
 
 #[test]
@@ -200,10 +200,12 @@ fn rpc_replies_json() {
 fn assert_malformed(out: &Output, kind: &str) -> Value {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let v = json_of(out);
-    assert_eq!(v["error"], json!(kind), "{v}");
-    assert!(v["offset"].is_u64(), "{v}");
-    assert!(v["detail"].is_string(), "{v}");
-    v
+    assert_eq!(v["ok"], json!(false), "{v}");
+    let e = v["error"].clone();
+    assert_eq!(e["kind"], json!(kind), "{v}");
+    assert!(e["offset"].is_u64(), "{v}");
+    assert!(e["message"].is_string(), "{v}");
+    e
 }
 
 #[test]

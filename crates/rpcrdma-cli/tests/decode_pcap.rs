@@ -245,11 +245,11 @@ fn oracle_v1_all_rev1_crc() {
     );
     // 4. ERR_VERS and ERR_CHUNK.
     assert_eq!(
-        sd[6]["header"]["error"],
+        sd[6]["header"]["rdma_error"],
         json!({"code": 1, "name": "ERR_VERS", "vers_low": 1, "vers_high": 1})
     );
     assert_eq!(
-        sd[7]["header"]["error"],
+        sd[7]["header"]["rdma_error"],
         json!({"code": 2, "name": "ERR_CHUNK"})
     );
     // 5. MSGP and DONE.
@@ -294,7 +294,7 @@ fn oracle_mpa_rev2() {
     assert_eq!(v[1]["ird_ord"], want);
     assert_eq!(req["rpcrdma_private_data"]["found"], true);
     assert_eq!(req["rpcrdma_private_data"]["offset"], 4);
-    assert_eq!(req["rpcrdma_private_data"]["mpa_ird_ord"]["ird"], 16);
+    assert_eq!(req["rpcrdma_private_data"]["ird_ord"]["ird"], 16);
     assert_eq!(
         sends(&v)[..2],
         [
@@ -345,8 +345,8 @@ fn oracle_v2_draft() {
         json!([{"position": 0, "handle": 0xabcd_000au32, "length": 96,
                 "offset": 0x7f00_0000_a000u64}])
     );
-    assert_eq!(sd[5]["header"]["error"]["vers_low"], 1);
-    assert_eq!(sd[5]["header"]["error"]["vers_high"], 2);
+    assert_eq!(sd[5]["header"]["rdma_error"]["vers_low"], 1);
+    assert_eq!(sd[5]["header"]["rdma_error"]["vers_high"], 2);
     assert_eq!(sd[6]["header"]["version"], 1);
 }
 
@@ -370,7 +370,7 @@ fn oracle_crc_variants() {
         .collect();
     assert_eq!(frames(&v[4..]), ["mpa-request", "mpa-reply", "error"]);
     let e = on[2];
-    assert_eq!(e["error"], "mpa-crc");
+    assert_eq!(e["error"]["kind"], "mpa-crc");
     assert_eq!(e["from"], "initiator");
     assert_eq!(e["packet"], 13);
     assert_eq!(e["stream_offset"], 0);
@@ -378,7 +378,7 @@ fn oracle_crc_variants() {
         (&e["layer"], &e["etype"], &e["ecode"]),
         (&json!(2), &json!(0), &json!(2))
     );
-    assert!(e["detail"]
+    assert!(e["error"]["message"]
         .as_str()
         .unwrap()
         .contains("received 0x00000000"));
@@ -464,7 +464,7 @@ fn ddp_rdmap_errors_terminate_and_odd_payloads() {
         ],
         "{v:?}"
     );
-    assert_eq!(v[2]["error"], "ddp-rdmap");
+    assert_eq!(v[2]["error"]["kind"], "ddp-rdmap");
     assert_eq!(
         (&v[2]["layer"], &v[2]["etype"], &v[2]["ecode"]),
         (&json!(1), &json!(2), &json!(6))
@@ -475,9 +475,9 @@ fn ddp_rdmap_errors_terminate_and_odd_payloads() {
     assert_eq!(v[4]["inv_stag"], 0x1234);
     assert_eq!(v[4]["header"]["xid"], 0xc3);
     assert_eq!(v[5]["header"], Value::Null);
-    assert_eq!(v[5]["header_error"]["error"], "truncated");
-    assert_eq!(v[6]["error"], "ddp-reassembly");
-    assert!(v[6]["detail"].as_str().unwrap().contains("MO 9"));
+    assert_eq!(v[5]["header_error"]["kind"], "truncated");
+    assert_eq!(v[6]["error"]["kind"], "ddp-reassembly");
+    assert!(v[6]["error"]["message"].as_str().unwrap().contains("MO 9"));
     assert_eq!(
         (
             &v[7]["layer"],
@@ -491,7 +491,7 @@ fn ddp_rdmap_errors_terminate_and_odd_payloads() {
         v[7]["description"],
         "DDP: untagged buffer error: invalid MSN - no buffer available"
     );
-    assert_eq!(v[8]["error"], "incomplete-send");
+    assert_eq!(v[8]["error"]["kind"], "incomplete-send");
     assert_eq!(v[8]["packet"], Value::Null);
 }
 
@@ -507,9 +507,10 @@ fn assert_malformed(pcap: &[u8], kind: &str) -> Vec<Value> {
     );
     let v = lines(&out);
     let e = v.last().unwrap();
-    assert_eq!(e["error"], kind, "{e}");
-    assert!(e["offset"].is_u64());
-    assert!(e["detail"].is_string());
+    assert_eq!(e["ok"], false, "{e}");
+    assert_eq!(e["error"]["kind"], kind, "{e}");
+    assert!(e["error"]["offset"].is_u64());
+    assert!(e["error"]["message"].is_string());
     v
 }
 
@@ -553,9 +554,11 @@ fn malformed_files_exit_2() {
     let out = decode_bytes(&good[..30], false);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("malformed capture"));
-    // A missing file is an I/O error (1).
+    // A missing file is bad input (2), with the failure object.
     let out = run_file("/nonexistent/rpcrdma.pcap", true);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
+    let v = lines(&out);
+    assert_eq!(v[0]["error"]["kind"], "io");
 }
 
 #[test]

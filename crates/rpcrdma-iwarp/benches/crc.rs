@@ -14,6 +14,13 @@
 //! mean. Plain harness (no criterion): `cargo bench -p rpcrdma-iwarp
 //! --bench crc`; pin it (`taskset -c 1 target/release/deps/crc-* --bench`)
 //! for steadier figures.
+//!
+//! `CRC_BENCH_FLOOR=1` measures only what `scripts/bench-compare` needs for
+//! the MPA CRC floor: the implementation the MPA CRC uses in this process
+//! ([`rpcrdma_iwarp::crc::selected`], so `RPCRDMA_CRC32C_IMPL` applies)
+//! over whole FPDUs at the default MULPDU (64,772 octets under the CRC),
+//! hot and cold,
+//! printed as one line: `floor impl=... size=64772 hot_gbps=X cold_gbps=Y`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -81,6 +88,10 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0.4);
     let total = Duration::from_secs_f64(secs);
+    if std::env::var_os("CRC_BENCH_FLOOR").is_some() {
+        floor(total);
+        return;
+    }
     println!("CRC-32C throughput, GB/s (best batch); {secs} s per point");
     for i in Impl::ALL {
         println!("  {}", i.describe());
@@ -109,4 +120,23 @@ fn main() {
             println!();
         }
     }
+}
+
+/// The octets one CRC covers in an FPDU at the default MULPDU:
+/// ULPDU_Length (2), the ULPDU (64,768) and PAD (2).
+const FPDU: usize = 64_772;
+
+/// The MPA CRC's own implementation over whole FPDUs, hot and cold (see
+/// the module docs).
+fn floor(total: Duration) {
+    let cold: Vec<u8> = (0..64usize << 20)
+        .map(|i| (i * 131 + (i >> 9)) as u8)
+        .collect();
+    let f: fn(&[u8]) -> u32 = rpcrdma_iwarp::crc::crc32c;
+    let hot = best_gbps(f, &cold[..FPDU], FPDU, total);
+    let walk = best_gbps(f, &cold, FPDU, total);
+    println!(
+        "floor impl={} size={FPDU} hot_gbps={hot:.2} cold_gbps={walk:.2}",
+        rpcrdma_iwarp::crc::selected().name()
+    );
 }

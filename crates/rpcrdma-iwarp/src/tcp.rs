@@ -169,6 +169,9 @@ pub struct IwarpProvider {
     confirm_due: bool,
     /// Most octets one progress pass reads.
     read_budget: usize,
+    /// The first octets the peer sent during the MPA exchange (at most
+    /// [`SETUP_RX_KEPT`]), to say what it was when the setup fails.
+    setup_rx: Vec<u8>,
 }
 
 impl std::fmt::Debug for IwarpProvider {
@@ -287,6 +290,139 @@ pub(crate) fn wait_fd(
     }
 }
 
+/// Octets of what a connecting peer sent before its MPA Reply was
+/// complete that are kept to say what it was when the setup fails.
+const SETUP_RX_KEPT: usize = 64;
+
+/// What the first octets of a peer that is not an iWARP peer look like.
+fn looks_like(rx: &[u8]) -> String {
+    let text: String = rx
+        .iter()
+        .take_while(|&&b| b != b'\r' && b != b'\n')
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                b as char
+            } else {
+                '.'
+            }
+        })
+        .collect();
+    if rx.starts_with(b"HTTP/") {
+        format!("looks like HTTP: {text:?}")
+    } else if rx.starts_with(b"SSH-") {
+        format!("looks like SSH: {text:?}")
+    } else if rx.len() >= 4 && rx[0] & 0x80 != 0 {
+        format!(
+            "looks like ONC RPC record marking (a plain TCP RPC server? try --transport tcp): {}",
+            hex_prefix(rx)
+        )
+    } else {
+        format!("first octets {}", hex_prefix(rx))
+    }
+}
+
+fn hex_prefix(rx: &[u8]) -> String {
+    rx.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod setup_text_tests {
+    use super::*;
+
+    #[test]
+    fn setup_failures_say_what_the_peer_was() {
+        let http = b"HTTP/1.0 400 Bad request\r\nServer: x\r\n";
+        let t = setup_failure_text(&DisconnectReason::TransportLost, http);
+        assert!(
+            t.contains("not an MPA Reply (looks like HTTP: \"HTTP/1.0 400 Bad request\")"),
+            "{t}"
+        );
+        let t = setup_failure_text(&DisconnectReason::TransportLost, b"");
+        assert!(t.contains("try --transport tcp"), "{t}");
+        let t = setup_timeout_text(http);
+        assert!(t.contains("looks like HTTP"), "{t}");
+        let t = setup_timeout_text(b"");
+        assert!(t.contains("never answered the MPA Request"), "{t}");
+        let t = setup_failure_text(
+            &DisconnectReason::Rejected {
+                private_data: vec![1, 2],
+            },
+            b"",
+        );
+        assert!(t.contains("MPA Reject, private data 0102"), "{t}");
+        // An RPC record (last fragment, 28 octets) from a TCP RPC server.
+        let t = setup_failure_text(&DisconnectReason::TransportLost, b"\x80\0\0\x1c");
+        assert!(
+            !t.contains("TransportLost") && t.contains("--transport tcp"),
+            "{t}"
+        );
+    }
+}
+
+/// Why a connection setup ended, in words (no enum names).
+fn setup_failure_text(r: &DisconnectReason, rx: &[u8]) -> String {
+    let base = "iWARP connection setup failed";
+    match r {
+        DisconnectReason::Rejected { private_data } => rejected_text(private_data),
+        DisconnectReason::TransportLost | DisconnectReason::PeerClose if rx.is_empty() => {
+            format!(
+                "{base}: the peer closed the connection during the MPA exchange without \
+                 answering the MPA Request — is it a plain TCP RPC server? try --transport tcp"
+            )
+        }
+        DisconnectReason::Error { .. }
+        | DisconnectReason::TransportLost
+        | DisconnectReason::PeerClose
+            if !rx.is_empty() && !rx.starts_with(b"MPA ID Rep Frame") =>
+        {
+            format!(
+                "{base}: the peer answered with bytes that are not an MPA Reply ({})",
+                looks_like(rx)
+            )
+        }
+        DisconnectReason::Error { .. } => format!(
+            "{base}: the peer's MPA Reply is malformed or refuses our settings \
+             (MPA revision, CRC, Markers, IRD/ORD)"
+        ),
+        DisconnectReason::TransportLost | DisconnectReason::PeerClose => {
+            format!("{base}: the peer closed the connection during the MPA exchange")
+        }
+        DisconnectReason::LocalClose => format!("{base}: closed locally"),
+    }
+}
+
+/// The setup timed out: what the peer sent meanwhile, if anything.
+fn setup_timeout_text(rx: &[u8]) -> String {
+    if rx.is_empty() {
+        "iWARP connection setup timed out: the peer accepted the TCP connection but never \
+         answered the MPA Request (not an iWARP RPC-over-RDMA server?)"
+            .into()
+    } else if rx.starts_with(b"MPA ID Rep Frame") {
+        "iWARP connection setup timed out during the MPA exchange".into()
+    } else {
+        format!(
+            "iWARP connection setup timed out: the peer answered with bytes that are not an \
+             MPA Reply ({})",
+            looks_like(rx)
+        )
+    }
+}
+
+/// An MPA Reject, in words.
+fn rejected_text(private_data: &[u8]) -> String {
+    if private_data.is_empty() {
+        "the server rejected the connection (MPA Reject, no private data)".into()
+    } else {
+        format!(
+            "the server rejected the connection (MPA Reject, private data {})",
+            private_data
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    }
+}
+
 fn remaining(deadline: Instant) -> io::Result<Duration> {
     let now = Instant::now();
     if now >= deadline {
@@ -372,6 +508,7 @@ impl IwarpProvider {
             progressed: false,
             confirm_due: false,
             read_budget: READ_BUDGET,
+            setup_rx: Vec::new(),
         })
     }
 
@@ -420,10 +557,7 @@ impl IwarpProvider {
             .map_err(|e| match e {
                 CmError::Rejected { private_data } => io::Error::new(
                     io::ErrorKind::ConnectionRefused,
-                    format!(
-                        "iWARP connection failed: {:?}",
-                        DisconnectReason::Rejected { private_data }
-                    ),
+                    rejected_text(&private_data),
                 ),
                 CmError::Io(e) => e,
                 e => e.into(),
@@ -457,12 +591,14 @@ impl IwarpProvider {
                 ConnectionState::Disconnected(r) => {
                     return Err(CmError::Io(io::Error::new(
                         io::ErrorKind::ConnectionRefused,
-                        format!("iWARP connection failed: {r:?}"),
+                        setup_failure_text(r, &self.setup_rx),
                     )))
                 }
                 _ => {}
             }
-            self.wait(Some(remaining(deadline)?))?;
+            let left = remaining(deadline)
+                .map_err(|e| io::Error::new(e.kind(), setup_timeout_text(&self.setup_rx)))?;
+            self.wait(Some(left))?;
         }
     }
 
@@ -704,6 +840,8 @@ impl IwarpProvider {
             };
             let data = buf[..n].to_vec();
             self.record(Direction::Received, &data);
+            let keep = SETUP_RX_KEPT.saturating_sub(self.setup_rx.len()).min(n);
+            self.setup_rx.extend_from_slice(&data[..keep]);
             let Some(hs) = self.hs.as_mut() else { return };
             match hs.feed(&data) {
                 Ok((Progress::NeedMore, _)) => continue,

@@ -41,6 +41,11 @@ pub struct VerbsConfig {
     pub accept_timeout: Duration,
     /// `rdma_listen` backlog.
     pub backlog: u16,
+    /// The device connections must use (`--device`): a connect whose
+    /// address resolves to another device fails, a listener refuses
+    /// requests arriving on another one. `None`: whichever device the
+    /// RDMA CM picks for the address.
+    pub device: Option<String>,
 }
 
 impl Default for VerbsConfig {
@@ -51,6 +56,7 @@ impl Default for VerbsConfig {
             max_sge: 4,
             accept_timeout: Duration::from_secs(1),
             backlog: 64,
+            device: None,
         }
     }
 }
@@ -81,10 +87,33 @@ impl VerbsCm {
 
 /// rdma-core loaded and at least one device present, or the one line
 /// that says why not.
-fn ready() -> io::Result<&'static Rdma> {
+fn ready(want: Option<&str>) -> io::Result<&'static Rdma> {
     let r = rdma().map_err(|e| io::Error::from(Unavailable::Load(e)))?;
-    devices()?;
+    let list = devices()?;
+    if let Some(w) = want {
+        if !list.iter().any(|d| d.name == w) {
+            let names: Vec<&str> = list.iter().map(|d| d.name.as_str()).collect();
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no RDMA device named {w} (devices: {})", names.join(", ")),
+            ));
+        }
+    }
     Ok(r)
+}
+
+/// Fails unless `id` (address resolved or from a request) is on the
+/// configured device.
+fn on_device(r: &Rdma, id: &CmId, want: Option<&str>, addr: SocketAddr) -> io::Result<()> {
+    let Some(w) = want else { return Ok(()) };
+    let got = id.device_name(r).unwrap_or_default();
+    if got != w {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            format!("{addr} is on RDMA device {got}, not {w} (--device)"),
+        ));
+    }
+    Ok(())
 }
 
 fn millis(d: Duration) -> c_int {
@@ -157,7 +186,8 @@ impl ConnectionManager for VerbsCm {
         params: &ConnectParams,
         timeout: Duration,
     ) -> Result<VerbsProvider, CmError> {
-        let r = ready()?;
+        let want = self.config.device.as_deref();
+        let r = ready(want)?;
         let by = Instant::now() + timeout;
         let ch = Channel::new(r)?;
         let id = CmId::new(r, &ch)?;
@@ -182,6 +212,7 @@ impl ConnectionManager for VerbsCm {
             return Err(errno("rdma_resolve_route").into());
         }
         expect(r, &ch, RDMA_CM_EVENT_ROUTE_RESOLVED, "ROUTE_RESOLVED", by)?;
+        on_device(r, &id, want, to)?;
         let q = Queues::new(r, &id, self.sizes())?;
         let mut p = VerbsProvider::new(r, ch, id, q)?;
         check_private_data(&p, &params.private_data)?;
@@ -199,8 +230,18 @@ impl ConnectionManager for VerbsCm {
         let ev = p.ch.event_by(by)?;
         match ev.kind {
             RDMA_CM_EVENT_ESTABLISHED => {
-                // The peer's responder resources bound our reads.
-                let ord = ord.min(ev.responder_resources);
+                // The peer's responder resources bound our reads. On
+                // InfiniBand / RoCE the event gives them as
+                // `initiator_depth` (`cm_format_rep_event` swaps the REP's
+                // fields to our side); on iWARP `cma_iw_handler` passes the
+                // device's "negotiated IRD/ORD values we will use" (siw's
+                // words), our ORD being `responder_resources`.
+                let bound = if p.transport() == crate::Transport::Iwarp {
+                    ev.responder_resources
+                } else {
+                    ev.initiator_depth
+                };
+                let ord = ord.min(bound);
                 p.establish(&params.private_data, ev.private_data, ird, ord);
                 Ok(p)
             }
@@ -210,13 +251,19 @@ impl ConnectionManager for VerbsCm {
     }
 
     fn listen(&self, at: SocketAddr) -> Result<VerbsListener, CmError> {
-        let r = ready()?;
+        let want = self.config.device.as_deref();
+        let r = ready(want)?;
         let ch = Channel::new(r)?;
         let id = CmId::new(r, &ch)?;
         let mut a = addr::to_storage(at);
         // SAFETY: `id` is live; `a` is a valid socket address.
         if unsafe { (r.bind_addr)(id.id, (&mut a as *mut libc::sockaddr_storage).cast()) } != 0 {
             return Err(errno(&format!("rdma_bind_addr {at}")).into());
+        }
+        // A specific address is bound to its device now; a wildcard one
+        // is checked per request.
+        if !id.verbs().is_null() {
+            on_device(r, &id, want, at)?;
         }
         // SAFETY: `id` is bound.
         if unsafe { (r.listen)(id.id, c_int::from(self.config.backlog)) } != 0 {
@@ -260,6 +307,7 @@ impl VerbsListener {
             .peer_addr()
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
         let setup = || -> io::Result<VerbsProvider> {
+            on_device(self.rdma, &child, self.cm.config.device.as_deref(), peer)?;
             let ch = Channel::new(self.rdma)?;
             // SAFETY: the child's events are all acknowledged (the request
             // was copied and acked), so migrating does not wait.
@@ -274,8 +322,14 @@ impl VerbsListener {
             req: ConnectRequest {
                 peer,
                 private_data: ev.private_data,
-                ird: ev.responder_resources,
-                ord: ev.initiator_depth,
+                // The peer's IRD and ORD. The event gives them from our
+                // side (`cm_format_req_event`, `iw_conn_req_handler`):
+                // `initiator_depth` = the peer's responder resources (its
+                // IRD, the most reads we may have in flight),
+                // `responder_resources` = the peer's initiator depth (its
+                // ORD).
+                ird: ev.initiator_depth,
+                ord: ev.responder_resources,
             },
             accept_timeout: self.cm.config.accept_timeout,
             provider,

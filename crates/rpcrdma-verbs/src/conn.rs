@@ -210,6 +210,20 @@ impl CmId {
         unsafe { (*self.id).verbs }
     }
 
+    /// The name of the device the id is on (`None` before address
+    /// resolution or binding to a device address).
+    pub(crate) fn device_name(&self, r: &Rdma) -> Option<String> {
+        let verbs = self.verbs();
+        if verbs.is_null() {
+            return None;
+        }
+        // SAFETY: `verbs` is the id's open context; its `device` lives as
+        // long as the context, and ibv_get_device_name returns its
+        // NUL-terminated name, owned by libibverbs.
+        let name = unsafe { std::ffi::CStr::from_ptr((r.get_device_name)((*verbs).device)) };
+        Some(name.to_string_lossy().into_owned())
+    }
+
     pub(crate) fn qp(&self) -> *mut ibv_qp {
         // SAFETY: as above; set by rdma_create_qp.
         unsafe { (*self.id).qp }

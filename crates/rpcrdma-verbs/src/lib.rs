@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 mod addr;
+mod async_events;
 mod cm;
 mod conn;
 mod device;

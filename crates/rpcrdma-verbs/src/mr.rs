@@ -11,6 +11,23 @@
 //! honours: `siw_reg_user_mr` ignores any other iova), so its first byte is
 //! tagged offset [`MemoryRegion::base`] = that address, which the engine
 //! advertises as each chunk's offset.
+//!
+//! # Invalidation by deregistration
+//!
+//! User-space verbs cannot re-key a plain MR, and siw's user-space
+//! provider refuses `IBV_WR_LOCAL_INV` at post time (`libsiw: opcode 8
+//! unsupported`; rdma-core `providers/siw/siw.c` maps it to no siw
+//! opcode). So a Local Invalidate is done here, on every device, by
+//! *retiring* the region's MR: its rkey leaves the lookup at once (no new
+//! work names it), and `ibv_dereg_mr` runs as soon as no posted work
+//! request uses the MR any more (at once, normally: the engine invalidates
+//! a chunk after the reply, when nothing of ours names it). From then on
+//! the peer's access with that STag fails on any device, as the contract
+//! requires. Local use of the region continues through a second MR
+//! registered lazily, with the local right only (`LOCAL_WRITE` if the
+//! region has it), at its first local use after the invalidation — the
+//! engine deregisters invalidated chunks without using them again, so it
+//! never pays for one.
 
 use std::collections::HashMap;
 use std::io;
@@ -30,13 +47,35 @@ fn iova_of(ptr: *const u8) -> u64 {
     ptr as u64
 }
 
-/// What the `ibv_mr` of a table index gives a work request.
-#[derive(Clone, Copy, Debug)]
+/// One `ibv_mr` and the posted work requests that use it.
+#[derive(Debug)]
 struct Mr {
     mr: *mut ibv_mr,
-    base: u64,
     lkey: u32,
     rkey: u32,
+    /// Posted WRs naming this MR in an SGE, until their completions.
+    uses: u32,
+}
+
+/// The device side of one table region.
+#[derive(Debug, Default)]
+struct Entry {
+    /// The MR new work requests use (`None` after an invalidation until
+    /// the next local use).
+    cur: Option<Mr>,
+    /// An invalidated MR still named by posted WRs: deregistered when the
+    /// last of them completes.
+    retired: Option<Mr>,
+    /// `ibv_dereg_mr` failed on one of its MRs: the device may still
+    /// reach the memory, so its buffer is never freed.
+    poisoned: bool,
+}
+
+/// Which MR of a region an SGE was given (to release it on completion).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MrUse {
+    idx: u32,
+    mr: *mut ibv_mr,
 }
 
 /// The registrations of one connection (one protection domain).
@@ -44,9 +83,10 @@ pub(crate) struct Registry {
     rdma: &'static Rdma,
     pd: *mut ibv_pd,
     pub(crate) table: MemoryTable,
-    mrs: Vec<Option<Mr>>,
+    /// Per table index: the region's buffer address (its iova) and MRs.
+    mrs: Vec<(u64, Entry)>,
     /// Device rkey to table key, for Local Invalidate and a received Send
-    /// With Invalidate, which name the rkey.
+    /// With Invalidate, which name the rkey (valid rkeys only).
     by_rkey: HashMap<u32, u32>,
     /// The OS error of the last refused registration (diagnostics).
     pub(crate) last_error: Option<io::Error>,
@@ -67,8 +107,41 @@ pub(crate) fn ibv_access(a: Access) -> libc::c_int {
     f
 }
 
-/// What a refused `ibv_reg_mr` means for the caller.
-fn reg_error(e: &io::Error) -> ProviderError {
+/// The rights of the local-only MR of an invalidated region.
+fn local_only(a: Access) -> Access {
+    if a.contains(Access::LOCAL_WRITE) {
+        Access::LOCAL_WRITE
+    } else {
+        Access::NONE
+    }
+}
+
+/// The soft `RLIMIT_MEMLOCK` in octets (`None`: unlimited or unknown).
+fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` into `r`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some(r.rlim_cur)
+}
+
+/// The errno of a refused `ibv_reg_mr` of `len` octets, in words: a
+/// pinning failure under a finite `RLIMIT_MEMLOCK` names the limit.
+fn reg_error(e: &io::Error, len: usize) -> ProviderError {
+    if matches!(
+        e.raw_os_error(),
+        Some(libc::ENOMEM) | Some(libc::EPERM) | Some(libc::EAGAIN)
+    ) {
+        if let Some(limit) = memlock_limit() {
+            return ProviderError::PinLimit { len, limit };
+        }
+    }
     ProviderError::InvalidArgument(match e.raw_os_error() {
         Some(libc::ENOMEM) | Some(libc::EPERM) | Some(libc::EAGAIN) => {
             "ibv_reg_mr: cannot pin the buffer (RLIMIT_MEMLOCK too low? raise `ulimit -l`)"
@@ -79,6 +152,18 @@ fn reg_error(e: &io::Error) -> ProviderError {
         Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => "ibv_reg_mr: not supported by the device",
         _ => "ibv_reg_mr refused the registration",
     })
+}
+
+/// What a Local Invalidate did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retired {
+    /// The MR is deregistered (or no MR had the STag any more).
+    Done,
+    /// Posted WRs still use the MR: it is deregistered when they complete
+    /// (its rkey is out of the lookup already).
+    Deferred,
+    /// `ibv_dereg_mr` failed: the memory stays reachable by the device.
+    Failed,
 }
 
 impl Registry {
@@ -94,61 +179,81 @@ impl Registry {
         }
     }
 
-    /// Registers the region the table just took at `t` with the device;
-    /// on failure the table entry is removed again and its buffer returned.
-    fn attach(&mut self, t: MemoryRegion) -> Result<MemoryRegion, (ProviderError, Buffer)> {
-        let idx = t.stag().index();
-        let region = self.table.region_at(idx).map(|r| r.buf());
-        let (ptr, len) = match region {
-            Some(b) if !b.is_empty() => (b.as_ptr(), b.len()),
-            _ => {
-                let buf = self
-                    .table
-                    .deregister(&t)
-                    .unwrap_or(Buffer::Owned(Box::default()));
-                return Err((
-                    ProviderError::InvalidArgument("zero-length registration"),
-                    buf,
-                ));
-            }
-        };
-        let base = iova_of(ptr);
-        // SAFETY: `ptr..ptr+len` is the heap buffer the table owns until
-        // `deregister`, which deregisters this MR before giving the buffer
-        // back; it never moves (a Box or Bytes allocation). The device
-        // writes it only with LOCAL_WRITE / REMOTE_WRITE, which shared
-        // (read-only) buffers never get (checked by the table).
+    /// `ibv_reg_mr_iova` of `ptr..ptr+len` at its own address.
+    fn reg(&mut self, ptr: *const u8, len: usize, access: Access) -> Result<Mr, ProviderError> {
+        // SAFETY: `ptr..ptr+len` is a heap buffer the table owns until
+        // `deregister`, which deregisters every MR of it before giving the
+        // buffer back (or never frees it, see `Entry::poisoned`); it never
+        // moves (a Box or Bytes allocation). The device writes it only
+        // with LOCAL_WRITE / REMOTE_WRITE, which shared (read-only)
+        // buffers never get (checked by the table).
         let mr = unsafe {
             (self.rdma.reg_mr_iova)(
                 self.pd,
                 ptr.cast_mut().cast(),
                 len,
-                base,
-                ibv_access(t.access()),
+                iova_of(ptr),
+                ibv_access(access),
             )
         };
         if mr.is_null() {
             let os = io::Error::last_os_error();
-            let err = reg_error(&os);
+            let err = reg_error(&os, len);
             self.last_error = Some(os);
-            let buf = self
-                .table
-                .deregister(&t)
-                .unwrap_or(Buffer::Owned(Box::default()));
-            return Err((err, buf));
+            return Err(err);
         }
         // SAFETY: `mr` is the live MR just returned.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        let slot = idx as usize;
-        if self.mrs.len() <= slot {
-            self.mrs.resize(slot + 1, None);
-        }
-        self.mrs[slot] = Some(Mr {
+        Ok(Mr {
             mr,
-            base,
             lkey,
             rkey,
-        });
+            uses: 0,
+        })
+    }
+
+    /// `ibv_dereg_mr`; false if the device refused (then the memory may
+    /// still be reachable).
+    fn dereg(&self, m: Mr) -> bool {
+        // SAFETY: `m.mr` is live, deregistered once (the `Mr` is consumed),
+        // and its memory is still owned by the table here.
+        unsafe { (self.rdma.dereg_mr)(m.mr) == 0 }
+    }
+
+    /// Registers the region the table just took at `t` with the device;
+    /// on failure the table entry is removed again and its buffer returned.
+    fn attach(&mut self, t: MemoryRegion) -> Result<MemoryRegion, (ProviderError, Buffer)> {
+        let idx = t.stag().index();
+        let region = self.table.region_at(idx).map(|r| r.buf());
+        let got = match region {
+            Some(b) if !b.is_empty() => {
+                let (ptr, len) = (b.as_ptr(), b.len());
+                self.reg(ptr, len, t.access()).map(|m| (iova_of(ptr), m))
+            }
+            _ => Err(ProviderError::InvalidArgument("zero-length registration")),
+        };
+        let (base, mr) = match got {
+            Ok(v) => v,
+            Err(e) => {
+                let buf = self
+                    .table
+                    .deregister(&t)
+                    .unwrap_or(Buffer::Owned(Box::default()));
+                return Err((e, buf));
+            }
+        };
+        let rkey = mr.rkey;
+        let slot = idx as usize;
+        if self.mrs.len() <= slot {
+            self.mrs.resize_with(slot + 1, Default::default);
+        }
+        self.mrs[slot] = (
+            base,
+            Entry {
+                cur: Some(mr),
+                ..Entry::default()
+            },
+        );
         self.by_rkey.insert(rkey, t.lkey());
         Ok(MemoryRegion::new(t.lkey(), Stag(rkey), t.len(), t.access()).with_base(base))
     }
@@ -179,46 +284,133 @@ impl Registry {
     pub(crate) fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
         let buf = self.table.deregister(mr)?;
         let idx = Stag(mr.lkey()).index() as usize;
-        if let Some(m) = self.mrs.get_mut(idx).and_then(Option::take) {
+        let Some((_, e)) = self.mrs.get_mut(idx) else {
+            return Ok(buf);
+        };
+        let e = std::mem::take(e);
+        let mut ok = !e.poisoned;
+        for m in [e.cur, e.retired].into_iter().flatten() {
             self.by_rkey.remove(&m.rkey);
-            // SAFETY: `m.mr` is live and deregistered once; `buf` (its
-            // memory) is still alive here and given back only afterwards.
-            if unsafe { (self.rdma.dereg_mr)(m.mr) } != 0 {
-                // The device may still reach the memory: never free it.
-                std::mem::forget(buf);
-                return Err(ProviderError::InvalidArgument(
-                    "ibv_dereg_mr failed; the buffer is leaked rather than freed",
-                ));
-            }
+            // No WR holds the region (the table refused `Busy` otherwise),
+            // so none uses its MRs.
+            ok &= self.dereg(m);
+        }
+        if !ok {
+            // The device may still reach the memory: never free it.
+            std::mem::forget(buf);
+            return Err(ProviderError::InvalidArgument(
+                "ibv_dereg_mr failed; the buffer is leaked rather than freed",
+            ));
         }
         Ok(buf)
     }
 
-    /// The `ibv_sge` of a checked SGE of the region at table index `idx`.
-    #[inline]
-    pub(crate) fn sge(&self, s: &Sge, idx: u32) -> ibv_sge {
-        match self.mrs.get(idx as usize).copied().flatten() {
-            Some(m) => ibv_sge {
-                addr: m.base + s.offset,
+    /// The `ibv_sge` of a checked SGE of the region at table index `idx`
+    /// and the MR it uses (counted until [`Registry::release`]); a region
+    /// invalidated earlier gets its local-only MR here.
+    pub(crate) fn sge(&mut self, s: &Sge, idx: u32) -> Result<(ibv_sge, MrUse), ProviderError> {
+        let i = idx as usize;
+        if self.mrs.get(i).is_some_and(|(_, e)| e.cur.is_none()) {
+            let r = self
+                .table
+                .region_at(idx)
+                .ok_or(ProviderError::InvalidHandle)?;
+            let (ptr, len, access) = (r.buf().as_ptr(), r.buf().len(), local_only(r.access()));
+            let m = self.reg(ptr, len, access)?;
+            self.mrs[i].1.cur = Some(m);
+        }
+        let Some((base, Entry { cur: Some(m), .. })) = self.mrs.get_mut(i) else {
+            // Unreachable after the table's check.
+            return Err(ProviderError::InvalidHandle);
+        };
+        m.uses += 1;
+        Ok((
+            ibv_sge {
+                addr: *base + s.offset,
                 length: s.length,
                 lkey: m.lkey,
             },
-            // Unreachable after the table's check; a zero SGE fails safely.
-            None => ibv_sge::default(),
-        }
+            MrUse { idx, mr: m.mr },
+        ))
     }
 
-    /// The table key of our region with device rkey `rkey`.
+    /// Gives back the uses [`Registry::sge`] counted (the WR completed or
+    /// was not posted); a retired MR whose last use this was is
+    /// deregistered. False if that deregistration failed.
+    pub(crate) fn release(&mut self, uses: &[MrUse]) -> bool {
+        let mut ok = true;
+        for u in uses {
+            let Some((_, e)) = self.mrs.get_mut(u.idx as usize) else {
+                continue;
+            };
+            if let Some(m) = e.cur.as_mut().filter(|m| m.mr == u.mr) {
+                m.uses = m.uses.saturating_sub(1);
+            } else if let Some(m) = e.retired.as_mut().filter(|m| m.mr == u.mr) {
+                m.uses = m.uses.saturating_sub(1);
+                if m.uses > 0 {
+                    continue;
+                }
+                if let Some(m) = e.retired.take() {
+                    if !self.dereg(m) {
+                        self.mrs[u.idx as usize].1.poisoned = true;
+                        ok = false;
+                    }
+                }
+            }
+        }
+        ok
+    }
+
+    /// The table key of our region whose valid STag is `rkey`.
     pub(crate) fn key_of_rkey(&self, rkey: u32) -> Option<u32> {
         self.by_rkey.get(&rkey).copied()
     }
 
+    /// Invalidates the STag `rkey` for remote access (see the module
+    /// docs): the table revokes it, its MR is retired.
+    pub(crate) fn invalidate(&mut self, rkey: u32) -> Retired {
+        let Some(key) = self.by_rkey.remove(&rkey) else {
+            return Retired::Done;
+        };
+        self.table.invalidate(Stag(key));
+        let idx = Stag(key).index() as usize;
+        let Some((_, e)) = self.mrs.get_mut(idx) else {
+            return Retired::Done;
+        };
+        match e.cur.take() {
+            Some(m) if m.uses > 0 => {
+                e.retired = Some(m);
+                Retired::Deferred
+            }
+            Some(m) => {
+                if self.dereg(m) {
+                    Retired::Done
+                } else {
+                    self.mrs[idx].1.poisoned = true;
+                    Retired::Failed
+                }
+            }
+            None => Retired::Done,
+        }
+    }
+
+    /// Whether the region at `idx` has an invalidated MR still waiting
+    /// for its last posted WR.
+    pub(crate) fn retiring(&self, idx: u32) -> bool {
+        self.mrs
+            .get(idx as usize)
+            .is_some_and(|(_, e)| e.retired.is_some())
+    }
+
     /// Deregisters every MR (before the PD goes; buffers stay in the
-    /// table, freed when it drops).
+    /// table, freed when it drops). Called once the QP is in error or
+    /// destroyed, so no posted WR uses them any more.
     pub(crate) fn deregister_all(&mut self) {
-        for m in self.mrs.iter_mut().filter_map(Option::take) {
-            // SAFETY: each live MR is deregistered once.
-            unsafe { (self.rdma.dereg_mr)(m.mr) };
+        for (_, e) in std::mem::take(&mut self.mrs) {
+            for m in [e.cur, e.retired].into_iter().flatten() {
+                // A failure leaves nothing to do: the PD goes next.
+                let _ = self.dereg(m);
+            }
         }
         self.by_rkey.clear();
     }
@@ -245,8 +437,20 @@ mod tests {
         );
         assert_eq!(iova_of(0x7f00_1234_5010 as *const u8), 0x7f00_1234_5010);
         let inval = io::Error::from_raw_os_error(libc::EINVAL);
-        assert!(reg_error(&inval).to_string().contains("EINVAL"));
+        assert!(reg_error(&inval, 8).to_string().contains("EINVAL"));
         let memlock = io::Error::from_raw_os_error(libc::ENOMEM);
-        assert!(reg_error(&memlock).to_string().contains("RLIMIT_MEMLOCK"));
+        let e = reg_error(&memlock, 1 << 20).to_string();
+        assert!(e.contains("RLIMIT_MEMLOCK"), "{e}");
+        // Under a finite limit the message names it and the size.
+        if let Some(limit) = memlock_limit() {
+            assert_eq!(
+                reg_error(&memlock, 1 << 20),
+                ProviderError::PinLimit {
+                    len: 1 << 20,
+                    limit
+                }
+            );
+            assert!(e.contains("cannot pin 1048576 octets"), "{e}");
+        }
     }
 }

@@ -22,10 +22,11 @@ use rpcrdma_proto::provider::{
     RegisterError, SendOp, SendWr, SmallVec, Stag, Status,
 };
 
+use crate::async_events::{self, Subscription};
 use crate::conn::{Channel, CmId, Queues};
 use crate::fd::Epoll;
 use crate::libs::Rdma;
-use crate::mr::Registry;
+use crate::mr::{MrUse, Registry, Retired};
 use crate::status::status_class;
 use crate::sys::*;
 use crate::Transport;
@@ -43,8 +44,22 @@ struct Posted {
     /// and reads only).
     len: u32,
     recv: bool,
-    /// Table key a Local Invalidate revokes on success.
-    invalidates: Option<u32>,
+    /// The MRs its SGEs use (released with the completion).
+    uses: SmallVec<[MrUse; 4]>,
+    /// Send-queue sequence number (post order of Send-queue WRs, device
+    /// and emulated alike).
+    seq: u64,
+}
+
+/// A Local Invalidate done by deregistration ([`crate::mr`]): it
+/// completes once every Send-queue WR posted before it has completed (the
+/// contract's Send-queue order) and the MR is gone.
+#[derive(Debug)]
+struct PendingInv {
+    seq: u64,
+    slot: u32,
+    idx: u32,
+    failed: bool,
 }
 
 /// An RDMA connection on an rdma-core device. Build one with
@@ -57,6 +72,8 @@ pub struct VerbsProvider {
     pub(crate) id: CmId,
     pub(crate) ch: Channel,
     epoll: Epoll,
+    /// The device's async events for this connection.
+    sub: Subscription,
     rdma: &'static Rdma,
     caps: Caps,
     rules: SendRules,
@@ -67,6 +84,13 @@ pub struct VerbsProvider {
     free: Vec<u32>,
     sends: u32,
     recvs: u32,
+    /// The next Send-queue sequence number.
+    sq_seq: u64,
+    /// Sequence numbers of the Send-queue WRs the device holds, oldest
+    /// first.
+    sq_device: VecDeque<u64>,
+    /// Local Invalidates waiting for their turn to complete.
+    invs: VecDeque<PendingInv>,
     wcs: Vec<ibv_wc>,
     /// Completions taken from the CQ by `arm` (to close the arming race),
     /// returned by the next `poll_completions`.
@@ -90,7 +114,10 @@ impl VerbsProvider {
         id: CmId,
         q: Queues,
     ) -> std::io::Result<VerbsProvider> {
-        let epoll = Epoll::new(&[q.comp_fd(), ch.fd()])?;
+        // SAFETY: the QP is live; `context` is its first field.
+        let ctx = unsafe { (*q.qp).context };
+        let sub = Subscription::new(rdma, ctx, q.qp, q.cq)?;
+        let epoll = Epoll::new(&[q.comp_fd(), ch.fd(), sub.async_fd(), sub.wake.raw()])?;
         let caps = caps_of(&q);
         let reg = Registry::new(rdma, q.pd);
         let iwarp = q.transport == Transport::Iwarp;
@@ -99,6 +126,7 @@ impl VerbsProvider {
             id,
             ch,
             epoll,
+            sub,
             rdma,
             caps,
             rules: SendRules {
@@ -117,6 +145,9 @@ impl VerbsProvider {
             free: Vec::new(),
             sends: 0,
             recvs: 0,
+            sq_seq: 0,
+            sq_device: VecDeque::new(),
+            invs: VecDeque::new(),
             wcs: vec![ibv_wc::default(); POLL_BATCH],
             stash: Vec::new(),
             local_pd: Vec::new(),
@@ -168,9 +199,34 @@ impl VerbsProvider {
         self.events.push_back(ConnectionEvent::Disconnected(reason));
     }
 
-    /// Takes queued RDMA CM events: a disconnect or device removal ends
-    /// the connection.
+    /// Takes queued RDMA CM events (a disconnect or device removal ends
+    /// the connection) and the device's async events for this QP and CQ
+    /// (a fatal one ends it with its status).
+    ///
+    /// One `poll(2)` with no wait says which of the four fds has
+    /// something, so an idle check costs one system call.
     fn pump_cm(&mut self) {
+        let fds = [
+            self.q.comp_fd(),
+            self.ch.fd(),
+            self.sub.async_fd(),
+            self.sub.wake.raw(),
+        ];
+        let ready =
+            crate::fd::wait_readable(&fds, Some(std::time::Duration::ZERO)).unwrap_or(0b1111);
+        if ready & 0b0001 != 0 {
+            self.q.drain_comp_channel();
+        }
+        if ready & 0b1100 != 0 {
+            for ev in self.sub.take() {
+                if let Some(reason) = async_events::reason(ev) {
+                    self.end(reason);
+                }
+            }
+        }
+        if ready & 0b0010 == 0 {
+            return;
+        }
         while let Ok(Some(ev)) = self.ch.try_event() {
             match ev.kind {
                 RDMA_CM_EVENT_DISCONNECTED => self.end(DisconnectReason::PeerClose),
@@ -193,6 +249,13 @@ impl VerbsProvider {
         }
     }
 
+    /// Undoes [`VerbsProvider::slot`] for a WR the device refused.
+    fn unpost(&mut self, i: u32) {
+        if let Some(p) = self.unslot(i) {
+            self.reg.release(&p.uses);
+        }
+    }
+
     fn unslot(&mut self, i: u32) -> Option<Posted> {
         let p = self.posted.get_mut(i as usize)?.take()?;
         self.free.push(i);
@@ -204,10 +267,16 @@ impl VerbsProvider {
             return;
         };
         self.reg.table.release(&p.holds);
+        if !self.reg.release(&p.uses) {
+            self.dereg_failed();
+        }
         if p.recv {
             self.recvs -= 1;
         } else {
             self.sends -= 1;
+            if let Some(i) = self.sq_device.iter().position(|&s| s == p.seq) {
+                self.sq_device.remove(i);
+            }
         }
         let status = status_class(wc.status);
         let mut opcode = p.opcode;
@@ -220,13 +289,12 @@ impl VerbsProvider {
             };
             if p.recv && wc.wc_flags & IBV_WC_WITH_INV != 0 {
                 let rkey = wc.invalidated_rkey;
-                if let Some(key) = self.reg.key_of_rkey(rkey) {
-                    self.reg.table.invalidate(Stag(key));
+                // The device invalidated the MR; retire it like a Local
+                // Invalidate (local use goes on through a fresh MR).
+                if self.reg.invalidate(rkey) == Retired::Failed {
+                    self.dereg_failed();
                 }
                 opcode = Opcode::RecvWithInvalidate { stag: Stag(rkey) };
-            }
-            if let Some(key) = p.invalidates {
-                self.reg.table.invalidate(Stag(key));
             }
         } else if status != Status::Flushed {
             self.end(DisconnectReason::Error {
@@ -240,6 +308,91 @@ impl VerbsProvider {
             byte_len,
             status,
         });
+    }
+
+    /// `ibv_dereg_mr` refused to end an MR: the memory stays reachable by
+    /// the device, so the connection ends (RFC 8166 section 4.5.4: a
+    /// requester that cannot invalidate closes the connection).
+    fn dereg_failed(&mut self) {
+        self.end(DisconnectReason::Error {
+            status: Status::LocalOperation,
+            blame: Status::LocalOperation.blame(),
+        });
+    }
+
+    /// Whether the oldest waiting Local Invalidate may complete.
+    fn inv_ready(&self) -> bool {
+        self.invs.front().is_some_and(|i| {
+            self.sq_device.front().is_none_or(|&s| s > i.seq)
+                && (i.failed
+                    || !self.reg.retiring(i.idx)
+                    || matches!(self.state, ConnectionState::Disconnected(_)))
+        })
+    }
+
+    /// Completes the Local Invalidates whose turn has come (after every
+    /// earlier Send-queue completion).
+    fn complete_invs(&mut self, out: &mut Vec<Completion>) {
+        while self.inv_ready() {
+            let Some(i) = self.invs.pop_front() else {
+                break;
+            };
+            let Some(p) = self.unslot(i.slot) else {
+                continue;
+            };
+            self.reg.table.release(&p.holds);
+            let status = if i.failed {
+                self.dereg_failed();
+                Status::LocalOperation
+            } else if matches!(self.state, ConnectionState::Disconnected(_)) {
+                Status::Flushed
+            } else {
+                Status::Success
+            };
+            out.push(Completion {
+                wr_id: p.wr_id,
+                opcode: Opcode::LocalInvalidate,
+                byte_len: 0,
+                status,
+            });
+        }
+    }
+
+    /// Posts a Local Invalidate: done here by deregistration (see
+    /// [`crate::mr`]), completed in Send-queue order by
+    /// [`VerbsProvider::complete_invs`].
+    fn post_invalidate(&mut self, wr: &SendWr, stag: Stag) -> Result<(), ProviderError> {
+        let key = self
+            .reg
+            .key_of_rkey(stag.0)
+            .ok_or(ProviderError::InvalidHandle)?;
+        let w = SendWr {
+            wr_id: wr.wr_id,
+            op: SendOp::LocalInvalidate { stag: Stag(key) },
+            sges: wr.sges.clone(),
+        };
+        let c = self.reg.table.check_send(&w, &self.caps, &self.rules)?;
+        let idx = Stag(key).index();
+        let failed = self.reg.invalidate(stag.0) == Retired::Failed;
+        self.reg.table.hold(&c.holds);
+        let seq = self.sq_seq;
+        self.sq_seq += 1;
+        let slot = self.slot(Posted {
+            wr_id: wr.wr_id,
+            opcode: Opcode::LocalInvalidate,
+            holds: c.holds,
+            len: 0,
+            recv: false,
+            uses: SmallVec::new(),
+            seq,
+        });
+        self.invs.push_back(PendingInv {
+            seq,
+            slot,
+            idx,
+            failed,
+        });
+        Ok(())
     }
 
     /// Polls the CQ into `self.wcs`; returns how many.
@@ -259,28 +412,6 @@ impl VerbsProvider {
             _ => ProviderError::InvalidArgument("the device refused the work request"),
         }
     }
-
-    fn check_send(&self, wr: &SendWr) -> Result<(Holds, u64, Option<u32>), ProviderError> {
-        match wr.op {
-            SendOp::LocalInvalidate { stag } => {
-                let key = self
-                    .reg
-                    .key_of_rkey(stag.0)
-                    .ok_or(ProviderError::InvalidHandle)?;
-                let w = SendWr {
-                    wr_id: wr.wr_id,
-                    op: SendOp::LocalInvalidate { stag: Stag(key) },
-                    sges: wr.sges.clone(),
-                };
-                let c = self.reg.table.check_send(&w, &self.caps, &self.rules)?;
-                Ok((c.holds, c.total, Some(key)))
-            }
-            _ => {
-                let c = self.reg.table.check_send(wr, &self.caps, &self.rules)?;
-                Ok((c.holds, c.total, None))
-            }
-        }
-    }
 }
 
 /// `(ibv opcode, flags, invalidate rkey, remote)` of a Send-queue op.
@@ -295,7 +426,14 @@ fn send_op(op: SendOp) -> (libc::c_int, libc::c_uint, u32, Option<(u64, u32)>, O
             IBV_WR_SEND_WITH_INV,
             sol(solicited),
             invalidate.0,
-            None,
+            // The STag also in `wr.rdma.rkey`: Linux siw's user-space
+            // provider copies only that field into the WQE it hands the
+            // kernel (rdma-core providers/siw/siw.c `push_send_wqe`:
+            // `siw_sqe->rkey = base_wr->wr.rdma.rkey`, never
+            // `invalidate_rkey`), and the kernel sends it as the
+            // Invalidate STag; every other provider ignores `wr.rdma` for
+            // a Send.
+            Some((0, invalidate.0)),
             Opcode::Send,
         ),
         SendOp::Write { remote } => (
@@ -345,7 +483,15 @@ fn caps_of(q: &Queues) -> Caps {
         max_ord: depth(a.max_qp_init_rd_atom),
         max_inline: q.sizes.inline,
         read_sink_needs_remote_write: iwarp,
-        // Plain MRs; FRWR registration (remote invalidation) is to come.
+        // Remote invalidation needs the device to invalidate a plain MR's
+        // rkey *and* to say so in the receive completion. Linux siw does
+        // the first (`siw_invalidate_stag` takes any memory of the QP's
+        // PD) but its user-space provider drops the second (rdma-core
+        // providers/siw/siw.c `copy_cqe`: `wc->wc_flags = 0`, no
+        // `invalidated_rkey`); rxe and hardware invalidate only FRWR /
+        // memory-window keys, which user-space verbs do not make. So no
+        // device qualifies today, and the engine invalidates locally (by
+        // deregistration, see `crate::mr`).
         remote_invalidation: false,
     }
 }
@@ -417,14 +563,15 @@ impl Provider for VerbsProvider {
             return Err(ProviderError::QueueFull);
         }
         let hold = self.reg.table.check_recv(&wr)?;
-        let mut sge = self.reg.sge(&wr.sge, hold.idx);
+        let (mut sge, used) = self.reg.sge(&wr.sge, hold.idx)?;
         let slot = self.slot(Posted {
             wr_id: wr.wr_id,
             opcode: Opcode::Recv,
             holds: [hold].into_iter().collect(),
             len: 0,
             recv: true,
-            invalidates: None,
+            uses: [used].into_iter().collect(),
+            seq: 0,
         });
         let mut w = ibv_recv_wr {
             wr_id: u64::from(slot),
@@ -437,7 +584,7 @@ impl Provider for VerbsProvider {
         // (layout pinned by the ABI test).
         let f = unsafe { (*(*self.q.qp).context).ops.post_recv };
         let Some(f) = f else {
-            self.unslot(slot);
+            self.unpost(slot);
             return Err(ProviderError::Unsupported);
         };
         // SAFETY: `w` and `sge` live across the call (the device copies
@@ -445,7 +592,7 @@ impl Provider for VerbsProvider {
         // (checked by the table), held until the completion is returned.
         let r = unsafe { f(self.q.qp, &mut w, &mut bad) };
         if r != 0 {
-            self.unslot(slot);
+            self.unpost(slot);
             return Err(Self::post_error(r));
         }
         self.reg.table.hold(&[hold]);
@@ -460,22 +607,36 @@ impl Provider for VerbsProvider {
         if self.sends >= self.caps.max_send_wr {
             return Err(ProviderError::QueueFull);
         }
-        let (holds, total, invalidates) = self.check_send(&wr)?;
-        let mut sges: SmallVec<[ibv_sge; 4]> = wr
-            .sges
-            .iter()
-            .zip(&holds)
-            .map(|(s, h)| self.reg.sge(s, h.idx))
-            .collect();
+        if let SendOp::LocalInvalidate { stag } = wr.op {
+            return self.post_invalidate(&wr, stag);
+        }
+        let c = self.reg.table.check_send(&wr, &self.caps, &self.rules)?;
+        let mut sges: SmallVec<[ibv_sge; 4]> = SmallVec::new();
+        let mut uses: SmallVec<[MrUse; 4]> = SmallVec::new();
+        for (s, h) in wr.sges.iter().zip(&c.holds) {
+            match self.reg.sge(s, h.idx) {
+                Ok((sge, used)) => {
+                    sges.push(sge);
+                    uses.push(used);
+                }
+                Err(e) => {
+                    self.reg.release(&uses);
+                    return Err(e);
+                }
+            }
+        }
         let (opcode, flags, inv, remote, done) = send_op(wr.op);
         let (remote_addr, rkey) = remote.unwrap_or((0, 0));
+        let seq = self.sq_seq;
+        let holds = c.holds;
         let slot = self.slot(Posted {
             wr_id: wr.wr_id,
             opcode: done,
             holds: holds.clone(),
-            len: u32::try_from(total).unwrap_or(u32::MAX),
+            len: u32::try_from(c.total).unwrap_or(u32::MAX),
             recv: false,
-            invalidates,
+            uses,
+            seq,
         });
         let mut w = ibv_send_wr {
             wr_id: u64::from(slot),
@@ -500,7 +661,7 @@ impl Provider for VerbsProvider {
         // SAFETY: the QP is live; ops layout pinned by the ABI test.
         let f = unsafe { (*(*self.q.qp).context).ops.post_send };
         let Some(f) = f else {
-            self.unslot(slot);
+            self.unpost(slot);
             return Err(ProviderError::Unsupported);
         };
         // SAFETY: `w` and `sges` live across the call (the device copies
@@ -509,26 +670,30 @@ impl Provider for VerbsProvider {
         // the completion is returned.
         let r = unsafe { f(self.q.qp, &mut w, &mut bad) };
         if r != 0 {
-            self.unslot(slot);
+            self.unpost(slot);
             return Err(Self::post_error(r));
         }
         self.reg.table.hold(&holds);
         self.sends += 1;
+        self.sq_seq += 1;
+        self.sq_device.push_back(seq);
         Ok(())
     }
 
     fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
         let start = out.len();
-        self.q.drain_comp_channel();
         self.pump_cm();
+        self.complete_invs(out);
         for wc in std::mem::take(&mut self.stash) {
             self.complete(&wc, out);
+            self.complete_invs(out);
         }
         loop {
             let n = self.poll_cq();
             for i in 0..n {
                 let wc = self.wcs[i];
                 self.complete(&wc, out);
+                self.complete_invs(out);
             }
             if n < POLL_BATCH {
                 break;
@@ -548,7 +713,7 @@ impl Provider for VerbsProvider {
         // event, so look once more.
         let n = self.poll_cq();
         self.stash.extend_from_slice(&self.wcs[..n]);
-        if n > 0 || !self.events.is_empty() {
+        if n > 0 || !self.events.is_empty() || self.inv_ready() {
             waker.wake_by_ref();
         }
     }
@@ -567,6 +732,7 @@ impl Provider for VerbsProvider {
             self.info.as_ref(),
         );
         l.local_private_data = self.local_pd.clone();
+        l.device = self.id.device_name(self.rdma);
         l
     }
 }
@@ -601,7 +767,7 @@ mod tests {
                 invalidate: Stag(7),
                 solicited: false
             }),
-            (IBV_WR_SEND_WITH_INV, 0, 7, None, Opcode::Send)
+            (IBV_WR_SEND_WITH_INV, 0, 7, Some((0, 7)), Opcode::Send)
         );
         assert_eq!(
             send_op(SendOp::Write { remote }),

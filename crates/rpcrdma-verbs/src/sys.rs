@@ -275,6 +275,36 @@ pub const IBV_ACCESS_REMOTE_READ: c_int = 1 << 2;
 // enum ibv_wc_flags
 pub const IBV_WC_WITH_INV: c_uint = 1 << 3;
 
+/// `struct ibv_async_event` (filled by `ibv_get_async_event`): the
+/// object the event is about (`element`: a CQ, QP, SRQ or WQ pointer, or
+/// a port number) and `enum ibv_event_type`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_async_event {
+    pub element: *mut c_void,
+    pub event_type: c_int,
+}
+
+impl Default for ibv_async_event {
+    fn default() -> Self {
+        ibv_async_event {
+            element: std::ptr::null_mut(),
+            event_type: -1,
+        }
+    }
+}
+
+/// `enum ibv_event_type` values we act on.
+pub const IBV_EVENT_CQ_ERR: c_int = 0;
+/// See [`IBV_EVENT_CQ_ERR`].
+pub const IBV_EVENT_QP_FATAL: c_int = 1;
+/// See [`IBV_EVENT_CQ_ERR`].
+pub const IBV_EVENT_QP_REQ_ERR: c_int = 2;
+/// See [`IBV_EVENT_CQ_ERR`].
+pub const IBV_EVENT_QP_ACCESS_ERR: c_int = 3;
+/// See [`IBV_EVENT_CQ_ERR`].
+pub const IBV_EVENT_DEVICE_FATAL: c_int = 8;
+
 // enum ibv_wc_status
 pub const IBV_WC_SUCCESS: c_int = 0;
 pub const IBV_WC_LOC_LEN_ERR: c_int = 1;
@@ -388,6 +418,8 @@ pub mod fns {
     pub type GetCqEvent =
         unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
     pub type AckCqEvents = unsafe extern "C" fn(*mut ibv_cq, c_uint);
+    pub type GetAsyncEvent = unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event) -> c_int;
+    pub type AckAsyncEvent = unsafe extern "C" fn(*mut ibv_async_event);
 
     pub type CreateEventChannel = unsafe extern "C" fn() -> *mut rdma_event_channel;
     pub type DestroyEventChannel = unsafe extern "C" fn(*mut rdma_event_channel);
@@ -426,6 +458,8 @@ mod tests {
     #[test]
     fn abi_layout_matches_the_headers() {
         assert_eq!(offset_of!(ibv_device, transport_type), 20);
+        assert_eq!(size_of::<ibv_async_event>(), 16);
+        assert_eq!(offset_of!(ibv_async_event, event_type), 8);
         assert_eq!(offset_of!(ibv_device, name), 24);
         assert_eq!(size_of::<ibv_context_ops>(), 32 * 8);
         assert_eq!(offset_of!(ibv_context_ops, poll_cq), 11 * 8);

@@ -73,6 +73,7 @@ pub mod tcp;
 mod tcp_write;
 pub mod testprog;
 pub mod transport;
+pub mod units;
 
 pub use client::{
     Auth, Blame, CallOptions, CallerError, Client, ClientConfig, Reply, ReplyError, RpcError,

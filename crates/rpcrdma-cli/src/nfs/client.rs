@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use rpcrdma::Auth;
+use rpcrdma_cli::num_args::{num_u32, size_u32};
 use rpcrdma_nfs::client::{
     caller_auth_sys, connect, parse_target, ConnectOptions, NfsClientOptions, NfsError,
 };
@@ -71,23 +72,23 @@ pub struct NfsClientArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub window: u32,
     /// Largest READ (clamped to the server's rtmax).
-    #[arg(long, default_value_t = 1 << 20)]
+    #[arg(long, default_value = "1M", value_parser = size_u32)]
     pub rsize: u32,
     /// Largest WRITE (clamped to the server's wtmax).
-    #[arg(long, default_value_t = 1 << 20)]
+    #[arg(long, default_value = "1M", value_parser = size_u32)]
     pub wsize: u32,
     /// READDIRPLUS maxcount (dircount is an eighth).
-    #[arg(long, default_value_t = 64 << 10)]
+    #[arg(long, default_value = "64K", value_parser = size_u32)]
     pub dir_maxcount: u32,
     /// Send WRITE data as part of the call's XDR stream (inline, or a Long
     /// Call when too large), not DDP-eligible in a Read chunk.
     #[arg(long)]
     pub no_ddp_writes: bool,
     /// AUTH_SYS uid (default: this process's effective uid).
-    #[arg(long)]
+    #[arg(long, value_parser = num_u32)]
     pub uid: Option<u32>,
     /// AUTH_SYS gid (default: this process's effective gid).
-    #[arg(long)]
+    #[arg(long, value_parser = num_u32)]
     pub gid: Option<u32>,
     /// Print the RPC-over-RDMA counters on standard error at the end.
     #[arg(long)]

@@ -20,7 +20,7 @@ use rpcrdma::{Server, TcpConfig};
 use rpcrdma_nfs::nfs3::proc_name;
 use rpcrdma_nfs::server::{NfsService, NfsServiceConfig};
 
-use crate::rdma_cmd::{run_for, runtime_with, RdmaServeOpts};
+use crate::rdma_cmd::{run_for, runtime_with, RdmaServeOpts, Signals};
 
 /// `rpcrdma nfs serve`.
 #[derive(Args, Debug)]
@@ -76,7 +76,7 @@ pub fn run(args: NfsServeArgs) -> ExitCode {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("rpcrdma nfs serve: cannot listen on {}: {e}", args.listen);
-                return ExitCode::from(2);
+                return ExitCode::FAILURE;
             }
         };
         let mount = match tcp_rpc
@@ -90,15 +90,16 @@ pub fn run(args: NfsServeArgs) -> ExitCode {
                     args.mount_listen
                 );
                 rdma.shutdown().await;
-                return ExitCode::from(2);
+                return ExitCode::FAILURE;
             }
         };
+        let mut signals = Signals::install();
         let sweeper = nfs.spawn_sweeper();
         println!("exporting {}", nfs.export().path().display());
         println!("listening on {}", rdma.local_addr());
         println!("mount listening on {}", mount.local_addr());
         let _ = std::io::stdout().flush();
-        run_for(args.duration).await;
+        run_for(args.duration, &mut signals).await;
         sweeper.abort();
         report(&nfs, &rdma_rpc, &rdma);
         mount.shutdown().await;

@@ -594,7 +594,7 @@ impl fmt::Display for ConnectionError {
             ConnectionError::Completion { status, blame } => {
                 write!(f, "work request failed: {} ({blame:?})", status.name())
             }
-            ConnectionError::Disconnected(r) => write!(f, "disconnected: {r:?}"),
+            ConnectionError::Disconnected(r) => write!(f, "disconnected: {r}"),
             ConnectionError::Provider(e) => write!(f, "provider refused a post: {e}"),
             ConnectionError::Peer(p) => write!(f, "protocol violation: {p:?}"),
             ConnectionError::Timeout => f.write_str("call timed out"),

@@ -53,6 +53,9 @@ pub struct LinkInfo {
     pub local_private_data: Vec<u8>,
     /// The private data the peer sent (same form).
     pub peer_private_data: Vec<u8>,
+    /// The RDMA device carrying the connection (`siw0`, `mlx5_0`;
+    /// hardware providers only).
+    pub device: Option<String>,
 }
 
 impl LinkInfo {

@@ -22,8 +22,9 @@
 //!
 //! The checks only assert what the [contract](super) promises of every
 //! backend. Where backends may differ they accept every allowed outcome
-//! (an iWARP Send completes when transmitted, so a Send that meets
-//! receiver-not-ready may complete `Success` before the Terminate arrives);
+//! (an iWARP Send or RDMA Write completes when transmitted, so a Send that
+//! meets receiver-not-ready, or a Write to a bad STag, may complete
+//! `Success` before the Terminate arrives: [`write_outcome_allowed`]);
 //! backend tests check their exact behaviour.
 //!
 //! Nothing here panics: a failed check returns [`Failure`].
@@ -311,9 +312,25 @@ pub enum BadRemote {
     Invalidated,
 }
 
+/// Whether an RDMA Write's completion is an allowed outcome of a Write the
+/// peer refused: `RemoteAccess` where the device learns the outcome before
+/// completing the Write (InfiniBand / RoCE acknowledge every Write; the
+/// in-memory and software iWARP providers place it at once), or `Success`
+/// where a Write completes once transmitted (iWARP RNICs and Linux siw: the
+/// peer's Terminate then ends the connection, which every such check
+/// requires as well).
+pub fn write_outcome_allowed(c: &Completion) -> bool {
+    //= rfc5040#section-5.5
+    //# The Completion of an RDMA Write or Send Operation at the Local
+    //# Peer does not guarantee that the ULP Message has yet reached the
+    //# Remote Peer ULP Buffer or been examined by the Remote ULP.
+    c.opcode == Opcode::Write && matches!(c.status, Status::RemoteAccess | Status::Success)
+}
+
 /// An RDMA Write with bad remote memory completes `RemoteAccess` at the
-/// poster, touches no memory at the target, and ends the connection on both
-/// sides with every other WR flushed.
+/// poster (or `Success` where a Write completes at transmission, see
+/// [`write_outcome_allowed`]), touches no memory at the target, and ends
+/// the connection on both sides with every other WR flushed.
 pub fn write_remote_access_error<P: Provider>(h: &mut Harness<P>, bad: BadRemote) -> CheckResult {
     const N: &str = "write_remote_access_error";
     let src = register_filled(&mut h.a, 16, 0xab, Access::NONE).map_err(|e| err(N, e))?;
@@ -379,7 +396,7 @@ pub fn write_remote_access_error<P: Provider>(h: &mut Harness<P>, bad: BadRemote
     let w = h.ca.iter().find(|c| c.wr_id == 1);
     ensure!(
         N,
-        w.is_some_and(|c| c.status == Status::RemoteAccess && c.opcode == Opcode::Write),
+        w.is_some_and(write_outcome_allowed),
         "write completion {w:?} ({bad:?})"
     );
     ensure!(
@@ -403,7 +420,10 @@ pub fn write_remote_access_error<P: Provider>(h: &mut Harness<P>, bad: BadRemote
 }
 
 /// Send With Invalidate: the receiver's STag is invalidated and reported in
-/// the receive completion; a later Write with it fails.
+/// the receive completion; a later Write with it fails. A receiver without
+/// [`Caps::remote_invalidation`](super::Caps::remote_invalidation) (whose
+/// upper layer never asks a peer for it) may act on it or not, but the
+/// message is delivered whole or the connection ends with an error.
 pub fn send_with_invalidate<P: Provider>(h: &mut Harness<P>) -> CheckResult {
     const N: &str = "send_with_invalidate";
     let chunk = register_filled(&mut h.b, 16, 0, RW).map_err(|e| err(N, e))?;
@@ -425,6 +445,24 @@ pub fn send_with_invalidate<P: Provider>(h: &mut Harness<P>) -> CheckResult {
     .map_err(|e| err(N, e))?;
     ensure!(N, h.wait(1, 1), "no completions a={:?} b={:?}", h.ca, h.cb);
     let c = h.cb[0];
+    if !h.b.caps().remote_invalidation {
+        let delivered = c.status == Status::Success
+            && c.byte_len == 4
+            && matches!(c.opcode, Opcode::Recv | Opcode::RecvWithInvalidate { .. });
+        if delivered {
+            let got = h.b.region(&rbuf).map_err(|e| err(N, e))?;
+            ensure!(N, got[..4] == [5; 4], "received {got:?}");
+        } else {
+            ensure!(
+                N,
+                h.wait_down(),
+                "failed receive {c:?} did not end the connection"
+            );
+        }
+        let t = h.b.region(&chunk).map_err(|e| err(N, e))?;
+        ensure!(N, t.iter().all(|&x| x == 0), "chunk memory written");
+        return Ok(());
+    }
     ensure!(
         N,
         c.status == Status::Success
@@ -446,11 +484,7 @@ pub fn send_with_invalidate<P: Provider>(h: &mut Harness<P>) -> CheckResult {
         "write to an invalidated STag did not fail"
     );
     let w = h.ca.iter().find(|c| c.wr_id == 2);
-    ensure!(
-        N,
-        w.is_some_and(|c| c.status == Status::RemoteAccess),
-        "write {w:?}"
-    );
+    ensure!(N, w.is_some_and(write_outcome_allowed), "write {w:?}");
     let t = h.b.region(&chunk).map_err(|e| err(N, e))?;
     ensure!(N, t.iter().all(|&x| x == 0), "invalidated memory written");
     Ok(())
@@ -820,7 +854,8 @@ pub fn shared_buffer_is_a_read_only_source<P: Provider>(h: &mut Harness<P>) -> C
 }
 
 /// A peer's RDMA Write (or, without `REMOTE_READ`, RDMA Read) naming shared
-/// read-only bytes completes `RemoteAccess` at the peer, ends the
+/// read-only bytes completes `RemoteAccess` at the peer (a Write may
+/// complete `Success`, see [`write_outcome_allowed`]), ends the
 /// connection, and leaves the bytes untouched.
 pub fn shared_buffer_remote_access_refused<P: Provider>(
     h: &mut Harness<P>,
@@ -865,14 +900,24 @@ pub fn shared_buffer_remote_access_refused<P: Provider>(
     ensure!(
         N,
         h.wait_down(),
-        "connection did not go down (write {write})"
+        "connection did not go down (write {write}): a {:?} {:?}, b {:?} {:?}",
+        h.a.connection_state(),
+        h.ca,
+        h.b.connection_state(),
+        h.cb
     );
     ensure!(N, h.wait(1, 0), "no completion a={:?}", h.ca);
     let c = h.ca.iter().find(|c| c.wr_id == 1);
-    let op = if write { Opcode::Write } else { Opcode::Read };
+    let allowed = |c: &Completion| {
+        if write {
+            write_outcome_allowed(c)
+        } else {
+            c.status == Status::RemoteAccess && c.opcode == Opcode::Read
+        }
+    };
     ensure!(
         N,
-        c.is_some_and(|c| c.status == Status::RemoteAccess && c.opcode == op),
+        c.is_some_and(allowed),
         "completion {c:?} (write {write})"
     );
     ensure!(

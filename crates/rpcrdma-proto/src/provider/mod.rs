@@ -626,6 +626,37 @@ pub enum DisconnectReason {
     TransportLost,
 }
 
+impl core::fmt::Display for DisconnectReason {
+    /// In words, for messages (no enum names).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            DisconnectReason::Rejected { private_data } if private_data.is_empty() => {
+                f.write_str("the peer rejected the connection")
+            }
+            DisconnectReason::Rejected { private_data } => {
+                f.write_str("the peer rejected the connection (private data ")?;
+                for b in private_data {
+                    write!(f, "{b:02x}")?;
+                }
+                f.write_str(")")
+            }
+            DisconnectReason::LocalClose => f.write_str("closed locally"),
+            DisconnectReason::PeerClose => f.write_str("the peer closed the connection"),
+            DisconnectReason::Error { status, blame } => {
+                write!(f, "{}", status.name())?;
+                match blame {
+                    Blame::Local => f.write_str(" (our side)"),
+                    Blame::Remote => f.write_str(" (the peer's side)"),
+                    _ => Ok(()),
+                }
+            }
+            DisconnectReason::TransportLost => {
+                f.write_str("the link was lost (connection reset or closed by the peer)")
+            }
+        }
+    }
+}
+
 /// Connection state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConnectionState {
@@ -705,6 +736,14 @@ pub enum ProviderError {
     InvalidArgument(&'static str),
     /// The backend does not support this.
     Unsupported,
+    /// The memory of a registration could not be pinned: the process's
+    /// locked-memory limit (`RLIMIT_MEMLOCK`, `ulimit -l`) is too low.
+    PinLimit {
+        /// Octets the registration needed.
+        len: usize,
+        /// The limit in octets.
+        limit: u64,
+    },
 }
 
 impl fmt::Display for ProviderError {
@@ -725,6 +764,13 @@ impl fmt::Display for ProviderError {
             ProviderError::NotConnected => f.write_str("not connected"),
             ProviderError::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             ProviderError::Unsupported => f.write_str("unsupported"),
+            ProviderError::PinLimit { len, limit } => write!(
+                f,
+                "cannot pin {len} octets for RDMA: the locked-memory limit \
+                 (RLIMIT_MEMLOCK) is {} KiB; raise it (`ulimit -l unlimited`, \
+                 or LimitMEMLOCK=infinity for a systemd service)",
+                limit / 1024
+            ),
         }
     }
 }

@@ -14,8 +14,9 @@
 //! * [`ProviderConfig::Mem`]: the in-memory provider of `rpcrdma-proto`
 //!   over an in-process [`MemNetwork`] (tests; the default without the
 //!   `iwarp` feature, on one network per process);
-//! * an rdma-core verbs provider will be one more variant
-//!   (`docs/design/providers.md`).
+//! * `ProviderConfig::Verbs` (cargo feature `verbs`, on by default): the
+//!   rdma-core provider of `rpcrdma-verbs` (RDMA NICs and the kernel's
+//!   siw / rxe; `docs/verbs.md`).
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -31,6 +32,8 @@ pub use rpcrdma_iwarp::manager::IwarpCm;
 use rpcrdma_proto::engine::Config as EngineConfig;
 use rpcrdma_proto::provider::mem_cm::MemNetwork;
 use rpcrdma_proto::provider::{ConnectionManager, Provider};
+#[cfg(feature = "verbs")]
+pub use rpcrdma_verbs::{VerbsCm, VerbsConfig};
 
 use super::accept::{self, AcceptCtx, Started};
 use super::Connected;
@@ -44,6 +47,9 @@ pub enum ProviderConfig {
     /// Software iWARP over TCP.
     #[cfg(feature = "iwarp")]
     Iwarp(IwarpCm),
+    /// rdma-core verbs (libibverbs / librdmacm, loaded at run time).
+    #[cfg(feature = "verbs")]
+    Verbs(VerbsCm),
     /// The in-memory provider on an in-process network.
     Mem(MemNetwork),
 }
@@ -81,6 +87,17 @@ impl ProviderConfig {
         }
     }
 
+    /// The provider's name for tools and logs: `iwarp`, `verbs` or `mem`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            #[cfg(feature = "iwarp")]
+            ProviderConfig::Iwarp(_) => "iwarp",
+            #[cfg(feature = "verbs")]
+            ProviderConfig::Verbs(_) => "verbs",
+            ProviderConfig::Mem(_) => "mem",
+        }
+    }
+
     /// Connects to `addr` with the engine's private data, IRD and ORD and
     /// waits (blocking, at most `timeout`) until the connection is
     /// established; a reject is `ConnectionRefused` (its private data in
@@ -94,6 +111,8 @@ impl ProviderConfig {
         match self {
             #[cfg(feature = "iwarp")]
             ProviderConfig::Iwarp(cm) => connect_with(cm, addr, engine, timeout),
+            #[cfg(feature = "verbs")]
+            ProviderConfig::Verbs(cm) => connect_with(cm, addr, engine, timeout),
             ProviderConfig::Mem(net) => connect_with(net, addr, engine, timeout),
         }
     }
@@ -104,6 +123,8 @@ impl ProviderConfig {
         match self {
             #[cfg(feature = "iwarp")]
             ProviderConfig::Iwarp(cm) => accept::start(cm, addr, ctx),
+            #[cfg(feature = "verbs")]
+            ProviderConfig::Verbs(cm) => accept::start(cm, addr, ctx),
             ProviderConfig::Mem(net) => accept::start(net, addr, ctx),
         }
     }
