@@ -24,7 +24,10 @@
 //!   `private_data` (hex), `ird_ord` (RFC 6581 header of an enhanced
 //!   frame, or null) and `rpcrdma_private_data` (the object of
 //!   `rpcrdma decode --what private-data --json`);
-//! * `send`: `channel` (`"forward"`, `"backward"` for the backchannel of
+//! * `send`: `transaction` (what the Send is in its RPC transaction:
+//!   `role`, `xid`, `backchannel`, `class`, `prog`, `vers`, `proc`,
+//!   `proc_name`, and for a reply `call_packet`, `srt_seconds`; see
+//!   `decode_pcap_rpc`), `channel` (`"forward"`, `"backward"` for the backchannel of
 //!   RFC 8167 — a CALL from the responder, a REPLY from the initiator —
 //!   or null without an RPC header), `opcode` (`Send`, `SendInv`,
 //!   `SendSE`, `SendSEInv`),
@@ -47,10 +50,12 @@
 //!   `etype`, `ecode`, `description`), the framing errors the
 //!   `stream_offset` of the FPDU at fault.
 //!
-//! Without `--json` the same items are listed per connection (MPA frames
-//! with their decoded private data, each Send with the `rpcrdma decode`
-//! tree of its header, one line per other RDMAP message), then a summary
-//! line.
+//! Without `--json` the same items are listed per connection (packet
+//! number, seconds since the first record; MPA frames with their decoded
+//! private data, each Send with the `rpcrdma decode` tree of its header and
+//! a `=>` line naming its call or reply, one line per other RDMAP message),
+//! then a summary line. `--summary` prints only the summary of
+//! `decode_pcap_rpc`; `--xid` / `--proc` keep only the matching Sends.
 //!
 //! Exit status: 0 when the file parsed (whatever the streams contained), 2
 //! for a capture file that cannot be read or is malformed (after the lines
@@ -62,7 +67,10 @@ use std::io::{BufReader, Read, Write};
 use crate::cli_error::CliError;
 use std::process::ExitCode;
 
+use std::collections::HashMap;
+
 use rpcrdma_iwarp::capture::pcap::{PcapError, PcapReader, Record};
+use rpcrdma_iwarp::capture::rpc::{Filter, Message, Role, Transactions};
 use rpcrdma_iwarp::capture::{Connection, Connections, Event, PacketRef};
 use rpcrdma_iwarp::dissect::{Error, Item, SendMessage, Side};
 use rpcrdma_iwarp::mpa::{FrameKind, MpaFrame};
@@ -75,7 +83,22 @@ struct Out {
     json: bool,
     w: Box<dyn Write>,
     texts: Vec<Vec<String>>,
+    /// Time of the capture's first record (text times are relative to it,
+    /// as Wireshark shows them).
+    first_time: Option<u64>,
 }
+
+/// Where a call's text line is, to say later which packet answered it:
+/// (connection, line) and the offset of its transaction line.
+struct CallLine {
+    conn: usize,
+    line: usize,
+    at: usize,
+    msg: Message,
+}
+
+/// A call: connection, calling side, XID, packet number.
+type CallKey = (usize, usize, u32, Option<u64>);
 
 impl Out {
     fn print(&mut self, s: &str) {
@@ -144,7 +167,14 @@ impl Named<'_> {
             out.print(&line);
         } else {
             let at = pkt.map_or_else(|| "end".to_string(), |p| format!("#{}", p.number));
-            let line = format!("  {at:>6} {} {text}", self.arrow(d));
+            let time = match (pkt, out.first_time) {
+                (Some(p), Some(t0)) => {
+                    let ns = i128::from(p.nanos) - i128::from(t0);
+                    format!("{:>11.6}", ns as f64 / 1e9)
+                }
+                _ => format!("{:>11}", ""),
+            };
+            let line = format!("  {at:>6} {time} {} {text}", self.arrow(d));
             if out.texts.len() <= self.idx {
                 out.texts.resize_with(self.idx + 1, Vec::new);
             }
@@ -166,42 +196,151 @@ fn obj(v: Value) -> Map<String, Value> {
     }
 }
 
+/// What `rpcrdma decode --pcap` prints besides the items.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// JSON lines instead of the text listing.
+    pub json: bool,
+    /// Only the summary (SRT per procedure, message classes, chunk
+    /// types), no items.
+    pub summary: bool,
+    /// Only the Sends (and the summary counts) that pass.
+    pub filter: Filter,
+}
+
 /// The presenter: feed it the records of a capture with
 /// [`Decoder::packet`], then call [`Decoder::finish`]; it writes what
 /// `rpcrdma decode --pcap` prints.
 pub struct Decoder {
     out: Out,
+    opts: Options,
     conns: Connections,
     events: Vec<Event>,
+    tx: Transactions,
+    calls: HashMap<CallKey, CallLine>,
 }
 
 impl Decoder {
     /// A presenter writing JSON lines (`json`) or the text listing to `w`.
     pub fn new(json: bool, w: Box<dyn Write>) -> Self {
+        Self::with_options(
+            Options {
+                json,
+                ..Options::default()
+            },
+            w,
+        )
+    }
+
+    /// A presenter with `opts`, writing to `w`.
+    pub fn with_options(opts: Options, w: Box<dyn Write>) -> Self {
         Decoder {
             out: Out {
-                json,
+                json: opts.json,
                 w,
                 texts: Vec::new(),
+                first_time: None,
             },
+            tx: Transactions::with_filter(opts.filter.clone()),
+            opts,
             conns: Connections::new(),
             events: Vec::new(),
+            calls: HashMap::new(),
         }
     }
 
     /// Dissects one record and prints what it completes.
     pub fn packet(&mut self, rec: &Record<'_>) {
+        self.out.first_time.get_or_insert_with(|| {
+            rec.ts_sec
+                .saturating_mul(1_000_000_000)
+                .saturating_add(u64::from(rec.ts_nsec))
+        });
         self.conns.record(rec, &mut self.events);
         self.present();
     }
 
     fn present(&mut self) {
-        for e in self.events.drain(..) {
+        let filtered = self.opts.filter != Filter::default();
+        for e in std::mem::take(&mut self.events) {
             let Some(c) = self.conns.get(e.conn) else {
                 continue;
             };
             let conn = Named { idx: e.conn, c };
-            present(&mut self.out, &conn, e.side, e.packet, &e.item);
+            let msg = self.tx.event(&e, conn.initiator());
+            if self.opts.summary {
+                continue;
+            }
+            let shown = match &msg {
+                Some(m) => self.opts.filter.matches(m.xid, m.proc),
+                None => !filtered,
+            };
+            if !shown {
+                continue;
+            }
+            present(
+                &mut self.out,
+                &conn,
+                e.side,
+                e.packet,
+                &e.item,
+                msg.as_ref(),
+            );
+            if let (Some(m), false) = (msg, self.out.json) {
+                self.link_call(&e, m);
+            }
+        }
+    }
+
+    /// Text listing: remembers a call's line; on its reply, says on the
+    /// call's line which packet answered it.
+    fn link_call(&mut self, e: &Event, m: Message) {
+        let conn = e.conn;
+        match m.role {
+            Some(Role::Call) => {
+                let Some(line) = self.out.texts.get(conn).map(|t| t.len().saturating_sub(1)) else {
+                    return;
+                };
+                let at = self.out.texts[conn][line].rfind("\n").map_or(0, |i| i + 1);
+                let key = (conn, e.side.index(), m.xid, e.packet.map(|p| p.number));
+                self.calls.insert(
+                    key,
+                    CallLine {
+                        conn,
+                        line,
+                        at,
+                        msg: m,
+                    },
+                );
+            }
+            Some(Role::Reply) => {
+                let Some(c) = m.call else {
+                    return;
+                };
+                let key = (
+                    conn,
+                    e.side.peer().index(),
+                    m.xid,
+                    c.packet.map(|p| p.number),
+                );
+                let Some(mut cl) = self.calls.remove(&key) else {
+                    return;
+                };
+                cl.msg.proc = m.proc;
+                let reply = e.packet.map(|p| (p.number, c.srt));
+                let text = crate::decode_pcap_rpc::transaction_text(&cl.msg, reply);
+                if let Some(s) = self
+                    .out
+                    .texts
+                    .get_mut(cl.conn)
+                    .and_then(|t| t.get_mut(cl.line))
+                {
+                    s.truncate(cl.at);
+                    s.push_str(&" ".repeat(13));
+                    s.push_str(&text);
+                }
+            }
+            None => {}
         }
     }
 
@@ -210,15 +349,21 @@ impl Decoder {
     pub fn finish(&mut self) {
         self.conns.finish(&mut self.events);
         self.present();
-        if !self.out.json {
+        if self.opts.summary {
+            self.print_summary();
+        } else if !self.out.json {
             let mut texts = std::mem::take(&mut self.out.texts);
             texts.resize_with(self.conns.all().len(), Vec::new);
             let mut n = 0;
+            let filtered = self.opts.filter != Filter::default();
             for (idx, (c, lines)) in self.conns.all().iter().zip(texts).enumerate() {
                 if !c.is_mpa() {
                     continue;
                 }
                 n += 1;
+                if filtered && lines.is_empty() {
+                    continue;
+                }
                 let head = format!(
                     "connection {} (initiator -> responder; I->R / R->I below)",
                     Named { idx, c }.name()
@@ -248,12 +393,38 @@ impl Decoder {
         }
         let _ = self.out.w.flush();
     }
+
+    fn mpa_connections(&self) -> usize {
+        self.conns.all().iter().filter(|c| c.is_mpa()).count()
+    }
+
+    fn print_summary(&mut self) {
+        let n = self.mpa_connections();
+        let stats = self.conns.stats();
+        let s = self.tx.finish().clone();
+        if self.out.json {
+            let v = crate::decode_pcap_rpc::summary_json(&s, stats, n);
+            self.out.print(&v.to_string());
+        } else {
+            self.out.print(&crate::decode_pcap_rpc::summary_text(&s));
+            let tail = format!("{} packets, {} MPA connection(s)", stats.packets, n);
+            self.out.print(&tail);
+        }
+    }
 }
 
-/// Prints one item of direction `d` of `conn`.
-fn present(out: &mut Out, conn: &Named<'_>, d: Side, pkt: Option<PacketRef>, item: &Item) {
+/// Prints one item of direction `d` of `conn` (`msg`: what a Send is in
+/// its RPC transaction).
+fn present(
+    out: &mut Out,
+    conn: &Named<'_>,
+    d: Side,
+    pkt: Option<PacketRef>,
+    item: &Item,
+    msg: Option<&Message>,
+) {
     let frame = item.name();
-    let (fields, text) = match item {
+    let (mut fields, mut text) = match item {
         Item::Mpa(f) => mpa(out.json, f),
         Item::Send(s) => send(out.json, s, conn.initiator() == d),
         Item::Tagged {
@@ -262,6 +433,7 @@ fn present(out: &mut Out, conn: &Named<'_>, d: Side, pkt: Option<PacketRef>, ite
             to,
             len,
             last,
+            ..
         } => {
             let name = if *opcode == Opcode::WRITE {
                 "RDMA Write"
@@ -294,6 +466,21 @@ fn present(out: &mut Out, conn: &Named<'_>, d: Side, pkt: Option<PacketRef>, ite
         }
         Item::Error(e) => error(e),
     };
+    if let Item::Send(_) = item {
+        use crate::decode_pcap_rpc::{transaction_json, transaction_text};
+        if out.json {
+            fields.insert(
+                "transaction".into(),
+                msg.map_or(Value::Null, transaction_json),
+            );
+        } else if let Some(m) = msg {
+            text.push_str(&format!(
+                "\n{}{}",
+                " ".repeat(13),
+                transaction_text(m, None)
+            ));
+        }
+    }
     conn.emit(out, d, pkt, frame, fields, text);
 }
 
@@ -484,7 +671,8 @@ fn fail(json: bool, e: &PcapError) -> ExitCode {
 }
 
 /// Runs `rpcrdma decode --pcap PATH` (`-` = standard input).
-pub fn run(path: &str, json: bool) -> ExitCode {
+pub fn run(path: &str, opts: Options) -> ExitCode {
+    let json = opts.json;
     let input: Box<dyn Read> = if path == "-" {
         Box::new(std::io::stdin())
     } else {
@@ -501,7 +689,7 @@ pub fn run(path: &str, json: bool) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(json, &e),
     };
-    let mut dec = Decoder::new(json, Box::new(std::io::BufWriter::new(std::io::stdout())));
+    let mut dec = Decoder::with_options(opts, Box::new(std::io::BufWriter::new(std::io::stdout())));
     loop {
         match reader.next_record() {
             Ok(Some(rec)) => dec.packet(&rec),

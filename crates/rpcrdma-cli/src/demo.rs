@@ -40,7 +40,7 @@ use rpcrdma::{
 use rpcrdma_iwarp::capture::{self, Recorded};
 use rpcrdma_iwarp::dissect::{self, ErrorKind, Side};
 use rpcrdma_iwarp::rdmap::Opcode;
-use rpcrdma_iwarp::tcp::{Capture, Direction, IwarpProvider};
+use rpcrdma_iwarp::tcp::{Capture, IwarpProvider, TimedChunk};
 use rpcrdma_proto::engine::{Config as EngineConfig, RpcRdmaVersion};
 use rpcrdma_proto::provider::{ConnectionState, Provider};
 use serde_json::Value;
@@ -141,9 +141,9 @@ fn line(side: Side, it: dissect::Item) -> Option<Item> {
 /// The listing of newly recorded segments: what the dissector finds, the
 /// MPA frames left out (the connection line shows them), consecutive
 /// tagged segments of one direction merged into one line.
-fn listing(rec: &mut Recorded, segs: Vec<(Direction, Vec<u8>)>) -> Vec<Item> {
+fn listing(rec: &mut Recorded, segs: Vec<TimedChunk>) -> Vec<Item> {
     let mut found = Vec::new();
-    rec.feed(segs, &mut found);
+    rec.feed_timed(segs, &mut found);
     let mut merged: Vec<Item> = Vec::new();
     for it in found.into_iter().filter_map(|(side, it)| line(side, it)) {
         if let (
@@ -333,11 +333,11 @@ fn connector(
     })
 }
 
-fn take_capture(meta: &Mutex<ConnMeta>) -> Vec<(Direction, Vec<u8>)> {
+fn take_capture(meta: &Mutex<ConnMeta>) -> Vec<TimedChunk> {
     meta.lock()
         .unwrap_or_else(|e| e.into_inner())
         .capture
-        .take()
+        .take_timed()
 }
 
 /// Runs `rpcrdma demo`.
@@ -416,15 +416,22 @@ async fn run(args: DemoArgs) -> Result<bool, String> {
             .unwrap_or(0);
         let mut bytes = Vec::new();
         for (i, s) in sessions.into_iter().enumerate() {
-            let segs = s.rec.streams(take_capture(&s.meta));
+            // Each segment stamped when it was written or read; the
+            // handshake just before the first.
+            let segs = s.rec.streams_timed(take_capture(&s.meta));
+            let first = segs.iter().find_map(|(t, _, _)| *t).unwrap_or(now);
             let local = s
                 .meta
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .local
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 40000 + i as u16)));
-            let one =
-                capture::write::tcp_session(local, s.server, &segs, now + i as u64 * 1_000_000);
+            let one = capture::write::tcp_session_timed(
+                local,
+                s.server,
+                &segs,
+                first.saturating_sub(100),
+            );
             // One pcap: the first session's file header, every session's
             // records.
             bytes.extend_from_slice(if i == 0 { &one[..] } else { &one[24..] });

@@ -10,6 +10,7 @@
 
 pub mod cli_error;
 pub mod decode_pcap;
+mod decode_pcap_rpc;
 pub mod failure;
 pub mod json_header;
 pub mod json_misc;

@@ -398,9 +398,9 @@ fn oracle_text_listing() {
         "RDMA_DONE",
         "ERR_CHUNK",
         "rpc: CALL xid 0x11111111 prog 100003 vers 3 proc 1",
-        "#9 R->I RDMA Write STag 0xabcd0001 TO 0x7f0000001000 length 512 (last)",
-        "#12 R->I RDMA Read Request MSN 1: 136 octets",
-        "#13 I->R RDMA Read Response STag 0x00005151",
+        "#9    0.000799 R->I RDMA Write STag 0xabcd0001 TO 0x7f0000001000 length 512 (last)",
+        "#12    0.001099 R->I RDMA Read Request MSN 1: 136 octets",
+        "#13    0.001199 I->R RDMA Read Response STag 0x00005151",
         "Send with Invalidate MSN 6 (invalidate STag 0xabcd0003)",
         "23 packets, 23 TCP segments",
     ] {

@@ -98,21 +98,45 @@ pub enum Direction {
     Received,
 }
 
-/// Recorded TCP payload chunks of one provider, in order; clones share
-/// the recording ([`IwarpProvider::capture`]).
+/// Recorded TCP payload chunks of one provider, in order, each with the
+/// time it was written or read; clones share the recording
+/// ([`IwarpProvider::capture`]).
 #[derive(Clone, Debug, Default)]
-pub struct Capture(Arc<Mutex<Vec<Chunk>>>);
+pub struct Capture(Arc<Mutex<Vec<TimedChunk>>>);
 
 /// One captured chunk of TCP payload.
 pub type Chunk = (Direction, Vec<u8>);
 
+/// A captured chunk and when it went out or came in (microseconds since
+/// the Unix epoch, as a capture file stamps packets).
+pub type TimedChunk = (u64, Direction, Vec<u8>);
+
+/// Now, in microseconds since the Unix epoch (0 before it).
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 impl Capture {
-    fn push(&self, chunk: Chunk) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(chunk);
+    fn push(&self, (dir, data): Chunk) {
+        let t = now_micros();
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((t, dir, data));
     }
 
     /// The chunks recorded since the last call.
     pub fn take(&self) -> Vec<Chunk> {
+        self.take_timed()
+            .into_iter()
+            .map(|(_, d, data)| (d, data))
+            .collect()
+    }
+
+    /// The chunks recorded since the last call, with their times.
+    pub fn take_timed(&self) -> Vec<TimedChunk> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }

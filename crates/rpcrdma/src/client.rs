@@ -439,10 +439,23 @@ impl Client {
                 // RPC-over-RDMA: the transmission borrowed (the header handed
                 // over with the last one, as the blocking client does), the
                 // call ended at its deadline by the transport.
-                let rx = rdma
-                    .start_call(call.next_ref(), deadline)
+                let wait = rdma
+                    .start_call_waiting(call.next_ref(), deadline)
                     .map_err(refused_or_transport)?;
-                let t = self.settled_by_transport(rx, deadline).await;
+                let t = self.settled(wait.await, deadline);
+                match call.settle(t)? {
+                    Some(m) => break m,
+                    None => continue,
+                }
+            }
+            if let (Some(tcp), Some(d)) = (self.transport.as_tcp(), deadline) {
+                // ONC RPC over TCP: the reply waited for in a slot, read
+                // by the caller itself while its call is the only one, the
+                // call ended at its deadline by the transport.
+                let wait = tcp
+                    .start_call_waiting(call.next(), d)
+                    .map_err(refused_or_transport)?;
+                let t = self.settled(wait.await, deadline);
                 match call.settle(t)? {
                     Some(m) => break m,
                     None => continue,
@@ -454,10 +467,10 @@ impl Client {
             }
             .map_err(refused_or_transport)?;
             let t = if timed {
-                self.settled_by_transport(rx, deadline).await
+                self.settled(rx.await.ok(), deadline)
             } else {
                 match tokio::time::timeout(timeout, rx).await {
-                    Ok(r) => self.received(r),
+                    Ok(r) => self.received(r.ok()),
                     Err(_) => {
                         self.transport.cancel(xid);
                         Transmission::TimedOut
@@ -473,17 +486,17 @@ impl Client {
 }
 
 impl Client {
-    /// The outcome of a transmission the transport times out itself (see
-    /// [`ClientTransport::send_call_until`]): a receiver closed without an
-    /// outcome at or after the deadline is the timeout (the transport has
-    /// forgotten the call already), unless the connection is closed.
-    async fn settled_by_transport(
+    /// The outcome `r` of a transmission the transport times out itself
+    /// (see [`ClientTransport::send_call_until`]; `None`: the transport
+    /// dropped it): dropped at or after the deadline is the timeout (the
+    /// transport has forgotten the call already), unless the connection is
+    /// closed.
+    fn settled(
         &self,
-        rx: crate::transport::ReplyReceiver,
+        r: Option<Result<Message, TransportError>>,
         deadline: Option<std::time::Instant>,
     ) -> Transmission {
-        let r = rx.await;
-        if r.is_err()
+        if r.is_none()
             && deadline.is_some_and(|d| std::time::Instant::now() >= d)
             && self.transport.closed_reason().is_none()
         {
@@ -492,15 +505,12 @@ impl Client {
         self.received(r)
     }
 
-    /// A transmission's outcome from its receiver.
-    fn received(
-        &self,
-        r: Result<Result<Message, TransportError>, tokio::sync::oneshot::error::RecvError>,
-    ) -> Transmission {
+    /// A transmission's outcome from its receiver (`None`: dropped).
+    fn received(&self, r: Option<Result<Message, TransportError>>) -> Transmission {
         match r {
-            Ok(Ok(m)) => Transmission::Reply(m),
-            Ok(Err(e)) => Transmission::Failed(e),
-            Err(_) => Transmission::Dropped(self.transport.closed_reason()),
+            Some(Ok(m)) => Transmission::Reply(m),
+            Some(Err(e)) => Transmission::Failed(e),
+            None => Transmission::Dropped(self.transport.closed_reason()),
         }
     }
 }

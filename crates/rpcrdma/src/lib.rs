@@ -69,6 +69,7 @@ pub mod rdma;
 pub mod reconnect;
 pub mod record;
 pub mod server;
+mod slot;
 pub mod tcp;
 mod tcp_write;
 pub mod testprog;

@@ -18,6 +18,9 @@ pub struct PacketRef {
     pub number: u64,
     /// Time stamp, seconds.
     pub time: f64,
+    /// The same time stamp in nanoseconds since the epoch, exact (for
+    /// differences: service response times).
+    pub nanos: u64,
 }
 
 /// One item of one connection.
@@ -177,6 +180,10 @@ impl Connections {
         let pkt = PacketRef {
             number: rec.number,
             time: rec.time(),
+            nanos: rec
+                .ts_sec
+                .saturating_mul(1_000_000_000)
+                .saturating_add(u64::from(rec.ts_nsec)),
         };
         match pcap::parse_packet(rec.linktype, rec.data) {
             Packet::Tcp(seg) => {

@@ -3,7 +3,9 @@
 //! and dissected as iWARP ([`Connections`], over [`crate::dissect`]), the
 //! streams one end of a live connection recorded ([`Recorded`]: dissected
 //! as they come, completed with the MPA frames recording missed), and
-//! writing a capture of one connection ([`write`](mod@write)). Behind the
+//! writing a capture of one connection ([`write`](mod@write)), and the RPC
+//! transactions of the Sends: calls matched to replies, service response
+//! times, message-class and chunk counts ([`rpc`]). Behind the
 //! `capture` feature (std only, no dependency): the runtime does not need
 //! it, `rpcrdma decode --pcap` and `rpcrdma demo` do.
 //!
@@ -39,6 +41,7 @@
 pub mod connections;
 pub mod pcap;
 pub mod recorded;
+pub mod rpc;
 pub mod tcp_reassembly;
 pub mod write;
 

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 
 use super::pcap::{tcp_flags, LINKTYPE_ETHERNET, MAGIC_USEC, MAX_RECORD_LEN};
+use super::recorded::StampedChunk;
 use crate::tcp::Direction;
 
 /// Largest TCP payload written in one packet.
@@ -32,6 +33,7 @@ fn csum(data: &[u8], init: u32) -> u16 {
 pub struct PcapWriter {
     buf: Vec<u8>,
     t: u64,
+    next: Option<u64>,
 }
 
 impl PcapWriter {
@@ -49,7 +51,15 @@ impl PcapWriter {
         PcapWriter {
             buf,
             t: start_micros,
+            next: None,
         }
+    }
+
+    /// Stamps the next packet `micros` (microseconds since the Unix epoch;
+    /// never before the previous packet) instead of 10 µs after the
+    /// previous one.
+    pub fn at(&mut self, micros: u64) {
+        self.next = Some(micros);
     }
 
     /// Appends one TCP segment (IPv4 only: other addresses are skipped).
@@ -99,7 +109,10 @@ impl PcapWriter {
         frame.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0x08, 0x00]);
         frame.extend_from_slice(&ip);
         frame.extend_from_slice(&tcp);
-        self.t += 10;
+        self.t = match self.next.take() {
+            Some(t) => t.max(self.t),
+            None => self.t + 10,
+        };
         self.buf
             .extend_from_slice(&((self.t / 1_000_000) as u32).to_le_bytes());
         self.buf
@@ -126,6 +139,20 @@ pub fn tcp_session(
     segs: &[(Direction, Vec<u8>)],
     start_micros: u64,
 ) -> Vec<u8> {
+    let segs: Vec<StampedChunk> = segs.iter().map(|(d, b)| (None, *d, b.clone())).collect();
+    tcp_session_timed(client, server, &segs, start_micros)
+}
+
+/// [`tcp_session`] stamping each segment that has a time (microseconds
+/// since the Unix epoch, what [`super::Recorded::streams_timed`] gives)
+/// with it; the others, the handshake and the FINs 10 µs after the packet
+/// before (the handshake from `start_micros`).
+pub fn tcp_session_timed(
+    client: SocketAddr,
+    server: SocketAddr,
+    segs: &[StampedChunk],
+    start_micros: u64,
+) -> Vec<u8> {
     use tcp_flags::{ACK, FIN, PSH, SYN};
     let mut p = PcapWriter::new(start_micros);
     let (mut cs, mut ss) = (0x1000_0000u32, 0x2000_0000u32);
@@ -134,8 +161,11 @@ pub fn tcp_session(
     cs = cs.wrapping_add(1);
     ss = ss.wrapping_add(1);
     p.tcp(client, server, cs, ss, ACK, &[]);
-    for (d, data) in segs {
+    for (t, d, data) in segs {
         for piece in data.chunks(MAX_SEGMENT) {
+            if let Some(t) = t {
+                p.at(*t);
+            }
             if *d == Direction::Sent {
                 p.tcp(client, server, cs, ss, PSH | ACK, piece);
                 cs = cs.wrapping_add(piece.len() as u32);

@@ -100,6 +100,11 @@ fn ulpdu(side: Side, fs: &mut FpduState, u: &[u8], out: &mut Items) {
                 to: t.to,
                 len: payload.len(),
                 last: t.last,
+                head: payload
+                    .iter()
+                    .take(super::TAGGED_HEAD_LEN)
+                    .copied()
+                    .collect(),
             };
             out.push((side, item));
         }

@@ -113,8 +113,8 @@ pub enum Item {
     Mpa(MpaFrame),
     /// A reassembled Send.
     Send(SendMessage),
-    /// One DDP segment of an RDMA Write or Read Response (the payload is
-    /// not kept).
+    /// One DDP segment of an RDMA Write or Read Response (only the first
+    /// [`TAGGED_HEAD_LEN`] octets of the payload are kept).
     Tagged {
         /// `WRITE` or `READ_RESPONSE`.
         opcode: Opcode,
@@ -126,6 +126,10 @@ pub enum Item {
         len: usize,
         /// The L bit.
         last: bool,
+        /// The first octets of the payload (at most [`TAGGED_HEAD_LEN`]):
+        /// enough to peek at an RPC call carried in a position-zero Read
+        /// chunk ([`rpcrdma_proto::wire::rpc::RpcPeek`]).
+        head: Vec<u8>,
     },
     /// An RDMA Read Request.
     ReadRequest {
@@ -161,6 +165,11 @@ impl Item {
         }
     }
 }
+
+/// Octets of a tagged segment's payload an [`Item::Tagged`] keeps: the
+/// words of an RPC call header up to its procedure number, and a little
+/// more.
+pub const TAGGED_HEAD_LEN: usize = 32;
 
 /// What is wrong; [`ErrorKind::name`] is the stable name (module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -55,6 +55,7 @@ use core::fmt;
 use crate::xdr::{var_opaque_len, DecodeErrorKind, EncodeError, Reader, Writer, XdrEncode};
 use crate::{DecodeError, Limits};
 
+pub mod names;
 mod peek;
 pub use peek::RpcPeek;
 
