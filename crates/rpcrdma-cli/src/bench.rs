@@ -37,7 +37,7 @@ use rpcrdma::testprog::{
 };
 use rpcrdma::{
     CallContext, Client, ClientConfig, Handler, HandlerError, HandlerFuture, Message,
-    MetricsSnapshot, RpcError, Server, ServerConfig, TcpConfig, TcpServer,
+    MetricsSnapshot, ProcStats, RpcError, Server, ServerConfig, Side, TcpConfig, TcpServer,
 };
 use rpcrdma_cli::cli_error::CliError;
 use serde_json::{json, Map, Value};
@@ -246,6 +246,9 @@ pub struct ConnectOptions {
     pub blocking: bool,
     /// RDMA only: link and engine options (`--crc` on TCP is refused).
     pub link: LinkArgs,
+    /// The per-procedure statistics every connection counts into (`None`:
+    /// each its own).
+    pub stats: Option<Arc<ProcStats>>,
 }
 
 /// An established client and what is known of its transport parameters.
@@ -279,6 +282,14 @@ impl BenchClient {
         match self {
             BenchClient::Async(c) => c.metrics(),
             BenchClient::Blocking(c) => lock(c).metrics(),
+        }
+    }
+
+    /// The client's per-procedure statistics.
+    pub fn stats(&self) -> Arc<ProcStats> {
+        match self {
+            BenchClient::Async(c) => c.stats().clone(),
+            BenchClient::Blocking(c) => lock(c).stats().clone(),
         }
     }
 
@@ -352,6 +363,7 @@ pub async fn connect(
 ) -> Result<Connected, String> {
     let config = ClientConfig {
         reply_max: opts.reply_max,
+        stats: opts.stats.clone(),
         ..ClientConfig::default()
     };
     match transport {
@@ -970,6 +982,9 @@ pub async fn run_load(
     params: &Map<String, Value>,
 ) -> Report {
     let spec = Arc::new(spec);
+    // Every client counts into the same table (`ConnectOptions::stats`).
+    let stats = clients.first().map(BenchClient::stats);
+    let stats_before = stats.as_ref().map(|s| s.snapshot()).unwrap_or_default();
     if !spec.warmup.is_zero() {
         phase(clients, &spec, Stop::Duration(spec.warmup), false).await;
     }
@@ -986,6 +1001,9 @@ pub async fn run_load(
     let mut params = params.clone();
     params.insert("wire_bytes_sent".into(), json!(sent));
     params.insert("wire_bytes_received".into(), json!(rx));
+    let proc_stats = stats.map_or(Value::Null, |s| {
+        rpcrdma_cli::proc_stats::since_json(&s, &stats_before)
+    });
     Report {
         proc: spec.proc.name().into(),
         size: spec.size as u64,
@@ -999,6 +1017,7 @@ pub async fn run_load(
         latency: r.latency,
         cpu: r.cpu,
         params,
+        proc_stats,
         proc_num: Some(spec.proc.number()),
         interrupted,
     }
@@ -1138,6 +1157,7 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, CliError> {
             reply_max: u32::try_from(max + 64 * 1024).unwrap_or(u32::MAX),
             blocking: args.blocking,
             link: args.link.clone(),
+            stats: Some(Arc::new(ProcStats::new(Side::Client))),
         };
         let rss0 = match args.report_server_rss {
             Some(pid) => Some((
@@ -1442,6 +1462,7 @@ mod tests {
                 reply_max: 1 << 20,
                 blocking: false,
                 link: crc_link(Some(true)),
+                stats: None,
             },
         )
         .await
@@ -1462,6 +1483,7 @@ mod tests {
             reply_max: 1 << 20,
             blocking: false,
             link: crc_link(Some(false)),
+            stats: None,
         };
         let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
         assert!(e.contains("--crc"), "{e}");
@@ -1491,6 +1513,7 @@ mod tests {
             reply_max: 1 << 20,
             blocking: true,
             link: crc_link(Some(true)),
+            stats: None,
         };
         let mut clients = Vec::new();
         let mut params = Map::new();
@@ -1556,6 +1579,7 @@ mod tests {
             reply_max: 1 << 20,
             blocking: false,
             link: LinkArgs::default(),
+            stats: None,
         };
         let mut clients = Vec::new();
         for _ in 0..2 {
@@ -1618,6 +1642,7 @@ mod tests {
                 reply_max: 1 << 20,
                 blocking: false,
                 link: LinkArgs::default(),
+                stats: None,
             },
         )
         .await

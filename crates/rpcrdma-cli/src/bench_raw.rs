@@ -111,6 +111,7 @@ pub fn run(
         latency,
         cpu,
         params,
+        proc_stats: serde_json::Value::Null,
         proc_num: None,
         interrupted: false,
     })

@@ -161,6 +161,9 @@ pub struct Report {
     pub cpu: CpuTimes,
     /// Negotiated or configured transport parameters, where known.
     pub params: Map<String, Value>,
+    /// The clients' per-procedure statistics of this point (warm-up
+    /// included), `null` where not counted (raw TCP).
+    pub proc_stats: Value,
     /// The test program's procedure number (None for raw TCP).
     pub proc_num: Option<u32>,
     /// The measured phase was cut short by SIGINT / SIGTERM.
@@ -241,6 +244,7 @@ impl Report {
             "errors": self.errors,
             "first_error": self.first_error,
             "params": Value::Object(self.params.clone()),
+            "proc_stats": self.proc_stats,
         })
     }
 

@@ -34,9 +34,11 @@ pub struct DecodeArgs {
     /// The input is raw octets, not hex text.
     #[arg(long)]
     pub raw: bool,
-    /// What the input holds.
-    #[arg(long, value_enum, default_value_t = What::Header)]
-    pub what: What,
+    /// What the input holds (default: a transport header; input that is
+    /// not one but is RFC 8797 private data or an RPC message is decoded as
+    /// that, with a note on standard error).
+    #[arg(long, value_enum)]
+    pub what: Option<What>,
     /// Print exactly one JSON object instead of a readable tree (with
     /// `--pcap`: one JSON object per line).
     #[arg(long)]
@@ -113,9 +115,10 @@ pub fn run(args: DecodeArgs) -> ExitCode {
         }
     };
     let out = match args.what {
-        What::Header => crate::json_header::decode_header(&bytes, args.json),
-        What::PrivateData => crate::json_misc::decode_private_data(&bytes, args.json),
-        What::Rpc => crate::json_misc::decode_rpc(&bytes, args.json),
+        Some(What::Header) => crate::json_header::decode_header(&bytes, args.json),
+        Some(What::PrivateData) => crate::json_misc::decode_private_data(&bytes, args.json),
+        Some(What::Rpc) => crate::json_misc::decode_rpc(&bytes, args.json),
+        None => detect(&bytes, args.json),
     };
     match out {
         Ok(text) => {
@@ -124,6 +127,37 @@ pub fn run(args: DecodeArgs) -> ExitCode {
         }
         Err(f) => fail(&args, f),
     }
+}
+
+/// Without `--what`: a transport header when its version word says
+/// version 1 or 2; else RFC 8797 private data (its format identifier
+/// found), else an RPC message, else the header's result; a failure
+/// suggests `--what`.
+fn detect(bytes: &[u8], json: bool) -> Result<String, Failure> {
+    use rpcrdma_proto::wire::private_data::PeerPrivateData;
+    let vers = bytes
+        .get(4..8)
+        .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+    if !matches!(vers, Some(1 | 2)) {
+        if PeerPrivateData::find(bytes).offset().is_some() {
+            eprintln!("rpcrdma decode: not a transport header: RFC 8797 private data, decoded as --what private-data");
+            return crate::json_misc::decode_private_data(bytes, json);
+        }
+        if let Ok(s) = crate::json_misc::decode_rpc(bytes, json) {
+            eprintln!(
+                "rpcrdma decode: not a transport header: an RPC message, decoded as --what rpc"
+            );
+            return Ok(s);
+        }
+    }
+    crate::json_header::decode_header(bytes, json).map_err(|mut f| {
+        f.detail = format!(
+            "{} (as an RPC-over-RDMA transport header; for private data or an RPC message use \
+             --what private-data or --what rpc)",
+            f.detail
+        );
+        f
+    })
 }
 
 fn fail(args: &DecodeArgs, f: Failure) -> ExitCode {

@@ -15,3 +15,4 @@ pub mod failure;
 pub mod json_header;
 pub mod json_misc;
 pub mod num_args;
+pub mod proc_stats;

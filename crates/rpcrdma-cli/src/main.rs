@@ -11,6 +11,7 @@ mod decode;
 mod demo;
 mod demo_v2;
 mod input;
+mod logging;
 mod nfs;
 mod nfs4;
 mod rdma_cmd;
@@ -27,6 +28,13 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "rpcrdma", version, about)]
 struct Cli {
+    /// More log on standard error: -v info, -vv debug, -vvv trace
+    /// (RUST_LOG, when set, decides instead).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Less log: -q errors only, -qq none.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    quiet: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -54,6 +62,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Serving commands log their connections at info by default.
+    let serving = match &cli.command {
+        Command::Serve(_) => true,
+        Command::Bench(b) => b.serve,
+        Command::Nfs(n) => n.is_serve(),
+        _ => false,
+    };
+    logging::init(serving, cli.verbose, cli.quiet);
     match cli.command {
         Command::Decode(args) => decode::run(args),
         Command::Serve(args) => rdma_cmd::serve(args),

@@ -28,6 +28,7 @@ use rpcrdma_nfs::client4::{probe_backchannel, Nfs4Options, ProbeOptions, ProbeRe
 use serde_json::json;
 
 use crate::rdma_cmd::{runtime, LinkArgs};
+use rpcrdma_cli::cli_error::CliError;
 
 /// `rpcrdma nfs4`.
 #[derive(Args, Debug)]
@@ -89,8 +90,8 @@ fn probe(a: ProbeArgs) -> ExitCode {
     let target = match parse_target(&a.target) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("rpcrdma nfs4 probe-backchannel: {e}");
-            return ExitCode::from(2);
+            return CliError::bad_input("bad-target", "parse-arguments", e.to_string())
+                .report("nfs4 probe-backchannel", a.json)
         }
     };
     let mut nfs4 = Nfs4Options {
@@ -140,7 +141,9 @@ fn probe(a: ProbeArgs) -> ExitCode {
                 "cb_null_received": rep.cb_null_received,
                 "cb_recall_received": rep.cb_recall_received,
                 "delegreturn_ok": rep.delegreturn_ok,
-                "error": rep.error,
+                "error": rep.error.as_ref().map(|e| {
+                    CliError::failed("nfs4", "probe-backchannel", e.clone()).error_json()
+                }),
             })
         );
     } else {

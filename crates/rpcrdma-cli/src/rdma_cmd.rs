@@ -56,10 +56,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
+use rpcrdma::prometheus::{Exporter, MetricsServer};
 use rpcrdma::rdma::provider::{IwarpCm, IwarpConfig, ProviderConfig, VerbsCm};
 use rpcrdma::rdma::{
     connect_client, RdmaClientConfig, RdmaClientTransport, RdmaServer, RdmaServerConfig, RdmaStatus,
 };
+use rpcrdma::rpcbind;
 use rpcrdma::testprog::{self, TEST_MAX_DATA, TEST_PROG, TEST_VERS};
 use rpcrdma::{
     CallOptions, Client, ClientConfig, Message, ReconnectPolicy, ReplyError, RpcError, Server,
@@ -385,6 +387,22 @@ pub struct ServeArgs {
     /// Stop after this many seconds (default: run until killed).
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Serve Prometheus metrics (text format 0.0.4) over HTTP at
+    /// `http://ADDR/metrics`: per-procedure calls, errors, octets and
+    /// execution-time histograms, transport counters, and gauges
+    /// (connections, credits in use, Read-sink octets, registrations).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Register the test program with the local rpcbind (RFC 1833 SET on
+    /// netid `rdma`, `rdma6` for IPv6) and unregister it on exit, so
+    /// `rpcinfo` lists it. Without a reachable rpcbind: a warning, and
+    /// the server runs unregistered.
+    #[arg(long)]
+    pub register: bool,
+    /// Where rpcbind is: a Unix socket path or HOST:PORT (default
+    /// /run/rpcbind.sock, then 127.0.0.1:111).
+    #[arg(long, value_name = "ENDPOINT", requires = "register")]
+    pub rpcbind: Option<String>,
     #[command(flatten)]
     pub opts: RdmaServeOpts,
 }
@@ -525,9 +543,33 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         };
         let mut signals = Signals::install();
         println!("listening on {}", rdma.local_addr());
+        let _metrics = match &args.metrics {
+            Some(addr) => match serve_metrics(addr, &server, &rdma).await {
+                Ok(m) => {
+                    println!("metrics on http://{}/metrics", m.local_addr());
+                    Some(m)
+                }
+                Err(e) => {
+                    eprintln!("rpcrdma serve: cannot serve metrics on {addr}: {e}");
+                    rdma.shutdown().await;
+                    return ExitCode::from(2);
+                }
+            },
+            None => None,
+        };
+        let registration = if args.register {
+            register(rdma.local_addr(), args.rpcbind.as_deref()).await
+        } else {
+            None
+        };
         use std::io::Write;
         let _ = std::io::stdout().flush();
         run_for(args.duration, &mut signals).await;
+        if let Some(r) = registration {
+            if let Err(e) = r.unregister().await {
+                eprintln!("rpcrdma serve: WARNING: could not unregister from rpcbind: {e}");
+            }
+        }
         let m = rdma.metrics().snapshot();
         let s = server.metrics();
         println!(
@@ -538,9 +580,105 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             "rpcrdma versions: {} connections in version 1, {} in version 2",
             m.rpcrdma_v1_connections, m.rpcrdma_v2_connections
         );
+        print!("{}", rpcrdma_cli::proc_stats::to_text(server.stats()));
         rdma.shutdown().await;
         ExitCode::SUCCESS
     })
+}
+
+/// Registers the test program on `listen` with rpcbind (`endpoint`, or the
+/// local one); `None`, after a loud warning, when that fails.
+pub(crate) async fn register(
+    listen: SocketAddr,
+    endpoint: Option<&str>,
+) -> Option<rpcbind::Registration> {
+    let endpoints = match endpoint {
+        Some(e) => match e.parse::<SocketAddr>() {
+            Ok(a) => vec![rpcbind::Endpoint::Tcp(a)],
+            Err(_) => vec![rpcbind::Endpoint::Unix(e.into())],
+        },
+        None => rpcbind::Endpoint::local(),
+    };
+    let owner = rpcbind::owner();
+    let entries: Vec<rpcbind::Rpcb> = rpcbind::rdma_netids(listen)
+        .into_iter()
+        .map(|(netid, a)| rpcbind::Rpcb {
+            prog: TEST_PROG,
+            vers: TEST_VERS,
+            netid: netid.into(),
+            addr: rpcbind::uaddr(a),
+            owner: owner.clone(),
+        })
+        .collect();
+    match rpcbind::Registration::register(&endpoints, entries).await {
+        Ok(r) => {
+            for e in r.entries() {
+                println!(
+                    "registered program {} version {} on {} {} with rpcbind ({}, version {})",
+                    e.prog,
+                    e.vers,
+                    e.netid,
+                    e.addr,
+                    r.endpoint(),
+                    r.version()
+                );
+            }
+            Some(r)
+        }
+        Err(e) => {
+            eprintln!("rpcrdma serve: WARNING: NOT registered with rpcbind: {e}");
+            None
+        }
+    }
+}
+
+/// The Prometheus endpoint of a server: its per-procedure statistics, the
+/// transport's counters and the RDMA gauges.
+pub(crate) async fn serve_metrics(
+    addr: &str,
+    server: &Server,
+    rdma: &RdmaServer,
+) -> std::io::Result<MetricsServer> {
+    let gauges = rdma.gauges();
+    let exporter = Exporter::new()
+        .procs(server.stats().clone())
+        .transport("rdma", rdma.metrics())
+        .gauges(move || {
+            let g = gauges();
+            vec![
+                (
+                    "connections",
+                    "Live RPC-over-RDMA connections",
+                    g.connections,
+                ),
+                (
+                    "credits_granted",
+                    "Credits granted to the peers (sum)",
+                    g.credits_granted,
+                ),
+                (
+                    "credits_in_use",
+                    "Received calls not finished (sum)",
+                    g.credits_in_use,
+                ),
+                (
+                    "read_sink_bytes",
+                    "Octets of RDMA Read sinks registered",
+                    g.read_sink_bytes,
+                ),
+                (
+                    "pooled_sink_bytes",
+                    "Octets of chunk-sink buffers pooled",
+                    g.pooled_sink_bytes,
+                ),
+                (
+                    "registrations",
+                    "Memory registrations live",
+                    g.registrations,
+                ),
+            ]
+        });
+    MetricsServer::bind(addr, exporter).await
 }
 
 // ------------------------------------------------------------------- call
@@ -986,6 +1124,9 @@ pub fn call(args: CallArgs) -> ExitCode {
             if args.json {
                 let mut j = o.json();
                 j["rpcrdma_version"] = t.status().version.version.into();
+                // The client's per-procedure statistics so far (the last
+                // line has them all).
+                j["proc_stats"] = rpcrdma_cli::proc_stats::to_json(c.stats());
                 println!("{j}");
             } else {
                 println!("{}", o.text());
@@ -993,6 +1134,7 @@ pub fn call(args: CallArgs) -> ExitCode {
         }
         if !args.json {
             println!("{}", t.status().mountstats());
+            print!("{}", rpcrdma_cli::proc_stats::to_text(c.stats()));
         }
         t.shutdown().await;
         if all_ok {

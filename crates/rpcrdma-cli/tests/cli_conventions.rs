@@ -321,3 +321,45 @@ fn options_and_exit_codes() {
     // Clap's own errors are 2 as well.
     assert_eq!(run(&["call"]).status.code(), Some(2));
 }
+
+/// Item 7: `decode` without `--what` decodes RFC 8797 private data or an
+/// RPC message as what it is (saying so on standard error), or suggests
+/// `--what` instead of "truncated at offset 0" alone.
+#[test]
+fn decode_detects_the_kind_or_suggests_what() {
+    let pd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/linux_private_data.hex"
+    );
+    let o = run(&["decode", "--json", pd]);
+    assert!(o.status.success(), "{o:?}");
+    let v = &json_lines(&o)[0];
+    assert_eq!(v["found"], true, "{v}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--what private-data"));
+    let dir = std::env::temp_dir().join(format!("rpcrdma-decode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // An RPC call header (NULL of program 100003 v3, AUTH_NONE).
+    let rpc = dir.join("rpc.hex");
+    std::fs::write(
+        &rpc,
+        "00000001 00000000 00000002 000186a3 00000003 00000000 00000000 00000000 00000000 00000000",
+    )
+    .unwrap();
+    let o = run(&["decode", "--json", rpc.to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(json_lines(&o)[0]["prog"], 100003);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--what rpc"));
+    // Neither: the failure suggests --what.
+    let bad = dir.join("bad.hex");
+    std::fs::write(&bad, "0001").unwrap();
+    let o = run(&["decode", "--json", bad.to_str().unwrap()]);
+    let e = failure(&o, 2, "truncated");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("--what private-data"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -222,3 +222,104 @@ fn interrupted_sweep_writes_its_chart() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `serve --duration 2 EXTRA` with `env`, lets `client` talk to it;
+/// its standard output and standard error.
+fn serve_log(extra: &[&str], env: &[(&str, &str)], client: impl FnOnce(&str)) -> (String, String) {
+    let mut c = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--duration", "2"])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    client(line.trim().strip_prefix("listening on ").unwrap());
+    let mut err = String::new();
+    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(c.wait().unwrap().success());
+    (line + &rest, err)
+}
+
+/// Item 4: `serve` logs each connection at info (peer, version, MPA
+/// revision, CRC, thresholds, credits) and its end (reason, calls served),
+/// a peer error as a warning with the answer it got; `-q` silences info,
+/// `RUST_LOG` decides when set; client spans carry the XID; logs never
+/// reach standard output.
+#[test]
+fn logging_of_connections_peer_errors_and_calls() {
+    let (out, err) = serve_log(&["--crc"], &[], |addr| {
+        let o = run(&[
+            "call", addr, "--crc", "--proc", "echo", "--size", "10", "--json",
+        ]);
+        assert!(o.status.success(), "{o:?}");
+        // Not an MPA Request: a peer error.
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let _ = s.read(&mut [0u8; 64]);
+    });
+    assert!(
+        out.starts_with("listening on") && !out.contains("INFO"),
+        "{out}"
+    );
+    let est = err
+        .lines()
+        .find(|l| l.contains("connection established"))
+        .unwrap_or_else(|| panic!("{err}"));
+    for f in [
+        "INFO",
+        "peer=127.0.0.1:",
+        "version=2",
+        "mpa_rev=2",
+        "crc=true",
+        "inline_send=4096",
+        "inline_recv=4096",
+        "credits_granted=64",
+    ] {
+        assert!(est.contains(f), "{f} missing: {est}");
+    }
+    let end = err
+        .lines()
+        .find(|l| l.contains("connection ended"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        end.contains("calls_served=1") && end.contains("reason="),
+        "{end}"
+    );
+    let bad = err
+        .lines()
+        .find(|l| l.contains("not a valid connection request"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(bad.contains("WARN") && bad.contains("answer="), "{bad}");
+
+    // -q: warnings and errors only.
+    let (_, err) = serve_log(&["-q"], &[], |addr| {
+        assert!(run(&["call", addr]).status.success());
+    });
+    assert!(!err.contains("INFO"), "{err}");
+    // RUST_LOG decides over the default.
+    let (_, err) = serve_log(&[], &[("RUST_LOG", "error")], |addr| {
+        assert!(run(&["call", addr]).status.success());
+    });
+    assert!(!err.contains("connection established"), "{err}");
+    // A client at -vv: debug events inside the call's span, with its XID;
+    // the JSON on standard output is untouched.
+    let (_, _) = serve_log(&[], &[], |addr| {
+        let o = run(&["call", addr, "-vv", "--json"]);
+        assert!(o.status.success(), "{o:?}");
+        let v = &json_lines(&o)[0];
+        let xid = v["xid"].as_u64().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("DEBUG"), "{err}");
+        assert!(
+            err.contains(&format!("xid={xid}")),
+            "xid {xid} not in a span: {err}"
+        );
+    });
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 mod common;
@@ -211,12 +211,17 @@ fn put_get_ls_stat_and_errors() {
     // A missing path: exit 1, the status named, who is to blame.
     let (rc, j) = nfs(&s, "get", "/d/nope", Some(back.to_str().unwrap()));
     assert_eq!((rc, &j["ok"]), (1, &Value::Bool(false)), "{j}");
-    let e = j["error"].as_str().unwrap();
-    assert!(e.contains("NFS3ERR_NOENT") && e.contains("Status"), "{e}");
+    let e = j["error"]["message"].as_str().unwrap();
+    assert!(e.contains("NFS3ERR_NOENT"), "{e}");
+    assert_eq!(
+        (&j["error"]["kind"], &j["error"]["blame"], &j["error"]["op"]),
+        (&json!("nfs-status"), &json!("status"), &json!("get")),
+        "{j}"
+    );
     // get of a directory: the caller's mistake.
     let (rc, j) = nfs(&s, "get", "/d", Some(back.to_str().unwrap()));
     assert_eq!(rc, 1, "{j}");
-    assert!(j["error"].as_str().unwrap().contains("Caller"), "{j}");
+    assert_eq!(j["error"]["blame"], "caller", "{j}");
 
     // Nobody at the MOUNT port: exit 1, the transport to blame, at once.
     let o = run(&[
@@ -231,9 +236,15 @@ fn put_get_ls_stat_and_errors() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(j["error"].as_str().unwrap().contains("Transport"), "{j}");
-    // A target without SERVER:/path: exit 2.
-    assert_eq!(run(&["nfs", "ls", "no-colon"]).status.code(), Some(2));
+    assert_eq!(j["error"]["kind"], "transport", "{j}");
+    // A target without SERVER:/path: exit 2, the failure object.
+    let o = run(&["nfs", "ls", "no-colon", "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (&j["ok"], &j["error"]["kind"]),
+        (&json!(false), &json!("bad-target"))
+    );
 }
 
 /// The benchmark's configuration (scripts/bench-nfs): a current-thread

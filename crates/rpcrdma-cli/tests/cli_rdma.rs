@@ -94,7 +94,7 @@ fn reference_helpers_are_right() {
     );
 }
 
-const CALL_KEYS: [&str; 13] = [
+const CALL_KEYS: [&str; 14] = [
     "bytes",
     "crc32c",
     "elapsed_us",
@@ -102,6 +102,7 @@ const CALL_KEYS: [&str; 13] = [
     "ok",
     "proc",
     "proc_name",
+    "proc_stats",
     "prog",
     "result_hex",
     "rpc_status",

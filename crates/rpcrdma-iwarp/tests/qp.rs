@@ -1498,6 +1498,106 @@ mod hostile {
             prop_assert_eq!(run(false), run(true));
         }
 
+        /// The small-Send receive fast path (a whole one-segment Send or
+        /// Send SE for the receive at the head of the queue) against the
+        /// octet-wise state machine, on streams of Send-queue segments
+        /// with every parameter the fast path looks at varied — opcode
+        /// (Invalidate ones and a Write among them), MSN (expected or
+        /// not), MO, L, payload against the receive's length (under, at,
+        /// over), receives posted or missing — and one bit flipped (or
+        /// none): the same completions, memory, Terminate, close reason,
+        /// counters and receive state.
+        #[test]
+        fn small_send_receive_fast_path_equals_octet_path(
+            segs in proptest::collection::vec(
+                (0u8..8, 0u32..3, 0u32..2, any::<bool>(), 0usize..70),
+                1..6,
+            ),
+            recv_lens in proptest::collection::vec(0u32..64, 0..5),
+            at in any::<prop::sample::Index>(),
+            bit in 0u8..12,
+            crc in any::<bool>(),
+        ) {
+            let run = |octetwise: bool| {
+                let mut q = QueuePair::new(CAPS, 0x40);
+                q.establish(StreamParams {
+                    crc,
+                    ird: 2,
+                    ..StreamParams::DEFAULT
+                });
+                let rw = reg(&mut q, vec![0x11; 256], RW);
+                let rb = reg(&mut q, vec![0x5a; 512], Access::LOCAL_WRITE);
+                for (i, &l) in recv_lens.iter().enumerate() {
+                    q.post_recv(RecvWr {
+                        wr_id: 10 + i as u64,
+                        sge: rb.sge(64 * i as u64, l),
+                    })
+                    .unwrap();
+                }
+                let mut tx = FpduSender::new(FramingConfig {
+                    crc,
+                    markers: false,
+                });
+                let mut stream = Vec::new();
+                let mut msn = 1u32;
+                for (k, &(op, dmsn, mo, last, len)) in segs.iter().enumerate() {
+                    let payload = pattern(len, k as u32);
+                    let opcode = [
+                        Opcode::SEND,
+                        Opcode::SEND_SE,
+                        Opcode::SEND,
+                        Opcode::SEND_SE,
+                        Opcode::SEND,
+                        Opcode::SEND_INVALIDATE,
+                        Opcode::SEND_SE_INVALIDATE,
+                        Opcode::WRITE,
+                    ][usize::from(op)];
+                    let hdr = if opcode == Opcode::WRITE {
+                        rdmap::write_header(rw.stag().0, 0, last)
+                    } else {
+                        rdmap::send_header(opcode, msn + dmsn, mo * 8, last, rw.stag().0)
+                            .unwrap()
+                    };
+                    if last && dmsn == 0 && opcode != Opcode::WRITE {
+                        msn += 1;
+                    }
+                    stream.extend_from_slice(&tx.fpdu_to_vec(&[&ulpdu(hdr, &payload)]).unwrap());
+                }
+                if bit < 8 {
+                    let i = at.index(stream.len());
+                    stream[i] ^= 1 << bit;
+                }
+                if octetwise {
+                    for c in stream.chunks(1) {
+                        q.handle_input(c);
+                    }
+                } else {
+                    q.handle_input(&stream);
+                }
+                let mut out = vec![0u8; 4096];
+                let n = q.poll_transmit(&mut out);
+                out.truncate(n);
+                let mut c = Vec::new();
+                q.poll_completions(&mut c);
+                let mem: Vec<Vec<u8>> = [rw, rb]
+                    .iter()
+                    .map(|r| q.region(r).map(<[u8]>::to_vec).unwrap_or_default())
+                    .collect();
+                (
+                    c,
+                    out,
+                    mem,
+                    q.close_reason().cloned(),
+                    q.terminate_sent().copied(),
+                    q.stats().rx_fpdus,
+                    q.stats().rx_copied_bytes,
+                    q.rx_mid_fpdu(),
+                    q.suggested_read_len(),
+                )
+            };
+            prop_assert_eq!(run(false), run(true));
+        }
+
         /// A valid stream with one octet flipped: no panic; with the CRC
         /// on, a flip anywhere in an FPDU is caught before anything is
         /// completed or placed from that FPDU.

@@ -74,6 +74,15 @@ impl VerbsCm {
         VerbsCm { config }
     }
 
+    /// Whether connections can act on a received Send With Invalidate
+    /// (`Caps::remote_invalidation`), known before connecting so that the
+    /// RFC 8797 R flag is set only when true. False on every device today:
+    /// plain MRs only, and siw's user-space provider does not report the
+    /// invalidation (docs/verbs.md).
+    pub fn remote_invalidation(&self) -> bool {
+        false
+    }
+
     fn sizes(&self) -> QueueSizes {
         QueueSizes {
             send_wr: self.config.send_depth,

@@ -162,6 +162,12 @@ impl VerbsProvider {
         self.reg.last_error.as_ref()
     }
 
+    /// The device's `vendor_id` (`ibv_query_device`; Linux siw's is
+    /// 0x626d74, ASCII "bmt").
+    pub fn vendor_id(&self) -> u32 {
+        self.q.attr.vendor_id
+    }
+
     /// The device's transport.
     pub fn transport(&self) -> Transport {
         self.q.transport

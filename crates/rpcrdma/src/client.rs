@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rpcrdma_proto::wire::rpc::{
@@ -19,6 +19,7 @@ use tracing::Instrument;
 use crate::message::{Message, MessageReader, Piece};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::server::Server;
+use crate::stats::{ErrorKind, Octets, ProcCounters, ProcKey, ProcStats, Side};
 use crate::tcp::{TcpClientTransport, TcpConfig};
 use crate::transport::{AttemptRef, ClientTransport, OutgoingCall, TransportError};
 
@@ -74,6 +75,19 @@ pub struct ClientConfig {
     pub reply_max: u32,
     /// First XID; default derived from the clock.
     pub first_xid: Option<u32>,
+    /// Per-procedure statistics to count into (shared by the clients given
+    /// the same table); default: a table of the client's own
+    /// ([`Client::stats`]).
+    pub stats: Option<Arc<ProcStats>>,
+}
+
+impl ClientConfig {
+    /// The statistics table a client of this configuration counts into.
+    pub(crate) fn client_stats(&self) -> Arc<ProcStats> {
+        self.stats
+            .clone()
+            .unwrap_or_else(|| Arc::new(ProcStats::new(Side::Client)))
+    }
 }
 
 impl Default for ClientConfig {
@@ -85,6 +99,7 @@ impl Default for ClientConfig {
             limits: Limits::DEFAULT,
             reply_max: (1 << 20) + 4096,
             first_xid: None,
+            stats: None,
         }
     }
 }
@@ -297,6 +312,7 @@ pub struct Client {
     transport: Arc<dyn ClientTransport>,
     config: ClientConfig,
     next_xid: AtomicU32,
+    stats: Arc<ProcStats>,
 }
 
 impl fmt::Debug for Client {
@@ -319,10 +335,12 @@ impl Client {
     /// A client over `transport`.
     pub fn new(transport: Arc<dyn ClientTransport>, config: ClientConfig) -> Self {
         let first = config.first_xid.unwrap_or_else(clock_xid);
+        let stats = config.client_stats();
         Client {
             transport,
             config,
             next_xid: AtomicU32::new(first),
+            stats,
         }
     }
 
@@ -362,6 +380,11 @@ impl Client {
     /// The connection's counters.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.transport.metrics().snapshot()
+    }
+
+    /// The per-procedure statistics of this client's calls.
+    pub fn stats(&self) -> &Arc<ProcStats> {
+        &self.stats
     }
 
     /// Closes the connection gracefully.
@@ -431,41 +454,78 @@ impl Client {
         opts: &CallOptions,
     ) -> Result<Reply, RpcError> {
         let metrics = self.transport.metrics();
-        let mut call = Attempts::new(xid, (prog, vers, proc), args, opts, &self.config, &metrics)?;
-        let reply = loop {
+        let stats = self.stats.entry(ProcKey {
+            prog,
+            vers,
+            proc,
+            transport: self.transport.name(),
+        });
+        let mut call = Attempts::new(
+            xid,
+            (prog, vers, proc),
+            args,
+            opts,
+            &self.config,
+            (&metrics, stats),
+        )?;
+        // Every way the transmissions end, as a value: the call's
+        // statistics count it (`Attempts::finish`).
+        let reply = 'call: loop {
             let timeout = call.timeout();
-            let deadline = std::time::Instant::now().checked_add(timeout);
+            let deadline = Instant::now().checked_add(timeout);
             if let (Some(rdma), Some(_)) = (self.transport.as_rdma(), deadline) {
                 // RPC-over-RDMA: the transmission borrowed (the header handed
                 // over with the last one, as the blocking client does), the
                 // call ended at its deadline by the transport.
-                let rx = rdma
-                    .start_call(call.next_ref(), deadline)
-                    .map_err(refused_or_transport)?;
-                let t = self.settled_by_transport(rx, deadline).await;
-                match call.settle(t)? {
-                    Some(m) => break m,
-                    None => continue,
+                let wait = match rdma.start_call_waiting(call.next_ref(), deadline) {
+                    Ok(w) => w,
+                    Err(e) => break 'call Err(refused_or_transport(e)),
+                };
+                let t = self.settled(wait.await, deadline);
+                match call.settle(t) {
+                    Ok(Some(m)) => break 'call Ok(m),
+                    Ok(None) => continue,
+                    Err(e) => break 'call Err(e),
                 }
             }
-            let (rx, timed) = match deadline {
+            if let (Some(tcp), Some(d)) = (self.transport.as_tcp(), deadline) {
+                // ONC RPC over TCP: the reply waited for in a slot, read
+                // by the caller itself while its call is the only one, the
+                // call ended at its deadline by the transport.
+                let wait = match tcp.start_call_waiting(call.next(), d) {
+                    Ok(w) => w,
+                    Err(e) => break 'call Err(refused_or_transport(e)),
+                };
+                let t = self.settled(wait.await, deadline);
+                match call.settle(t) {
+                    Ok(Some(m)) => break 'call Ok(m),
+                    Ok(None) => continue,
+                    Err(e) => break 'call Err(e),
+                }
+            }
+            let sent = match deadline {
                 Some(d) => self.transport.send_call_until(call.next(), d),
                 None => self.transport.send_call(call.next()).map(|rx| (rx, false)),
-            }
-            .map_err(refused_or_transport)?;
+            };
+            let (rx, timed) = match sent {
+                Ok(x) => x,
+                Err(e) => break 'call Err(refused_or_transport(e)),
+            };
             let t = if timed {
-                self.settled_by_transport(rx, deadline).await
+                self.settled(rx.await.ok(), deadline)
             } else {
                 match tokio::time::timeout(timeout, rx).await {
-                    Ok(r) => self.received(r),
+                    Ok(r) => self.received(r.ok()),
                     Err(_) => {
                         self.transport.cancel(xid);
                         Transmission::TimedOut
                     }
                 }
             };
-            if let Some(m) = call.settle(t)? {
-                break m;
+            match call.settle(t) {
+                Ok(Some(m)) => break 'call Ok(m),
+                Ok(None) => {}
+                Err(e) => break 'call Err(e),
             }
         };
         call.finish(reply)
@@ -473,17 +533,17 @@ impl Client {
 }
 
 impl Client {
-    /// The outcome of a transmission the transport times out itself (see
-    /// [`ClientTransport::send_call_until`]): a receiver closed without an
-    /// outcome at or after the deadline is the timeout (the transport has
-    /// forgotten the call already), unless the connection is closed.
-    async fn settled_by_transport(
+    /// The outcome `r` of a transmission the transport times out itself
+    /// (see [`ClientTransport::send_call_until`]; `None`: the transport
+    /// dropped it): dropped at or after the deadline is the timeout (the
+    /// transport has forgotten the call already), unless the connection is
+    /// closed.
+    fn settled(
         &self,
-        rx: crate::transport::ReplyReceiver,
+        r: Option<Result<Message, TransportError>>,
         deadline: Option<std::time::Instant>,
     ) -> Transmission {
-        let r = rx.await;
-        if r.is_err()
+        if r.is_none()
             && deadline.is_some_and(|d| std::time::Instant::now() >= d)
             && self.transport.closed_reason().is_none()
         {
@@ -492,15 +552,12 @@ impl Client {
         self.received(r)
     }
 
-    /// A transmission's outcome from its receiver.
-    fn received(
-        &self,
-        r: Result<Result<Message, TransportError>, tokio::sync::oneshot::error::RecvError>,
-    ) -> Transmission {
+    /// A transmission's outcome from its receiver (`None`: dropped).
+    fn received(&self, r: Option<Result<Message, TransportError>>) -> Transmission {
         match r {
-            Ok(Ok(m)) => Transmission::Reply(m),
-            Ok(Err(e)) => Transmission::Failed(e),
-            Err(_) => Transmission::Dropped(self.transport.closed_reason()),
+            Some(Ok(m)) => Transmission::Reply(m),
+            Some(Err(e)) => Transmission::Failed(e),
+            None => Transmission::Dropped(self.transport.closed_reason()),
         }
     }
 }
@@ -542,6 +599,13 @@ pub(crate) struct Attempts<'a> {
     opts: &'a CallOptions,
     config: &'a ClientConfig,
     metrics: &'a Metrics,
+    /// This procedure's statistics.
+    stats: &'a ProcCounters,
+    /// When the call was made ([`ProcCounters::start`]: its round-trip
+    /// time starts here; 0 when it is not timed).
+    started: u64,
+    /// The call's octets (header and arguments).
+    sent: Octets,
     attempts: u32,
 }
 
@@ -554,12 +618,14 @@ impl<'a> Attempts<'a> {
         args: Message,
         opts: &'a CallOptions,
         config: &'a ClientConfig,
-        metrics: &'a Metrics,
+        (metrics, stats): (&'a Metrics, &'a ProcCounters),
     ) -> Result<Self, RpcError> {
         let cred = opts.auth.as_ref().unwrap_or(&config.auth).cred_ref();
         // Room for the arguments' inline octets too (see `next_ref`).
         let mut header = Vec::with_capacity(RpcMsg::call_header_len(&cred) + args.inline_len());
         RpcMsg::append_call_header(&mut header, xid, (prog, vers, proc), &cred)?;
+        let mut sent = Octets::of(&args);
+        sent.inline += header.len() as u64;
         Ok(Attempts {
             xid,
             header,
@@ -567,6 +633,9 @@ impl<'a> Attempts<'a> {
             opts,
             config,
             metrics,
+            stats,
+            started: stats.start(),
+            sent,
             attempts: 0,
         })
     }
@@ -621,6 +690,7 @@ impl<'a> Attempts<'a> {
         self.attempts += 1;
         if self.attempts > 1 {
             Metrics::inc(&self.metrics.retransmits);
+            self.stats.retransmit();
             tracing::debug!(attempts = self.attempts, "retransmitting");
         }
     }
@@ -661,10 +731,21 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    /// Decodes the reply.
+    /// Decodes the reply (when the transmissions gave one) and counts the
+    /// call in its procedure's statistics.
     #[inline]
-    pub(crate) fn finish(self, reply: Message) -> Result<Reply, RpcError> {
-        let r = decode_reply(self.xid, reply, &self.config.limits, self.metrics);
+    pub(crate) fn finish(self, reply: Result<Message, RpcError>) -> Result<Reply, RpcError> {
+        let mut recv = Octets::default();
+        let r = reply.and_then(|reply| {
+            recv = Octets::of(&reply);
+            decode_reply(self.xid, reply, &self.config.limits, self.metrics)
+        });
+        self.stats.record_since(
+            r.as_ref().err().map(error_kind),
+            self.started,
+            self.sent,
+            recv,
+        );
         if let Err(e) = &r {
             tracing::debug!(error = %e, "call failed");
         }
@@ -691,6 +772,27 @@ pub(crate) fn inline_prefix(m: &Message) -> std::borrow::Cow<'_, [u8]> {
             std::borrow::Cow::Owned(v)
         }
         None => std::borrow::Cow::Borrowed(&[]),
+    }
+}
+
+/// The statistics' kind of a call's error.
+fn error_kind(e: &RpcError) -> ErrorKind {
+    match e {
+        RpcError::Reply(r) => match r {
+            ReplyError::ProgUnavail => ErrorKind::ProgUnavail,
+            ReplyError::ProgMismatch { .. } => ErrorKind::ProgMismatch,
+            ReplyError::ProcUnavail => ErrorKind::ProcUnavail,
+            ReplyError::GarbageArgs => ErrorKind::GarbageArgs,
+            ReplyError::SystemErr => ErrorKind::SystemErr,
+            ReplyError::OtherAccept(_) => ErrorKind::OtherAccept,
+            ReplyError::RpcMismatch { .. } => ErrorKind::RpcMismatch,
+            ReplyError::AuthError(_) => ErrorKind::AuthError,
+        },
+        RpcError::Timeout { .. } => ErrorKind::Timeout,
+        RpcError::Transport(e) if e.is_callers() => ErrorKind::Local,
+        RpcError::Transport(_) => ErrorKind::Transport,
+        RpcError::BadReply(_) => ErrorKind::BadReply,
+        RpcError::Caller(_) => ErrorKind::Local,
     }
 }
 
@@ -784,8 +886,16 @@ mod tests {
             b.put_ddp_opaque(Bytes::from_static(b"data")).unwrap();
             let args = b.finish();
             let metrics = Metrics::default();
-            let mut a =
-                Attempts::new(9, (1, 2, 3), args.clone(), &opts, &config, &metrics).unwrap();
+            let counters = crate::stats::ProcCounters::default();
+            let mut a = Attempts::new(
+                9,
+                (1, 2, 3),
+                args.clone(),
+                &opts,
+                &config,
+                (&metrics, &counters),
+            )
+            .unwrap();
             let header = RpcMsg::call_with(9, 1, 2, 3, auth.cred()).to_vec().unwrap();
             let whole = Message::with_header(header.clone(), args.clone());
             // The async client's transmissions: the whole message.
@@ -807,8 +917,15 @@ mod tests {
             assert!(a.timed_out().is_err());
             // Owned transmissions: the same message every time, the last
             // one (which takes the header and arguments) included.
-            let mut a =
-                Attempts::new(9, (1, 2, 3), args.clone(), &opts, &config, &metrics).unwrap();
+            let mut a = Attempts::new(
+                9,
+                (1, 2, 3),
+                args.clone(),
+                &opts,
+                &config,
+                (&metrics, &counters),
+            )
+            .unwrap();
             for _ in 0..=config.retries {
                 let o = a.next();
                 assert_eq!(o.message, whole);

@@ -70,10 +70,15 @@ pub mod drc;
 pub use rpcrdma_proto::message;
 pub mod metrics;
 pub mod program;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 pub mod rdma;
 pub mod reconnect;
 pub mod record;
+pub mod rpcbind;
 pub mod server;
+mod slot;
+pub mod stats;
 pub mod tcp;
 mod tcp_write;
 pub mod testprog;
@@ -87,6 +92,7 @@ pub use message::{Message, MessageBuilder, MessageReader, Piece};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use reconnect::{Connector, ReconnectPolicy, ReconnectingTransport};
 pub use server::{CallContext, Handler, HandlerError, HandlerFuture, Server, ServerConfig};
+pub use stats::{ProcStats, Side};
 pub use tcp::{TcpClientTransport, TcpConfig, TcpServer};
 pub use transport::{
     CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,

@@ -37,6 +37,7 @@ use crate::client::{inline_prefix, Client, ClientConfig, RpcError};
 use crate::drc::{call_checksum, DrcKey, DrcLookup, DuplicateReplyCache};
 use crate::message::{Message, MessageReader, Piece};
 use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::stats::{ErrorKind, Octets, ProcKey, ProcStats, Side};
 use crate::tcp::{TcpConfig, TcpServer};
 use crate::transport::{
     CallDispatcher, CallGuard, ClientIdentity, IncomingCall, ReplyRoom, ServerConnection,
@@ -199,6 +200,7 @@ struct Inner {
     programs: RwLock<Registry>,
     drc: Mutex<DuplicateReplyCache>,
     metrics: Arc<Metrics>,
+    stats: Arc<ProcStats>,
     config: ServerConfig,
 }
 
@@ -234,6 +236,7 @@ impl Server {
                     config.drc_bytes,
                 )),
                 metrics: Arc::new(Metrics::default()),
+                stats: Arc::new(ProcStats::new(Side::Server)),
                 config,
             }),
         }
@@ -292,6 +295,11 @@ impl Server {
     /// The server's counters (shared with the TCP transports it starts).
     pub fn metrics(&self) -> MetricsSnapshot {
         self.inner.metrics.snapshot()
+    }
+
+    /// The per-procedure statistics of the calls served (every transport).
+    pub fn stats(&self) -> &Arc<ProcStats> {
+        &self.inner.stats
     }
 
     /// Serves ONC RPC over TCP on `addr`.
@@ -462,6 +470,13 @@ impl Server {
                 return None;
             }
         }
+        let stats = self.inner.stats.index(ProcKey {
+            prog: cb.prog,
+            vers: cb.vers,
+            proc: cb.procedure,
+            transport: conn.name(),
+        });
+        let received = Octets::of(&message);
         let args = args_after_header(&message, hdr_len);
         let ctx = CallContext {
             xid,
@@ -475,6 +490,7 @@ impl Server {
             conn: conn.clone(),
         };
         let handler = &registered.handler;
+        let started = self.inner.stats.at(stats).start();
         let ready =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.call_ready(&ctx)));
         let result = match ready {
@@ -489,6 +505,9 @@ impl Server {
                         conn,
                         guard,
                         span,
+                        stats,
+                        started,
+                        received,
                     },
                 ));
             }
@@ -504,6 +523,9 @@ impl Server {
             conn,
             guard,
             span,
+            stats,
+            started,
+            received,
         };
         self.finish(run, result);
         None
@@ -518,6 +540,9 @@ impl Server {
             conn,
             guard,
             span,
+            stats,
+            started,
+            received,
         } = run;
         let _e = span.enter();
         let metrics = &self.inner.metrics;
@@ -527,6 +552,7 @@ impl Server {
             Ok(r) => r,
             Err(_) => Err(HandlerError::SystemErr("handler panicked".into())),
         };
+        let mut error = None;
         let reply = match result {
             Ok(results) => {
                 // `RpcMsg::success(xid)`, encoded without the general encoder.
@@ -542,6 +568,13 @@ impl Server {
             }
             Err(e) => {
                 tracing::debug!(error = %e, "handler error");
+                error = Some(match &e {
+                    HandlerError::ProcUnavail => ErrorKind::ProcUnavail,
+                    HandlerError::GarbageArgs(_) => ErrorKind::GarbageArgs,
+                    HandlerError::SystemErr(_) => ErrorKind::SystemErr,
+                    HandlerError::AuthError(_) => ErrorKind::AuthError,
+                    HandlerError::Drop => ErrorKind::Dropped,
+                });
                 let hdr = match &e {
                     HandlerError::ProcUnavail => {
                         Metrics::inc(&metrics.err_proc_unavail);
@@ -571,6 +604,11 @@ impl Server {
                 None => drc.abandon(key),
             }
         }
+        let sent = reply.as_ref().map(Octets::of).unwrap_or_default();
+        self.inner
+            .stats
+            .at(stats)
+            .record_since(error, started, sent, received);
         if let Some(reply) = reply {
             self.send(&*conn, xid, reply, guard);
         }
@@ -597,6 +635,13 @@ struct Running {
     conn: Arc<dyn ServerConnection>,
     guard: CallGuard,
     span: tracing::Span,
+    /// The procedure's statistics (index in the server's table).
+    stats: usize,
+    /// When the handler was called ([`crate::stats::ProcCounters::start`];
+    /// 0: not timed).
+    started: u64,
+    /// The call's octets.
+    received: Octets,
 }
 
 /// Polls a handler's future, turning a panic into `Err`.

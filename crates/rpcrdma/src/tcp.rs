@@ -40,6 +40,7 @@ use tracing::Instrument;
 use crate::message::Message;
 use crate::metrics::Metrics;
 use crate::record::{RecordDecoder, RecordError, RecordLimits};
+use crate::slot::{ReplyWait, SlotSender};
 use crate::tcp_write::RecordWriter;
 use crate::transport::{
     CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
@@ -176,10 +177,30 @@ impl Hasher for XidHasher {
     }
 }
 
+/// Where an outstanding call's reply goes.
+enum ReplyTx {
+    /// A caller of [`ClientTransport::send_call`].
+    Channel(oneshot::Sender<Result<Message, TransportError>>),
+    /// The async client's caller, waiting on its slot
+    /// ([`TcpClientTransport::start_call_waiting`]).
+    Slot(SlotSender),
+}
+
+impl ReplyTx {
+    fn send(self, r: Result<Message, TransportError>) {
+        match self {
+            ReplyTx::Channel(tx) => {
+                let _ = tx.send(r);
+            }
+            ReplyTx::Slot(s) => s.send(r),
+        }
+    }
+}
+
 /// An outstanding call: where its reply goes, and when the connection
 /// gives it up (see [`ClientTransport::send_call_until`]).
 struct Waiter {
-    tx: oneshot::Sender<Result<Message, TransportError>>,
+    tx: ReplyTx,
     deadline: Option<Instant>,
 }
 
@@ -228,7 +249,7 @@ impl ClientShared {
             tracing::warn!(peer = %self.peer, error = %err, "rpc/tcp client connection closed");
         }
         for (_, w) in pending {
-            let _ = w.tx.send(Err(err.clone()));
+            w.tx.send(Err(err.clone()));
         }
     }
 
@@ -238,8 +259,8 @@ impl ClientShared {
         &self,
         xid: u32,
         deadline: Option<Instant>,
-    ) -> Result<oneshot::Receiver<Result<Message, TransportError>>, TransportError> {
-        let (tx, rx) = oneshot::channel();
+        tx: ReplyTx,
+    ) -> Result<(), TransportError> {
         let mut st = self.lock();
         if let Some(e) = &st.closed {
             return Err(e.clone());
@@ -260,7 +281,7 @@ impl ClientShared {
                 self.rearm.notify_one();
             }
         }
-        Ok(rx)
+        Ok(())
     }
 
     /// Gives up the calls whose deadline is `now` or earlier (their reply
@@ -374,7 +395,7 @@ async fn client_reader(mut rd: OwnedReadHalf, limits: RecordLimits, shared: Arc<
                     match waiter {
                         Some(w) => {
                             Metrics::inc(&shared.metrics.replies_received);
-                            let _ = w.tx.send(Ok(Message::inline(rec)));
+                            w.tx.send(Ok(Message::inline(rec)));
                         }
                         None => {
                             Metrics::inc(&shared.metrics.replies_unmatched);
@@ -414,7 +435,8 @@ impl TcpClientTransport {
         &self,
         call: OutgoingCall,
         deadline: Option<Instant>,
-    ) -> Result<ReplyReceiver, TransportError> {
+        tx: ReplyTx,
+    ) -> Result<(), TransportError> {
         let len = call.message.xdr_len();
         if len > self.shared.max_record {
             return Err(TransportError::TooLarge {
@@ -422,20 +444,35 @@ impl TcpClientTransport {
                 max: self.shared.max_record,
             });
         }
-        let orx = self.shared.register(call.xid, deadline)?;
+        self.shared.register(call.xid, deadline, tx)?;
         if let Err(e) = self.shared.writer.send(call.message, CallGuard::none()) {
             let mut st = self.shared.lock();
             st.pending.remove(&call.xid);
             return Err(st.closed.clone().unwrap_or(e));
         }
         Metrics::inc(&self.shared.metrics.calls_sent);
-        Ok(orx)
+        Ok(())
+    }
+
+    /// [`ClientTransport::send_call_until`], the outcome waited for in a
+    /// slot ([`ReplyWait`]: no `oneshot` per call; the reader task
+    /// delivers into it).
+    pub(crate) fn start_call_waiting(
+        &self,
+        call: OutgoingCall,
+        deadline: Instant,
+    ) -> Result<ReplyWait, TransportError> {
+        let (tx, slot) = crate::slot::slot();
+        self.send(call, Some(deadline), ReplyTx::Slot(tx))?;
+        Ok(ReplyWait::alone(slot))
     }
 }
 
 impl ClientTransport for TcpClientTransport {
     fn send_call(&self, call: OutgoingCall) -> Result<ReplyReceiver, TransportError> {
-        self.send(call, None)
+        let (tx, rx) = oneshot::channel();
+        self.send(call, None, ReplyTx::Channel(tx))?;
+        Ok(rx)
     }
 
     /// The connection's timer task ends the call at `deadline` (no timer
@@ -445,7 +482,13 @@ impl ClientTransport for TcpClientTransport {
         call: OutgoingCall,
         deadline: Instant,
     ) -> Result<(ReplyReceiver, bool), TransportError> {
-        Ok((self.send(call, Some(deadline))?, true))
+        let (tx, rx) = oneshot::channel();
+        self.send(call, Some(deadline), ReplyTx::Channel(tx))?;
+        Ok((rx, true))
+    }
+
+    fn as_tcp(&self) -> Option<&TcpClientTransport> {
+        Some(self)
     }
 
     fn cancel(&self, xid: u32) {
@@ -926,3 +969,7 @@ mod tests {
         assert!(f.try_acquire().is_some());
     }
 }
+
+#[cfg(test)]
+#[path = "tcp_wait_tests.rs"]
+mod wait_tests;

@@ -184,6 +184,13 @@ pub trait ClientTransport: Send + Sync + 'static {
     fn as_rdma(&self) -> Option<&crate::rdma::RdmaClientTransport> {
         None
     }
+    /// The ONC RPC over TCP client transport this is, if it is one: the
+    /// async [`crate::Client`] then waits for each reply in a slot it may
+    /// read itself. `None` by default.
+    #[doc(hidden)]
+    fn as_tcp(&self) -> Option<&crate::tcp::TcpClientTransport> {
+        None
+    }
     /// Forgets an outstanding XID (after a timeout): a late reply is dropped
     /// and counted.
     fn cancel(&self, xid: u32);

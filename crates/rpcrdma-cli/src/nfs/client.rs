@@ -27,8 +27,9 @@
 //! failures and `--no-sha256`), `entries` for `ls` the entries (`{"name","fileid","type",
 //! "mode","size"}`, null otherwise), `elapsed_us` the time of the
 //! operation on the mounted export (LOOKUPs, transfer, COMMIT; not the
-//! MOUNT and connection setup), `error` null or the failure with who is
-//! to blame; `stat` adds `attributes`. `--stats` prints the RPC-over-RDMA
+//! MOUNT and connection setup), `error` null or the tool's error object
+//! `{"kind", "op", "message", "blame"}` (`blame`: `status`, `server`,
+//! `transport` or `caller`); `stat` adds `attributes`. `--stats` prints the RPC-over-RDMA
 //! counters (a mountstats-like line) on standard error. Exit status 0 on
 //! success, 1 on failure, 2 for bad arguments.
 
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use rpcrdma::Auth;
+use rpcrdma_cli::cli_error::CliError;
 use rpcrdma_cli::num_args::{num_u32, size_u32};
 use rpcrdma_nfs::client::{
     caller_auth_sys, connect, parse_target, ConnectOptions, NfsClientOptions, NfsError,
@@ -214,16 +216,17 @@ fn options(c: &NfsClientArgs) -> ConnectOptions {
 }
 
 fn run(op: Op, c: NfsClientArgs, local: Option<String>) -> ExitCode {
+    let cmd = format!("nfs {}", op.name());
     let target = match parse_target(&c.target) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("rpcrdma nfs {}: {e}", op.name());
-            return ExitCode::from(2);
+            return CliError::bad_input("bad-target", "parse-arguments", e.to_string())
+                .report(&cmd, c.json)
         }
     };
     if c.json && op == Op::Get && local.as_deref() == Some("-") {
-        eprintln!("rpcrdma nfs get: --json and LOCAL '-' both want standard output");
-        return ExitCode::from(2);
+        return CliError::usage("--json", "--json and LOCAL '-' both want standard output")
+            .report(&cmd, false);
     }
     let o = options(&c);
     let rt = runtime_with(c.threads);
@@ -265,13 +268,13 @@ fn report(
         });
         match &res {
             Ok(d) => d.fill_json(&mut j),
-            Err(e) => j["error"] = json!(format!("{e} [blame: {:?}]", e.blame())),
+            Err(e) => j["error"] = nfs_error(op, e).error_json(),
         }
         println!("{j}");
     } else {
         match &res {
             Ok(d) => d.print_summary(op, elapsed),
-            Err(e) => eprintln!("rpcrdma nfs {}: {e} [blame: {:?}]", op.name(), e.blame()),
+            Err(e) => eprintln!("rpcrdma nfs {}: {}", op.name(), nfs_error(op, e)),
         }
     }
     if ok {
@@ -279,6 +282,20 @@ fn report(
     } else {
         ExitCode::from(1)
     }
+}
+
+/// An NFS client failure as the tool's error object: `kind` from who is
+/// to blame (`nfs-status`, `server`, `transport`, `caller`), `blame` its
+/// name.
+fn nfs_error(op: Op, e: &NfsError) -> CliError {
+    use rpcrdma_nfs::client::Blame;
+    let (kind, blame) = match e.blame() {
+        Blame::Status => ("nfs-status", "status"),
+        Blame::Server => ("server", "server"),
+        Blame::Transport => ("transport", "transport"),
+        _ => ("caller", "caller"),
+    };
+    CliError::failed(kind, op.name(), format!("{e} [blame: {blame}]")).with("blame", blame)
 }
 
 fn server_of(target: &str) -> &str {

@@ -40,6 +40,13 @@ pub enum NfsCommand {
     Stat(client::StatArgs),
 }
 
+impl NfsArgs {
+    /// `nfs serve` (a serving command: it logs its connections).
+    pub fn is_serve(&self) -> bool {
+        matches!(self.command, NfsCommand::Serve(_))
+    }
+}
+
 /// Runs `rpcrdma nfs …`.
 pub fn run(args: NfsArgs) -> ExitCode {
     match args.command {

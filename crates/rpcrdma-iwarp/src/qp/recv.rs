@@ -16,7 +16,9 @@ use crate::ddp::{
     self, DdpHeader, TaggedCheck, UntaggedHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
 use crate::mpa::fpdu::{pad_len, MARKER_INTERVAL, MARKER_LEN};
-use crate::rdmap::{Opcode, Segment, TerminateMessage, QN_READ_REQUEST, QN_SEND, QN_TERMINATE};
+use crate::rdmap::{
+    self, Opcode, Segment, TerminateMessage, QN_READ_REQUEST, QN_SEND, QN_TERMINATE,
+};
 use crate::TerminateCode;
 
 use super::terminate::RxFault;
@@ -420,6 +422,9 @@ impl QueuePair {
         if d.len() < fpdu_len {
             return None;
         }
+        if let Some(n) = self.whole_small_send(d, ul, pad, fpdu_len) {
+            return Some(n);
+        }
         // The header prefix header_progress would collect.
         let want = match rest.first() {
             None => 0,
@@ -467,6 +472,106 @@ impl QueuePair {
         }
         self.rx.pos += fpdu_len as u64;
         self.finish_fpdu();
+        Some(fpdu_len)
+    }
+
+    /// Fast path of [`QueuePair::whole_fpdu`] for the usual small message:
+    /// a whole untagged Send or Send with Solicited Event (no Invalidate
+    /// STag) in one segment (L set, MO 0) for the receive at the head of
+    /// the queue (its MSN the expected one), with room for it there and
+    /// nothing of it placed yet, and a good CRC (when on). Such a segment
+    /// passes every check of [`Segment::parse_prefix`] and
+    /// [`QueuePair::check_send`]; it is placed and completed as the general
+    /// path does, in one pass, and the receive state left as that path
+    /// leaves it (`whole_fpdu_fast_path_equals_octet_path` and
+    /// `small_send_receive_fast_path_equals_octet_path` in tests/qp.rs pin
+    /// the two together). `None`: anything else, nothing done.
+    fn whole_small_send(
+        &mut self,
+        d: &[u8],
+        ul: usize,
+        pad: usize,
+        fpdu_len: usize,
+    ) -> Option<usize> {
+        let h: &[u8; 2 + UNTAGGED_HEADER_LEN] = d.first_chunk()?;
+        let payload = ul.checked_sub(UNTAGGED_HEADER_LEN)?;
+        let word = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        // DDP: untagged (T clear), L set, version 1 (the 4 reserved bits
+        // are not checked, as on the general path). RDMAP: version 1,
+        // Send or Send with Solicited Event.
+        let opcode = Opcode(h[3] & 0x0f);
+        if h[2] & 0xc3 != 0x40 | ddp::DDP_VERSION
+            || h[3] >> 6 != rdmap::RDMAP_VERSION
+            || !(opcode == Opcode::SEND || opcode == Opcode::SEND_SE)
+            || word(8) != QN_SEND
+            || word(12) != self.rq_msn
+            || word(16) != 0
+            || self.rx.fault.is_some()
+        {
+            return None;
+        }
+        let r = self.rq.front()?;
+        if r.next_mo() != Some(0) || payload as u64 > u64::from(r.sge.length) {
+            return None;
+        }
+        let (idx, off) = (r.idx, r.sge.offset as usize);
+        let src = d.get(2 + UNTAGGED_HEADER_LEN..2 + ul)?;
+        let trailer = d.get(2 + ul..fpdu_len)?;
+        let crc = if self.params.crc {
+            let crc = Crc32c::new().update(d.get(..2 + ul + pad)?);
+            let w: [u8; 4] = trailer.get(pad..)?.try_into().ok()?;
+            if crc.value() != crc::from_wire(w) {
+                // The general path places it, then ends the stream.
+                return None;
+            }
+            crc
+        } else {
+            Crc32c::new()
+        };
+        let inval = word(4);
+        // The receive state as the general path leaves it after this FPDU.
+        let rx = &mut self.rx;
+        rx.hbuf[..2 + UNTAGGED_HEADER_LEN].copy_from_slice(h);
+        rx.trailer[..pad + 4].copy_from_slice(trailer);
+        rx.trailer_need = pad + 4;
+        rx.trailer_have = pad + 4;
+        rx.fpdu_start = rx.pos;
+        rx.pos += fpdu_len as u64;
+        rx.crc = crc;
+        rx.ulpdu_len = ul;
+        rx.last_was_large = ul >= 4096;
+        rx.hdr_len = UNTAGGED_HEADER_LEN;
+        rx.remaining = 0;
+        rx.state = RxState::Header;
+        rx.have = 0;
+        rx.need = 2;
+        rx.in_fpdu = false;
+        rx.dst = Dst::Mem {
+            idx,
+            off: off + payload,
+        };
+        rx.action = RxAction::Send {
+            d: 0,
+            end: payload as u64,
+            last: true,
+            opcode,
+            inval,
+        };
+        // Placement (`check_send`, `place_payload`), then what
+        // `finish_fpdu` does with it.
+        self.mem.back(idx);
+        if let Some(dst) = self
+            .mem
+            .region_at_mut(idx)
+            .and_then(|r| r.buf_mut()?.get_mut(off..off + payload))
+        {
+            dst.copy_from_slice(src);
+        }
+        self.stats.rx_copied_bytes += payload as u64;
+        if let Some(c) = self.stats.rx_fpdus.get_mut(usize::from(opcode.0)) {
+            *c += 1;
+        }
+        self.send_placed(0, payload as u64, true, opcode, inval);
         Some(fpdu_len)
     }
 

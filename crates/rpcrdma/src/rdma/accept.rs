@@ -116,7 +116,7 @@ impl AcceptCtx {
                     ListenEvent::Request(_) => {}
                     ListenEvent::Dropped { peer, reason } => {
                         Metrics::inc(self.closed_counter(&reason));
-                        tracing::debug!(%peer, ?reason, "closed before its connection request");
+                        log_dropped(peer, &reason);
                     }
                     ListenEvent::Error(e) => {
                         tracing::warn!(error = %e, "RDMA listener cannot accept; pausing")
@@ -172,7 +172,7 @@ impl AcceptCtx {
             Ok(p) => p,
             Err(e) => {
                 Metrics::inc(&self.metrics.handshakes_invalid);
-                tracing::debug!(%peer, error = %e, "accept failed");
+                tracing::warn!(%peer, error = %e, answer = "connection closed", "accept failed");
                 return;
             }
         };
@@ -220,5 +220,27 @@ impl AcceptCtx {
             task,
             source,
         });
+    }
+}
+
+/// A connection closed before its connection request was complete: a
+/// peer error (warning, with the answer it got) or a limit (info).
+fn log_dropped(peer: std::net::SocketAddr, reason: &DropReason) {
+    match reason {
+        DropReason::Invalid(why) => tracing::warn!(%peer, error = %why,
+            answer = "MPA Reject or close, as RFC 5044 prescribes",
+            "peer error: not a valid connection request"),
+        DropReason::TimedOut => tracing::info!(%peer, answer = "connection closed",
+            "no connection request in time (--mpa-timeout)"),
+        DropReason::EvictedPerSource => tracing::info!(%peer, answer = "connection closed",
+            "evicted: too many pending connections from its address (--max-pending-per-source)"),
+        DropReason::EvictedOverall => tracing::info!(%peer, answer = "connection closed",
+            "evicted: too many pending connections (--max-pending)"),
+        DropReason::PeerClosed => {
+            tracing::debug!(%peer, "closed by the peer before its connection request")
+        }
+        DropReason::Failed(why) => {
+            tracing::warn!(%peer, error = %why, "connection failed before its request")
+        }
     }
 }

@@ -84,6 +84,7 @@ pub struct RdmaBlockingClient {
     shared: Arc<Shared>,
     config: ClientConfig,
     next_xid: u32,
+    stats: Arc<crate::stats::ProcStats>,
 }
 
 impl std::fmt::Debug for RdmaBlockingClient {
@@ -149,11 +150,13 @@ impl RdmaBlockingClient {
         shell.core().publish_now();
         shell.core_mut().publish_on_demand();
         let next_xid = client.first_xid.unwrap_or_else(clock_xid);
+        let stats = client.client_stats();
         Ok(RdmaBlockingClient {
             shell: Some(shell),
             shared,
             config: client,
             next_xid,
+            stats,
         })
     }
 
@@ -169,6 +172,11 @@ impl RdmaBlockingClient {
     /// The client's counters.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.shared.metrics.snapshot()
+    }
+
+    /// The per-procedure statistics of this client's calls.
+    pub fn stats(&self) -> &Arc<crate::stats::ProcStats> {
+        &self.stats
     }
 
     /// The peer's address.
@@ -219,19 +227,30 @@ impl RdmaBlockingClient {
         self.next_xid = self.next_xid.wrapping_add(1);
         let span = tracing::debug_span!("rpc.call", xid, prog, vers, proc, transport = "rdma");
         let _e = span.enter();
+        let stats = self.stats.entry(crate::stats::ProcKey {
+            prog,
+            vers,
+            proc,
+            transport: "rdma",
+        });
         let mut call = Attempts::new(
             xid,
             (prog, vers, proc),
             args,
             opts,
             &self.config,
-            &self.shared.metrics,
+            (&self.shared.metrics, stats),
         )?;
         let timeout = call.timeout();
         let reply = loop {
-            let t = transmit(&mut self.shell, &self.shared, call.next_ref(), timeout)?;
-            if let Some(m) = call.settle(t)? {
-                break m;
+            let t = match transmit(&mut self.shell, &self.shared, call.next_ref(), timeout) {
+                Ok(t) => t,
+                Err(e) => break Err(e),
+            };
+            match call.settle(t) {
+                Ok(Some(m)) => break Ok(m),
+                Ok(None) => {}
+                Err(e) => break Err(e),
             }
         };
         call.finish(reply)

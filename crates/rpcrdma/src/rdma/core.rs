@@ -201,6 +201,12 @@ pub(crate) struct Core {
     reply: Option<(u32, Result<Message, TransportError>)>,
     /// The engine's `retransmits` already added to the runtime's.
     retransmits_seen: u64,
+    /// The engine's RDMA_ERROR answers sent (ERR_VERS, ERR_CHUNK, RDMA2
+    /// errors) as last looked at: each new one is a peer error logged.
+    errors_sent_seen: (u64, u64, u64),
+    /// The engine's `calls_received` when this connection started (its
+    /// counters carry across reconnects): the calls it served.
+    calls_at_connect: u64,
     /// Outcomes handed to callers so far (the task shell tells a batch of
     /// replies from a lone one by it).
     delivered: u64,
@@ -248,6 +254,8 @@ impl Core {
             conn_handle,
             reply: None,
             retransmits_seen: 0,
+            errors_sent_seen: (0, 0, 0),
+            calls_at_connect: 0,
             delivered: 0,
             version_seen: (0, false),
         }
@@ -292,6 +300,11 @@ impl Core {
     /// The engine wakes `waker` when shared Read-sink budget comes back.
     pub(crate) fn set_waker(&mut self, waker: &Waker) {
         self.conn.set_waker(waker);
+    }
+
+    /// Received calls (a backchannel at a client) are dispatched.
+    pub(crate) fn has_dispatcher(&self) -> bool {
+        self.dispatcher.is_some()
     }
 
     /// Calls waiting for their replies.
@@ -382,10 +395,11 @@ impl Core {
             match ev {
                 ConnectionEvent::Established(info) => {
                     self.conn.handle_established(now, &mut self.prov, &info);
+                    self.calls_at_connect = self.conn.metrics().calls_received;
                     tracing::debug!(peer = %self.shared.peer, negotiated = ?self.conn.negotiated(), "rpc/rdma connection established");
                 }
                 ConnectionEvent::Disconnected(r) => {
-                    tracing::debug!(peer = %self.shared.peer, reason = ?r, "rpc/rdma disconnected");
+                    self.log_end(&r.to_string());
                     self.conn.handle_disconnected(&mut self.prov, r);
                 }
                 ConnectionEvent::ConnectRequest { .. } => {}
@@ -412,9 +426,46 @@ impl Core {
         self.count_retransmits();
         if busy {
             self.count_version();
+            self.note_errors_sent();
             self.publish();
         }
         busy
+    }
+
+    /// The end of a connection, at info level for a server's (who, why,
+    /// how many calls it served).
+    fn log_end(&self, reason: &str) {
+        let calls = self.conn.metrics().calls_received - self.calls_at_connect;
+        if self.shared.client {
+            tracing::debug!(peer = %self.shared.peer, reason, calls, "rpc/rdma connection ended");
+        } else {
+            tracing::info!(reason, calls_served = calls, "connection ended");
+        }
+    }
+
+    /// Logs (warning) each RDMA_ERROR the engine sent since the last look:
+    /// a peer that broke the protocol, with the answer it got on the wire.
+    fn note_errors_sent(&mut self) {
+        let m = self.conn.metrics();
+        let now = (m.err_vers_sent, m.err_chunk_sent, m.rdma2_errors_sent);
+        if now == self.errors_sent_seen {
+            return;
+        }
+        let (v, c, r) = self.errors_sent_seen;
+        let peer = &self.shared.peer;
+        if now.0 > v {
+            tracing::warn!(%peer, count = now.0 - v, answer = "RDMA_ERROR ERR_VERS",
+                "peer error: a message in an RPC-over-RDMA version we do not speak");
+        }
+        if now.1 > c {
+            tracing::warn!(%peer, count = now.1 - c, answer = "RDMA_ERROR ERR_CHUNK",
+                "peer error: a call whose chunks cannot be served (too large, bad segments, or over the Read-sink budget)");
+        }
+        if now.2 > r {
+            tracing::warn!(%peer, count = now.2 - r, answer = "RDMA2_ERROR",
+                "peer error: a version 2 message refused");
+        }
+        self.errors_sent_seen = now;
     }
 
     /// Counts the version the connection settled on (and a fallback), and
@@ -426,6 +477,9 @@ impl Core {
             return;
         }
         let m = &self.shared.metrics;
+        if now.0 != self.version_seen.0 && now.0 != 0 {
+            self.log_ready(now.0);
+        }
         if now.0 != self.version_seen.0 {
             match now.0 {
                 1 => Metrics::inc(&m.rpcrdma_v1_connections),
@@ -440,6 +494,39 @@ impl Core {
             super::versions::remember_v1_only(&self.shared.peer);
         }
         self.version_seen = now;
+    }
+
+    /// A connection settled on its version: at info level for a server's,
+    /// with what was negotiated.
+    fn log_ready(&self, version: u32) {
+        let (link, credits) = {
+            let st = self.shared.lock();
+            (st.status.link.clone(), st.status.credits)
+        };
+        let granted = self.config.credits_granted;
+        let n = self.conn.negotiated();
+        let peer = &self.shared.peer;
+        let (send, recv) = n.map_or((0, 0), |n| (n.send_threshold, n.recv_threshold));
+        let fallback = self.conn.version_info().fallback;
+        if self.shared.client {
+            tracing::debug!(%peer, version, fallback, mpa_rev = ?link.mpa_rev, crc = ?link.crc,
+                inline_send = send, inline_recv = recv, credits, "rpc/rdma connection ready");
+        } else {
+            let _ = peer; // the connection's span carries it
+            tracing::info!(
+                version,
+                fallback,
+                mpa_rev = link.mpa_rev.unwrap_or(0),
+                crc = link.crc.unwrap_or(false),
+                markers = link.markers.unwrap_or(false),
+                ird = link.ird,
+                ord = link.ord,
+                inline_send = send,
+                inline_recv = recv,
+                credits_granted = granted,
+                "connection established"
+            );
+        }
     }
 
     /// Adds the calls the engine sent again since the last look to the
@@ -626,6 +713,7 @@ impl Core {
             ReplySink::Channel(tx) => {
                 let _ = tx.send(r);
             }
+            ReplySink::Slot(s) => s.send(r),
             ReplySink::Driver => self.reply = Some((xid, r)),
         }
     }
@@ -785,7 +873,15 @@ impl Core {
                 if !self.closing {
                     Metrics::inc(&self.shared.metrics.transport_errors);
                 }
-                tracing::debug!(peer = %self.shared.peer, error = %e, "rpc/rdma connection lost");
+                if let rpcrdma_proto::engine::ConnectionError::Peer(_) = &e {
+                    // The answer to a protocol violation: the connection
+                    // is closed (the provider's Terminate, if any, goes
+                    // with it).
+                    tracing::warn!(peer = %self.shared.peer, error = %e,
+                        answer = "connection closed", "peer error");
+                } else {
+                    tracing::debug!(peer = %self.shared.peer, error = %e, "rpc/rdma connection lost");
+                }
             }
         }
     }

@@ -74,7 +74,8 @@ pub(crate) fn spawn(
 ) -> (Arc<Shared>, tokio::task::JoinHandle<()>) {
     let client = shared.client;
     let blocking = matches!(d, Driver::Thread(_));
-    let span = tracing::debug_span!("rpc.rdma.conn", peer = %shared.peer, client, blocking);
+    // At info level: a server's connection events carry it.
+    let span = tracing::info_span!("rpc.rdma.conn", peer = %shared.peer, client, blocking);
     let h = match d {
         Driver::Thread(t) => tokio::task::spawn_blocking(move || {
             let _e = span.enter();

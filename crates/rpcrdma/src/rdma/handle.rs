@@ -10,7 +10,7 @@ use bytes::Bytes;
 use rpcrdma_proto::engine::OutgoingCall as ECall;
 use tokio::sync::{mpsc, oneshot};
 
-use super::wake::ThreadWake;
+use super::wake::{TaskWake, ThreadWake};
 use super::RdmaStatus;
 use crate::message::Message;
 use crate::metrics::Metrics;
@@ -44,6 +44,9 @@ pub(crate) enum Cmd {
 pub(crate) enum ReplySink {
     /// A caller on another task or thread waits on the receiver.
     Channel(oneshot::Sender<Result<Message, TransportError>>),
+    /// The async client's caller over RDMA, waiting on its slot
+    /// ([`crate::slot::ReplyWait`]).
+    Slot(crate::slot::SlotSender),
     /// The blocking client driving this driver on its own thread: the
     /// driver keeps the outcome until the client takes it
     /// ([`super::core::Core::take_reply`]); no channel to allocate and
@@ -87,6 +90,9 @@ pub(crate) struct Shared {
     /// The drive of a task shell, whose state is published when it is read
     /// ([`Shared::status`]) rather than by its rounds.
     pub(crate) drive: std::sync::OnceLock<std::sync::Weak<super::task::TaskDrive>>,
+    /// A task shell's wake-up: a command takes the connection's wake-ups
+    /// back from a caller waiting on it ([`TaskWake::revoke_any`]).
+    pub(crate) task_wake: std::sync::OnceLock<Arc<TaskWake>>,
 }
 
 #[derive(Default)]
@@ -114,6 +120,7 @@ impl Shared {
             queued: AtomicBool::new(false),
             dispatching: Mutex::new(Dispatching::default()),
             drive: std::sync::OnceLock::new(),
+            task_wake: std::sync::OnceLock::new(),
         }
     }
 
@@ -161,14 +168,26 @@ impl Shared {
     /// Queues `cmd` for the driver (without the closed check) and wakes a
     /// thread shell.
     pub(crate) fn push(&self, cmd: Cmd) -> Result<(), TransportError> {
+        // A task shell's caller waiting on the connection gives its
+        // wake-ups back to the driver task, which runs commands (before
+        // the send, and again after it for a waiter delegated meanwhile:
+        // the send's wake-up, if a waiter took it, goes to the driver task
+        // then).
+        let tw = self.task_wake.get();
+        if let Some(w) = tw {
+            w.revoke_any();
+        }
         // Before the send: a task shell's poll that finds it clear left
         // its waker with the channel, which this send wakes.
-        self.queued.store(true, Ordering::Release);
+        self.queued.store(true, Ordering::SeqCst);
         let r = self.tx.send(cmd).map_err(|_| TransportError::Closed);
         // After the send: a pass that clears the flag sees the command.
-        self.queued.store(true, Ordering::Release);
+        self.queued.store(true, Ordering::SeqCst);
         if let Some(w) = &self.wake {
             w.wake();
+        }
+        if let Some(w) = tw {
+            w.revoke_any();
         }
         r
     }

@@ -158,7 +158,7 @@ mod wake;
 
 pub use blocking::RdmaBlockingClient;
 pub use provider::ProviderConfig;
-pub use server::{serve_provider, RdmaServer, RdmaServerConnection};
+pub use server::{serve_provider, RdmaGauges, RdmaServer, RdmaServerConnection};
 pub use transport::{connect_client, RdmaClientTransport};
 
 /// The provider of one connection, owned by its driver: any

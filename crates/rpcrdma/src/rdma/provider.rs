@@ -112,7 +112,13 @@ impl ProviderConfig {
             #[cfg(feature = "iwarp")]
             ProviderConfig::Iwarp(cm) => connect_with(cm, addr, engine, timeout),
             #[cfg(feature = "verbs")]
-            ProviderConfig::Verbs(cm) => connect_with(cm, addr, engine, timeout),
+            ProviderConfig::Verbs(cm) => {
+                // RFC 8797's R flag invites the peer to Send With
+                // Invalidate; set it only where the provider can act on one.
+                let mut e = engine.clone();
+                e.remote_invalidation &= cm.remote_invalidation();
+                connect_with(cm, addr, &e, timeout)
+            }
             ProviderConfig::Mem(net) => connect_with(net, addr, engine, timeout),
         }
     }
@@ -124,7 +130,11 @@ impl ProviderConfig {
             #[cfg(feature = "iwarp")]
             ProviderConfig::Iwarp(cm) => accept::start(cm, addr, ctx),
             #[cfg(feature = "verbs")]
-            ProviderConfig::Verbs(cm) => accept::start(cm, addr, ctx),
+            ProviderConfig::Verbs(cm) => {
+                let mut ctx = ctx;
+                ctx.engine.remote_invalidation &= cm.remote_invalidation();
+                accept::start(cm, addr, ctx)
+            }
             ProviderConfig::Mem(net) => accept::start(net, addr, ctx),
         }
     }

@@ -175,11 +175,15 @@ impl RdmaServer {
 
     /// The state of every live connection.
     pub fn connections(&self) -> Vec<RdmaStatus> {
-        accept::lock(&self.conns)
-            .iter()
-            .filter(|l| !l.task.is_finished())
-            .map(|l| l.shared.status())
-            .collect()
+        live_statuses(&self.conns)
+    }
+
+    /// A reader of the server's gauges (live connections, credits in use,
+    /// Read-sink octets, registrations) that outlives this handle: for a
+    /// metrics endpoint to call on each scrape.
+    pub fn gauges(&self) -> impl Fn() -> RdmaGauges + Send + Sync + 'static {
+        let conns = self.conns.clone();
+        move || RdmaGauges::of(&live_statuses(&conns))
     }
 
     fn signal_stop(&self) {
@@ -213,5 +217,52 @@ impl RdmaServer {
 impl Drop for RdmaServer {
     fn drop(&mut self) {
         self.signal_stop();
+    }
+}
+
+fn live_statuses(conns: &Conns) -> Vec<RdmaStatus> {
+    accept::lock(conns)
+        .iter()
+        .filter(|l| !l.task.is_finished())
+        .map(|l| l.shared.status())
+        .collect()
+}
+
+/// What an RPC-over-RDMA server holds now, summed over its live
+/// connections ([`RdmaServer::gauges`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RdmaGauges {
+    /// Live connections.
+    pub connections: u64,
+    /// Credits granted to the peers (the grants last sent).
+    pub credits_granted: u64,
+    /// Credits in use: received calls not finished (reading chunks,
+    /// executing or replying).
+    pub credits_in_use: u64,
+    /// Octets of RDMA Read sinks registered.
+    pub read_sink_bytes: u64,
+    /// Octets of unregistered chunk-sink buffers pooled.
+    pub pooled_sink_bytes: u64,
+    /// Provider memory registrations live (where the provider counts
+    /// them; else the engine's registrations at rest).
+    pub registrations: u64,
+}
+
+impl RdmaGauges {
+    /// The sums over `conns`.
+    pub fn of(conns: &[RdmaStatus]) -> Self {
+        let mut g = RdmaGauges::default();
+        for c in conns {
+            let r = &c.resources;
+            g.connections += 1;
+            g.credits_granted += u64::from(c.grant);
+            g.credits_in_use += r.calls_received as u64;
+            g.read_sink_bytes += r.read_sink_bytes;
+            g.pooled_sink_bytes += r.pooled_sink_bytes as u64;
+            g.registrations += c
+                .registered_regions
+                .map_or(r.regions_at_rest() as u64, u64::from);
+        }
+        g
     }
 }

@@ -35,11 +35,19 @@
 //!   before it queues its call on the command channel instead, as every
 //!   other command goes.
 //!
-//! The reply of every call goes through its `oneshot` channel, delivered
-//! by whichever holder makes the round that receives it; a caller's future
-//! holds nothing of the connection between its polls, so a caller that is
-//! never polled again (or dropped) leaves nothing undriven: the
-//! connection's wake-ups go to the driver task.
+//! The reply of every call is delivered by whichever holder makes the
+//! round that receives it: into the [`crate::slot`] the async client's
+//! caller waits on (a `oneshot` channel for other callers). A caller whose
+//! call is the connection's only one takes the driver task's place while
+//! it waits ([`TaskDrive::wait_by_driving`]): the connection's wake-ups
+//! wake the caller, whose poll makes the round that receives its reply
+//! (one task wake-up per reply instead of the driver task's and then the
+//! caller's). That delegation ends when the wait ends or its future is
+//! dropped, and when another call or any command comes (which also hands
+//! a wake-up the waiter took and did not handle to the driver task), so a
+//! waiter that is never polled again holds up nothing but its own call's
+//! reply: the calls and commands of others go to the driver task. (A
+//! connection with a backchannel to serve is never delegated.)
 //!
 //! After a connection loss the driver task reconnects
 //! ([`crate::reconnect`]'s policy, the connector run in `spawn_blocking`),
@@ -65,6 +73,7 @@ use super::wake::TaskWake;
 use super::ProviderConnector;
 use crate::metrics::Metrics;
 use crate::reconnect::{self, ReconnectPolicy};
+use crate::slot::WaitDrive;
 
 /// Reconnection: how to make a new connection and how often to try.
 pub(crate) struct Reconnect {
@@ -150,6 +159,10 @@ pub(crate) struct TestHooks {
     pub(crate) posted: std::sync::atomic::AtomicU64,
     /// Calls given back for the command channel.
     pub(crate) queued: std::sync::atomic::AtomicU64,
+    /// Rounds made by a waiting caller woken in the driver task's place.
+    pub(crate) waited: std::sync::atomic::AtomicU64,
+    /// Rounds made by the driver task.
+    pub(crate) driver_rounds: std::sync::atomic::AtomicU64,
 }
 
 /// See the module docs: the driver task's part.
@@ -213,6 +226,7 @@ impl TaskShell {
             test: TestHooks::default(),
         });
         let _ = shared.drive.set(Arc::downgrade(&drive));
+        let _ = shared.task_wake.set(drive.wake.clone());
         TaskShell { drive, reconnect }
     }
 
@@ -404,6 +418,8 @@ impl TaskDrive {
             // A caller made the round this wake-up was for.
             return Poll::Pending;
         }
+        #[cfg(test)]
+        self.test.driver_rounds.fetch_add(1, Ordering::Relaxed);
         match self.drive_locked(&mut d) {
             Work::Closed => Poll::Ready(()),
             Work::Sleep => Poll::Pending,
@@ -473,6 +489,11 @@ impl TaskDrive {
             self.test.queued.fetch_add(1, Ordering::Relaxed);
             return Some(cmd);
         }
+        // Another call: the driver task serves the connection's wake-ups
+        // again (a waiter of this call may take them back, alone). Under
+        // the lock, which a waiter delegates under: it sees the waiter.
+        // (A call given back for the channel: `Shared::push` revokes.)
+        self.wake.revoke_any();
         // Other calls outstanding, the last holder handed out several
         // replies (their callers, about to start their next calls, follow
         // this one), or a caller outside the connection's runtime: posted
@@ -494,10 +515,19 @@ impl TaskDrive {
         self.wake.begin();
         d.core.command_now(cmd);
         IN_ROUND.set(outer);
-        // The rounds confirm it and register for what comes next. Outside
-        // the caller's cooperative budget: a source that returned `Pending`
-        // for want of budget would wake the connection at once and leave
-        // itself unregistered for the round.
+        // The rounds confirm it and register for what comes next.
+        self.caller_rounds(d);
+        #[cfg(test)]
+        self.test.driven.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Rounds made by a caller holding the lock (`d`), outside the
+    /// caller's cooperative budget: a source that returned `Pending` for
+    /// want of budget would wake the connection at once and leave itself
+    /// unregistered for the round. What the rounds leave undone (busy, or
+    /// the engine closed) goes to the driver task.
+    fn caller_rounds(&self, mut d: MutexGuard<'_, Driven>) -> Work {
         let mut f = tokio::task::unconstrained(std::future::poll_fn(|_| {
             Poll::Ready(self.drive_locked(&mut d))
         }));
@@ -516,9 +546,76 @@ impl TaskDrive {
             // The driver task ends the connection (or reconnects).
             self.wake.hand_over();
         }
+        r
+    }
+
+    /// True while a waiter takes the connection's wake-ups (tests).
+    #[cfg(test)]
+    pub(crate) fn is_delegated(&self) -> bool {
+        self.wake.is_delegated()
+    }
+}
+
+impl WaitDrive for TaskDrive {
+    /// A waiting caller's poll ([`crate::slot::ReplyWait`]): while its
+    /// call is the connection's only one (nothing queued or deferred, no
+    /// backchannel to serve, the lock free), the connection's wake-ups come to this waiter
+    /// instead of the driver task ([`TaskWake::delegate`]), and if one
+    /// came, the waiter makes the rounds now (which deliver its reply to
+    /// its slot). Otherwise any delegation is given back and the driver
+    /// task (or the holder of the lock) serves the connection.
+    fn wait_by_driving(&self, token: usize, waker: &Waker) -> bool {
         #[cfg(test)]
-        self.test.driven.fetch_add(1, Ordering::Relaxed);
-        None
+        if self.test.channel_only.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(d) = self.try_lock() else {
+            // The holder's rounds deliver (and wake through the slot).
+            self.wake.revoke(token);
+            return false;
+        };
+        // (No dispatcher: the rounds run no handler, so the waiter's
+        // runtime does not matter.)
+        let core = &d.core;
+        if !d.live
+            || core.is_closing()
+            || core.is_closed()
+            || core.has_deferred()
+            || core.has_dispatcher()
+            || core.calls_waiting() != 1
+            || core.shared().queued.load(Ordering::Acquire)
+        {
+            drop(d);
+            self.wake.revoke(token);
+            return false;
+        }
+        self.wake.delegate(token, waker);
+        // A command pushed meanwhile (its `push` revokes before it flags
+        // the channel, and again after: one of the two sees this waiter,
+        // or this look sees the flag).
+        if core.shared().queued.load(Ordering::SeqCst) {
+            drop(d);
+            self.wake.revoke(token);
+            return false;
+        }
+        if !self.wake.is_fired() {
+            // Nothing came since the last round: the next wake-up comes here.
+            return true;
+        }
+        #[cfg(test)]
+        self.test.waited.fetch_add(1, Ordering::Relaxed);
+        match self.caller_rounds(d) {
+            Work::Sleep => true,
+            Work::Busy | Work::Closed => {
+                // The driver task goes on.
+                self.wake.revoke(token);
+                false
+            }
+        }
+    }
+
+    fn release_waiter(&self, token: usize) {
+        self.wake.revoke(token);
     }
 }
 

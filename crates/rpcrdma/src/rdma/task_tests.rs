@@ -367,7 +367,10 @@ fn a_dropped_call_future_disturbs_no_later_call() {
             let pending =
                 std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx).is_pending())).await;
             assert!(pending);
+            assert!(t.drive().unwrap().is_delegated());
         }
+        // Dropped: the wake-ups are the driver task's again.
+        assert!(!t.drive().unwrap().is_delegated());
         for n in [0usize, 100, 5000] {
             assert_eq!(run_op(&c, &Op::Echo(n)).await, "echo true");
         }
@@ -424,5 +427,189 @@ fn a_caller_on_another_runtime_posts_its_calls() {
     rt.block_on(async {
         t.shutdown().await;
         srv.shutdown().await;
+    });
+}
+
+/// A lone caller's reply: its waiting future, woken in the driver task's
+/// place, makes the round that receives it (the driver task does next to
+/// nothing), and every outcome is the channel path's.
+#[test]
+fn a_lone_caller_makes_the_round_of_its_own_reply() {
+    let rt = runtime();
+    rt.block_on(async {
+        let ops = [
+            Op::Null,
+            Op::Echo(100),
+            Op::Echo(6000),
+            Op::Read(20_000),
+            Op::Write(30_000),
+            Op::NoSuchProc,
+            Op::Slow(2),
+            Op::TooLarge,
+            Op::Null,
+        ];
+        let mut seen = Vec::new();
+        for channel_only in [false, true] {
+            let (srv, t) = pair();
+            let drive = t.drive().unwrap();
+            drive
+                .test
+                .channel_only
+                .store(channel_only, Ordering::Relaxed);
+            let c = client(&t, Duration::from_secs(30));
+            started().await;
+            let before = drive.test.driver_rounds.load(Ordering::Relaxed);
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                for op in &ops {
+                    out.push(run_op(&c, op).await);
+                    // Done: the wake-ups are the driver task's again.
+                    assert!(!drive.is_delegated());
+                }
+            }
+            let waited = drive.test.waited.load(Ordering::Relaxed);
+            let driver = drive.test.driver_rounds.load(Ordering::Relaxed) - before;
+            let calls = 3 * ops.len() as u64;
+            if channel_only {
+                assert_eq!(waited, 0);
+            } else {
+                // Every reply but the refused calls' (no reply to wait
+                // for) came by the waiter's own rounds; the driver task
+                // only served the slow handler's timer and Read-chunk
+                // steps the waiter was not woken for.
+                assert!(waited >= calls - 3, "waited {waited} of {calls}");
+                assert!(driver < calls / 2, "driver task rounds {driver}");
+            }
+            seen.push((out, comparable(t.status().engine)));
+            t.shutdown().await;
+            srv.shutdown().await;
+        }
+        assert_eq!(seen[0], seen[1]);
+    });
+}
+
+/// Many callers on a runtime of two workers, each making calls in a loop:
+/// lone callers take the connection's wake-ups and give them back as
+/// others come (on other threads, at any moment); every call gets its own
+/// reply, on both paths.
+#[test]
+fn waiting_callers_on_two_workers_each_get_their_own_reply() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for channel_only in [false, true] {
+            let (srv, t) = pair();
+            let drive = t.drive().unwrap();
+            drive
+                .test
+                .channel_only
+                .store(channel_only, Ordering::Relaxed);
+            let c = client(&t, Duration::from_secs(30));
+            started().await;
+            let mut set = tokio::task::JoinSet::new();
+            for w in 0..6u32 {
+                let c = c.clone();
+                set.spawn(async move {
+                    for i in 0..40u32 {
+                        let n = ((w * 41 + i * 7) % 300) as usize;
+                        let d = testprog::pattern(w * 1000 + i, n);
+                        let got = testprog::echo(&c, &d).await.map_err(|e| e.to_string())?;
+                        if got != d {
+                            return Err(format!("worker {w} call {i}: another reply"));
+                        }
+                        if i % 8 == 0 {
+                            // Alone now and then.
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    }
+                    Ok::<_, String>(())
+                });
+            }
+            let all = tokio::time::timeout(Duration::from_secs(60), set.join_all())
+                .await
+                .expect("bounded");
+            for r in all {
+                r.unwrap();
+            }
+            assert!(!drive.is_delegated());
+            t.shutdown().await;
+            srv.shutdown().await;
+        }
+    });
+}
+
+/// A lone caller polled once (its wake-ups delegated to it) and then
+/// neither polled nor dropped: a command (the close) takes the wake-ups
+/// back, so the shutdown completes and the call fails as closed.
+#[test]
+fn a_waiter_never_polled_again_does_not_hold_up_a_close() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (srv, t) = pair();
+        let drive = t.drive().unwrap();
+        let c = client(&t, Duration::from_secs(30));
+        started().await;
+        assert_eq!(run_op(&c, &Op::Null).await, "null");
+        let mut first = Box::pin(run_op(&c, &Op::Slow(20)));
+        let pending =
+            std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx).is_pending())).await;
+        assert!(pending);
+        assert!(drive.is_delegated());
+        // The reply comes meanwhile; nobody polls the waiter.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        tokio::time::timeout(Duration::from_secs(10), t.shutdown())
+            .await
+            .expect("the close reached the driver task");
+        assert!(!drive.is_delegated());
+        // Polled at last: the reply came before the close, or the close
+        // failed it; either way it ends.
+        let got = tokio::time::timeout(Duration::from_secs(10), first)
+            .await
+            .expect("ends");
+        assert!(
+            got == "slow 20" || got.contains("closed"),
+            "unexpected outcome {got}"
+        );
+        srv.shutdown().await;
+    });
+}
+
+/// The server goes away while a lone caller waits on its delegated
+/// wake-ups: the caller learns of the loss as the channel path's caller
+/// does.
+#[test]
+fn a_connection_lost_under_a_waiter_fails_its_call_as_the_channel_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let mut seen = Vec::new();
+        for channel_only in [false, true] {
+            let (srv, t) = pair();
+            let drive = t.drive().unwrap();
+            drive
+                .test
+                .channel_only
+                .store(channel_only, Ordering::Relaxed);
+            let c = client(&t, Duration::from_secs(30));
+            started().await;
+            assert_eq!(run_op(&c, &Op::Null).await, "null");
+            let call = {
+                let c = c.clone();
+                tokio::spawn(async move { run_op(&c, &Op::Slow(400)).await })
+            };
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(drive.is_delegated(), !channel_only);
+            srv.shutdown().await;
+            let got = tokio::time::timeout(Duration::from_secs(10), call)
+                .await
+                .expect("bounded")
+                .unwrap();
+            assert!(got.starts_with("error (Transport)"), "{got}");
+            seen.push(got);
+            t.shutdown().await;
+        }
+        assert_eq!(seen[0], seen[1]);
     });
 }

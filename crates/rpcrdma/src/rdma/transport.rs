@@ -14,6 +14,7 @@ use super::{Connected, ProviderConnector, RdmaClientConfig, RdmaStatus};
 use crate::client::{Client, ClientConfig};
 use crate::metrics::Metrics;
 use crate::reconnect::ReconnectPolicy;
+use crate::slot::ReplyWait;
 use crate::transport::{
     AttemptRef, CallDispatcher, ClientIdentity, ClientTransport, OutgoingCall, ReplyReceiver,
     TransportError,
@@ -154,15 +155,40 @@ impl RdmaClientTransport {
         call: AttemptRef<'_>,
         deadline: Option<std::time::Instant>,
     ) -> Result<ReplyReceiver, TransportError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.start(call, deadline, ReplySink::Channel(tx))?;
+        Ok(rx)
+    }
+
+    /// [`RdmaClientTransport::start_call`], the outcome waited for in a
+    /// slot by a future that drives the connection itself while the call
+    /// is its only one ([`ReplyWait`]: no `oneshot`, and no hand-off to the
+    /// driver task for the reply).
+    pub(crate) fn start_call_waiting(
+        &self,
+        call: AttemptRef<'_>,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<ReplyWait, TransportError> {
+        let (tx, slot) = crate::slot::slot();
+        self.start(call, deadline, ReplySink::Slot(tx))?;
+        let drive: Weak<dyn crate::slot::WaitDrive> = self.drive.clone();
+        Ok(ReplyWait::new(slot, drive))
+    }
+
+    fn start(
+        &self,
+        call: AttemptRef<'_>,
+        deadline: Option<std::time::Instant>,
+        tx: ReplySink,
+    ) -> Result<(), TransportError> {
         if let Some(e) = self.shared.closed_error() {
             return Err(e);
         }
-        let (tx, rx) = tokio::sync::oneshot::channel();
         let (call, xid, len) = engine_call(call);
         let cmd = Cmd::Call {
             call,
             xid,
-            tx: ReplySink::Channel(tx),
+            tx,
             span: call_span(xid),
             deadline,
         };
@@ -174,7 +200,7 @@ impl RdmaClientTransport {
             self.shared.push(cmd)?;
         }
         self.shared.count_sent(len);
-        Ok(rx)
+        Ok(())
     }
 }
 

@@ -26,11 +26,20 @@
 //! task wake-up and a poll, and a wake-up while nobody holds the lock
 //! always reaches the driver task, which makes the round unless a holder
 //! took the flag meanwhile (then that holder's round saw the work).
+//!
+//! A **waiter** (the future of a caller whose call is the connection's only
+//! one, [`super::slot::ReplyWait`]) may take the driver task's place: while
+//! it is [delegated](TaskWake::delegate), a wake-up that would wake the
+//! driver task wakes the waiter, which makes the round itself. It is
+//! revoked when the waiter is done or dropped, when another call or a
+//! command comes ([`TaskWake::revoke_any`]), and a wake-up that it may have
+//! taken and not handled (the flag still set) then goes to the driver task.
+//! [`TaskWake::hand_over`] always wakes the driver task.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Wake, Waker};
 use std::time::Duration;
@@ -189,8 +198,17 @@ pub(crate) struct TaskWake {
     /// The holder is arming the provider (or past it) in its last round:
     /// the provider's wake-ups count again (see [`TaskWake::provider_waker`]).
     arming: AtomicBool,
-    /// The driver task's waker.
-    driver: Mutex<Option<Waker>>,
+    /// The driver task's waker, and the last delegated waiter's.
+    wakers: Mutex<Wakers>,
+    /// The delegated waiter's token, 0 when none is (the waker kept in
+    /// `wakers` counts only while it is not 0).
+    delegated: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Wakers {
+    driver: Option<Waker>,
+    waiter: Option<Waker>,
 }
 
 impl Wake for TaskWake {
@@ -221,7 +239,8 @@ impl TaskWake {
             fired: AtomicBool::new(true),
             active: AtomicBool::new(false),
             arming: AtomicBool::new(false),
-            driver: Mutex::new(None),
+            wakers: Mutex::new(Wakers::default()),
+            delegated: AtomicUsize::new(0),
         })
     }
 
@@ -252,12 +271,67 @@ impl TaskWake {
         self.wake();
     }
 
+    fn wakers(&self) -> std::sync::MutexGuard<'_, Wakers> {
+        self.wakers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The driver task's waker (a comparison when unchanged).
     pub(crate) fn set_driver(&self, w: &Waker) {
-        let mut d = self.driver.lock().unwrap_or_else(|p| p.into_inner());
-        if !d.as_ref().is_some_and(|d| d.will_wake(w)) {
-            *d = Some(w.clone());
+        let mut d = self.wakers();
+        if !d.driver.as_ref().is_some_and(|d| d.will_wake(w)) {
+            d.driver = Some(w.clone());
         }
+    }
+
+    /// The waiter `token` (not 0) takes the driver task's wake-ups (see
+    /// the module docs), replacing any other waiter. A no-op while it is
+    /// delegated already.
+    pub(crate) fn delegate(&self, token: usize, w: &Waker) {
+        if self.delegated.load(Ordering::SeqCst) == token {
+            return;
+        }
+        let mut d = self.wakers();
+        if !d.waiter.as_ref().is_some_and(|o| o.will_wake(w)) {
+            d.waiter = Some(w.clone());
+        }
+        self.delegated.store(token, Ordering::SeqCst);
+    }
+
+    /// The waiter `token` gives the wake-ups back (a no-op if another one
+    /// took its place or it was revoked).
+    pub(crate) fn revoke(&self, token: usize) {
+        if self
+            .delegated
+            .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            self.after_revoke();
+        }
+    }
+
+    /// Any waiter gives the wake-ups back (another call or a command came:
+    /// the driver task serves the connection again).
+    pub(crate) fn revoke_any(&self) {
+        if self.delegated.load(Ordering::SeqCst) != 0
+            && self.delegated.swap(0, Ordering::SeqCst) != 0
+        {
+            self.after_revoke();
+        }
+    }
+
+    /// A wake-up the waiter may have taken without making its round (the
+    /// flag still set, nobody active): the driver task's now. (A wake-up
+    /// that found the waiter delegated set the flag before it woke it.)
+    fn after_revoke(&self) {
+        if self.fired.load(Ordering::SeqCst) && !self.active.load(Ordering::SeqCst) {
+            self.wake_driver_task();
+        }
+    }
+
+    /// True while a waiter is delegated (tests).
+    #[cfg(test)]
+    pub(crate) fn is_delegated(&self) -> bool {
+        self.delegated.load(Ordering::SeqCst) != 0
     }
 
     /// A wake-up: sets the flag; wakes the driver task unless the flag was
@@ -273,9 +347,23 @@ impl TaskWake {
         self.wake_driver();
     }
 
+    /// Wakes the delegated waiter, else the driver task.
     fn wake_driver(&self) {
-        let d = self.driver.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(w) = d.as_ref() {
+        let d = self.wakers();
+        let w = if self.delegated.load(Ordering::SeqCst) != 0 {
+            d.waiter.as_ref()
+        } else {
+            d.driver.as_ref()
+        };
+        if let Some(w) = w {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Wakes the driver task (never a waiter).
+    fn wake_driver_task(&self) {
+        let d = self.wakers();
+        if let Some(w) = d.driver.as_ref() {
             w.wake_by_ref();
         }
     }
@@ -319,7 +407,7 @@ impl TaskWake {
     /// set and the driver task woken.
     pub(crate) fn hand_over(&self) {
         self.fired.store(true, Ordering::SeqCst);
-        self.wake_driver();
+        self.wake_driver_task();
     }
 }
 
@@ -396,6 +484,54 @@ mod tests {
         w.take();
         conn.wake_by_ref();
         assert_eq!((woken(), other.0.load(Ordering::SeqCst)), (3, 1));
+    }
+
+    /// A delegated waiter takes the wake-ups the driver task would get
+    /// (only those: a hand-over still goes to the driver task); it gives
+    /// them back when revoked by its own token or by anyone, and a
+    /// wake-up it took and did not handle then goes to the driver task.
+    #[test]
+    fn a_delegated_waiter_takes_the_driver_s_wake_ups_until_revoked() {
+        let (driver, waiter) = (
+            Arc::new(Count(AtomicU32::new(0))),
+            Arc::new(Count(AtomicU32::new(0))),
+        );
+        let n = |c: &Arc<Count>| c.0.load(Ordering::SeqCst);
+        let w = TaskWake::new();
+        let conn = w.waker();
+        w.set_driver(&Waker::from(driver.clone()));
+        w.take();
+        w.delegate(7, &Waker::from(waiter.clone()));
+        assert!(w.is_delegated());
+        conn.wake_by_ref();
+        assert_eq!((n(&driver), n(&waiter)), (0, 1));
+        // Another token cannot revoke it; the waiter handles the wake-up
+        // (takes the flag) and is woken for the next one.
+        w.revoke(8);
+        assert!(w.is_delegated());
+        w.begin();
+        assert!(w.take());
+        assert!(!w.end());
+        conn.wake_by_ref();
+        assert_eq!((n(&driver), n(&waiter)), (0, 2));
+        // A hand-over is the driver task's.
+        w.hand_over();
+        assert_eq!((n(&driver), n(&waiter)), (1, 2));
+        w.take();
+        // Revoked with a wake-up taken and not handled: the driver task's.
+        conn.wake_by_ref();
+        assert_eq!((n(&driver), n(&waiter)), (1, 3));
+        w.revoke(7);
+        assert!(!w.is_delegated());
+        assert_eq!((n(&driver), n(&waiter)), (2, 3));
+        w.take();
+        // Revoked with nothing pending: nobody woken; later wake-ups go to
+        // the driver task.
+        w.delegate(9, &Waker::from(waiter.clone()));
+        w.revoke_any();
+        assert_eq!((n(&driver), n(&waiter)), (2, 3));
+        conn.wake_by_ref();
+        assert_eq!((n(&driver), n(&waiter)), (3, 3));
     }
 
     #[test]

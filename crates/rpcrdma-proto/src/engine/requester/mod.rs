@@ -42,13 +42,14 @@ pub(super) struct Requester {
     pub(super) next_id: u64,
     /// Calls waiting for a credit (or the connection, or room in the send
     /// queue), in order.
-    pub(super) queue: VecDeque<OutCall>,
-    /// Our calls sent and not finished, by XID (a hash map: a B-tree
-    /// shifted these large values on every removal). The XIDs of sent calls
+    pub(super) queue: VecDeque<Box<OutCall>>,
+    /// Our calls sent and not finished, by XID. Boxed, here and in the
+    /// queue: a call is some 400 octets, moved (a `memcpy` each) into the
+    /// map and out of it on every call otherwise. The XIDs of sent calls
     /// are distinct (see `send_call`); a call whose reply has arrived
     /// ([`CallState::Replied`]) stays here until its Send and invalidations
     /// complete, and no longer matches a received reply.
-    pub(super) calls: IdMap<u32, OutCall>,
+    pub(super) calls: IdMap<u32, Box<OutCall>>,
     /// Calls sent (their Send taken by the provider) and not answered.
     pub(super) outstanding: usize,
     /// `(deadline, XID)` of the calls sent with a deadline, sorted by
@@ -58,7 +59,15 @@ pub(super) struct Requester {
     /// next timeout is read without scanning every call.
     pub(super) deadlines: Deadlines<u32>,
     /// Calls interrupted by the connection's end, for the next one.
-    pub(super) retransmits: Vec<OutCall>,
+    // Boxes, not values: a call moves between the queue, the map and these
+    // by its pointer.
+    #[allow(clippy::vec_box)]
+    pub(super) retransmits: Vec<Box<OutCall>>,
+    /// The boxes of finished calls, emptied (see [`OutCall::recycle`]),
+    /// for the next calls: no allocation per call. At most
+    /// [`SPARE_CALLS`].
+    #[allow(clippy::vec_box)]
+    pub(super) spare: Vec<Box<OutCall>>,
     /// A call went back to the queue after an error report asked for
     /// another form (`retry`): the queue is pumped after the completion
     /// that finished it.
@@ -82,7 +91,34 @@ impl Requester {
             outstanding: 0,
             deadlines: Deadlines::default(),
             retransmits: Vec::new(),
+            spare: Vec::new(),
             requeued: false,
+        }
+    }
+
+    /// A boxed call: a spare box refilled in place, or a new one.
+    pub(super) fn boxed(
+        &mut self,
+        id: CallId,
+        xid: u32,
+        call: OutgoingCall,
+        retransmit: bool,
+    ) -> Box<OutCall> {
+        match self.spare.pop() {
+            Some(mut b) => {
+                b.refill(id, xid, call, retransmit);
+                b
+            }
+            None => Box::new(OutCall::new(id, xid, call, retransmit)),
+        }
+    }
+
+    /// Keeps the box of a finished call for the next one, its contents
+    /// dropped now (the caller's message buffers are not pinned).
+    pub(super) fn recycle(&mut self, mut call: Box<OutCall>) {
+        if self.spare.len() < SPARE_CALLS {
+            call.recycle();
+            self.spare.push(call);
         }
     }
 
@@ -92,6 +128,10 @@ impl Requester {
         self.direction == Direction::Reverse
     }
 }
+
+/// Boxes of finished calls kept for the next calls, per requester (each
+/// ~400 octets): enough for the replies one pass handles at depth 32.
+const SPARE_CALLS: usize = 16;
 
 /// What a reply brought, checked against the call's offer.
 #[derive(Debug)]
@@ -247,6 +287,37 @@ impl OutCall {
         }
     }
 
+    /// Refills a recycled box as [`OutCall::new`] builds a call, field by
+    /// field (no ~400-octet temporary moved in).
+    fn refill(&mut self, id: CallId, xid: u32, call: OutgoingCall, retransmit: bool) {
+        debug_assert!(self.chunk_mrs.is_empty() && self.write_mrs.is_empty());
+        debug_assert!(self.send_mr.is_none() && self.reply_mr.is_none());
+        self.id = id;
+        self.xid = xid;
+        self.call = call;
+        self.retransmit = retransmit;
+        self.send_len = 0;
+        self.state = CallState::Queued;
+        self.deadline = None;
+        self.transmissions = 0;
+        self.timeouts = 0;
+        self.reform = Reform::NONE;
+        self.reforms = 0;
+        self.long = false;
+        self.retry = None;
+    }
+
+    /// Empties a finished call for [`OutCall::refill`]: its message and
+    /// regions dropped (its regions are released already).
+    fn recycle(&mut self) {
+        self.call = OutgoingCall::default();
+        self.chunk_mrs.clear();
+        self.write_mrs.clear();
+        self.reply_mr = None;
+        self.send_mr = None;
+        self.state = CallState::Done;
+    }
+
     /// Every region of the call (chunks, then the Send buffer), taken.
     pub(super) fn all_mrs(&mut self) -> impl Iterator<Item = MemoryRegion> {
         self.write_mrs.clear();
@@ -264,7 +335,7 @@ impl Requester {
         self.next_xid = old.next_xid;
         self.next_id = old.next_id;
         for c in old.retransmits.drain(..) {
-            let mut oc = OutCall::new(c.id, c.xid, c.call, c.retransmit);
+            let mut oc = Box::new(OutCall::new(c.id, c.xid, c.call, c.retransmit));
             oc.transmissions = c.transmissions;
             oc.timeouts = c.timeouts;
             oc.reform = c.reform;
@@ -376,7 +447,7 @@ impl Connection {
         self.req.next_id += 1;
         let xid = self.req.next_xid;
         self.req.next_xid = self.req.next_xid.wrapping_add(1);
-        let call = OutCall::new(id, xid, call, false);
+        let call = self.req.boxed(id, xid, call, false);
         if self.req.queue.is_empty() && self.can_send() {
             // What `pump` would do with the call at the front of an empty
             // queue, without moving it through the queue.
@@ -489,7 +560,8 @@ impl Connection {
     /// used up their transmissions.
     pub(super) fn fail_calls(&mut self, p: &mut dyn Provider, err: &ConnectionError) {
         // In call order (the order they were started).
-        let mut calls: Vec<OutCall> = std::mem::take(&mut self.req.calls).into_values().collect();
+        let mut calls: Vec<Box<OutCall>> =
+            std::mem::take(&mut self.req.calls).into_values().collect();
         calls.sort_by_key(|c| c.id);
         self.req.deadlines.clear();
         self.req.outstanding = 0;
@@ -534,7 +606,7 @@ impl Connection {
 
     /// `call` (its regions given up) fails with the connection's end `err`
     /// and is kept, `Queued`, for the next connection.
-    fn keep_for_retransmission(&mut self, mut call: OutCall, err: &ConnectionError) {
+    fn keep_for_retransmission(&mut self, mut call: Box<OutCall>, err: &ConnectionError) {
         call.state = CallState::Queued;
         if let ConnectionError::VersionRefused { .. } = err {
             // No connection to this peer will take it (a version 2 only
@@ -560,6 +632,69 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::Message;
+
+    fn outgoing(n: u8) -> OutgoingCall {
+        OutgoingCall {
+            message: Message::inline(vec![n; 8 + 4 * usize::from(n)]),
+            reply_max: u32::from(n) * 100,
+            ddp_results: vec![u32::from(n); usize::from(n % 3)],
+        }
+    }
+
+    #[test]
+    fn a_recycled_call_box_refilled_is_a_new_call() {
+        // A used call in every field a call's life sets, recycled, then
+        // refilled: exactly what `OutCall::new` builds (the fast path
+        // against the general one), nothing of the old call left.
+        let config = Config::client();
+        let mut req = Requester::new(&config, Direction::Forward);
+        for (n, retransmit) in [(0u8, false), (1, true), (5, false), (7, true)] {
+            let mut used = req.boxed(CallId(90 + u64::from(n)), 7, outgoing(n + 1), !retransmit);
+            used.send_len = 99;
+            used.state = CallState::Replied {
+                reply: reply(),
+                send_completed: true,
+                invalidations: 0,
+            };
+            let _ = used.state.finish();
+            used.state = CallState::Sent {
+                send_completed: true,
+            };
+            used.deadline = Some(Instant::now());
+            used.transmissions = 3;
+            used.timeouts = 2;
+            used.reform = Reform {
+                long: true,
+                no_writes: true,
+                reply_chunk: true,
+            };
+            used.reforms = 4;
+            used.long = true;
+            used.retry = Some(Reform::NONE);
+            req.recycle(used);
+            assert_eq!(req.spare.len(), 1);
+            let fresh = OutCall::new(CallId(u64::from(n)), u32::from(n), outgoing(n), retransmit);
+            let refilled = req.boxed(CallId(u64::from(n)), u32::from(n), outgoing(n), retransmit);
+            assert!(req.spare.is_empty(), "the spare box is reused");
+            assert_eq!(format!("{refilled:?}"), format!("{fresh:?}"));
+        }
+    }
+
+    #[test]
+    fn spare_call_boxes_are_bounded() {
+        let config = Config::client();
+        let mut req = Requester::new(&config, Direction::Forward);
+        for i in 0..(SPARE_CALLS as u64 + 10) {
+            req.recycle(Box::new(OutCall::new(CallId(i), 0, outgoing(2), false)));
+        }
+        assert_eq!(req.spare.len(), SPARE_CALLS);
+        // A recycled box holds no message (the caller's buffers are free).
+        assert!(req
+            .spare
+            .iter()
+            .all(|c| c.call.message.pieces().is_empty() && c.call.ddp_results.is_empty()));
+    }
 
     fn reply() -> Result<ReplyData, CallFailure> {
         Ok(ReplyData {

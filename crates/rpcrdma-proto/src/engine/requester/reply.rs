@@ -139,7 +139,11 @@ impl Connection {
 
     /// Our sent call with this XID, if it still waits for its reply.
     pub(in crate::engine) fn awaiting(&self, xid: u32) -> Option<&OutCall> {
-        self.req.calls.get(&xid).filter(|c| c.state.awaits_reply())
+        self.req
+            .calls
+            .get(&xid)
+            .map(|c| &**c)
+            .filter(|c| c.state.awaits_reply())
     }
 
     /// Checks a reply's chunk lists against what the call offered.
@@ -329,6 +333,7 @@ impl Connection {
         for mr in call.all_mrs() {
             self.res.release(p, mr);
         }
+        self.req.recycle(call);
     }
 
     /// The event that completes `call`, whose reply is `result`.

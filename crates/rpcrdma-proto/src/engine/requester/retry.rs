@@ -69,12 +69,12 @@ impl Connection {
     /// another form: it goes back to the front of the queue, same id and
     /// XID, in that form, and leaves it as credits allow.
     pub(in crate::engine) fn requeue_reformed(&mut self, call: &mut OutCall, reform: Reform) {
-        let mut next = OutCall::new(
+        let mut next = Box::new(OutCall::new(
             call.id,
             call.xid,
             std::mem::take(&mut call.call),
             call.retransmit,
-        );
+        ));
         next.transmissions = call.transmissions;
         next.timeouts = call.timeouts;
         next.reform = reform;

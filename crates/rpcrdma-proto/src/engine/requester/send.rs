@@ -37,7 +37,7 @@ impl Connection {
         self.try_finish(p, xid);
     }
 
-    pub(in crate::engine) fn fail_local(&mut self, call: OutCall, e: CallError) {
+    pub(in crate::engine) fn fail_local(&mut self, call: Box<OutCall>, e: CallError) {
         self.events.push_back(Event::CallFailed {
             id: call.id,
             xid: call.xid,
@@ -311,7 +311,7 @@ impl Connection {
         &mut self,
         now: Instant,
         p: &mut dyn Provider,
-        mut call: OutCall,
+        mut call: Box<OutCall>,
     ) {
         // Marshalled once: a call refused by a full send queue comes back
         // with its chunks registered and its Send buffer built.

@@ -305,7 +305,7 @@ impl Connection {
             reply: chunks.reply,
             inv,
         };
-        self.resp.incoming.insert(handle, call);
+        self.resp.incoming.insert(handle, Box::new(call));
         // A valid call: the peer is no longer idle.
         self.resp.idle_deadline = None;
         if sink_need == 0 {
@@ -364,21 +364,8 @@ impl Connection {
             write_chunks: chunks.writes.iter().map(WriteChunk::total_len).collect(),
             reply_chunk: chunks.reply.as_ref().map(WriteChunk::total_len),
         };
-        self.resp.incoming.insert(
-            handle,
-            InCall {
-                xid,
-                long: false,
-                base: Vec::new(),
-                pz: None,
-                chunks: Vec::new(),
-                state: InState::Delivered,
-                sink_need: 0,
-                writes: chunks.writes,
-                reply: chunks.reply,
-                inv,
-            },
-        );
+        let call = self.resp.inline_call(xid, chunks.writes, chunks.reply, inv);
+        self.resp.incoming.insert(handle, call);
         self.resp.idle_deadline = None;
         self.metrics.calls_received += 1;
         self.events.push_back(Event::CallReceived(ev));

@@ -69,7 +69,7 @@ impl Connection {
     fn answer(
         &mut self,
         p: &mut dyn Provider,
-        call: InCall,
+        call: Box<InCall>,
         message: Message,
         stream_len: usize,
         ddp: &[(usize, DdpItem)],
@@ -120,6 +120,7 @@ impl Connection {
 
         let remote_inv = self.params().remote_invalidation;
         let op = self.params().framing.reply_send_op(remote_inv, call.inv);
+        self.resp.recycle(call);
         if let SendOp::SendWithInvalidate { .. } = op {
             self.metrics.send_with_invalidate += 1;
         }

@@ -1,0 +1,319 @@
+//! A call's reply slot: where a connection puts the outcome of a call the
+//! async [`crate::Client`] made (instead of a `oneshot` channel per call),
+//! and [`ReplyWait`], the future that waits on it and, while its call is
+//! the connection's only one, serves the connection itself when the
+//! connection is woken ([`WaitDrive`]: the wake-ups of the connection then
+//! go to the waiting caller, not to the connection's task, so a reply costs
+//! one task wake-up instead of two). Over RDMA the waiter makes the task
+//! shell's rounds (`rdma::task`); over TCP it only waits (the reader task
+//! delivers: [`ReplyWait::alone`]).
+//!
+//! The slot's one lock guards the outcome, whether the sender is gone, and
+//! the waiter's waker. While the waiter serves the connection itself it is
+//! marked `driving`: an outcome delivered meanwhile (by its own round, or
+//! another thread's) does not wake it, since it looks at the slot next.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Waker};
+
+use crate::message::Message;
+use crate::transport::TransportError;
+
+/// A call's outcome: the reply or the connection's failure.
+pub(crate) type Outcome = Result<Message, TransportError>;
+
+#[derive(Default)]
+struct SlotState {
+    outcome: Option<Outcome>,
+    /// The sender is gone (after its outcome, if it gave one).
+    closed: bool,
+    waker: Option<Waker>,
+}
+
+/// See the module docs.
+#[derive(Default)]
+pub(crate) struct Slot {
+    st: Mutex<SlotState>,
+    /// The waiter serves the connection and looks at the slot afterwards.
+    driving: AtomicBool,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The outcome, `Ready(None)` once the sender is gone without one;
+    /// while neither, `register` (if given) is kept to be woken, and any
+    /// waker kept before is forgotten otherwise.
+    pub(crate) fn poll_take(&self, register: Option<&Waker>) -> Poll<Option<Outcome>> {
+        let mut st = self.lock();
+        if let Some(r) = st.outcome.take() {
+            return Poll::Ready(Some(r));
+        }
+        if st.closed {
+            return Poll::Ready(None);
+        }
+        match register {
+            Some(w) if st.waker.as_ref().is_some_and(|o| o.will_wake(w)) => {}
+            Some(w) => st.waker = Some(w.clone()),
+            None => st.waker = None,
+        }
+        Poll::Pending
+    }
+}
+
+/// The driver's half of a [`Slot`]: [`SlotSender::send`] the outcome, or
+/// drop it without one (the call ended at its deadline or was forgotten).
+/// One pointer: it travels with the call through the driver's tables.
+pub(crate) struct SlotSender(Option<Arc<Slot>>);
+
+impl SlotSender {
+    /// Hands the outcome over and wakes the waiter, if it waits.
+    pub(crate) fn send(mut self, r: Outcome) {
+        if let Some(slot) = self.0.take() {
+            close(&slot, Some(r));
+        }
+    }
+}
+
+/// The sender's last act: the outcome (if any) in, the slot closed, the
+/// waiter woken.
+fn close(slot: &Slot, r: Option<Outcome>) {
+    let w = {
+        let mut st = slot.lock();
+        st.outcome = r;
+        st.closed = true;
+        st.waker.take()
+    };
+    // A waiter serving the connection looks at the slot when it is done
+    // (after it clears the mark, under the lock taken above or later).
+    if let Some(w) = w.filter(|_| !slot.driving.load(Ordering::SeqCst)) {
+        w.wake();
+    }
+}
+
+impl Drop for SlotSender {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            close(&slot, None);
+        }
+    }
+}
+
+/// Slots kept for reuse per thread, at most.
+const FREE_MAX: usize = 8;
+
+thread_local! {
+    /// Slots whose waiter finished with them (each unshared, reset): a call
+    /// takes one instead of an allocation.
+    static FREE: std::cell::RefCell<Vec<Arc<Slot>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A new slot (one this thread kept, if any): the driver's sender and the
+/// waiter's slot.
+pub(crate) fn slot() -> (SlotSender, Arc<Slot>) {
+    let slot = FREE
+        .try_with(|f| f.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    (SlotSender(Some(slot.clone())), slot)
+}
+
+/// Keeps `slot` for the next call of this thread if nobody else holds it
+/// (its sender gone); reset to a new slot's state.
+fn recycle(slot: &Arc<Slot>) {
+    if Arc::strong_count(slot) != 1 || Arc::weak_count(slot) != 0 {
+        return;
+    }
+    *slot.lock() = SlotState::default();
+    slot.driving.store(false, Ordering::Relaxed);
+    let _ = FREE.try_with(|f| {
+        let mut f = f.borrow_mut();
+        if f.len() < FREE_MAX {
+            f.push(slot.clone());
+        }
+    });
+}
+
+/// A connection a waiting caller may serve in its task's place.
+pub(crate) trait WaitDrive: Send + Sync {
+    /// A waiter's poll (the waiter `token`, its task's `waker`): while its
+    /// call is the connection's only one, the connection's wake-ups come
+    /// to `waker`, and if one came, the waiter serves the connection now
+    /// (which may deliver its outcome to its slot). True while delegated;
+    /// false (any delegation given back) when the connection's own task
+    /// serves it.
+    fn wait_by_driving(&self, token: usize, waker: &Waker) -> bool;
+    /// The waiter `token` is done or dropped: the connection's own task
+    /// serves its wake-ups again.
+    fn release_waiter(&self, token: usize);
+}
+
+/// No connection to serve ([`ReplyWait::alone`]).
+struct NoDrive;
+
+impl WaitDrive for NoDrive {
+    fn wait_by_driving(&self, _token: usize, _waker: &Waker) -> bool {
+        false
+    }
+    fn release_waiter(&self, _token: usize) {}
+}
+
+/// Waits for a call's outcome (`None`: the driver dropped the call without
+/// one), driving the connection from the caller's task while the call is
+/// the connection's only one (see the module docs). Dropping it gives the
+/// connection's wake-ups back to the driver task.
+pub(crate) struct ReplyWait {
+    slot: Arc<Slot>,
+    drive: Weak<dyn WaitDrive>,
+    /// The connection's wake-ups come to this waiter (it may have been
+    /// revoked since; releasing is then a no-op).
+    delegated: bool,
+}
+
+impl ReplyWait {
+    pub(crate) fn new(slot: Arc<Slot>, drive: Weak<dyn WaitDrive>) -> Self {
+        ReplyWait {
+            slot,
+            drive,
+            delegated: false,
+        }
+    }
+
+    /// A waiter that only waits (its connection's own task delivers).
+    pub(crate) fn alone(slot: Arc<Slot>) -> Self {
+        ReplyWait::new(slot, Weak::<NoDrive>::new())
+    }
+
+    /// This waiter's name with the connection's wake-up (unique while it
+    /// lives: the slot's address).
+    fn token(&self) -> usize {
+        Arc::as_ptr(&self.slot) as usize
+    }
+
+    /// Gives the connection's wake-ups back to the driver task.
+    fn release(&mut self) {
+        if std::mem::take(&mut self.delegated) {
+            if let Some(d) = self.drive.upgrade() {
+                d.release_waiter(self.token());
+            }
+        }
+    }
+}
+
+impl Future for ReplyWait {
+    type Output = Option<Outcome>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Outcome>> {
+        let this = &mut *self;
+        if let Some(d) = this.drive.upgrade() {
+            // A round this poll makes may deliver the outcome: no wake-up
+            // of this task for it (the slot is looked at next).
+            this.slot.driving.store(true, Ordering::SeqCst);
+            this.delegated = d.wait_by_driving(this.token(), cx.waker());
+            this.slot.driving.store(false, Ordering::SeqCst);
+        }
+        match this.slot.poll_take(Some(cx.waker())) {
+            Poll::Ready(r) => {
+                this.release();
+                Poll::Ready(r)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for ReplyWait {
+    fn drop(&mut self) {
+        self.release();
+        recycle(&self.slot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+    use std::task::Wake;
+
+    struct Count(AtomicU32);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The slot keeps the outcome until taken, tells a sender dropped
+    /// without one, and wakes the waker kept (once), never one forgotten.
+    #[test]
+    fn a_slot_hands_over_its_outcome_once_and_wakes_its_waiter() {
+        let count = Arc::new(Count(AtomicU32::new(0)));
+        let w = Waker::from(count.clone());
+        let woken = || count.0.load(Ordering::SeqCst);
+        // Sent before anyone waits: no wake-up, the outcome stays.
+        let (tx, s) = slot();
+        tx.send(Ok(Message::inline(vec![1u8; 4])));
+        assert_eq!(woken(), 0);
+        assert_eq!(
+            s.poll_take(None),
+            Poll::Ready(Some(Ok(Message::inline(vec![1u8; 4]))))
+        );
+        assert_eq!(s.poll_take(None), Poll::Ready(None));
+        // Waiting: the send wakes the waker once.
+        let (tx, s) = slot();
+        assert!(s.poll_take(Some(&w)).is_pending());
+        assert!(s.poll_take(Some(&w)).is_pending());
+        tx.send(Err(TransportError::Closed));
+        assert_eq!(woken(), 1);
+        assert_eq!(
+            s.poll_take(Some(&w)),
+            Poll::Ready(Some(Err(TransportError::Closed)))
+        );
+        // A waker forgotten (`None`) is not woken; a dropped sender reads as
+        // no outcome.
+        let (tx, s) = slot();
+        assert!(s.poll_take(Some(&w)).is_pending());
+        assert!(s.poll_take(None).is_pending());
+        drop(tx);
+        assert_eq!(woken(), 1);
+        assert_eq!(s.poll_take(None), Poll::Ready(None));
+        // A waiter that kept its waker learns of the drop.
+        let (tx, s) = slot();
+        assert!(s.poll_take(Some(&w)).is_pending());
+        drop(tx);
+        assert_eq!(woken(), 2);
+        assert_eq!(s.poll_take(Some(&w)), Poll::Ready(None));
+    }
+
+    /// A slot is kept for the thread's next call only once nobody else
+    /// holds it, and comes back as a new one: no outcome, open, no waker.
+    #[test]
+    fn a_finished_slot_is_reused_as_new() {
+        let count = Arc::new(Count(AtomicU32::new(0)));
+        let w = Waker::from(count.clone());
+        FREE.with(|f| f.borrow_mut().clear());
+        let (tx, s) = slot();
+        let first = Arc::as_ptr(&s);
+        assert!(s.poll_take(Some(&w)).is_pending());
+        // The sender still holds it: not kept.
+        recycle(&s);
+        assert_eq!(FREE.with(|f| f.borrow().len()), 0);
+        tx.send(Ok(Message::inline(vec![2u8; 4])));
+        recycle(&s);
+        drop(s);
+        assert_eq!(FREE.with(|f| f.borrow().len()), 1);
+        let (tx, s) = slot();
+        assert_eq!(Arc::as_ptr(&s), first);
+        // As new: nothing to take, the old waker gone (not woken again).
+        assert!(s.poll_take(None).is_pending());
+        drop(tx);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(s.poll_take(None), Poll::Ready(None));
+    }
+}
