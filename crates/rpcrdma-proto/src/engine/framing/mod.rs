@@ -10,6 +10,8 @@
 //! and what it settles belongs to connection setup (`super::setup`,
 //! `super::version`), not here.
 
+use core::fmt;
+
 use crate::message::{Message, Piece};
 use crate::provider::{SendOp, Stag};
 use crate::wire::chunk::ChunkLists;
@@ -83,6 +85,55 @@ pub enum RdmaErrorReport {
     System,
     /// An error code the version does not define.
     Other(u32),
+}
+
+impl fmt::Display for RdmaErrorReport {
+    /// The wire name of the error and what it means, in words (no enum
+    /// names: this text reaches users through `CallFailure`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RdmaErrorReport::Vers { low, high } => write!(
+                f,
+                "ERR_VERS: the peer does not support our version (it supports {low} to {high})"
+            ),
+            RdmaErrorReport::Chunk => {
+                f.write_str("ERR_CHUNK: the peer could not parse or use the call's chunks")
+            }
+            RdmaErrorReport::BadXdr => {
+                f.write_str("RDMA2_ERR_BAD_XDR: the peer could not parse the transport header")
+            }
+            RdmaErrorReport::InvalHtype => {
+                f.write_str("RDMA2_ERR_INVAL_HTYPE: the peer does not support the header type")
+            }
+            RdmaErrorReport::ReadChunks { max_chunks } => write!(
+                f,
+                "RDMA2_ERR_READ_CHUNKS: more Read chunks than the peer can process (at most {max_chunks})"
+            ),
+            RdmaErrorReport::WriteChunks { max_chunks } => write!(
+                f,
+                "RDMA2_ERR_WRITE_CHUNKS: more Write chunks than the peer can process (at most {max_chunks})"
+            ),
+            RdmaErrorReport::Segments { max_segments } => write!(
+                f,
+                "RDMA2_ERR_SEGMENTS: a chunk has more segments than the peer can process (at most {max_segments})"
+            ),
+            RdmaErrorReport::WriteResource {
+                chunk_index,
+                length_needed,
+            } => write!(
+                f,
+                "RDMA2_ERR_WRITE_RESOURCE: Write chunk {chunk_index} is too small ({length_needed} octets needed)"
+            ),
+            RdmaErrorReport::ReplyResource { length_needed } => write!(
+                f,
+                "RDMA2_ERR_REPLY_RESOURCE: the reply fits neither inline nor the Reply chunk ({length_needed} octets needed)"
+            ),
+            RdmaErrorReport::System => {
+                f.write_str("RDMA2_ERR_SYSTEM: a permanent problem at the peer")
+            }
+            RdmaErrorReport::Other(code) => write!(f, "error code {code}, unknown to this version"),
+        }
+    }
 }
 
 /// Error replies a responder sends: the most specific reason; a version
