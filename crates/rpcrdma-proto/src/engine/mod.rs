@@ -822,19 +822,46 @@ mod tests {
     #[test]
     fn an_rdma_error_is_said_in_words_not_enum_names() {
         let all = [
-            (RdmaErrorReport::Vers { low: 1, high: 1 }, "ERR_VERS", "Vers"),
+            (
+                RdmaErrorReport::Vers { low: 1, high: 1 },
+                "ERR_VERS",
+                "Vers",
+            ),
             (RdmaErrorReport::Chunk, "ERR_CHUNK", "Chunk {"),
             (RdmaErrorReport::BadXdr, "RDMA2_ERR_BAD_XDR", "BadXdr"),
-            (RdmaErrorReport::InvalHtype, "RDMA2_ERR_INVAL_HTYPE", "InvalHtype"),
-            (RdmaErrorReport::ReadChunks { max_chunks: 2 }, "RDMA2_ERR_READ_CHUNKS", "ReadChunks"),
-            (RdmaErrorReport::WriteChunks { max_chunks: 3 }, "RDMA2_ERR_WRITE_CHUNKS", "WriteChunks"),
-            (RdmaErrorReport::Segments { max_segments: 4 }, "RDMA2_ERR_SEGMENTS", "Segments"),
             (
-                RdmaErrorReport::WriteResource { chunk_index: 1, length_needed: 5 },
+                RdmaErrorReport::InvalHtype,
+                "RDMA2_ERR_INVAL_HTYPE",
+                "InvalHtype",
+            ),
+            (
+                RdmaErrorReport::ReadChunks { max_chunks: 2 },
+                "RDMA2_ERR_READ_CHUNKS",
+                "ReadChunks",
+            ),
+            (
+                RdmaErrorReport::WriteChunks { max_chunks: 3 },
+                "RDMA2_ERR_WRITE_CHUNKS",
+                "WriteChunks",
+            ),
+            (
+                RdmaErrorReport::Segments { max_segments: 4 },
+                "RDMA2_ERR_SEGMENTS",
+                "Segments",
+            ),
+            (
+                RdmaErrorReport::WriteResource {
+                    chunk_index: 1,
+                    length_needed: 5,
+                },
                 "RDMA2_ERR_WRITE_RESOURCE",
                 "WriteResource",
             ),
-            (RdmaErrorReport::ReplyResource { length_needed: 6 }, "RDMA2_ERR_REPLY_RESOURCE", "ReplyResource"),
+            (
+                RdmaErrorReport::ReplyResource { length_needed: 6 },
+                "RDMA2_ERR_REPLY_RESOURCE",
+                "ReplyResource",
+            ),
             (RdmaErrorReport::System, "RDMA2_ERR_SYSTEM", "System"),
             (RdmaErrorReport::Other(77), "77", "Other"),
         ];
@@ -842,7 +869,10 @@ mod tests {
             let said = CallFailure::RdmaError(e.clone()).to_string();
             assert!(said.starts_with("RDMA_ERROR "), "{said}");
             assert!(said.contains(wire), "{said} lacks {wire}");
-            assert!(!said.contains(debug_name), "{said} names the enum variant {debug_name}");
+            assert!(
+                !said.contains(debug_name),
+                "{said} names the enum variant {debug_name}"
+            );
             assert!(format!("{e:?}").contains(debug_name.trim_end_matches(" {")));
         }
     }
