@@ -748,7 +748,10 @@ fn serve_read_budget_and_timers() {
     let v = &json_lines(&o)[0];
     assert_eq!(v["ok"], false);
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("Chunk"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("RDMA_ERROR ERR_CHUNK"),
         "ERR_CHUNK expected: {v}"
     );
     // Version 2 says it is permanent (RDMA2_ERR_SYSTEM).
@@ -759,7 +762,10 @@ fn serve_read_budget_and_timers() {
     let v = &json_lines(&o)[0];
     assert_eq!(v["rpcrdma_version"], 2);
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("System"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("RDMA_ERROR RDMA2_ERR_SYSTEM"),
         "RDMA2_ERR_SYSTEM expected: {v}"
     );
     let o = run(&[
@@ -1008,7 +1014,10 @@ fn probe_and_call_speak_version_2_by_default_and_fall_back() {
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let c = &json_lines(&o)[0];
     assert!(
-        c["error"]["message"].as_str().unwrap().contains("Vers"),
+        c["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("RDMA_ERROR ERR_VERS"),
         "{c}"
     );
 }
