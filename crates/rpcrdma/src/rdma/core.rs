@@ -900,6 +900,7 @@ impl Core {
         let Some(p) = self.pending.remove(id) else {
             return;
         };
+        let lost = matches!(error, CallFailure::ConnectionLost(_));
         let err = match error {
             CallFailure::Local(e) => call_error(e),
             CallFailure::ConnectionLost(_) if self.closing => TransportError::Closed,
@@ -907,6 +908,12 @@ impl Core {
             CallFailure::ConnectionLost(e) => TransportError::Lost(e.to_string()),
             other => TransportError::Lost(other.to_string()),
         };
+        if lost && !self.resend_after_loss {
+            // No reconnection follows: the connection is closed for good
+            // before its caller hears of it, so a caller that sees its call
+            // fail as lost also sees why the transport is closed.
+            self.shared.set_closed(self.final_error());
+        }
         let _e = p.span.enter();
         tracing::debug!(wire_xid = xid, error = %err, "rpc/rdma call failed");
         self.publish_for_caller();
@@ -941,11 +948,9 @@ impl Core {
         st.status.connects += 1;
     }
 
-    /// The connection is over: fails every call still waiting (and every
-    /// call among the commands still `queued`; the shell has closed its
-    /// channel) and starts the provider's close.
-    pub(crate) fn finish_begin(&mut self, queued: impl Iterator<Item = Cmd>) {
-        let err = if self.closing {
+    /// Why the connection is over: closed by us, or lost.
+    fn final_error(&self) -> TransportError {
+        if self.closing {
             TransportError::Closed
         } else {
             TransportError::Lost(
@@ -954,7 +959,14 @@ impl Core {
                     .map(|e| e.to_string())
                     .unwrap_or_else(|| "connection ended".into()),
             )
-        };
+        }
+    }
+
+    /// The connection is over: fails every call still waiting (and every
+    /// call among the commands still `queued`; the shell has closed its
+    /// channel) and starts the provider's close.
+    pub(crate) fn finish_begin(&mut self, queued: impl Iterator<Item = Cmd>) {
+        let err = self.final_error();
         self.shared.set_closed(err.clone());
         self.deadlines.clear();
         for p in std::mem::take(&mut self.pending).into_all() {

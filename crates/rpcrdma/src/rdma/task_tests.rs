@@ -596,17 +596,27 @@ fn a_connection_lost_under_a_waiter_fails_its_call_as_the_channel_does() {
             started().await;
             assert_eq!(run_op(&c, &Op::Null).await, "null");
             let call = {
-                let c = c.clone();
-                tokio::spawn(async move { run_op(&c, &Op::Slow(400)).await })
+                let (c, t) = (c.clone(), t.clone());
+                tokio::spawn(async move {
+                    let got = run_op(&c, &Op::Slow(400)).await;
+                    // Looked at the moment the caller hears of the loss.
+                    (got, crate::ClientTransport::closed_reason(&*t))
+                })
             };
             tokio::time::sleep(Duration::from_millis(50)).await;
             assert_eq!(drive.is_delegated(), !channel_only);
             srv.shutdown().await;
-            let got = tokio::time::timeout(Duration::from_secs(10), call)
+            let (got, why) = tokio::time::timeout(Duration::from_secs(10), call)
                 .await
                 .expect("bounded")
                 .unwrap();
             assert!(got.starts_with("error (Transport)"), "{got}");
+            // No reconnection follows: the transport is already closed,
+            // lost, when its caller learns the call was.
+            assert!(
+                matches!(why, Some(crate::TransportError::Lost(_))),
+                "{why:?}"
+            );
             seen.push(got);
             t.shutdown().await;
         }
