@@ -711,22 +711,25 @@ impl ConnStop {
         self.stopped.load(AtomicOrdering::Acquire)
     }
 
-    /// Ready once stopped (and again every time it is polled after).
+    /// Ready once stopped (and again every time it is polled after). One
+    /// waiter at a time (the connection's reader): the future remembers
+    /// the waker it left, and takes the lock only to leave another (a
+    /// lock per poll, i.e. per call, before).
     fn wait(&self) -> impl Future<Output = ()> + Unpin + '_ {
+        let mut left: Option<Waker> = None;
         std::future::poll_fn(move |cx| {
             if self.is_stopped() {
                 return Poll::Ready(());
             }
-            {
-                let mut w = self.waker.lock().unwrap_or_else(|p| p.into_inner());
-                if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    *w = Some(cx.waker().clone());
+            if !left.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                let w = cx.waker().clone();
+                *self.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(w.clone());
+                left = Some(w);
+                // Stopped while the waker was being stored: `stop` may
+                // have found none.
+                if self.is_stopped() {
+                    return Poll::Ready(());
                 }
-            }
-            // Stopped while the waker was being stored: `stop` may have
-            // found none.
-            if self.is_stopped() {
-                return Poll::Ready(());
             }
             Poll::Pending
         })
@@ -954,6 +957,30 @@ mod tests {
         let early = ConnStop::default();
         early.stop();
         early.wait().await;
+        // Polled again and again with the same waker (the lock-free path),
+        // then waited on: still woken by the stop.
+        let st = Arc::new(ConnStop::default());
+        let waiter = {
+            let st = st.clone();
+            tokio::spawn(async move {
+                let mut w = st.wait();
+                for _ in 0..5 {
+                    tokio::select! {
+                        biased;
+                        _ = &mut w => panic!("ready before the stop"),
+                        _ = tokio::task::yield_now() => {}
+                    }
+                }
+                (&mut w).await;
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        st.stop();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
     }
 
     /// The in-flight count: never more than `max` permits; a waiting
