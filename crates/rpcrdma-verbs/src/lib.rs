@@ -33,6 +33,7 @@
 
 mod addr;
 mod async_events;
+mod cache;
 mod cm;
 mod conn;
 mod device;
@@ -43,6 +44,7 @@ mod provider;
 pub mod status;
 pub mod sys;
 
+pub use cache::{idle_pds, registration_stats, RegistrationStats};
 pub use cm::{VerbsCm, VerbsConfig, VerbsListener, VerbsPending};
 pub use device::{describe, devices, Device, Transport, Unavailable};
 pub use provider::VerbsProvider;

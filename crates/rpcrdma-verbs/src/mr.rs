@@ -37,6 +37,7 @@ use rpcrdma_proto::provider::{
     Access, Buffer, Bytes, Caps, MemoryRegion, ProviderError, RegisterError, Sge, Stag,
 };
 
+use crate::cache::{CachedMr, MrCache, CACHE_MAX_LEN};
 use crate::libs::Rdma;
 use crate::sys::*;
 
@@ -55,6 +56,23 @@ struct Mr {
     rkey: u32,
     /// Posted WRs naming this MR in an SGE, until their completions.
     uses: u32,
+    /// A cache MR (`LOCAL_WRITE` over a buffer of the cache,
+    /// [`crate::cache`]): it goes back to the cache with its buffer.
+    cached: bool,
+}
+
+/// How a region's buffer relates to the registration cache.
+#[derive(Debug, Default)]
+enum Cached {
+    /// Not a cache buffer (a chunk, a shared or a large buffer).
+    #[default]
+    No,
+    /// A receive buffer the provider lends (`register_recv`); the caller
+    /// gets an empty buffer back.
+    Lent,
+    /// The caller's owned buffer, copied into a cache buffer at
+    /// registration and given back with the region's final octets.
+    Copied(Box<[u8]>),
 }
 
 /// The device side of one table region.
@@ -69,6 +87,10 @@ struct Entry {
     /// `ibv_dereg_mr` failed on one of its MRs: the device may still
     /// reach the memory, so its buffer is never freed.
     poisoned: bool,
+    /// Whether the table's buffer is a cache buffer.
+    cached: Cached,
+    /// The region's table key (to take its buffer back at teardown).
+    key: u32,
 }
 
 /// Which MR of a region an SGE was given (to release it on completion).
@@ -90,6 +112,8 @@ pub(crate) struct Registry {
     by_rkey: HashMap<u32, u32>,
     /// The OS error of the last refused registration (diagnostics).
     pub(crate) last_error: Option<io::Error>,
+    /// The PD's idle cached MRs ([`crate::cache`]).
+    pub(crate) cache: MrCache,
 }
 
 /// The `IBV_ACCESS_*` flags of contract rights.
@@ -167,10 +191,11 @@ pub(crate) enum Retired {
 }
 
 impl Registry {
-    pub(crate) fn new(rdma: &'static Rdma, pd: *mut ibv_pd) -> Registry {
+    pub(crate) fn new(rdma: &'static Rdma, pd: *mut ibv_pd, cache: MrCache) -> Registry {
         Registry {
             rdma,
             pd,
+            cache,
             // Index 0 unused: a zeroed handle is never valid.
             table: MemoryTable::without_index_zero(0),
             mrs: Vec::new(),
@@ -181,12 +206,15 @@ impl Registry {
 
     /// `ibv_reg_mr_iova` of `ptr..ptr+len` at its own address.
     fn reg(&mut self, ptr: *const u8, len: usize, access: Access) -> Result<Mr, ProviderError> {
+        crate::cache::count_reg();
         // SAFETY: `ptr..ptr+len` is a heap buffer the table owns until
         // `deregister`, which deregisters every MR of it before giving the
-        // buffer back (or never frees it, see `Entry::poisoned`); it never
-        // moves (a Box or Bytes allocation). The device writes it only
-        // with LOCAL_WRITE / REMOTE_WRITE, which shared (read-only)
-        // buffers never get (checked by the table).
+        // buffer back (or never frees it, see `Entry::poisoned`), or a
+        // cache buffer (`crate::cache`) that is freed only after its MR
+        // is deregistered; it never moves (a Box or Bytes allocation).
+        // The device writes it only with LOCAL_WRITE / REMOTE_WRITE,
+        // which shared (read-only) buffers never get (checked by the
+        // table).
         let mr = unsafe {
             (self.rdma.reg_mr_iova)(
                 self.pd,
@@ -209,12 +237,14 @@ impl Registry {
             lkey,
             rkey,
             uses: 0,
+            cached: false,
         })
     }
 
     /// `ibv_dereg_mr`; false if the device refused (then the memory may
     /// still be reachable).
     fn dereg(&self, m: Mr) -> bool {
+        crate::cache::count_dereg();
         // SAFETY: `m.mr` is live, deregistered once (the `Mr` is consumed),
         // and its memory is still owned by the table here.
         unsafe { (self.rdma.dereg_mr)(m.mr) == 0 }
@@ -223,10 +253,22 @@ impl Registry {
     /// Registers the region the table just took at `t` with the device;
     /// on failure the table entry is removed again and its buffer returned.
     fn attach(&mut self, t: MemoryRegion) -> Result<MemoryRegion, (ProviderError, Buffer)> {
+        self.attach_with(t, None, Cached::No)
+    }
+
+    /// [`Registry::attach`], with the cache MR `pre` already over the
+    /// table's buffer (no `ibv_reg_mr`) when given.
+    fn attach_with(
+        &mut self,
+        t: MemoryRegion,
+        pre: Option<Mr>,
+        cached: Cached,
+    ) -> Result<MemoryRegion, (ProviderError, Buffer)> {
         let idx = t.stag().index();
         let region = self.table.region_at(idx).map(|r| r.buf());
-        let got = match region {
-            Some(b) if !b.is_empty() => {
+        let got = match (region, pre) {
+            (Some(b), Some(m)) => Ok((iova_of(b.as_ptr()), m)),
+            (Some(b), None) if !b.is_empty() => {
                 let (ptr, len) = (b.as_ptr(), b.len());
                 self.reg(ptr, len, t.access()).map(|m| (iova_of(ptr), m))
             }
@@ -251,11 +293,108 @@ impl Registry {
             base,
             Entry {
                 cur: Some(mr),
+                cached,
+                key: t.lkey(),
                 ..Entry::default()
             },
         );
         self.by_rkey.insert(rkey, t.lkey());
         Ok(MemoryRegion::new(t.lkey(), Stag(rkey), t.len(), t.access()).with_base(base))
+    }
+
+    /// A cache MR of `len` octets: an idle one (no `ibv_reg_mr`), else a
+    /// new `LOCAL_WRITE` registration of a new zeroed buffer.
+    fn cache_mr(&mut self, len: usize) -> Result<CachedMr, ProviderError> {
+        if let Some(m) = self.cache.take(len) {
+            return Ok(m);
+        }
+        let buf = vec![0u8; len].into_boxed_slice();
+        let m = self.reg(buf.as_ptr(), len, Access::LOCAL_WRITE)?;
+        Ok(CachedMr {
+            buf,
+            mr: m.mr,
+            lkey: m.lkey,
+            rkey: m.rkey,
+        })
+    }
+
+    /// Gives an unused cache MR back (deregistered if the cache is full).
+    fn uncache(&mut self, m: CachedMr) {
+        if let Err(m) = self.cache.put(m) {
+            let CachedMr {
+                buf,
+                mr,
+                lkey,
+                rkey,
+            } = m;
+            let ok = self.dereg(Mr {
+                mr,
+                lkey,
+                rkey,
+                uses: 0,
+                cached: true,
+            });
+            if !ok {
+                std::mem::forget(buf);
+            }
+        }
+    }
+
+    /// Registers a cache buffer of `len` octets holding `fill` (or
+    /// nothing: zeroed) in the table with `access`.
+    fn register_cached(
+        &mut self,
+        len: usize,
+        fill: Option<&[u8]>,
+        access: Access,
+        caps: &Caps,
+        cached: Cached,
+    ) -> Result<MemoryRegion, ProviderError> {
+        let CachedMr {
+            mut buf,
+            mr,
+            lkey,
+            rkey,
+        } = self.cache_mr(len)?;
+        match fill {
+            Some(b) => buf.copy_from_slice(b),
+            None => buf.fill(0),
+        }
+        let t = match self.table.register(buf, access, caps) {
+            Ok(t) => t,
+            Err(e) => {
+                self.uncache(CachedMr {
+                    buf: e.buf,
+                    mr,
+                    lkey,
+                    rkey,
+                });
+                return Err(e.error);
+            }
+        };
+        let m = Mr {
+            mr,
+            lkey,
+            rkey,
+            uses: 0,
+            cached: true,
+        };
+        self.attach_with(t, Some(m), cached).map_err(|(e, _)| e)
+    }
+
+    /// A receive buffer the provider lends (`Provider::register_recv`):
+    /// from the cache when it fits.
+    pub(crate) fn register_recv(
+        &mut self,
+        len: usize,
+        caps: &Caps,
+    ) -> Result<MemoryRegion, ProviderError> {
+        if len == 0 || len > CACHE_MAX_LEN {
+            return self
+                .register(vec![0u8; len].into_boxed_slice(), Access::LOCAL_WRITE, caps)
+                .map_err(|e| e.error);
+        }
+        self.register_cached(len, None, Access::LOCAL_WRITE, caps, Cached::Lent)
     }
 
     pub(crate) fn register(
@@ -264,6 +403,24 @@ impl Registry {
         access: Access,
         caps: &Caps,
     ) -> Result<MemoryRegion, RegisterError> {
+        // A local-only buffer of Send size: copied into a cache buffer.
+        if !buf.is_empty()
+            && buf.len() <= CACHE_MAX_LEN
+            && !access.contains(Access::REMOTE_READ)
+            && !access.contains(Access::REMOTE_WRITE)
+        {
+            let len = buf.len();
+            return match self.register_cached(len, Some(&buf), access, caps, Cached::No) {
+                Ok(mr) => {
+                    let idx = mr.stag().index() as usize;
+                    if let Some((_, e)) = self.mrs.get_mut(idx) {
+                        e.cached = Cached::Copied(buf);
+                    }
+                    Ok(mr)
+                }
+                Err(error) => Err(RegisterError { error, buf }),
+            };
+        }
         let t = self.table.register(buf, access, caps)?;
         self.attach(t).map_err(|(error, buf)| RegisterError {
             error,
@@ -287,7 +444,50 @@ impl Registry {
         let Some((_, e)) = self.mrs.get_mut(idx) else {
             return Ok(buf);
         };
-        let e = std::mem::take(e);
+        let mut e = std::mem::take(e);
+        match std::mem::take(&mut e.cached) {
+            Cached::No => self.end_entry(e, buf),
+            Cached::Lent => self.recycle(e, buf, Box::default()),
+            Cached::Copied(mut spare) => {
+                if spare.len() == buf.len() {
+                    spare.copy_from_slice(&buf);
+                }
+                self.recycle(e, buf, spare)
+            }
+        }
+    }
+
+    /// A cache region's buffer `buf` is out of the table: it goes back to
+    /// the cache with its MR if that MR is still the cache MR (not
+    /// invalidated); otherwise the entry's MRs are deregistered and the
+    /// buffer freed after them. The caller gets `give`.
+    fn recycle(&mut self, e: Entry, buf: Buffer, give: Box<[u8]>) -> Result<Buffer, ProviderError> {
+        let Buffer::Owned(b) = buf else {
+            return Ok(buf);
+        };
+        let reusable =
+            !e.poisoned && e.retired.is_none() && e.cur.as_ref().is_some_and(|m| m.cached);
+        if reusable {
+            if let Some(m) = e.cur {
+                self.by_rkey.remove(&m.rkey);
+                self.uncache(CachedMr {
+                    buf: b,
+                    mr: m.mr,
+                    lkey: m.lkey,
+                    rkey: m.rkey,
+                });
+            }
+            return Ok(Buffer::Owned(give));
+        }
+        // Invalidated meanwhile: its MRs end here, the cache buffer is
+        // freed after them (by `end_entry`), the caller gets `give`.
+        self.end_entry(e, Buffer::Owned(b))?;
+        Ok(Buffer::Owned(give))
+    }
+
+    /// Deregisters an entry's MRs, then gives back `buf` (or leaks it if
+    /// the device refused).
+    fn end_entry(&mut self, e: Entry, buf: Buffer) -> Result<Buffer, ProviderError> {
         let mut ok = !e.poisoned;
         for m in [e.cur, e.retired].into_iter().flatten() {
             self.by_rkey.remove(&m.rkey);
@@ -406,6 +606,7 @@ impl Registry {
     /// table, freed when it drops). Called once the QP is in error or
     /// destroyed, so no posted WR uses them any more.
     pub(crate) fn deregister_all(&mut self) {
+        self.recycle_all();
         for (_, e) in std::mem::take(&mut self.mrs) {
             for m in [e.cur, e.retired].into_iter().flatten() {
                 // A failure leaves nothing to do: the PD goes next.
@@ -413,6 +614,29 @@ impl Registry {
             }
         }
         self.by_rkey.clear();
+    }
+}
+
+impl Registry {
+    /// At teardown (every hold released, the QP about to be destroyed
+    /// before the PD's cache is used again): the cache regions' buffers
+    /// and MRs go back to the cache.
+    fn recycle_all(&mut self) {
+        for i in 0..self.mrs.len() {
+            let (_, e) = &mut self.mrs[i];
+            if matches!(e.cached, Cached::No) {
+                continue;
+            }
+            let key = e.key;
+            let probe = MemoryRegion::new(key, Stag(0), 0, Access::NONE);
+            let Ok(buf) = self.table.deregister(&probe) else {
+                continue;
+            };
+            let mut e = std::mem::take(&mut self.mrs[i].1);
+            e.cached = Cached::No;
+            // On failure the buffer is leaked inside `recycle`.
+            let _ = self.recycle(e, buf, Box::default());
+        }
     }
 }
 

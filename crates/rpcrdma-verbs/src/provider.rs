@@ -119,7 +119,8 @@ impl VerbsProvider {
         let sub = Subscription::new(rdma, ctx, q.qp, q.cq)?;
         let epoll = Epoll::new(&[q.comp_fd(), ch.fd(), sub.async_fd(), sub.wake.raw()])?;
         let caps = caps_of(&q);
-        let reg = Registry::new(rdma, q.pd);
+        let mut q = q;
+        let reg = Registry::new(rdma, q.pd, std::mem::take(&mut q.cache));
         let iwarp = q.transport == Transport::Iwarp;
         Ok(VerbsProvider {
             q,
@@ -508,8 +509,21 @@ impl Drop for VerbsProvider {
             // SAFETY: the id is live.
             unsafe { (self.rdma.disconnect)(self.id.id) };
         }
-        // Before the PD goes (with `q`) and the buffers (with `reg`).
+        // Every posted WR's holds are released (the QP is destroyed with
+        // `q`, right after this, before the PD's cache is used again), so
+        // the cache regions' buffers can leave the table.
+        for p in self.posted.iter_mut().filter_map(Option::take) {
+            self.reg.table.release(&p.holds);
+        }
+        // Before the PD goes (with `q`) and the buffers (with `reg`): the
+        // cache regions go back to the PD's cache, every other MR is
+        // deregistered.
         self.reg.deregister_all();
+        self.q.cache = std::mem::take(&mut self.reg.cache);
+        self.q.device_lost = matches!(
+            self.state,
+            ConnectionState::Disconnected(DisconnectReason::TransportLost)
+        );
     }
 }
 
@@ -547,6 +561,10 @@ impl Provider for VerbsProvider {
         access: Access,
     ) -> Result<MemoryRegion, ProviderError> {
         self.reg.register_shared(buf, access, &self.caps)
+    }
+
+    fn register_recv(&mut self, len: usize) -> Result<MemoryRegion, ProviderError> {
+        self.reg.register_recv(len, &self.caps)
     }
 
     fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {

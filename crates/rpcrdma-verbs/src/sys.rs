@@ -446,6 +446,10 @@ pub mod fns {
     pub type AckCmEvent = unsafe extern "C" fn(*mut rdma_cm_event) -> c_int;
     pub type MigrateId = unsafe extern "C" fn(*mut rdma_cm_id, *mut rdma_event_channel) -> c_int;
     pub type EventStr = unsafe extern "C" fn(c_int) -> *const c_char;
+    /// `rdma_get_devices`: the RDMA CM's open device contexts (each one
+    /// referenced until `rdma_free_devices`), NULL-terminated.
+    pub type GetCmDevices = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_context;
+    pub type FreeCmDevices = unsafe extern "C" fn(*mut *mut ibv_context);
 }
 
 #[cfg(test)]

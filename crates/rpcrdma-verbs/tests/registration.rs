@@ -1,0 +1,260 @@
+//! The registration cache on a real (or soft) RDMA device: the engine's
+//! receive and Send buffers are registered once, so N calls do not cause
+//! N `ibv_reg_mr`, and a second connection on the device reuses the first
+//! one's PD and registrations (counted through
+//! `rpcrdma_verbs::registration_stats`). Needs `RPCRDMA_VERBS_ADDR` (an
+//! address on an RDMA device, 10.0.2.15 in the lab VM); prints SKIPPED
+//! loudly otherwise.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use rpcrdma_proto::engine::{
+    Config, Connection, Event, Message, OutgoingCall, OutgoingReply, Piece,
+};
+use rpcrdma_proto::provider::cm::{ConnectionManager, ListenEvent, Listener, PendingConnection};
+use rpcrdma_proto::provider::{Completion, ConnectionEvent, Provider};
+use rpcrdma_proto::wire::rpc::RpcMsg;
+use rpcrdma_proto::XdrEncode;
+use rpcrdma_verbs::{devices, registration_stats, RegistrationStats, VerbsCm, VerbsProvider};
+
+const ENV: &str = "RPCRDMA_VERBS_ADDR";
+/// Calls per connection.
+const N: usize = 300;
+/// Calls in flight at once.
+const DEPTH: usize = 8;
+
+fn addr() -> Option<IpAddr> {
+    if let Err(e) = devices() {
+        eprintln!("SKIPPED: verbs registration cache test not run: {e}");
+        return None;
+    }
+    match std::env::var(ENV).ok().and_then(|a| a.parse().ok()) {
+        Some(a) => Some(a),
+        None => {
+            eprintln!(
+                "SKIPPED: verbs registration cache test not run: set {ENV} to an address of an RDMA device"
+            );
+            None
+        }
+    }
+}
+
+struct Side {
+    conn: Connection,
+    prov: VerbsProvider,
+    events: Vec<Event>,
+}
+
+impl Side {
+    fn step(&mut self) -> bool {
+        let now = Instant::now();
+        let mut busy = false;
+        while let Some(ev) = self.prov.poll_event() {
+            busy = true;
+            match ev {
+                ConnectionEvent::Established(info) => {
+                    self.conn.handle_established(now, &mut self.prov, &info)
+                }
+                ConnectionEvent::Disconnected(r) => {
+                    self.conn.handle_disconnected(&mut self.prov, r)
+                }
+                ConnectionEvent::ConnectRequest { .. } => {}
+            }
+        }
+        let mut out: Vec<Completion> = Vec::new();
+        self.prov.poll_completions(&mut out);
+        for c in out {
+            busy = true;
+            self.conn.handle_completion(now, &mut self.prov, c);
+        }
+        while let Some(e) = self.conn.poll_event() {
+            busy = true;
+            self.events.push(e);
+        }
+        busy
+    }
+}
+
+/// A connected client and server engine over two verbs providers.
+fn connect(cm: &VerbsCm, ip: IpAddr) -> (Side, Side) {
+    let (ccfg, scfg) = (Config::client(), Config::server());
+    let mut l = cm.listen(SocketAddr::new(ip, 0)).expect("listen");
+    let at = l.local_addr();
+    let mut server = Connection::new(scfg.clone());
+    let (a, b) = std::thread::scope(|s| {
+        let params = ccfg.connect_params();
+        let h = s.spawn(move || cm.connect(at, &params, Duration::from_secs(10)));
+        let mut events = Vec::new();
+        let mut pending = loop {
+            l.poll(Some(Duration::from_millis(100)), &mut events)
+                .expect("listener poll");
+            if let Some(ev) = events.pop() {
+                match ev {
+                    ListenEvent::Request(p) => break p,
+                    other => panic!("listener: {other:?}"),
+                }
+            }
+            assert!(!h.is_finished(), "connector returned without a request");
+        };
+        // Receives before the accept, as Linux svcrdma.
+        server.prepare_receives(pending.provider_mut());
+        let b = pending.accept(&scfg.connect_params()).expect("accept");
+        let a = h.join().expect("connector").expect("connect");
+        (a, b)
+    });
+    let mut c = Side {
+        conn: Connection::new(ccfg),
+        prov: a,
+        events: Vec::new(),
+    };
+    let mut s = Side {
+        conn: server,
+        prov: b,
+        events: Vec::new(),
+    };
+    run_until(&mut c, &mut s, |c, _| c.conn.negotiated().is_some());
+    (c, s)
+}
+
+/// Steps both ends until `done` (at most 20 s).
+fn run_until(c: &mut Side, s: &mut Side, mut done: impl FnMut(&mut Side, &mut Side) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(c, s) {
+        assert!(
+            Instant::now() < deadline,
+            "no progress: client {:?}",
+            c.events
+        );
+        if !(c.step() | s.step()) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn call(seq: usize) -> OutgoingCall {
+    let mut m = RpcMsg::call_auth_none(0, 100_003, 3, 0).to_vec().unwrap();
+    m.extend_from_slice(&(seq as u32).to_be_bytes());
+    m.extend_from_slice(&[0x5a; 60]);
+    OutgoingCall {
+        message: Message::from_pieces([Piece::Inline(m.into())]),
+        reply_max: 512,
+        ddp_results: vec![],
+    }
+}
+
+/// `n` calls, `DEPTH` at a time, each answered with 64 octets; every
+/// reply checked.
+fn calls(c: &mut Side, s: &mut Side, n: usize) {
+    let (mut started, mut replied) = (0, 0);
+    while replied < n {
+        while started < n && started - replied < DEPTH {
+            c.conn
+                .start_call(Instant::now(), &mut c.prov, call(started))
+                .expect("start_call");
+            started += 1;
+        }
+        run_until(c, s, |c, s| {
+            for e in std::mem::take(&mut s.events) {
+                match e {
+                    Event::CallReceived(inc) => {
+                        let mut r = RpcMsg::success(inc.xid).to_vec().unwrap();
+                        r.extend_from_slice(&[0xa5; 64]);
+                        s.conn
+                            .send_reply(
+                                Instant::now(),
+                                &mut s.prov,
+                                inc.handle,
+                                OutgoingReply {
+                                    message: Message::from_pieces([Piece::Inline(r.into())]),
+                                },
+                            )
+                            .expect("send_reply");
+                    }
+                    other => s.events.push(other),
+                }
+            }
+            c.events
+                .iter()
+                .any(|e| matches!(e, Event::ReplyReceived(_)))
+                || c.events
+                    .iter()
+                    .any(|e| matches!(e, Event::CallFailed { .. } | Event::ConnectionLost(_)))
+        });
+        for e in std::mem::take(&mut c.events) {
+            match e {
+                Event::ReplyReceived(r) => {
+                    let body = r.message.flatten();
+                    assert!(body.ends_with(&[0xa5; 64]), "reply body");
+                    replied += 1;
+                }
+                Event::CreditsChanged { .. } => {}
+                other => panic!("client: {other:?}"),
+            }
+        }
+    }
+}
+
+fn delta(a: RegistrationStats, b: RegistrationStats) -> RegistrationStats {
+    RegistrationStats {
+        reg_mr: b.reg_mr - a.reg_mr,
+        dereg_mr: b.dereg_mr - a.dereg_mr,
+        cache_hits: b.cache_hits - a.cache_hits,
+        pd_allocs: b.pd_allocs - a.pd_allocs,
+        pd_reuses: b.pd_reuses - a.pd_reuses,
+    }
+}
+
+#[test]
+fn calls_and_reconnections_do_not_register_per_message() {
+    let Some(ip) = addr() else { return };
+    let cm = VerbsCm::default();
+
+    // Connection 1: its setup registers the receive buffers; N calls
+    // after the first few register nothing more.
+    let t0 = registration_stats();
+    let (mut c, mut s) = connect(&cm, ip);
+    calls(&mut c, &mut s, DEPTH);
+    let t1 = registration_stats();
+    calls(&mut c, &mut s, N);
+    let t2 = registration_stats();
+    let setup = delta(t0, t1);
+    let steady = delta(t1, t2);
+    eprintln!("connection 1: setup + {DEPTH} calls {setup:?}; {N} more calls {steady:?}");
+    assert!(
+        setup.reg_mr > 0,
+        "the first connection registers its buffers"
+    );
+    assert_eq!(steady.reg_mr, 0, "{N} inline calls caused ibv_reg_mr calls");
+    drop(c);
+    drop(s);
+
+    // Connection 2 on the same device: both ends take the idle PDs with
+    // their cached MRs; neither its setup nor its N calls call
+    // ibv_reg_mr.
+    let t3 = registration_stats();
+    let (mut c, mut s) = connect(&cm, ip);
+    calls(&mut c, &mut s, N + DEPTH);
+    let t4 = registration_stats();
+    let second = delta(t3, t4);
+    eprintln!("connection 2: setup + {} calls {second:?}", N + DEPTH);
+    assert_eq!(second.pd_reuses, 2, "both ends reuse a pooled PD");
+    assert_eq!(second.pd_allocs, 0);
+    assert!(
+        second.cache_hits >= setup.reg_mr,
+        "the second connection's buffers come from the cache"
+    );
+    assert_eq!(
+        second.reg_mr, 0,
+        "a second connection on the device registered memory again"
+    );
+    drop(c);
+    drop(s);
+    eprintln!(
+        "registration cache: connection 1 {} ibv_reg_mr, connection 2 {} ({} cache hits), {} calls each: PASS",
+        setup.reg_mr + steady.reg_mr,
+        second.reg_mr,
+        second.cache_hits,
+        N + DEPTH
+    );
+}
