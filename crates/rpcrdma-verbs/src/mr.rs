@@ -12,6 +12,12 @@
 //! tagged offset [`MemoryRegion::base`] = that address, which the engine
 //! advertises as each chunk's offset.
 //!
+//! Local-only receive and Send buffers use cache MRs ([`crate::cache`]);
+//! on a device with type 2 memory windows, registrations with a remote
+//! right are exposed through a window ([`crate::mw`]) whose rkey is the
+//! STag, invalidated by the device (a real Local Invalidate, or the
+//! peer's Send With Invalidate). What follows is for plain-MR chunks.
+//!
 //! # Invalidation by deregistration
 //!
 //! User-space verbs cannot re-key a plain MR, and siw's user-space
@@ -39,6 +45,7 @@ use rpcrdma_proto::provider::{
 
 use crate::cache::{CachedMr, MrCache, CACHE_MAX_LEN};
 use crate::libs::Rdma;
+use crate::mw::{Window, Windows};
 use crate::sys::*;
 
 /// The I/O virtual address of a buffer's first byte: its process address
@@ -91,6 +98,9 @@ struct Entry {
     cached: Cached,
     /// The region's table key (to take its buffer back at teardown).
     key: u32,
+    /// The memory window exposing it (`crate::mw`), and whether it is
+    /// still valid (bound): its rkey is the region's STag.
+    window: Option<(Window, bool)>,
 }
 
 /// Which MR of a region an SGE was given (to release it on completion).
@@ -114,6 +124,17 @@ pub(crate) struct Registry {
     pub(crate) last_error: Option<io::Error>,
     /// The PD's idle cached MRs ([`crate::cache`]).
     pub(crate) cache: MrCache,
+    /// Type 2 memory windows, on a device that has them: every
+    /// registration with a remote right is exposed through one.
+    pub(crate) windows: Option<Windows>,
+}
+
+/// A window bind to post (`IBV_WR_BIND_MW`) before the region's STag is
+/// used: the region at table index `idx` through `bind.mw`, whose rkey
+/// becomes `bind.rkey` once posted.
+pub(crate) struct Bind {
+    pub(crate) idx: u32,
+    pub(crate) wr: ibv_bind_mw_wr,
 }
 
 /// The `IBV_ACCESS_*` flags of contract rights.
@@ -196,6 +217,7 @@ impl Registry {
             rdma,
             pd,
             cache,
+            windows: None,
             // Index 0 unused: a zeroed handle is never valid.
             table: MemoryTable::without_index_zero(0),
             mrs: Vec::new(),
@@ -206,6 +228,16 @@ impl Registry {
 
     /// `ibv_reg_mr_iova` of `ptr..ptr+len` at its own address.
     fn reg(&mut self, ptr: *const u8, len: usize, access: Access) -> Result<Mr, ProviderError> {
+        self.reg_flags(ptr, len, ibv_access(access))
+    }
+
+    /// [`Registry::reg`] with raw `IBV_ACCESS_*` flags.
+    fn reg_flags(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+        flags: libc::c_int,
+    ) -> Result<Mr, ProviderError> {
         crate::cache::count_reg();
         // SAFETY: `ptr..ptr+len` is a heap buffer the table owns until
         // `deregister`, which deregisters every MR of it before giving the
@@ -216,13 +248,7 @@ impl Registry {
         // which shared (read-only) buffers never get (checked by the
         // table).
         let mr = unsafe {
-            (self.rdma.reg_mr_iova)(
-                self.pd,
-                ptr.cast_mut().cast(),
-                len,
-                iova_of(ptr),
-                ibv_access(access),
-            )
+            (self.rdma.reg_mr_iova)(self.pd, ptr.cast_mut().cast(), len, iova_of(ptr), flags)
         };
         if mr.is_null() {
             let os = io::Error::last_os_error();
@@ -428,6 +454,133 @@ impl Registry {
         })
     }
 
+    /// Whether registrations with `access` go through a memory window.
+    pub(crate) fn windowed(&self, access: Access) -> bool {
+        self.windows.is_some()
+            && (access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE))
+    }
+
+    /// Registers the region the table just took at `t` for a memory
+    /// window: an MR with its local rights and `MW_BIND` (no remote
+    /// right: only the window exposes it), and an idle or new window
+    /// whose next rkey is the region's STag; the bind is the caller's to
+    /// post. On failure the table entry is removed and its buffer
+    /// returned.
+    fn attach_window(
+        &mut self,
+        t: MemoryRegion,
+    ) -> Result<(MemoryRegion, Bind), (ProviderError, Buffer)> {
+        let idx = t.stag().index();
+        let fail = |r: &mut Registry, e: ProviderError| {
+            let buf = r
+                .table
+                .deregister(&t)
+                .unwrap_or(Buffer::Owned(Box::default()));
+            (e, buf)
+        };
+        let Some((ptr, len)) = self
+            .table
+            .region_at(idx)
+            .map(|r| (r.buf().as_ptr(), r.buf().len()))
+            .filter(|&(_, len)| len > 0)
+        else {
+            return Err(fail(
+                self,
+                ProviderError::InvalidArgument("zero-length registration"),
+            ));
+        };
+        let access = t.access();
+        let local = if access.contains(Access::LOCAL_WRITE) {
+            IBV_ACCESS_LOCAL_WRITE
+        } else {
+            0
+        };
+        let m = match self.reg_flags(ptr, len, local | IBV_ACCESS_MW_BIND) {
+            Ok(m) => m,
+            Err(e) => return Err(fail(self, e)),
+        };
+        let Some(w) = self.windows.as_mut().and_then(Windows::take) else {
+            self.dereg(m);
+            return Err(fail(
+                self,
+                ProviderError::InvalidArgument("ibv_alloc_mw refused a memory window"),
+            ));
+        };
+        let rkey = ibv_inc_rkey(w.rkey);
+        let remote = ibv_access(access) & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+        let bind = Bind {
+            idx,
+            wr: ibv_bind_mw_wr {
+                mw: w.mw,
+                rkey,
+                bind_info: ibv_mw_bind_info {
+                    mr: m.mr,
+                    addr: iova_of(ptr),
+                    length: len as u64,
+                    mw_access_flags: remote as libc::c_uint,
+                },
+            },
+        };
+        let slot = idx as usize;
+        if self.mrs.len() <= slot {
+            self.mrs.resize_with(slot + 1, Default::default);
+        }
+        self.mrs[slot] = (
+            iova_of(ptr),
+            Entry {
+                cur: Some(m),
+                key: t.lkey(),
+                window: Some((Window { mw: w.mw, rkey }, true)),
+                ..Entry::default()
+            },
+        );
+        self.by_rkey.insert(rkey, t.lkey());
+        let mr = MemoryRegion::new(t.lkey(), Stag(rkey), t.len(), access).with_base(iova_of(ptr));
+        Ok((mr, bind))
+    }
+
+    /// [`Registry::register`] through a memory window.
+    pub(crate) fn register_window(
+        &mut self,
+        buf: Box<[u8]>,
+        access: Access,
+        caps: &Caps,
+    ) -> Result<(MemoryRegion, Bind), RegisterError> {
+        let t = self.table.register(buf, access, caps)?;
+        self.attach_window(t).map_err(|(error, buf)| RegisterError {
+            error,
+            buf: buf.into_owned(),
+        })
+    }
+
+    /// [`Registry::register_shared`] through a memory window.
+    pub(crate) fn register_shared_window(
+        &mut self,
+        buf: Bytes,
+        access: Access,
+        caps: &Caps,
+    ) -> Result<(MemoryRegion, Bind), ProviderError> {
+        let t = self.table.register_shared(buf, access, caps)?;
+        self.attach_window(t).map_err(|(e, _)| e)
+    }
+
+    /// The bind of the region at `idx` was not posted: the region is
+    /// deregistered again (its window, never bound, is freed) and its
+    /// buffer given back.
+    pub(crate) fn unbind(&mut self, idx: u32) -> Option<Buffer> {
+        let (_, e) = self.mrs.get(idx as usize)?;
+        let probe = MemoryRegion::new(e.key, Stag(0), 0, Access::NONE);
+        self.deregister(&probe).ok()
+    }
+
+    /// Whether `rkey` is the STag of a valid window of ours.
+    pub(crate) fn is_window(&self, rkey: u32) -> bool {
+        self.by_rkey
+            .get(&rkey)
+            .and_then(|&k| self.mrs.get(Stag(k).index() as usize))
+            .is_some_and(|(_, e)| e.window.as_ref().is_some_and(|(w, v)| *v && w.rkey == rkey))
+    }
+
     pub(crate) fn register_shared(
         &mut self,
         buf: Bytes,
@@ -489,6 +642,19 @@ impl Registry {
     /// the device refused).
     fn end_entry(&mut self, e: Entry, buf: Buffer) -> Result<Buffer, ProviderError> {
         let mut ok = !e.poisoned;
+        // The window before its MR (a device refuses to deregister an MR
+        // with windows bound): an invalid one is bound again later, a
+        // valid one is freed (which invalidates it).
+        if let Some((w, valid)) = e.window {
+            self.by_rkey.remove(&w.rkey);
+            if let Some(ws) = self.windows.as_mut() {
+                if valid {
+                    ok &= ws.free(w);
+                } else {
+                    ws.put(w);
+                }
+            }
+        }
         for m in [e.cur, e.retired].into_iter().flatten() {
             self.by_rkey.remove(&m.rkey);
             // No WR holds the region (the table refused `Busy` otherwise),
@@ -577,6 +743,15 @@ impl Registry {
         let Some((_, e)) = self.mrs.get_mut(idx) else {
             return Retired::Done;
         };
+        // A window: the device invalidates it (a received Send With
+        // Invalidate, or the Local Invalidate the caller posts); its MR
+        // stays for local use until deregistration.
+        if let Some((w, valid)) = e.window.as_mut() {
+            if w.rkey == rkey {
+                *valid = false;
+                return Retired::Done;
+            }
+        }
         match e.cur.take() {
             Some(m) if m.uses > 0 => {
                 e.retired = Some(m);
@@ -607,6 +782,16 @@ impl Registry {
     /// destroyed, so no posted WR uses them any more.
     pub(crate) fn deregister_all(&mut self) {
         self.recycle_all();
+        for (_, e) in &mut self.mrs {
+            if let Some((w, _)) = e.window.take() {
+                if let Some(ws) = self.windows.as_ref() {
+                    let _ = ws.free(w);
+                }
+            }
+        }
+        if let Some(ws) = self.windows.as_mut() {
+            ws.clear();
+        }
         for (_, e) in std::mem::take(&mut self.mrs) {
             for m in [e.cur, e.retired].into_iter().flatten() {
                 // A failure leaves nothing to do: the PD goes next.

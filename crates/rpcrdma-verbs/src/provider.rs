@@ -49,6 +49,9 @@ struct Posted {
     /// Send-queue sequence number (post order of Send-queue WRs, device
     /// and emulated alike).
     seq: u64,
+    /// A memory-window bind of ours (`crate::mw`): its completion is not
+    /// the caller's (a failure still ends the connection).
+    bind: bool,
 }
 
 /// A Local Invalidate done by deregistration ([`crate::mr`]): it
@@ -98,6 +101,10 @@ pub struct VerbsProvider {
     local_pd: Vec<u8>,
     peer: Option<SocketAddr>,
     reg: Registry,
+    /// Window binds posted and not completed, and how many the Send
+    /// queue keeps room for beyond the caller's `max_send_wr`.
+    binds: u32,
+    bind_room: u32,
 }
 
 // SAFETY: the raw pointers are rdma-core objects owned by this value and
@@ -118,9 +125,20 @@ impl VerbsProvider {
         let ctx = unsafe { (*q.qp).context };
         let sub = Subscription::new(rdma, ctx, q.qp, q.cq)?;
         let epoll = Epoll::new(&[q.comp_fd(), ch.fd(), sub.async_fd(), sub.wake.raw()])?;
-        let caps = caps_of(&q);
+        let mut caps = caps_of(&q);
         let mut q = q;
-        let reg = Registry::new(rdma, q.pd, std::mem::take(&mut q.cache));
+        let mut reg = Registry::new(rdma, q.pd, std::mem::take(&mut q.cache));
+        // Type 2 memory windows: remote invalidation (`crate::mw`). Half
+        // the Send queue is kept for their binds.
+        let mut bind_room = 0;
+        // Not on iWARP: a Read sink there must be remotely writable under
+        // the STag its SGE names (the MR's), which a window does not give.
+        if q.transport != Transport::Iwarp && crate::mw::device_supports(ctx, &q.attr) {
+            reg.windows = Some(crate::mw::Windows::new(ctx, q.pd));
+            caps.remote_invalidation = true;
+            bind_room = q.sizes.send_wr / 2;
+            caps.max_send_wr = (q.sizes.send_wr - bind_room).max(1);
+        }
         let iwarp = q.transport == Transport::Iwarp;
         Ok(VerbsProvider {
             q,
@@ -154,6 +172,8 @@ impl VerbsProvider {
             local_pd: Vec::new(),
             peer: None,
             reg,
+            binds: 0,
+            bind_room,
         })
     }
 
@@ -277,6 +297,17 @@ impl VerbsProvider {
         if !self.reg.release(&p.uses) {
             self.dereg_failed();
         }
+        let status = status_class(wc.status);
+        if p.bind {
+            self.binds = self.binds.saturating_sub(1);
+            if !status.is_ok() && status != Status::Flushed {
+                self.end(DisconnectReason::Error {
+                    status,
+                    blame: status.blame(),
+                });
+            }
+            return;
+        }
         if p.recv {
             self.recvs -= 1;
         } else {
@@ -285,7 +316,6 @@ impl VerbsProvider {
                 self.sq_device.remove(i);
             }
         }
-        let status = status_class(wc.status);
         let mut opcode = p.opcode;
         let mut byte_len = 0;
         if status.is_ok() {
@@ -369,6 +399,9 @@ impl VerbsProvider {
     /// [`crate::mr`]), completed in Send-queue order by
     /// [`VerbsProvider::complete_invs`].
     fn post_invalidate(&mut self, wr: &SendWr, stag: Stag) -> Result<(), ProviderError> {
+        if self.reg.is_window(stag.0) {
+            return self.post_window_invalidate(wr, stag);
+        }
         let key = self
             .reg
             .key_of_rkey(stag.0)
@@ -392,6 +425,7 @@ impl VerbsProvider {
             recv: false,
             uses: SmallVec::new(),
             seq,
+            bind: false,
         });
         self.invs.push_back(PendingInv {
             seq,
@@ -400,6 +434,134 @@ impl VerbsProvider {
             failed,
         });
         Ok(())
+    }
+
+    /// A Local Invalidate of a memory window's rkey: a real
+    /// `IBV_WR_LOCAL_INV`, completed by the device in Send-queue order.
+    fn post_window_invalidate(&mut self, wr: &SendWr, stag: Stag) -> Result<(), ProviderError> {
+        let key = self
+            .reg
+            .key_of_rkey(stag.0)
+            .ok_or(ProviderError::InvalidHandle)?;
+        let w = SendWr {
+            wr_id: wr.wr_id,
+            op: SendOp::LocalInvalidate { stag: Stag(key) },
+            sges: wr.sges.clone(),
+        };
+        let c = self.reg.table.check_send(&w, &self.caps, &self.rules)?;
+        let seq = self.sq_seq;
+        let holds = c.holds;
+        let slot = self.slot(Posted {
+            wr_id: wr.wr_id,
+            opcode: Opcode::LocalInvalidate,
+            holds: holds.clone(),
+            len: 0,
+            recv: false,
+            uses: SmallVec::new(),
+            seq,
+            bind: false,
+        });
+        let mut d = ibv_send_wr {
+            wr_id: u64::from(slot),
+            next: ptr::null_mut(),
+            sg_list: ptr::null_mut(),
+            num_sge: 0,
+            opcode: IBV_WR_LOCAL_INV,
+            send_flags: IBV_SEND_SIGNALED,
+            invalidate_rkey: stag.0,
+            wr: ibv_send_wr_wr {
+                rdma: ibv_wr_rdma {
+                    remote_addr: 0,
+                    rkey: 0,
+                },
+            },
+            remote_srqn: 0,
+            // SAFETY: plain old data (unused for this opcode).
+            tail: unsafe { std::mem::zeroed() },
+        };
+        if let Err(e) = self.post_raw(&mut d) {
+            self.unpost(slot);
+            return Err(e);
+        }
+        // The table refuses remote access at once; the window is invalid
+        // once the WR has run (before its completion is returned).
+        self.reg.invalidate(stag.0);
+        self.reg.table.hold(&holds);
+        self.sends += 1;
+        self.sq_seq += 1;
+        self.sq_device.push_back(seq);
+        Ok(())
+    }
+
+    /// Posts one Send-queue WR built by the caller.
+    fn post_raw(&mut self, w: &mut ibv_send_wr) -> Result<(), ProviderError> {
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live; ops layout pinned by the ABI test.
+        let Some(f) = (unsafe { (*(*self.q.qp).context).ops.post_send }) else {
+            return Err(ProviderError::Unsupported);
+        };
+        // SAFETY: `w` lives across the call (the device copies it); what
+        // it names (SGEs, MR, window) is live and checked by the caller.
+        let r = unsafe { f(self.q.qp, w, &mut bad) };
+        if r != 0 {
+            return Err(Self::post_error(r));
+        }
+        Ok(())
+    }
+
+    /// Posts the bind of a window registration (`crate::mw`), ahead of
+    /// every later WR of the Send queue (so of the Send that carries its
+    /// STag); on failure the registration is undone.
+    fn post_bind(
+        &mut self,
+        mr: MemoryRegion,
+        b: crate::mr::Bind,
+    ) -> Result<MemoryRegion, (ProviderError, Option<Buffer>)> {
+        if self.state != ConnectionState::Established || self.binds >= self.bind_room {
+            let e = if self.state == ConnectionState::Established {
+                ProviderError::QueueFull
+            } else {
+                ProviderError::NotConnected
+            };
+            return Err((e, self.reg.unbind(b.idx)));
+        }
+        let slot = self.slot(Posted {
+            wr_id: 0,
+            opcode: Opcode::LocalInvalidate,
+            holds: Holds::new(),
+            len: 0,
+            recv: false,
+            uses: SmallVec::new(),
+            seq: 0,
+            bind: true,
+        });
+        let mut d = ibv_send_wr {
+            wr_id: u64::from(slot),
+            next: ptr::null_mut(),
+            sg_list: ptr::null_mut(),
+            num_sge: 0,
+            opcode: IBV_WR_BIND_MW,
+            send_flags: IBV_SEND_SIGNALED,
+            invalidate_rkey: 0,
+            wr: ibv_send_wr_wr {
+                rdma: ibv_wr_rdma {
+                    remote_addr: 0,
+                    rkey: 0,
+                },
+            },
+            remote_srqn: 0,
+            tail: ibv_send_wr_tail { bind_mw: b.wr },
+        };
+        if let Err(e) = self.post_raw(&mut d) {
+            self.unslot(slot);
+            return Err((e, self.reg.unbind(b.idx)));
+        }
+        // The window's key is the new one from now on (what
+        // `ibv_bind_mw` does; the next bind names it as the current one).
+        // SAFETY: the window is ours and live.
+        unsafe { (*b.wr.mw).rkey = b.wr.rkey };
+        self.binds += 1;
+        Ok(mr)
     }
 
     /// Polls the CQ into `self.wcs`; returns how many.
@@ -496,9 +658,10 @@ fn caps_of(q: &Queues) -> Caps {
         // PD) but its user-space provider drops the second (rdma-core
         // providers/siw/siw.c `copy_cqe`: `wc->wc_flags = 0`, no
         // `invalidated_rkey`); rxe and hardware invalidate only FRWR /
-        // memory-window keys, which user-space verbs do not make. So no
-        // device qualifies today, and the engine invalidates locally (by
-        // deregistration, see `crate::mr`).
+        // memory-window keys (FRWR keys user-space verbs cannot make). So
+        // plain MRs never qualify, and the engine invalidates locally (by
+        // deregistration, see `crate::mr`); a device with type 2 memory
+        // windows turns this on (`VerbsProvider::new`, `crate::mw`).
         remote_invalidation: false,
     }
 }
@@ -552,6 +715,17 @@ impl Provider for VerbsProvider {
     }
 
     fn register(&mut self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, RegisterError> {
+        if self.reg.windowed(access) && self.state == ConnectionState::Established {
+            let (mr, bind) = self.reg.register_window(buf, access, &self.caps)?;
+            // A refused bind has deregistered the region: its buffer
+            // comes back with the error.
+            return self
+                .post_bind(mr, bind)
+                .map_err(|(error, buf)| RegisterError {
+                    error,
+                    buf: buf.map(Buffer::into_owned).unwrap_or_default(),
+                });
+        }
         self.reg.register(buf, access, &self.caps)
     }
 
@@ -560,6 +734,10 @@ impl Provider for VerbsProvider {
         buf: Bytes,
         access: Access,
     ) -> Result<MemoryRegion, ProviderError> {
+        if self.reg.windowed(access) && self.state == ConnectionState::Established {
+            let (mr, bind) = self.reg.register_shared_window(buf, access, &self.caps)?;
+            return self.post_bind(mr, bind).map_err(|(e, _)| e);
+        }
         self.reg.register_shared(buf, access, &self.caps)
     }
 
@@ -596,6 +774,7 @@ impl Provider for VerbsProvider {
             recv: true,
             uses: [used].into_iter().collect(),
             seq: 0,
+            bind: false,
         });
         let mut w = ibv_recv_wr {
             wr_id: u64::from(slot),
@@ -661,6 +840,7 @@ impl Provider for VerbsProvider {
             recv: false,
             uses,
             seq,
+            bind: false,
         });
         let mut w = ibv_send_wr {
             wr_id: u64::from(slot),

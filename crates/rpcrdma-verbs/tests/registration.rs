@@ -76,9 +76,12 @@ impl Side {
     }
 }
 
-/// A connected client and server engine over two verbs providers.
-fn connect(cm: &VerbsCm, ip: IpAddr) -> (Side, Side) {
-    let (ccfg, scfg) = (Config::client(), Config::server());
+/// A connected client and server engine over two verbs providers, both
+/// offering the RFC 8797 R flag when `r`.
+fn connect_with(cm: &VerbsCm, ip: IpAddr, r: bool) -> (Side, Side) {
+    let (mut ccfg, mut scfg) = (Config::client(), Config::server());
+    ccfg.remote_invalidation = r;
+    scfg.remote_invalidation = r;
     let mut l = cm.listen(SocketAddr::new(ip, 0)).expect("listen");
     let at = l.local_addr();
     let mut server = Connection::new(scfg.clone());
@@ -130,6 +133,10 @@ fn run_until(c: &mut Side, s: &mut Side, mut done: impl FnMut(&mut Side, &mut Si
             std::thread::yield_now();
         }
     }
+}
+
+fn connect(cm: &VerbsCm, ip: IpAddr) -> (Side, Side) {
+    connect_with(cm, ip, false)
 }
 
 fn call(seq: usize) -> OutgoingCall {
@@ -257,4 +264,102 @@ fn calls_and_reconnections_do_not_register_per_message() {
         second.cache_hits,
         N + DEPTH
     );
+}
+
+/// A call with a Write chunk of 8 KiB; the server answers 5,001 octets
+/// of result through it (RDMA Write), then Sends the reply — with
+/// Invalidate when remote invalidation was negotiated.
+fn write_chunk_call(c: &mut Side, s: &mut Side, seed: u8) {
+    let m = RpcMsg::call_auth_none(0, 100_003, 3, 6).to_vec().unwrap();
+    c.conn
+        .start_call(
+            Instant::now(),
+            &mut c.prov,
+            OutgoingCall {
+                message: Message::from_pieces([Piece::Inline(m.into())]),
+                reply_max: 9000,
+                ddp_results: vec![8192],
+            },
+        )
+        .expect("start_call");
+    let result: Vec<u8> = (0..5001u32)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect();
+    let mut done = false;
+    run_until(c, s, |c, s| {
+        for e in std::mem::take(&mut s.events) {
+            if let Event::CallReceived(inc) = e {
+                assert_eq!(inc.write_chunks, vec![8192]);
+                let mut head = RpcMsg::success(inc.xid).to_vec().unwrap();
+                head.extend_from_slice(&5001u32.to_be_bytes());
+                let r = OutgoingReply {
+                    message: Message::from_pieces([
+                        Piece::Inline(head.into()),
+                        Piece::Ddp(result.clone().into()),
+                        Piece::Inline(vec![0xab, 0xcd, 0xef, 0x01].into()),
+                    ]),
+                };
+                s.conn
+                    .send_reply(Instant::now(), &mut s.prov, inc.handle, r)
+                    .expect("send_reply");
+            }
+        }
+        for e in std::mem::take(&mut c.events) {
+            match e {
+                Event::ReplyReceived(r) => {
+                    assert_eq!(
+                        r.message.results(),
+                        vec![result.clone()],
+                        "the chunk's data"
+                    );
+                    done = true;
+                }
+                Event::CreditsChanged { .. } => {}
+                other => panic!("client: {other:?}"),
+            }
+        }
+        done
+    });
+}
+
+/// The R flag and Send With Invalidate follow the device: where
+/// `VerbsCm::remote_invalidation` says it can (type 2 memory windows:
+/// rxe), both ends offer R, the server Sends With Invalidate and the
+/// client's chunks are invalidated remotely, every time; where it cannot
+/// (siw), R is offered by neither, nothing is invalidated remotely, and
+/// the chunks are invalidated locally — the calls succeed either way.
+#[test]
+fn remote_invalidation_only_where_the_device_supports_it() {
+    let Some(ip) = addr() else { return };
+    let cm = VerbsCm::default();
+    let can = cm.remote_invalidation();
+    let (mut c, mut s) = connect_with(&cm, ip, can);
+    assert_eq!(
+        c.prov.caps().remote_invalidation,
+        can,
+        "caps agree with the CM"
+    );
+    let n = c.conn.negotiated().expect("negotiated");
+    assert_eq!(
+        n.remote_invalidation, can,
+        "R negotiated exactly when the device can"
+    );
+    const CALLS: u64 = 20;
+    for i in 0..CALLS {
+        write_chunk_call(&mut c, &mut s, i as u8);
+    }
+    let m = c.conn.metrics();
+    eprintln!(
+        "device remote invalidation {can}: {CALLS} Write-chunk calls, {} invalidated remotely",
+        m.remote_invalidations
+    );
+    if can {
+        assert_eq!(
+            m.remote_invalidations, CALLS,
+            "every reply Sent With Invalidate"
+        );
+    } else {
+        assert_eq!(m.remote_invalidations, 0);
+    }
+    eprintln!("remote invalidation follows the device ({can}): PASS");
 }
