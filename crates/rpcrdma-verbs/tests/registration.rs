@@ -217,20 +217,32 @@ fn calls_and_reconnections_do_not_register_per_message() {
     let Some(ip) = addr() else { return };
     let cm = VerbsCm::default();
 
-    // Connection 1: its setup registers the receive buffers; N calls
-    // after the first few register nothing more.
+    // Connection 1: its setup registers the receive buffers, its first
+    // calls the Send buffers their concurrency needs (the engine's pool
+    // grows with the depth, never per call); N more calls register
+    // nothing.
     let t0 = registration_stats();
     let (mut c, mut s) = connect(&cm, ip);
-    calls(&mut c, &mut s, DEPTH);
+    let t_setup = registration_stats();
+    calls(&mut c, &mut s, N);
     let t1 = registration_stats();
     calls(&mut c, &mut s, N);
     let t2 = registration_stats();
     let setup = delta(t0, t1);
+    let growth = delta(t_setup, t1);
     let steady = delta(t1, t2);
-    eprintln!("connection 1: setup + {DEPTH} calls {setup:?}; {N} more calls {steady:?}");
+    eprintln!(
+        "connection 1: setup + {N} calls {setup:?} (the calls: {}); {N} more calls {steady:?}",
+        growth.reg_mr
+    );
     assert!(
         setup.reg_mr > 0,
         "the first connection registers its buffers"
+    );
+    assert!(
+        growth.reg_mr <= 2 * DEPTH as u64,
+        "{N} calls at depth {DEPTH} registered {} times",
+        growth.reg_mr
     );
     assert_eq!(steady.reg_mr, 0, "{N} inline calls caused ibv_reg_mr calls");
     drop(c);
@@ -241,10 +253,10 @@ fn calls_and_reconnections_do_not_register_per_message() {
     // ibv_reg_mr.
     let t3 = registration_stats();
     let (mut c, mut s) = connect(&cm, ip);
-    calls(&mut c, &mut s, N + DEPTH);
+    calls(&mut c, &mut s, 2 * N);
     let t4 = registration_stats();
     let second = delta(t3, t4);
-    eprintln!("connection 2: setup + {} calls {second:?}", N + DEPTH);
+    eprintln!("connection 2: setup + {} calls {second:?}", 2 * N);
     assert_eq!(second.pd_reuses, 2, "both ends reuse a pooled PD");
     assert_eq!(second.pd_allocs, 0);
     assert!(
@@ -262,7 +274,7 @@ fn calls_and_reconnections_do_not_register_per_message() {
         setup.reg_mr + steady.reg_mr,
         second.reg_mr,
         second.cache_hits,
-        N + DEPTH
+        2 * N
     );
 }
 
