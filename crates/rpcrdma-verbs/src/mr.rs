@@ -15,8 +15,9 @@
 //! Local-only receive and Send buffers use cache MRs ([`crate::cache`]);
 //! on a device with type 2 memory windows, registrations with a remote
 //! right are exposed through a window ([`crate::mw`]) whose rkey is the
-//! STag, invalidated by the device (a real Local Invalidate, or the
-//! peer's Send With Invalidate). What follows is for plain-MR chunks.
+//! STag, invalidated by the peer's Send With Invalidate or, for a Local
+//! Invalidate, by freeing the window. What follows is for plain-MR
+//! chunks.
 //!
 //! # Invalidation by deregistration
 //!
@@ -573,6 +574,23 @@ impl Registry {
         self.deregister(&probe).ok()
     }
 
+    /// The peer's Send With Invalidate invalidated our window `rkey`: no
+    /// remote access any more; the window is bound again for a later
+    /// registration once the region is deregistered.
+    pub(crate) fn remote_invalidated(&mut self, rkey: u32) {
+        let Some(key) = self.by_rkey.remove(&rkey) else {
+            return;
+        };
+        self.table.invalidate(Stag(key));
+        if let Some((_, e)) = self.mrs.get_mut(Stag(key).index() as usize) {
+            if let Some((w, valid)) = e.window.as_mut() {
+                if w.rkey == rkey {
+                    *valid = false;
+                }
+            }
+        }
+    }
+
     /// Whether `rkey` is the STag of a valid window of ours.
     pub(crate) fn is_window(&self, rkey: u32) -> bool {
         self.by_rkey
@@ -743,14 +761,22 @@ impl Registry {
         let Some((_, e)) = self.mrs.get_mut(idx) else {
             return Retired::Done;
         };
-        // A window: the device invalidates it (a received Send With
-        // Invalidate, or the Local Invalidate the caller posts); its MR
-        // stays for local use until deregistration.
-        if let Some((w, valid)) = e.window.as_mut() {
-            if w.rkey == rkey {
-                *valid = false;
+        // A window: a Local Invalidate frees it (deallocation invalidates
+        // a bound window and is safe on one the peer invalidated already;
+        // an `IBV_WR_LOCAL_INV` of an already invalid window oopses Linux
+        // 6.1 rxe in `rxe_invalidate_mw`, and a peer's Send With
+        // Invalidate can race with ours). Its MR stays for local use
+        // until deregistration.
+        if e.window.as_ref().is_some_and(|(w, _)| w.rkey == rkey) {
+            let Some((w, _)) = e.window.take() else {
+                return Retired::Done;
+            };
+            let freed = self.windows.as_ref().is_some_and(|ws| ws.free(w));
+            if freed {
                 return Retired::Done;
             }
+            self.mrs[idx].1.poisoned = true;
+            return Retired::Failed;
         }
         match e.cur.take() {
             Some(m) if m.uses > 0 => {

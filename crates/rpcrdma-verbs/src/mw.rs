@@ -15,16 +15,19 @@
 //! * **Type 2 memory windows** are the user-space path: `ibv_alloc_mw`,
 //!   bound with an `IBV_WR_BIND_MW` work request (ordered with the Send
 //!   that advertises it) to an MR registered with `IBV_ACCESS_MW_BIND`,
-//!   invalidated by `IBV_WR_LOCAL_INV` or by the peer's Send With
-//!   Invalidate naming the window's rkey, which rxe (and hardware with
-//!   type 2 windows) reports as `IBV_WC_WITH_INV` with the rkey. siw has
-//!   none (`max_mw` 0, no `alloc_mw` in libsiw).
+//!   invalidated by the peer's Send With Invalidate naming the window's
+//!   rkey, which hardware reports as `IBV_WC_WITH_INV` and rxe with the
+//!   kernel's flag value (see `VerbsProvider::with_invalidate`). We
+//!   invalidate locally by freeing the window (`ibv_dealloc_mw`), not
+//!   with `IBV_WR_LOCAL_INV`, which oopses Linux 6.1 rxe on a window the
+//!   peer invalidated already. siw has none (`max_mw` 0, no `alloc_mw`
+//!   in libsiw).
 //!
 //! So a connection on a device with type 2 windows registers each chunk
 //! (a registration with a remote right) as an MR with local rights only
 //! plus `MW_BIND`, and exposes it through a window bound for that
 //! registration: the STag on the wire is the window's rkey, invalidated
-//! remotely or by a real Local Invalidate, and the connection advertises
+//! remotely or (Local Invalidate) freed, and the connection advertises
 //! `Caps::remote_invalidation` (the RFC 8797 R flag, the version 2
 //! `inv_handle`). Windows are reused (a type 2 window is bound again once
 //! invalid, under the next key byte).

@@ -328,6 +328,11 @@ pub const IBV_ACCESS_REMOTE_READ: c_int = 1 << 2;
 
 // enum ibv_wc_flags
 pub const IBV_WC_WITH_INV: c_uint = 1 << 3;
+/// The kernel's `IB_WC_WITH_INVALIDATE` (1 << 2), which Linux rxe writes
+/// into user-mapped CQs unconverted (libibverbs' `IBV_WC_IP_CSUM_OK`).
+pub const IB_WC_WITH_INVALIDATE_KERNEL: c_uint = 1 << 2;
+/// Linux rxe's `vendor_id` (`RXE_VENDOR_ID`).
+pub const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
 
 /// `struct ibv_async_event` (filled by `ibv_get_async_event`): the
 /// object the event is about (`element`: a CQ, QP, SRQ or WQ pointer, or
