@@ -362,7 +362,8 @@ fn remote_invalidation_only_where_the_device_supports_it() {
     }
     let m = c.conn.metrics();
     eprintln!(
-        "device remote invalidation {can}: {CALLS} Write-chunk calls, {} invalidated remotely",
+        "device (vendor {:#x}) remote invalidation {can}: {CALLS} Write-chunk calls, {} invalidated remotely",
+        c.prov.vendor_id(),
         m.remote_invalidations
     );
     if can {
