@@ -240,8 +240,8 @@ fn calls_and_reconnections_do_not_register_per_message() {
         "the first connection registers its buffers"
     );
     // The first calls grow the receive and Send pools to what the credit
-    // grant and the depth need (lab: 23-24 on siw and rxe), not one per
-    // call; the next N calls find them all (lab: 0 on siw, 1 on rxe).
+    // grant and the depth need (lab runs bulk-1..3: 23-24 on siw and rxe), not one per
+    // call; the next N calls find them all (0 on siw, 1 on rxe).
     assert!(
         (growth.reg_mr as usize) < N / 4,
         "{N} calls at depth {DEPTH} registered {} times",
@@ -257,7 +257,7 @@ fn calls_and_reconnections_do_not_register_per_message() {
     // the client's goes back last here so that each end gets its own
     // role's PD again (the client connects first). Dropped the other way
     // round the client takes the server's 64 receive buffers and the
-    // server registers 63 anew (lab run 12) — a process that is one
+    // server registers 63 anew (lab run bulk-3) — a process that is one
     // role per device (a server) never mixes them.
     drop(s);
     drop(c);
