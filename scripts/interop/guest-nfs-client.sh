@@ -5,6 +5,9 @@
 #
 #   guest-nfs-client.sh SIZE OUT16M_SHA256
 #
+# NFS_SERVER, NFS_PORT and NFS_MOUNT_PORT name another server (e.g. our
+# verbs server in the guest itself at 10.0.2.15: scripts/interop-verbs j).
+#
 # Mounts with rsize=wsize=SIZE, then: copies the guest's 16 MiB file in and
 # the host's out16m out (sha256 both ways, page cache dropped so every byte
 # crosses the wire), a 100,003-octet file in (unaligned last WRITE/READ),
@@ -24,8 +27,9 @@ check() { name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 mkdir -p $M
-OPTS=vers=3,proto=rdma,port=20049,mountport=20048,mountproto=tcp,nolock,rsize=$S,wsize=$S,timeo=600,retrans=2
-if ! timeout 60 mount -t nfs -o "$OPTS" 10.0.2.100:/ $M; then
+SERVER=${NFS_SERVER:-10.0.2.100}
+OPTS=vers=3,proto=rdma,port=${NFS_PORT:-20049},mountport=${NFS_MOUNT_PORT:-20048},mountproto=tcp,nolock,rsize=$S,wsize=$S,timeo=600,retrans=2
+if ! timeout 60 mount -t nfs -o "$OPTS" "$SERVER":/ $M; then
     fail mount; dmesg | tail -20; exit 1
 fi
 pass mount

@@ -6,7 +6,10 @@
 //! go to the waiting caller, not to the connection's task, so a reply costs
 //! one task wake-up instead of two). Over RDMA the waiter makes the task
 //! shell's rounds (`rdma::task`); over TCP it only waits (the reader task
-//! delivers: [`ReplyWait::alone`]).
+//! delivers: [`ReplyWait::alone`]). A waiter counts itself among its
+//! connection's waiters from before its call starts until it is done
+//! ([`WaitDrive::enter_waiter`]), so that a connection with several calls
+//! in flight is left to its own task without a look (no lock) per poll.
 //!
 //! The slot's one lock guards the outcome, whether the sender is gone, and
 //! the waiter's waker. While the waiter serves the connection itself it is
@@ -142,15 +145,17 @@ fn recycle(slot: &Arc<Slot>) {
 
 /// A connection a waiting caller may serve in its task's place.
 pub(crate) trait WaitDrive: Send + Sync {
+    /// A waiter comes (before its call starts): it counts among the
+    /// connection's waiters until [`WaitDrive::release_waiter`].
+    fn enter_waiter(&self);
     /// A waiter's poll (the waiter `token`, its task's `waker`): while its
     /// call is the connection's only one, the connection's wake-ups come
     /// to `waker`, and if one came, the waiter serves the connection now
-    /// (which may deliver its outcome to its slot). True while delegated;
-    /// false (any delegation given back) when the connection's own task
-    /// serves it.
-    fn wait_by_driving(&self, token: usize, waker: &Waker) -> bool;
-    /// The waiter `token` is done or dropped: the connection's own task
-    /// serves its wake-ups again.
+    /// (which may deliver its outcome to its slot); otherwise any
+    /// delegation is given back and the connection's own task serves it.
+    fn wait_by_driving(&self, token: usize, waker: &Waker);
+    /// The waiter `token` is done or dropped: it no longer counts, and the
+    /// connection's own task serves its wake-ups again.
     fn release_waiter(&self, token: usize);
 }
 
@@ -158,9 +163,8 @@ pub(crate) trait WaitDrive: Send + Sync {
 struct NoDrive;
 
 impl WaitDrive for NoDrive {
-    fn wait_by_driving(&self, _token: usize, _waker: &Waker) -> bool {
-        false
-    }
+    fn enter_waiter(&self) {}
+    fn wait_by_driving(&self, _token: usize, _waker: &Waker) {}
     fn release_waiter(&self, _token: usize) {}
 }
 
@@ -171,23 +175,35 @@ impl WaitDrive for NoDrive {
 pub(crate) struct ReplyWait {
     slot: Arc<Slot>,
     drive: Weak<dyn WaitDrive>,
-    /// The connection's wake-ups come to this waiter (it may have been
-    /// revoked since; releasing is then a no-op).
-    delegated: bool,
+    /// Counted among the connection's waiters ([`WaitDrive::enter_waiter`];
+    /// released when done or dropped).
+    entered: bool,
 }
 
 impl ReplyWait {
-    pub(crate) fn new(slot: Arc<Slot>, drive: Weak<dyn WaitDrive>) -> Self {
+    /// A waiter of `drive` (counted from now on: make it before the call
+    /// starts), or one that only waits if there is none.
+    pub(crate) fn new<D: WaitDrive + 'static>(slot: Arc<Slot>, drive: Option<&Arc<D>>) -> Self {
+        let Some(d) = drive else {
+            return ReplyWait::alone(slot);
+        };
+        d.enter_waiter();
+        let weak: Weak<D> = Arc::downgrade(d);
+        let drive: Weak<dyn WaitDrive> = weak;
         ReplyWait {
             slot,
             drive,
-            delegated: false,
+            entered: true,
         }
     }
 
     /// A waiter that only waits (its connection's own task delivers).
     pub(crate) fn alone(slot: Arc<Slot>) -> Self {
-        ReplyWait::new(slot, Weak::<NoDrive>::new())
+        ReplyWait {
+            slot,
+            drive: Weak::<NoDrive>::new(),
+            entered: false,
+        }
     }
 
     /// This waiter's name with the connection's wake-up (unique while it
@@ -196,10 +212,11 @@ impl ReplyWait {
         Arc::as_ptr(&self.slot) as usize
     }
 
-    /// Gives the connection's wake-ups back to the driver task.
-    fn release(&mut self) {
-        if std::mem::take(&mut self.delegated) {
-            if let Some(d) = self.drive.upgrade() {
+    /// Leaves the connection's waiters (and gives its wake-ups back to the
+    /// driver task, if this waiter had them).
+    fn release(&mut self, drive: Option<&Arc<dyn WaitDrive>>) {
+        if std::mem::take(&mut self.entered) {
+            if let Some(d) = drive {
                 d.release_waiter(self.token());
             }
         }
@@ -211,16 +228,17 @@ impl Future for ReplyWait {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Outcome>> {
         let this = &mut *self;
-        if let Some(d) = this.drive.upgrade() {
+        let drive = this.drive.upgrade();
+        if let Some(d) = &drive {
             // A round this poll makes may deliver the outcome: no wake-up
             // of this task for it (the slot is looked at next).
             this.slot.driving.store(true, Ordering::SeqCst);
-            this.delegated = d.wait_by_driving(this.token(), cx.waker());
+            d.wait_by_driving(this.token(), cx.waker());
             this.slot.driving.store(false, Ordering::SeqCst);
         }
         match this.slot.poll_take(Some(cx.waker())) {
             Poll::Ready(r) => {
-                this.release();
+                this.release(drive.as_ref());
                 Poll::Ready(r)
             }
             Poll::Pending => Poll::Pending,
@@ -230,7 +248,9 @@ impl Future for ReplyWait {
 
 impl Drop for ReplyWait {
     fn drop(&mut self) {
-        self.release();
+        if self.entered {
+            self.release(self.drive.upgrade().as_ref());
+        }
         recycle(&self.slot);
     }
 }

@@ -47,7 +47,12 @@
 //! a wake-up the waiter took and did not handle to the driver task), so a
 //! waiter that is never polled again holds up nothing but its own call's
 //! reply: the calls and commands of others go to the driver task. (A
-//! connection with a backchannel to serve is never delegated.)
+//! connection with a backchannel to serve is never delegated.) The
+//! connection counts its waiting callers without a lock, from before their
+//! calls start: while more than one waits, none looks at the connection
+//! (no lock per poll, no rounds made for one reply at a time, which cost a
+//! third of the calls/s at depth 32), and only a lone one takes the lock
+//! to see whether its call is the connection's only one.
 //!
 //! After a connection loss the driver task reconnects
 //! ([`crate::reconnect`]'s policy, the connector run in `spawn_blocking`),
@@ -58,7 +63,7 @@ use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -145,6 +150,10 @@ pub(crate) struct TaskDrive {
     waker: Waker,
     /// [`TaskWake::provider_waker`].
     prov_waker: Waker,
+    /// Callers waiting on replies of this connection ([`crate::slot::ReplyWait`]s,
+    /// from before their calls start until done or dropped): a waiter
+    /// looks at the connection (its lock) only while it is the only one.
+    waiters: AtomicUsize,
     /// Tests: the direct path on (default) or off, and how often each of
     /// its two ways was taken.
     #[cfg(test)]
@@ -163,6 +172,11 @@ pub(crate) struct TestHooks {
     pub(crate) waited: std::sync::atomic::AtomicU64,
     /// Rounds made by the driver task.
     pub(crate) driver_rounds: std::sync::atomic::AtomicU64,
+    /// Waiters' polls that looked at the connection (took its lock, or
+    /// tried to).
+    pub(crate) waiter_looks: std::sync::atomic::AtomicU64,
+    /// Waiters' polls that took the connection's wake-ups.
+    pub(crate) delegations: std::sync::atomic::AtomicU64,
 }
 
 /// See the module docs: the driver task's part.
@@ -220,6 +234,7 @@ impl TaskShell {
         let drive = Arc::new(TaskDrive {
             driven: Mutex::new(driven),
             prov_waker: wake.provider_waker(),
+            waiters: AtomicUsize::new(0),
             wake,
             waker,
             #[cfg(test)]
@@ -554,68 +569,92 @@ impl TaskDrive {
     pub(crate) fn is_delegated(&self) -> bool {
         self.wake.is_delegated()
     }
+
+    /// Callers counted as waiting on this connection (tests).
+    #[cfg(test)]
+    pub(crate) fn waiter_count(&self) -> usize {
+        self.waiters.load(Ordering::SeqCst)
+    }
 }
 
 impl WaitDrive for TaskDrive {
+    fn enter_waiter(&self) {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// A waiting caller's poll ([`crate::slot::ReplyWait`]): while its
-    /// call is the connection's only one (nothing queued or deferred, no
-    /// backchannel to serve, the lock free), the connection's wake-ups come to this waiter
-    /// instead of the driver task ([`TaskWake::delegate`]), and if one
-    /// came, the waiter makes the rounds now (which deliver its reply to
-    /// its slot). Otherwise any delegation is given back and the driver
-    /// task (or the holder of the lock) serves the connection.
-    fn wait_by_driving(&self, token: usize, waker: &Waker) -> bool {
+    /// call is the connection's only one (the only waiter, nothing else
+    /// outstanding, queued or deferred, no backchannel to serve, the lock
+    /// free), the connection's wake-ups come to this waiter instead of the
+    /// driver task ([`TaskWake::delegate`]), and if one came, the waiter
+    /// makes the rounds now (which deliver its reply to its slot).
+    /// Otherwise any delegation is given back and the driver task (or the
+    /// holder of the lock) serves the connection: with other waiters,
+    /// without a look at the connection (a lock per poll, and rounds made
+    /// for one reply at a time, cost a third of the calls/s at depth 32).
+    fn wait_by_driving(&self, token: usize, waker: &Waker) {
         #[cfg(test)]
         if self.test.channel_only.load(Ordering::Relaxed) {
-            return false;
+            return;
         }
+        if self.waiters.load(Ordering::SeqCst) > 1 {
+            self.wake.revoke(token);
+            return;
+        }
+        #[cfg(test)]
+        self.test.waiter_looks.fetch_add(1, Ordering::Relaxed);
         let Some(d) = self.try_lock() else {
             // The holder's rounds deliver (and wake through the slot).
             self.wake.revoke(token);
-            return false;
+            return;
         };
-        // (No dispatcher: the rounds run no handler, so the waiter's
-        // runtime does not matter.)
-        let core = &d.core;
-        if !d.live
-            || core.is_closing()
-            || core.is_closed()
-            || core.has_deferred()
-            || core.has_dispatcher()
-            || core.calls_waiting() != 1
-            || core.shared().queued.load(Ordering::Acquire)
-        {
+        if !Self::lone_call(&d) {
             drop(d);
             self.wake.revoke(token);
-            return false;
+            return;
         }
         self.wake.delegate(token, waker);
+        #[cfg(test)]
+        self.test.delegations.fetch_add(1, Ordering::Relaxed);
         // A command pushed meanwhile (its `push` revokes before it flags
         // the channel, and again after: one of the two sees this waiter,
         // or this look sees the flag).
-        if core.shared().queued.load(Ordering::SeqCst) {
+        if d.core.shared().queued.load(Ordering::SeqCst) {
             drop(d);
             self.wake.revoke(token);
-            return false;
+            return;
         }
         if !self.wake.is_fired() {
             // Nothing came since the last round: the next wake-up comes here.
-            return true;
+            return;
         }
         #[cfg(test)]
         self.test.waited.fetch_add(1, Ordering::Relaxed);
-        match self.caller_rounds(d) {
-            Work::Sleep => true,
-            Work::Busy | Work::Closed => {
-                // The driver task goes on.
-                self.wake.revoke(token);
-                false
-            }
+        if self.caller_rounds(d) != Work::Sleep {
+            // Busy or closed: the driver task goes on.
+            self.wake.revoke(token);
         }
     }
 
     fn release_waiter(&self, token: usize) {
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
         self.wake.revoke(token);
+    }
+}
+
+impl TaskDrive {
+    /// The connection (its lock held) has one call outstanding and nothing
+    /// else to serve: a waiter may take its wake-ups. (No dispatcher: the
+    /// rounds run no handler, so the waiter's runtime does not matter.)
+    fn lone_call(d: &Driven) -> bool {
+        let core = &d.core;
+        d.live
+            && !core.is_closing()
+            && !core.is_closed()
+            && !core.has_deferred()
+            && !core.has_dispatcher()
+            && core.calls_waiting() == 1
+            && !core.shared().queued.load(Ordering::Acquire)
     }
 }
 

@@ -623,3 +623,82 @@ fn a_connection_lost_under_a_waiter_fails_its_call_as_the_channel_does() {
         assert_eq!(seen[0], seen[1]);
     });
 }
+
+/// How often waiters looked at the connection, and took its wake-ups.
+fn looks_and_delegations(drive: &crate::rdma::task::TaskDrive) -> (u64, u64) {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    (
+        load(&drive.test.waiter_looks),
+        load(&drive.test.delegations),
+    )
+}
+
+/// `n` NULL calls one after the other, each one's waiter delegated.
+async fn lone_calls_are_delegated(c: &Client, drive: &crate::rdma::task::TaskDrive, n: u64) {
+    let before = looks_and_delegations(drive);
+    for _ in 0..n {
+        assert_eq!(run_op(c, &Op::Null).await, "null");
+    }
+    let after = looks_and_delegations(drive);
+    assert!(
+        after.1 - before.1 >= n,
+        "lone calls delegated: {before:?} -> {after:?}"
+    );
+}
+
+/// Many calls in flight (32 callers on the connection's runtime, each
+/// calling in a loop): their waiters leave the connection to the driver
+/// task without a look at it (no lock per poll) and never take its
+/// wake-ups, but for the few calls at the start and the end of the run
+/// that are alone; a lone caller before and after takes them on every
+/// call. (Before the waiters were counted every poll took the lock, and
+/// depth 32 lost a third of its calls/s.)
+#[test]
+fn with_many_calls_in_flight_no_waiter_looks_at_the_connection() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (srv, t) = pair();
+        let drive = t.drive().unwrap();
+        let c = client(&t, Duration::from_secs(30));
+        started().await;
+        let counts = || looks_and_delegations(&drive);
+        lone_calls_are_delegated(&c, &drive, 10).await;
+        let before = counts();
+        let (callers, each) = (32u32, 30u32);
+        let mut set = tokio::task::JoinSet::new();
+        for w in 0..callers {
+            let c = c.clone();
+            set.spawn(async move {
+                for i in 0..each {
+                    let d = testprog::pattern(w * 1000 + i, 8 + (i % 5) as usize);
+                    let got = testprog::echo(&c, &d).await.map_err(|e| e.to_string())?;
+                    if got != d {
+                        return Err(format!("caller {w} call {i}: another reply"));
+                    }
+                }
+                Ok::<_, String>(())
+            });
+        }
+        let all = tokio::time::timeout(Duration::from_secs(60), set.join_all())
+            .await
+            .expect("bounded");
+        for r in all {
+            r.unwrap();
+        }
+        let (looks, delegations) = (counts().0 - before.0, counts().1 - before.1);
+        let calls = u64::from(callers * each);
+        assert!(
+            looks * 10 <= calls,
+            "{looks} looks at the connection by waiters in {calls} calls"
+        );
+        assert!(
+            delegations * 10 <= calls,
+            "{delegations} delegations in {calls} calls"
+        );
+        assert!(!drive.is_delegated());
+        assert_eq!(drive.waiter_count(), 0);
+        lone_calls_are_delegated(&c, &drive, 10).await;
+        t.shutdown().await;
+        srv.shutdown().await;
+    });
+}

@@ -156,7 +156,8 @@ impl RdmaClientTransport {
         deadline: Option<std::time::Instant>,
     ) -> Result<ReplyReceiver, TransportError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.start(call, deadline, ReplySink::Channel(tx))?;
+        let drive = self.drive.upgrade();
+        self.start(call, deadline, ReplySink::Channel(tx), drive.as_ref())?;
         Ok(rx)
     }
 
@@ -170,9 +171,12 @@ impl RdmaClientTransport {
         deadline: Option<std::time::Instant>,
     ) -> Result<ReplyWait, TransportError> {
         let (tx, slot) = crate::slot::slot();
-        self.start(call, deadline, ReplySink::Slot(tx))?;
-        let drive: Weak<dyn crate::slot::WaitDrive> = self.drive.clone();
-        Ok(ReplyWait::new(slot, drive))
+        let drive = self.drive.upgrade();
+        // Counted among the connection's waiters before the call starts
+        // (a lone waiter then leaves the connection to the driver task).
+        let wait = ReplyWait::new(slot, drive.as_ref());
+        self.start(call, deadline, ReplySink::Slot(tx), drive.as_ref())?;
+        Ok(wait)
     }
 
     fn start(
@@ -180,6 +184,7 @@ impl RdmaClientTransport {
         call: AttemptRef<'_>,
         deadline: Option<std::time::Instant>,
         tx: ReplySink,
+        drive: Option<&Arc<TaskDrive>>,
     ) -> Result<(), TransportError> {
         if let Some(e) = self.shared.closed_error() {
             return Err(e);
@@ -192,7 +197,7 @@ impl RdmaClientTransport {
             span: call_span(xid),
             deadline,
         };
-        let queued = match self.drive.upgrade() {
+        let queued = match drive {
             Some(d) => d.try_call(cmd),
             None => Some(cmd),
         };

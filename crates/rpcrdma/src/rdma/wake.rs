@@ -300,10 +300,11 @@ impl TaskWake {
     /// The waiter `token` gives the wake-ups back (a no-op if another one
     /// took its place or it was revoked).
     pub(crate) fn revoke(&self, token: usize) {
-        if self
-            .delegated
-            .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+        if self.delegated.load(Ordering::SeqCst) == token
+            && self
+                .delegated
+                .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
         {
             self.after_revoke();
         }
