@@ -34,7 +34,7 @@ use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
 use crate::client::{inline_prefix, Client, ClientConfig, RpcError};
-use crate::drc::{call_checksum, DrcKey, DrcLookup, DuplicateReplyCache};
+use crate::drc::{call_checksum, DrcKey, DrcLookup, DuplicateReplyCache, HashedDrcKey};
 use crate::message::{Message, MessageReader, Piece};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::stats::{ErrorKind, Octets, ProcKey, ProcStats, Side};
@@ -435,9 +435,13 @@ impl Server {
                 return None;
             }
         };
-        let key = (!registered.uncached.contains(&cb.procedure)).then(|| {
+        let mut key = None;
+        let lookup = if registered.uncached.contains(&cb.procedure) {
+            DrcLookup::New
+        } else {
             let (len, crc) = call_checksum(&message);
-            DrcKey {
+            let mut drc = self.inner.drc.lock().unwrap_or_else(|p| p.into_inner());
+            let k = key.insert(drc.hashed(DrcKey {
                 client: client.clone(),
                 xid,
                 prog: cb.prog,
@@ -445,16 +449,8 @@ impl Server {
                 proc: cb.procedure,
                 len,
                 crc,
-            }
-        });
-        let lookup = match &key {
-            Some(key) => self
-                .inner
-                .drc
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .begin(key),
-            None => DrcLookup::New,
+            }));
+            drc.begin_hashed(k)
         };
         match lookup {
             DrcLookup::New => {}
@@ -600,8 +596,8 @@ impl Server {
         if let Some(key) = &key {
             let mut drc = self.inner.drc.lock().unwrap_or_else(|p| p.into_inner());
             match &reply {
-                Some(reply) => drc.complete(key, reply),
-                None => drc.abandon(key),
+                Some(reply) => drc.complete_hashed(key, reply),
+                None => drc.abandon_hashed(key),
             }
         }
         let sent = reply.as_ref().map(Octets::of).unwrap_or_default();
@@ -631,7 +627,7 @@ fn args_after_header(message: &Message, hdr_len: usize) -> Message {
 /// A call whose handler runs: what [`Server::finish`] needs.
 struct Running {
     xid: u32,
-    key: Option<DrcKey>,
+    key: Option<HashedDrcKey>,
     conn: Arc<dyn ServerConnection>,
     guard: CallGuard,
     span: tracing::Span,

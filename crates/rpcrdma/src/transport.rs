@@ -144,8 +144,7 @@ pub(crate) struct AttemptRef<'m> {
     pub(crate) xid: u32,
     /// Inline octets before `args` (the RPC header; empty when `args` is
     /// the whole call). Owned when nothing needs it after this attempt: the
-    /// transport may keep the buffer, whose spare capacity fits the inline
-    /// octets of `args`.
+    /// transport may keep the buffer.
     pub(crate) header: std::borrow::Cow<'m, [u8]>,
     /// The rest of the call message.
     pub(crate) args: &'m Message,

@@ -7,6 +7,8 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use super::framing::{rpc_prefix, Incoming, Shape};
 use super::requester::Requester;
 use super::resources::{Op, Res};
@@ -285,14 +287,26 @@ impl Connection {
         // The header is decoded in place, in the receive buffer;
         // only the RPC message that follows it is copied out (it
         // becomes the message handed to the upper layer).
+        // A server's received messages (calls) are carved from the
+        // connection's block when small (`arena`); a client's (replies) get
+        // a buffer of their own, which the runtime rewrites in place (its
+        // XID in place of the wire XID: `Message::set_xid` copies a shared
+        // buffer).
+        let carve = self.config.role == Role::Server;
+        let received = &mut self.res.received;
         let data = p.region(&mr).ok().and_then(|b| b.get(..len)).map(|b| {
             let framing = self.setup.framing_for(b);
             let incoming = framing.decode(b, &self.config.limits);
             let payload = match &incoming {
                 Incoming::Data { payload_offset, .. } => {
-                    b.get(*payload_offset..).unwrap_or_default().to_vec()
+                    let m = b.get(*payload_offset..).unwrap_or_default();
+                    if carve {
+                        received.copy(m)
+                    } else {
+                        Bytes::from(m.to_vec())
+                    }
                 }
-                _ => Vec::new(),
+                _ => Bytes::new(),
             };
             (framing, incoming, payload)
         });
@@ -430,7 +444,7 @@ impl Connection {
         now: Instant,
         p: &mut dyn Provider,
         incoming: Incoming,
-        payload: Vec<u8>,
+        payload: Bytes,
         inv: Option<Stag>,
     ) {
         match incoming {

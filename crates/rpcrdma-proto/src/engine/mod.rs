@@ -48,6 +48,7 @@ use crate::provider::{Blame, Bytes, ConnectParams, DisconnectReason, ProviderErr
 use crate::wire::private_data::{InlineSize, PrivateData};
 use crate::Limits;
 
+mod arena;
 mod budget;
 mod connection;
 mod framing;

@@ -226,6 +226,8 @@ pub(super) struct Res {
     pool_used: bool,
     /// When the pools are trimmed ([`Res::trim_pools`]) unless used again.
     pub(super) trim_at: Option<Instant>,
+    /// Where small received messages are copied to (see [`super::arena`]).
+    pub(super) received: super::arena::ReceivedArena,
 }
 
 impl Res {
@@ -246,6 +248,7 @@ impl Res {
             closed: false,
             pool_used: false,
             trim_at: None,
+            received: super::arena::ReceivedArena::default(),
         }
     }
 
@@ -271,6 +274,7 @@ impl Res {
     pub(super) fn trim_pools(&mut self, p: &mut dyn Provider) {
         self.trim_at = None;
         self.empty_sink_pool(false);
+        self.received.release();
         while self.send_pool.len() > 1 {
             if let Some(mr) = self.send_pool.pop() {
                 self.zombies.push(mr);

@@ -75,13 +75,37 @@ impl LinkInfo {
     }
 }
 
+/// The ULP's share of an IB CM REQ's private data through the RDMA CM
+/// (92 octets less the RDMA CM's 36-octet header).
+pub const IB_REQ_PRIVATE_DATA: usize = 56;
+/// An IB CM REP's private data (the accept's).
+pub const IB_REP_PRIVATE_DATA: usize = 196;
+/// An IB CM REJ's private data (the reject's).
+pub const IB_REJ_PRIVATE_DATA: usize = 148;
+
+/// Whether `got` is the private data `sent` arriving through a CM: the
+/// same octets, or (InfiniBand / RoCE) the IB CM's whole fixed-size field
+/// of `ib_field` octets, `sent` followed by zeros.
+pub fn same_private_data(sent: &[u8], got: &[u8], ib_field: usize) -> bool {
+    got == sent
+        || (got.len() == ib_field
+            && got.starts_with(sent)
+            && got[sent.len()..].iter().all(|&b| b == 0))
+}
+
 /// A peer's connection request, as the passive side sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnectRequest {
     /// Where it comes from.
     pub peer: SocketAddr,
     /// The requester's private data (the ULP's part: a CM header such as
-    /// MPA's IRD/ORD octets is not included).
+    /// MPA's IRD/ORD octets is not included). On InfiniBand and RoCE the
+    /// IB CM's private-data fields have a fixed size and no length, so the
+    /// RDMA CM delivers the whole field — the octets sent followed by
+    /// zeros: [`IB_REQ_PRIVATE_DATA`] octets in a request,
+    /// [`IB_REP_PRIVATE_DATA`] in an accept, [`IB_REJ_PRIVATE_DATA`] in a
+    /// reject. ULP private data with its own framing (RFC 8797) reads the
+    /// same either way.
     pub private_data: Vec<u8>,
     /// The requester's IRD (0 when the CM carries none, as MPA revision 1;
     /// larger values reported as 255).
@@ -245,4 +269,29 @@ pub trait PendingConnection {
     /// Refuses with `private_data`, which the connector receives
     /// ([`CmError::Rejected`]), and closes.
     fn reject(self, private_data: &[u8]) -> Result<(), CmError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_data_is_exact_or_the_whole_ib_field_zero_filled() {
+        let sent = [0xf6, 0xab, 0x0e, 0x18, 1, 1, 0, 0];
+        assert!(same_private_data(&sent, &sent, IB_REQ_PRIVATE_DATA));
+        let mut field = sent.to_vec();
+        field.resize(IB_REQ_PRIVATE_DATA, 0);
+        assert!(same_private_data(&sent, &field, IB_REQ_PRIVATE_DATA));
+        // The field of another message, a short padding, a non-zero tail,
+        // a different prefix, a truncation: not the same.
+        assert!(!same_private_data(&sent, &field, IB_REP_PRIVATE_DATA));
+        assert!(!same_private_data(&sent, &field[..20], IB_REQ_PRIVATE_DATA));
+        let mut dirty = field.clone();
+        dirty[IB_REQ_PRIVATE_DATA - 1] = 1;
+        assert!(!same_private_data(&sent, &dirty, IB_REQ_PRIVATE_DATA));
+        let mut other = field.clone();
+        other[0] = 0;
+        assert!(!same_private_data(&sent, &other, IB_REQ_PRIVATE_DATA));
+        assert!(!same_private_data(&sent, &sent[..7], IB_REQ_PRIVATE_DATA));
+    }
 }

@@ -138,7 +138,7 @@ const SPARE_CALLS: usize = 16;
 pub(super) struct ReplyData {
     /// The RPC message that followed an RDMA_MSG header (empty for
     /// RDMA_NOMSG).
-    inline: Vec<u8>,
+    inline: crate::provider::Bytes,
     /// Octets the responder wrote into each Write chunk we offered.
     write_lens: Vec<u32>,
     /// Octets it wrote into our Reply chunk (RDMA_NOMSG only).
@@ -698,7 +698,7 @@ mod tests {
 
     fn reply() -> Result<ReplyData, CallFailure> {
         Ok(ReplyData {
-            inline: vec![1, 2, 3, 4],
+            inline: crate::provider::Bytes::from(vec![1, 2, 3, 4]),
             write_lens: Vec::new(),
             reply_len: None,
         })
@@ -724,7 +724,7 @@ mod tests {
         assert!(!s.is_complete());
         s.invalidated();
         assert!(s.is_complete());
-        assert!(matches!(s.finish(), Some(Ok(d)) if d.inline == [1, 2, 3, 4]));
+        assert!(matches!(s.finish(), Some(Ok(d)) if d.inline[..] == [1, 2, 3, 4]));
         assert!(matches!(s, CallState::Done));
         assert!(s.finish().is_none(), "a reply is taken once");
 

@@ -9,7 +9,7 @@ use crate::engine::connection::Connection;
 use crate::engine::framing::{rpc_prefix, RdmaErrorReport, Shape};
 use crate::engine::resources::{Op, SINK_POOL_BYTES};
 use crate::engine::{CallFailure, ConnectionError, Event, Reply};
-use crate::provider::{MemoryRegion, Provider, SendOp, SendWr, Sges, Stag};
+use crate::provider::{Bytes, MemoryRegion, Provider, SendOp, SendWr, Sges, Stag};
 use crate::wire::chunk::{ChunkLists, WriteChunk};
 use crate::wire::rpc::MsgType;
 use smallvec::SmallVec;
@@ -84,7 +84,7 @@ impl Connection {
         credit: u32,
         shape: Shape,
         chunks: &ChunkLists,
-        payload: Vec<u8>,
+        payload: Bytes,
         inv: Option<Stag>,
     ) {
         let r = self.parse_reply(xid, shape, chunks, payload);
@@ -152,7 +152,7 @@ impl Connection {
         xid: u32,
         shape: Shape,
         chunks: &ChunkLists,
-        payload: Vec<u8>,
+        payload: Bytes,
     ) -> Result<ReplyData, CallFailure> {
         let Some(call) = self.awaiting(xid) else {
             return Err(CallFailure::BadReply(UNKNOWN_XID));
@@ -226,7 +226,7 @@ impl Connection {
                 };
                 let len = check(ours, theirs)?;
                 Ok(ReplyData {
-                    inline: Vec::new(),
+                    inline: Bytes::new(),
                     write_lens,
                     reply_len: Some(len),
                 })
@@ -362,7 +362,7 @@ impl Connection {
                     (Some(l), Some(mr)) => {
                         self.metrics.long_replies += 1;
                         self.metrics.reply_chunk_bytes += u64::from(l);
-                        (read(mr, l as usize), true)
+                        (Bytes::from(read(mr, l as usize)), true)
                     }
                     _ => (data.inline, false),
                 };
@@ -381,7 +381,7 @@ impl Connection {
                 Event::ReplyReceived(Reply {
                     id: call.id,
                     xid: call.xid,
-                    message: crate::message::Message::from_reply_parts(message.into(), results),
+                    message: crate::message::Message::from_reply_parts(message, results),
                     long,
                 })
             }

@@ -157,7 +157,7 @@ impl Connection {
         xid: u32,
         shape: Shape,
         chunks: ChunkLists,
-        payload: Vec<u8>,
+        payload: Bytes,
         inv_handle: u32,
     ) {
         if !self.resp.enabled {
@@ -236,7 +236,7 @@ impl Connection {
         xid: u32,
         shape: Shape,
         chunks: ChunkLists,
-        payload: Vec<u8>,
+        payload: Bytes,
         inv: Option<u32>,
     ) {
         let (groups, pz) = match self.validate_call(shape, &chunks, payload.len()) {
@@ -295,7 +295,7 @@ impl Connection {
             base: if shape == Shape::Msg {
                 payload
             } else {
-                Vec::new()
+                Bytes::new()
             },
             pz,
             chunks: rchunks,
@@ -335,7 +335,7 @@ impl Connection {
         p: &mut dyn Provider,
         xid: u32,
         chunks: ChunkLists,
-        payload: Vec<u8>,
+        payload: Bytes,
         inv: Option<u32>,
     ) {
         if payload.len() as u64 > u64::from(self.config.limits.max_message_len) {

@@ -139,7 +139,7 @@ impl Responder {
             None => Box::new(InCall {
                 xid,
                 long: false,
-                base: Vec::new(),
+                base: Bytes::new(),
                 pz: None,
                 chunks: Vec::new(),
                 state: InState::Delivered,
@@ -154,7 +154,7 @@ impl Responder {
     /// Keeps the box of an answered call for the next one, emptied now.
     pub(super) fn recycle(&mut self, mut c: Box<InCall>) {
         if self.spare.len() < SPARE_CALLS {
-            c.base = Vec::new();
+            c.base = Bytes::new();
             c.chunks = Vec::new();
             c.writes = WriteList::new();
             c.reply = None;
@@ -201,7 +201,7 @@ pub(super) struct InCall {
     long: bool,
     /// The inline message of an RDMA_MSG call with Read chunks (their data
     /// goes in at their positions).
-    base: Vec<u8>,
+    base: Bytes,
     /// Index of the Position-Zero Read chunk in `chunks`.
     pz: Option<usize>,
     chunks: Vec<ReadChunk>,
@@ -409,7 +409,7 @@ mod tests {
         for n in 0..6u32 {
             let mut used = resp.inline_call(n + 100, writes(n + 1), None, Some(n));
             used.long = true;
-            used.base = vec![1; 40];
+            used.base = Bytes::from(vec![1; 40]);
             used.pz = Some(0);
             used.chunks.push(ReadChunk {
                 position: 0,

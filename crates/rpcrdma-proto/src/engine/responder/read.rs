@@ -231,7 +231,7 @@ impl Connection {
                 .get_mut(i)
                 .map(|c| std::mem::take(&mut c.data))
                 .unwrap_or_default(),
-            None => Bytes::from(std::mem::take(&mut call.base)),
+            None => std::mem::take(&mut call.base),
         };
         let data: SmallVec<[(u32, Bytes); 2]> = call
             .chunks

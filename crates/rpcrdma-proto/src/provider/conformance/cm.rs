@@ -22,7 +22,10 @@ use std::thread::ScopedJoinHandle;
 use std::time::Duration;
 
 use super::{CheckResult, Failure};
-use crate::provider::cm::{CmError, ConnectionManager, ListenEvent, Listener, PendingConnection};
+use crate::provider::cm::{
+    same_private_data, CmError, ConnectionManager, ListenEvent, Listener, PendingConnection,
+    IB_REJ_PRIVATE_DATA, IB_REP_PRIVATE_DATA, IB_REQ_PRIVATE_DATA,
+};
 use crate::provider::{Access, ConnectParams, ConnectionEvent, ConnectionState, Provider, RecvWr};
 
 /// Number of checks [`run_all`] runs.
@@ -79,12 +82,15 @@ fn next_request<L: Listener, T>(
     }
 }
 
-/// The provider's next event is `Established` with `peer_pd`.
+/// The provider's next event is `Established` with `peer_pd` (or, on
+/// InfiniBand / RoCE, the IB CM's `ib_field`-octet field holding it:
+/// [`same_private_data`]).
 fn established<P: Provider>(
     check: &'static str,
     side: &str,
     p: &mut P,
     peer_pd: &[u8],
+    ib_field: usize,
 ) -> CheckResult {
     if p.connection_state() != ConnectionState::Established {
         return Err(fail(
@@ -93,7 +99,11 @@ fn established<P: Provider>(
         ));
     }
     match p.poll_event() {
-        Some(ConnectionEvent::Established(info)) if info.peer_private_data == peer_pd => Ok(()),
+        Some(ConnectionEvent::Established(info))
+            if same_private_data(peer_pd, &info.peer_private_data, ib_field) =>
+        {
+            Ok(())
+        }
         other => Err(fail(
             check,
             format!("{side}: first event {other:?}, expected Established with {peer_pd:?}"),
@@ -116,7 +126,7 @@ where
         let h = s.spawn(|| cm.connect(addr, &params(CONNECT_PD), timeout));
         let mut pending = next_request(C, &mut l, &h)?;
         let req = pending.request().clone();
-        if req.private_data != CONNECT_PD {
+        if !same_private_data(CONNECT_PD, &req.private_data, IB_REQ_PRIVATE_DATA) {
             return Err(fail(
                 C,
                 format!("request private data {:?}", req.private_data),
@@ -138,13 +148,14 @@ where
             .join()
             .map_err(|_| fail(C, "connector panicked".into()))?
             .map_err(|e| fail(C, format!("connect: {e}")))?;
-        established(C, "connector", &mut a, ACCEPT_PD)?;
-        established(C, "acceptor", &mut b, CONNECT_PD)
+        established(C, "connector", &mut a, ACCEPT_PD, IB_REP_PRIVATE_DATA)?;
+        established(C, "acceptor", &mut b, CONNECT_PD, IB_REQ_PRIVATE_DATA)
     })
 }
 
 /// Connect with private data, reject with private data: the connector
-/// gets [`CmError::Rejected`] with exactly the reject's private data.
+/// gets [`CmError::Rejected`] with exactly the reject's private data (on
+/// InfiniBand / RoCE: the IB CM's REJ field holding it).
 pub fn reject_with_private_data<CM>(cm: &CM, at: SocketAddr, timeout: Duration) -> CheckResult
 where
     CM: ConnectionManager + Sync,
@@ -160,7 +171,11 @@ where
             .reject(REJECT_PD)
             .map_err(|e| fail(C, format!("reject: {e}")))?;
         match h.join().map_err(|_| fail(C, "connector panicked".into()))? {
-            Err(CmError::Rejected { private_data }) if private_data == REJECT_PD => Ok(()),
+            Err(CmError::Rejected { private_data })
+                if same_private_data(REJECT_PD, &private_data, IB_REJ_PRIVATE_DATA) =>
+            {
+                Ok(())
+            }
             Err(e) => Err(fail(C, format!("connect: {e:?}, expected the reject"))),
             Ok(p) => Err(fail(
                 C,
