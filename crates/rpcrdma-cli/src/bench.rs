@@ -32,6 +32,7 @@ use clap::{Args, ValueEnum};
 use rpcrdma::rdma::{
     connect_client, RdmaBlockingClient, RdmaClientConfig, RdmaServer, RdmaServerConfig, RdmaStatus,
 };
+use rpcrdma::stats::now_ns;
 use rpcrdma::testprog::{
     self, PROC_ECHO, PROC_NULL, PROC_READ, PROC_WRITE, TEST_MAX_DATA, TEST_PROG, TEST_VERS,
 };
@@ -635,7 +636,8 @@ pub struct LoadSpec {
 }
 
 struct Shared {
-    deadline: Option<Instant>,
+    /// When a timed phase ends, on [`now_ns`]'s clock.
+    deadline_ns: Option<u64>,
     remaining: AtomicI64,
     done: AtomicU64,
 }
@@ -660,24 +662,9 @@ impl WorkerResult {
         }
     }
 
-    /// Records the outcome of a call started at `t`; false when the worker
-    /// should stop (the connection is over, or too many errors in a row).
-    fn note(
-        &mut self,
-        r: Result<(), String>,
-        t: Instant,
-        shared: &Shared,
-        closed: impl FnOnce() -> bool,
-    ) -> bool {
-        let elapsed = if r.is_ok() {
-            t.elapsed()
-        } else {
-            Duration::ZERO
-        };
-        self.note_at(r, elapsed, shared, closed)
-    }
-
-    /// [`WorkerResult::note`] of a call that took `elapsed`.
+    /// Records the outcome of a call that took `elapsed`; false when the
+    /// worker should stop (the connection is over, or too many errors in a
+    /// row).
     fn note_at(
         &mut self,
         r: Result<(), String>,
@@ -701,6 +688,11 @@ impl WorkerResult {
             }
         }
     }
+}
+
+/// `d` nanoseconds of [`now_ns`]'s clock (monotonic: never negative).
+fn ns(d: u64) -> Duration {
+    Duration::from_nanos(d)
 }
 
 /// Consecutive errors after which a worker gives up.
@@ -735,14 +727,20 @@ async fn worker(
     shared: Arc<Shared>,
 ) -> WorkerResult {
     let mut res = WorkerResult::new();
-    while shared.go_on() {
-        let t = Instant::now();
+    // One clock read per call, as the blocking worker and the libtirpc
+    // peer's loop, without `Instant`'s checked arithmetic (two or three
+    // `Instant` reads and a difference cost ~150 user-space instructions
+    // per call).
+    let mut t = now_ns();
+    while shared.go_on_at(t) {
         let r = one_call(&client, spec.proc, &payload, spec.size).await;
-        if !res.note(r, t, &shared, || {
+        let end = now_ns();
+        if !res.note_at(r, ns(end.saturating_sub(t)), &shared, || {
             client.transport().closed_reason().is_some()
         }) {
             break;
         }
+        t = end;
     }
     res
 }
@@ -806,11 +804,13 @@ fn blocking_worker(
     // when the one before ended, and that instant also decides whether to
     // go on. (The latency so includes recording the previous call's,
     // some tens of nanoseconds.)
-    let mut t = Instant::now();
+    let mut t = now_ns();
     while shared.go_on_at(t) {
         let r = one_call_blocking(&mut c, spec.proc, &payload, spec.size);
-        let end = Instant::now();
-        if !res.note_at(r, end - t, &shared, || c.closed_reason().is_some()) {
+        let end = now_ns();
+        if !res.note_at(r, ns(end.saturating_sub(t)), &shared, || {
+            c.closed_reason().is_some()
+        }) {
             break;
         }
         t = end;
@@ -838,23 +838,13 @@ fn watch_signals() {
 }
 
 impl Shared {
-    /// Whether a worker should make another call.
-    fn go_on(&self) -> bool {
+    /// Whether a worker should make another call, at `now` (read by the
+    /// caller).
+    fn go_on_at(&self, now: u64) -> bool {
         if interrupted() {
             return false;
         }
-        match self.deadline {
-            Some(end) => Instant::now() < end,
-            None => self.remaining.fetch_sub(1, Ordering::Relaxed) > 0,
-        }
-    }
-
-    /// [`Shared::go_on`] at `now` (read by the caller).
-    fn go_on_at(&self, now: Instant) -> bool {
-        if interrupted() {
-            return false;
-        }
-        match self.deadline {
+        match self.deadline_ns {
             Some(end) => now < end,
             None => self.remaining.fetch_sub(1, Ordering::Relaxed) > 0,
         }
@@ -882,8 +872,10 @@ async fn phase(
     });
     let t0 = Instant::now();
     let shared = Arc::new(Shared {
-        deadline: match stop {
-            Stop::Duration(d) => Some(t0 + d),
+        deadline_ns: match stop {
+            Stop::Duration(d) => {
+                Some(now_ns().saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
+            }
             Stop::Count(_) => None,
         },
         remaining: AtomicI64::new(match stop {

@@ -95,6 +95,6 @@ pub use server::{CallContext, Handler, HandlerError, HandlerFuture, Server, Serv
 pub use stats::{ProcStats, Side};
 pub use tcp::{TcpClientTransport, TcpConfig, TcpServer};
 pub use transport::{
-    CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
-    ReplyReceiver, ReplyRoom, ServerConnection, TransportError,
+    CallCount, CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall,
+    OutgoingCall, ReplyReceiver, ReplyRoom, ServerConnection, TransportError,
 };

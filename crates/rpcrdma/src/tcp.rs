@@ -43,8 +43,8 @@ use crate::record::{RecordDecoder, RecordError, RecordLimits};
 use crate::slot::{ReplyWait, SlotSender};
 use crate::tcp_write::RecordWriter;
 use crate::transport::{
-    CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall, OutgoingCall,
-    ReplyReceiver, ReplyRoom, ServerConnection, TransportError,
+    CallCount, CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall,
+    OutgoingCall, ReplyReceiver, ReplyRoom, ServerConnection, TransportError,
 };
 
 /// How a server names the client of a TCP connection for the duplicate-reply
@@ -711,22 +711,25 @@ impl ConnStop {
         self.stopped.load(AtomicOrdering::Acquire)
     }
 
-    /// Ready once stopped (and again every time it is polled after).
+    /// Ready once stopped (and again every time it is polled after). One
+    /// waiter at a time (the connection's reader): the future remembers
+    /// the waker it left, and takes the lock only to leave another (a
+    /// lock per poll, i.e. per call, before).
     fn wait(&self) -> impl Future<Output = ()> + Unpin + '_ {
+        let mut left: Option<Waker> = None;
         std::future::poll_fn(move |cx| {
             if self.is_stopped() {
                 return Poll::Ready(());
             }
-            {
-                let mut w = self.waker.lock().unwrap_or_else(|p| p.into_inner());
-                if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    *w = Some(cx.waker().clone());
+            if !left.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                let w = cx.waker().clone();
+                *self.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(w.clone());
+                left = Some(w);
+                // Stopped while the waker was being stored: `stop` may
+                // have found none.
+                if self.is_stopped() {
+                    return Poll::Ready(());
                 }
-            }
-            // Stopped while the waker was being stored: `stop` may have
-            // found none.
-            if self.is_stopped() {
-                return Poll::Ready(());
             }
             Poll::Pending
         })
@@ -735,25 +738,50 @@ impl ConnStop {
 
 /// The calls of one server connection being executed: at most `max`
 /// (the connection stops reading while that many are), each counted from
-/// its dispatch until its guard ([`InFlightPermit`]) is dropped (its reply
-/// written, or the call dropped). Only the connection's reader takes
-/// permits, so a check and an increment cannot overshoot; a permit given
-/// back at the limit, or the last one, wakes the reader. (A semaphore
-/// permit took a lock to give back, per call.)
+/// its dispatch until its guard is dropped (its reply written, or the call
+/// dropped): the call's `CallGuard` holds the count itself
+/// ([`CallCount`]), no allocation per call. Only the connection's reader
+/// takes permits, so a check and an increment cannot overshoot; a permit
+/// given back at the limit wakes the reader, and the last one wakes a
+/// drain once one waits. (A semaphore permit took a lock to give back,
+/// per call; a boxed permit a `malloc` and a `free`.)
 struct InFlight {
     n: AtomicUsize,
     max: usize,
+    /// A drain waits (or did): the last permit given back wakes it.
+    draining: AtomicBool,
     room: Notify,
 }
 
-/// One call of an [`InFlight`] count (the call's `CallGuard`).
-struct InFlightPermit(Arc<InFlight>);
+/// One call of an [`InFlight`] count, until it becomes the call's guard
+/// ([`InFlightPermit::into_guard`]) or is dropped.
+struct InFlightPermit(Option<Arc<InFlight>>);
+
+impl InFlightPermit {
+    /// The call's guard, holding this permit.
+    fn into_guard(mut self) -> CallGuard {
+        match self.0.take() {
+            Some(f) => CallGuard::counted(f),
+            None => CallGuard::none(),
+        }
+    }
+}
 
 impl Drop for InFlightPermit {
     fn drop(&mut self) {
-        let was = self.0.n.fetch_sub(1, AtomicOrdering::AcqRel);
-        if was == self.0.max || was == 1 {
-            self.0.room.notify_one();
+        if let Some(f) = self.0.take() {
+            f.release();
+        }
+    }
+}
+
+impl CallCount for InFlight {
+    fn release(&self) {
+        // SeqCst with `drained`: either this sees `draining`, or the drain
+        // sees the count this left.
+        let was = self.n.fetch_sub(1, AtomicOrdering::SeqCst);
+        if was == self.max || (was == 1 && self.draining.load(AtomicOrdering::SeqCst)) {
+            self.room.notify_one();
         }
     }
 }
@@ -763,6 +791,7 @@ impl InFlight {
         Arc::new(InFlight {
             n: AtomicUsize::new(0),
             max: max.max(1),
+            draining: AtomicBool::new(false),
             room: Notify::new(),
         })
     }
@@ -773,7 +802,7 @@ impl InFlight {
             return None;
         }
         self.n.fetch_add(1, AtomicOrdering::AcqRel);
-        Some(InFlightPermit(self.clone()))
+        Some(InFlightPermit(Some(self.clone())))
     }
 
     /// Waits for a permit (the reader only).
@@ -793,11 +822,12 @@ impl InFlight {
 
     /// Waits until no call is in flight.
     async fn drained(&self) {
+        self.draining.store(true, AtomicOrdering::SeqCst);
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.n.load(AtomicOrdering::Acquire) == 0 {
+            if self.n.load(AtomicOrdering::SeqCst) == 0 {
                 return;
             }
             notified.await;
@@ -863,7 +893,7 @@ async fn serve_conn(
                     message: Message::inline(rec),
                     client: client.clone(),
                     conn: conn.clone(),
-                    guard: CallGuard(Some(Box::new(permit))),
+                    guard: permit.into_guard(),
                     room: ReplyRoom::UNBOUNDED,
                 });
             }
@@ -927,6 +957,30 @@ mod tests {
         let early = ConnStop::default();
         early.stop();
         early.wait().await;
+        // Polled again and again with the same waker (the lock-free path),
+        // then waited on: still woken by the stop.
+        let st = Arc::new(ConnStop::default());
+        let waiter = {
+            let st = st.clone();
+            tokio::spawn(async move {
+                let mut w = st.wait();
+                for _ in 0..5 {
+                    tokio::select! {
+                        biased;
+                        _ = &mut w => panic!("ready before the stop"),
+                        _ = tokio::task::yield_now() => {}
+                    }
+                }
+                (&mut w).await;
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        st.stop();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
     }
 
     /// The in-flight count: never more than `max` permits; a waiting
@@ -967,6 +1021,45 @@ mod tests {
             .unwrap();
         assert_eq!(f.n.load(AtomicOrdering::Acquire), 0);
         assert!(f.try_acquire().is_some());
+    }
+
+    /// A permit made a call's guard stays counted until the guard is
+    /// dropped, exactly once; a drain waiting on guards is woken by the
+    /// last one, and a reader waiting at the limit by the first.
+    #[tokio::test]
+    async fn call_guards_hold_their_in_flight_count() {
+        let f = InFlight::new(2);
+        let g1 = f.try_acquire().unwrap().into_guard();
+        let g2 = f.try_acquire().unwrap().into_guard();
+        assert!(g1.is_held() && g2.is_held());
+        assert_eq!(f.n.load(AtomicOrdering::Acquire), 2);
+        assert!(f.try_acquire().is_none());
+        let waiter = {
+            let f = f.clone();
+            tokio::spawn(async move { f.acquire().await.into_guard() })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        drop(g1);
+        let g3 = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert_eq!(f.n.load(AtomicOrdering::Acquire), 2);
+        let drain = {
+            let f = f.clone();
+            tokio::spawn(async move { f.drained().await })
+        };
+        drop(g2);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!drain.is_finished());
+        assert_eq!(f.n.load(AtomicOrdering::Acquire), 1);
+        drop(g3);
+        tokio::time::timeout(Duration::from_secs(5), drain)
+            .await
+            .expect("drained")
+            .unwrap();
+        assert_eq!(f.n.load(AtomicOrdering::Acquire), 0);
     }
 }
 
