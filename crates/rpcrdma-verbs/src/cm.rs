@@ -76,11 +76,16 @@ impl VerbsCm {
 
     /// Whether connections can act on a received Send With Invalidate
     /// (`Caps::remote_invalidation`), known before connecting so that the
-    /// RFC 8797 R flag is set only when true. False on every device today:
-    /// plain MRs only, and siw's user-space provider does not report the
-    /// invalidation (docs/verbs.md).
+    /// RFC 8797 R flag is set only when true: the configured device, or
+    /// every device the RDMA CM has, binds type 2 memory windows from user
+    /// space (rxe, many RoCE/InfiniBand NICs; not siw, whose user-space
+    /// provider has no windows and does not report an invalidation; never
+    /// plain MRs: `crate::mw`, docs/verbs.md).
     pub fn remote_invalidation(&self) -> bool {
-        false
+        match rdma() {
+            Ok(r) => crate::mw::cm_remote_invalidation(r, self.config.device.as_deref()),
+            Err(_) => false,
+        }
     }
 
     fn sizes(&self) -> QueueSizes {

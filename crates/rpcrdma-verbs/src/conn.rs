@@ -264,6 +264,15 @@ pub(crate) struct Queues {
     rdma: &'static Rdma,
     id: *mut rdma_cm_id,
     pub(crate) pd: *mut ibv_pd,
+    /// The device context (the key of the PD pool, `crate::cache`).
+    ctx: *mut ibv_context,
+    /// The PD's cached MRs: taken by the registry while the connection
+    /// lives, given back before the queues drop, returned to the pool
+    /// with the PD once the QP is destroyed.
+    pub(crate) cache: crate::cache::MrCache,
+    /// The device was lost: the PD and the device's idle PDs are freed,
+    /// not pooled.
+    pub(crate) device_lost: bool,
     pub(crate) comp: *mut ibv_comp_channel,
     pub(crate) cq: *mut ibv_cq,
     pub(crate) qp: *mut ibv_qp,
@@ -288,6 +297,9 @@ impl Queues {
             rdma,
             id: id.id,
             pd: ptr::null_mut(),
+            ctx: verbs,
+            cache: crate::cache::MrCache::default(),
+            device_lost: false,
             comp: ptr::null_mut(),
             cq: ptr::null_mut(),
             qp: ptr::null_mut(),
@@ -305,11 +317,8 @@ impl Queues {
         // field and lives as long as the context.
         q.transport = crate::Transport::from_raw(unsafe { (*(*verbs).device).transport_type });
         q.sizes = fit(want, &q.attr);
-        // SAFETY: `verbs` is live; NULL on failure (then Drop skips it).
-        q.pd = unsafe { (rdma.alloc_pd)(verbs) };
-        if q.pd.is_null() {
-            return Err(errno("ibv_alloc_pd"));
-        }
+        // An idle PD of this device with its cached MRs, else a new one.
+        (q.pd, q.cache) = crate::cache::take_pd(rdma, verbs)?;
         // SAFETY: as above.
         q.comp = unsafe { (rdma.create_comp_channel)(verbs) };
         if q.comp.is_null() {
@@ -409,8 +418,7 @@ impl Drop for Queues {
     fn drop(&mut self) {
         // SAFETY: each object is destroyed once, QP first (rdma_destroy_qp
         // on the id that created it), then the CQ (all its channel events
-        // were acknowledged by `drain_comp_channel`), the channel and the
-        // PD (every MR of it was deregistered by the provider first).
+        // were acknowledged by `drain_comp_channel`) and the channel.
         unsafe {
             if !self.qp.is_null() {
                 (self.rdma.destroy_qp)(self.id);
@@ -421,9 +429,14 @@ impl Drop for Queues {
             if !self.comp.is_null() {
                 (self.rdma.destroy_comp_channel)(self.comp);
             }
-            if !self.pd.is_null() {
-                (self.rdma.dealloc_pd)(self.pd);
-            }
+        }
+        // The QP is gone, so nothing the device does touches the PD's
+        // memory any more: the PD, with the cached MRs the provider gave
+        // back (every other MR of it is deregistered), goes to the pool
+        // (while the CM id, dropped after us, still holds the device).
+        if !self.pd.is_null() {
+            let cache = std::mem::take(&mut self.cache);
+            crate::cache::give_back(self.rdma, self.ctx, self.pd, cache, self.device_lost);
         }
     }
 }

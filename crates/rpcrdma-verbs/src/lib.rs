@@ -22,6 +22,9 @@
 //! * [`VerbsCm`]: connect (address and route resolution, private data,
 //!   responder resources / initiator depth), listen, accept or reject
 //!   with private data.
+//! * [`registration_stats`]: how often the device registered memory and
+//!   how often the registration cache (receive and Send buffers, PDs
+//!   recycled across a device's connections) answered instead.
 //! * [`VerbsProvider`]: memory registration ([`mr`]), Send / Send With
 //!   Invalidate / RDMA Write / RDMA Read / Local Invalidate, receives,
 //!   completions mapped to the contract's status classes ([`status`]),
@@ -33,16 +36,19 @@
 
 mod addr;
 mod async_events;
+mod cache;
 mod cm;
 mod conn;
 mod device;
 mod fd;
 pub mod libs;
 mod mr;
+mod mw;
 mod provider;
 pub mod status;
 pub mod sys;
 
+pub use cache::{idle_pds, registration_stats, RegistrationStats};
 pub use cm::{VerbsCm, VerbsConfig, VerbsListener, VerbsPending};
 pub use device::{describe, devices, Device, Transport, Unavailable};
 pub use provider::VerbsProvider;

@@ -152,6 +152,8 @@ pub struct Rdma {
     pub ack_cm_event: AckCmEvent,
     pub migrate_id: MigrateId,
     pub event_str: EventStr,
+    pub get_cm_devices: GetCmDevices,
+    pub free_cm_devices: FreeCmDevices,
 }
 
 // SAFETY: `Rdma` holds plain function pointers into libraries that stay
@@ -207,6 +209,8 @@ impl Rdma {
                 ack_cm_event: cm.sym("rdma_ack_cm_event")?,
                 migrate_id: cm.sym("rdma_migrate_id")?,
                 event_str: cm.sym("rdma_event_str")?,
+                get_cm_devices: cm.sym("rdma_get_devices")?,
+                free_cm_devices: cm.sym("rdma_free_devices")?,
             })
         }
     }

@@ -49,6 +49,9 @@ struct Posted {
     /// Send-queue sequence number (post order of Send-queue WRs, device
     /// and emulated alike).
     seq: u64,
+    /// A memory-window bind of ours (`crate::mw`): its completion is not
+    /// the caller's (a failure still ends the connection).
+    bind: bool,
 }
 
 /// A Local Invalidate done by deregistration ([`crate::mr`]): it
@@ -98,6 +101,10 @@ pub struct VerbsProvider {
     local_pd: Vec<u8>,
     peer: Option<SocketAddr>,
     reg: Registry,
+    /// Window binds posted and not completed, and how many the Send
+    /// queue keeps room for beyond the caller's `max_send_wr`.
+    binds: u32,
+    bind_room: u32,
 }
 
 // SAFETY: the raw pointers are rdma-core objects owned by this value and
@@ -118,8 +125,20 @@ impl VerbsProvider {
         let ctx = unsafe { (*q.qp).context };
         let sub = Subscription::new(rdma, ctx, q.qp, q.cq)?;
         let epoll = Epoll::new(&[q.comp_fd(), ch.fd(), sub.async_fd(), sub.wake.raw()])?;
-        let caps = caps_of(&q);
-        let reg = Registry::new(rdma, q.pd);
+        let mut caps = caps_of(&q);
+        let mut q = q;
+        let mut reg = Registry::new(rdma, q.pd, std::mem::take(&mut q.cache));
+        // Type 2 memory windows: remote invalidation (`crate::mw`). Half
+        // the Send queue is kept for their binds.
+        let mut bind_room = 0;
+        // Not on iWARP: a Read sink there must be remotely writable under
+        // the STag its SGE names (the MR's), which a window does not give.
+        if q.transport != Transport::Iwarp && crate::mw::device_supports(ctx, &q.attr) {
+            reg.windows = Some(crate::mw::Windows::new(ctx, q.pd));
+            caps.remote_invalidation = true;
+            bind_room = q.sizes.send_wr / 2;
+            caps.max_send_wr = (q.sizes.send_wr - bind_room).max(1);
+        }
         let iwarp = q.transport == Transport::Iwarp;
         Ok(VerbsProvider {
             q,
@@ -153,6 +172,8 @@ impl VerbsProvider {
             local_pd: Vec::new(),
             peer: None,
             reg,
+            binds: 0,
+            bind_room,
         })
     }
 
@@ -276,6 +297,17 @@ impl VerbsProvider {
         if !self.reg.release(&p.uses) {
             self.dereg_failed();
         }
+        let status = status_class(wc.status);
+        if p.bind {
+            self.binds = self.binds.saturating_sub(1);
+            if !status.is_ok() && status != Status::Flushed {
+                self.end(DisconnectReason::Error {
+                    status,
+                    blame: status.blame(),
+                });
+            }
+            return;
+        }
         if p.recv {
             self.recvs -= 1;
         } else {
@@ -284,7 +316,6 @@ impl VerbsProvider {
                 self.sq_device.remove(i);
             }
         }
-        let status = status_class(wc.status);
         let mut opcode = p.opcode;
         let mut byte_len = 0;
         if status.is_ok() {
@@ -293,11 +324,16 @@ impl VerbsProvider {
             } else {
                 p.len
             };
-            if p.recv && wc.wc_flags & IBV_WC_WITH_INV != 0 {
+            if p.recv && self.with_invalidate(wc) {
                 let rkey = wc.invalidated_rkey;
-                // The device invalidated the MR; retire it like a Local
-                // Invalidate (local use goes on through a fresh MR).
-                if self.reg.invalidate(rkey) == Retired::Failed {
+                if self.reg.is_window(rkey) {
+                    // The device invalidated our window: it is bound
+                    // again for a later registration.
+                    self.reg.remote_invalidated(rkey);
+                } else if self.reg.invalidate(rkey) == Retired::Failed {
+                    // The device invalidated the MR; retire it like a
+                    // Local Invalidate (local use goes on through a
+                    // fresh MR).
                     self.dereg_failed();
                 }
                 opcode = Opcode::RecvWithInvalidate { stag: Stag(rkey) };
@@ -314,6 +350,23 @@ impl VerbsProvider {
             byte_len,
             status,
         });
+    }
+
+    /// Whether a receive completion reports a Send With Invalidate.
+    /// libibverbs says so with `IBV_WC_WITH_INV` (1 << 3); Linux rxe
+    /// writes its completions straight into the user-mapped CQ with the
+    /// *kernel's* flag, `IB_WC_WITH_INVALIDATE` = 1 << 2 (rdma-core's
+    /// `rxe_poll_cq` copies them as they are), where libibverbs has
+    /// `IBV_WC_IP_CSUM_OK` — so on rxe that bit counts too, and only for
+    /// an rkey that is one of our valid windows (lab, Linux 6.1 rxe with
+    /// rdma-core 44: the flag seen was 1 << 2).
+    fn with_invalidate(&self, wc: &ibv_wc) -> bool {
+        if wc.wc_flags & IBV_WC_WITH_INV != 0 {
+            return true;
+        }
+        self.q.attr.vendor_id == RXE_VENDOR_ID
+            && wc.wc_flags & IB_WC_WITH_INVALIDATE_KERNEL != 0
+            && self.reg.is_window(wc.invalidated_rkey)
     }
 
     /// `ibv_dereg_mr` refused to end an MR: the memory stays reachable by
@@ -391,6 +444,7 @@ impl VerbsProvider {
             recv: false,
             uses: SmallVec::new(),
             seq,
+            bind: false,
         });
         self.invs.push_back(PendingInv {
             seq,
@@ -399,6 +453,77 @@ impl VerbsProvider {
             failed,
         });
         Ok(())
+    }
+
+    /// Posts one Send-queue WR built by the caller.
+    fn post_raw(&mut self, w: &mut ibv_send_wr) -> Result<(), ProviderError> {
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live; ops layout pinned by the ABI test.
+        let Some(f) = (unsafe { (*(*self.q.qp).context).ops.post_send }) else {
+            return Err(ProviderError::Unsupported);
+        };
+        // SAFETY: `w` lives across the call (the device copies it); what
+        // it names (SGEs, MR, window) is live and checked by the caller.
+        let r = unsafe { f(self.q.qp, w, &mut bad) };
+        if r != 0 {
+            return Err(Self::post_error(r));
+        }
+        Ok(())
+    }
+
+    /// Posts the bind of a window registration (`crate::mw`), ahead of
+    /// every later WR of the Send queue (so of the Send that carries its
+    /// STag); on failure the registration is undone.
+    fn post_bind(
+        &mut self,
+        mr: MemoryRegion,
+        b: crate::mr::Bind,
+    ) -> Result<MemoryRegion, (ProviderError, Option<Buffer>)> {
+        if self.state != ConnectionState::Established || self.binds >= self.bind_room {
+            let e = if self.state == ConnectionState::Established {
+                ProviderError::QueueFull
+            } else {
+                ProviderError::NotConnected
+            };
+            return Err((e, self.reg.unbind(b.idx)));
+        }
+        let slot = self.slot(Posted {
+            wr_id: 0,
+            opcode: Opcode::LocalInvalidate,
+            holds: Holds::new(),
+            len: 0,
+            recv: false,
+            uses: SmallVec::new(),
+            seq: 0,
+            bind: true,
+        });
+        let mut d = ibv_send_wr {
+            wr_id: u64::from(slot),
+            next: ptr::null_mut(),
+            sg_list: ptr::null_mut(),
+            num_sge: 0,
+            opcode: IBV_WR_BIND_MW,
+            send_flags: IBV_SEND_SIGNALED,
+            invalidate_rkey: 0,
+            wr: ibv_send_wr_wr {
+                rdma: ibv_wr_rdma {
+                    remote_addr: 0,
+                    rkey: 0,
+                },
+            },
+            remote_srqn: 0,
+            tail: ibv_send_wr_tail { bind_mw: b.wr },
+        };
+        if let Err(e) = self.post_raw(&mut d) {
+            self.unslot(slot);
+            return Err((e, self.reg.unbind(b.idx)));
+        }
+        // The window's key is the new one from now on (what
+        // `ibv_bind_mw` does; the next bind names it as the current one).
+        // SAFETY: the window is ours and live.
+        unsafe { (*b.wr.mw).rkey = b.wr.rkey };
+        self.binds += 1;
+        Ok(mr)
     }
 
     /// Polls the CQ into `self.wcs`; returns how many.
@@ -495,9 +620,10 @@ fn caps_of(q: &Queues) -> Caps {
         // PD) but its user-space provider drops the second (rdma-core
         // providers/siw/siw.c `copy_cqe`: `wc->wc_flags = 0`, no
         // `invalidated_rkey`); rxe and hardware invalidate only FRWR /
-        // memory-window keys, which user-space verbs do not make. So no
-        // device qualifies today, and the engine invalidates locally (by
-        // deregistration, see `crate::mr`).
+        // memory-window keys (FRWR keys user-space verbs cannot make). So
+        // plain MRs never qualify, and the engine invalidates locally (by
+        // deregistration, see `crate::mr`); a device with type 2 memory
+        // windows turns this on (`VerbsProvider::new`, `crate::mw`).
         remote_invalidation: false,
     }
 }
@@ -508,8 +634,21 @@ impl Drop for VerbsProvider {
             // SAFETY: the id is live.
             unsafe { (self.rdma.disconnect)(self.id.id) };
         }
-        // Before the PD goes (with `q`) and the buffers (with `reg`).
+        // Every posted WR's holds are released (the QP is destroyed with
+        // `q`, right after this, before the PD's cache is used again), so
+        // the cache regions' buffers can leave the table.
+        for p in self.posted.iter_mut().filter_map(Option::take) {
+            self.reg.table.release(&p.holds);
+        }
+        // Before the PD goes (with `q`) and the buffers (with `reg`): the
+        // cache regions go back to the PD's cache, every other MR is
+        // deregistered.
         self.reg.deregister_all();
+        self.q.cache = std::mem::take(&mut self.reg.cache);
+        self.q.device_lost = matches!(
+            self.state,
+            ConnectionState::Disconnected(DisconnectReason::TransportLost)
+        );
     }
 }
 
@@ -538,6 +677,17 @@ impl Provider for VerbsProvider {
     }
 
     fn register(&mut self, buf: Box<[u8]>, access: Access) -> Result<MemoryRegion, RegisterError> {
+        if self.reg.windowed(access) && self.state == ConnectionState::Established {
+            let (mr, bind) = self.reg.register_window(buf, access, &self.caps)?;
+            // A refused bind has deregistered the region: its buffer
+            // comes back with the error.
+            return self
+                .post_bind(mr, bind)
+                .map_err(|(error, buf)| RegisterError {
+                    error,
+                    buf: buf.map(Buffer::into_owned).unwrap_or_default(),
+                });
+        }
         self.reg.register(buf, access, &self.caps)
     }
 
@@ -546,7 +696,15 @@ impl Provider for VerbsProvider {
         buf: Bytes,
         access: Access,
     ) -> Result<MemoryRegion, ProviderError> {
+        if self.reg.windowed(access) && self.state == ConnectionState::Established {
+            let (mr, bind) = self.reg.register_shared_window(buf, access, &self.caps)?;
+            return self.post_bind(mr, bind).map_err(|(e, _)| e);
+        }
         self.reg.register_shared(buf, access, &self.caps)
+    }
+
+    fn register_recv(&mut self, len: usize) -> Result<MemoryRegion, ProviderError> {
+        self.reg.register_recv(len, &self.caps)
     }
 
     fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
@@ -578,6 +736,7 @@ impl Provider for VerbsProvider {
             recv: true,
             uses: [used].into_iter().collect(),
             seq: 0,
+            bind: false,
         });
         let mut w = ibv_recv_wr {
             wr_id: u64::from(slot),
@@ -643,6 +802,7 @@ impl Provider for VerbsProvider {
             recv: false,
             uses,
             seq,
+            bind: false,
         });
         let mut w = ibv_send_wr {
             wr_id: u64::from(slot),

@@ -38,6 +38,8 @@ pub struct ibv_pd {
     _opaque: [u8; 0],
 }
 
+pub type AllocMwFn = unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut ibv_mw;
+pub type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
 pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
 pub type ReqNotifyCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
 pub type PostSendFn =
@@ -49,7 +51,14 @@ pub type PostRecvFn =
 /// uses four.
 #[repr(C)]
 pub struct ibv_context_ops {
-    _compat0: [*mut c_void; 11],
+    _compat0: [*mut c_void; 7],
+    /// `ibv_alloc_mw` is `static inline` over this slot (NULL when the
+    /// provider library has no memory windows: siw).
+    pub alloc_mw: Option<AllocMwFn>,
+    _bind_mw: *mut c_void,
+    /// `ibv_dealloc_mw`'s slot.
+    pub dealloc_mw: Option<DeallocMwFn>,
+    _compat_create_cq: *mut c_void,
     pub poll_cq: Option<PollCqFn>,
     pub req_notify_cq: Option<ReqNotifyCqFn>,
     _compat1: [*mut c_void; 12],
@@ -92,6 +101,29 @@ pub struct ibv_comp_channel {
     pub context: *mut ibv_context,
     pub fd: c_int,
     pub refcnt: c_int,
+}
+
+/// `struct ibv_mw` (complete; allocated by the library, read here).
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    pub mw_type: c_int,
+}
+
+/// `IBV_MW_TYPE_2` of `enum ibv_mw_type`.
+pub const IBV_MW_TYPE_2: c_int = 2;
+/// `IBV_DEVICE_MEM_WINDOW_TYPE_2A` / `_2B` of `ibv_device_cap_flags`.
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2A: c_uint = 1 << 23;
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
+/// `IBV_ACCESS_MW_BIND`: an MR memory windows may be bound to.
+pub const IBV_ACCESS_MW_BIND: c_int = 1 << 4;
+
+/// `ibv_inc_rkey` (`static inline` in verbs.h): the next key byte.
+pub fn ibv_inc_rkey(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }
 
 #[repr(C)]
@@ -185,7 +217,28 @@ pub union ibv_send_wr_wr {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union ibv_send_wr_tail {
-    _bind_mw: [u64; 6],
+    pub bind_mw: ibv_bind_mw_wr,
+    _size: [u64; 6],
+}
+
+/// `bind_mw` of `ibv_send_wr` (`IBV_WR_BIND_MW`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_bind_mw_wr {
+    pub mw: *mut ibv_mw,
+    /// The window's new rkey (`ibv_inc_rkey` of its current one).
+    pub rkey: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `struct ibv_mw_bind_info`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: c_uint,
 }
 
 #[repr(C)]
@@ -261,6 +314,7 @@ pub const IBV_WR_RDMA_WRITE: c_int = 0;
 pub const IBV_WR_SEND: c_int = 2;
 pub const IBV_WR_RDMA_READ: c_int = 4;
 pub const IBV_WR_LOCAL_INV: c_int = 7;
+pub const IBV_WR_BIND_MW: c_int = 8;
 pub const IBV_WR_SEND_WITH_INV: c_int = 9;
 
 // enum ibv_send_flags
@@ -274,6 +328,11 @@ pub const IBV_ACCESS_REMOTE_READ: c_int = 1 << 2;
 
 // enum ibv_wc_flags
 pub const IBV_WC_WITH_INV: c_uint = 1 << 3;
+/// The kernel's `IB_WC_WITH_INVALIDATE` (1 << 2), which Linux rxe writes
+/// into user-mapped CQs unconverted (libibverbs' `IBV_WC_IP_CSUM_OK`).
+pub const IB_WC_WITH_INVALIDATE_KERNEL: c_uint = 1 << 2;
+/// Linux rxe's `vendor_id` (`RXE_VENDOR_ID`).
+pub const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
 
 /// `struct ibv_async_event` (filled by `ibv_get_async_event`): the
 /// object the event is about (`element`: a CQ, QP, SRQ or WQ pointer, or
@@ -446,6 +505,10 @@ pub mod fns {
     pub type AckCmEvent = unsafe extern "C" fn(*mut rdma_cm_event) -> c_int;
     pub type MigrateId = unsafe extern "C" fn(*mut rdma_cm_id, *mut rdma_event_channel) -> c_int;
     pub type EventStr = unsafe extern "C" fn(c_int) -> *const c_char;
+    /// `rdma_get_devices`: the RDMA CM's open device contexts (each one
+    /// referenced until `rdma_free_devices`), NULL-terminated.
+    pub type GetCmDevices = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_context;
+    pub type FreeCmDevices = unsafe extern "C" fn(*mut *mut ibv_context);
 }
 
 #[cfg(test)]
@@ -462,7 +525,20 @@ mod tests {
         assert_eq!(offset_of!(ibv_async_event, event_type), 8);
         assert_eq!(offset_of!(ibv_device, name), 24);
         assert_eq!(size_of::<ibv_context_ops>(), 32 * 8);
+        assert_eq!(offset_of!(ibv_context_ops, alloc_mw), 7 * 8);
+        assert_eq!(offset_of!(ibv_context_ops, dealloc_mw), 9 * 8);
         assert_eq!(offset_of!(ibv_context_ops, poll_cq), 11 * 8);
+        assert_eq!(offset_of!(ibv_mw, rkey), 16);
+        assert_eq!(size_of::<ibv_mw>(), 32);
+        assert_eq!(offset_of!(ibv_send_wr, tail), 80);
+        assert_eq!(offset_of!(ibv_bind_mw_wr, rkey), 8);
+        assert_eq!(offset_of!(ibv_bind_mw_wr, bind_info), 16);
+        assert_eq!(offset_of!(ibv_mw_bind_info, addr), 8);
+        assert_eq!(offset_of!(ibv_mw_bind_info, length), 16);
+        assert_eq!(offset_of!(ibv_mw_bind_info, mw_access_flags), 24);
+        assert_eq!(size_of::<ibv_send_wr_tail>(), 48);
+        assert_eq!(ibv_inc_rkey(0x1234_56ff), 0x1234_5600);
+        assert_eq!(ibv_inc_rkey(0x1234_5607), 0x1234_5608);
         assert_eq!(offset_of!(ibv_context_ops, req_notify_cq), 12 * 8);
         assert_eq!(offset_of!(ibv_context_ops, post_send), 25 * 8);
         assert_eq!(offset_of!(ibv_context_ops, post_recv), 26 * 8);
