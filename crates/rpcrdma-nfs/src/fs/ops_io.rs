@@ -158,7 +158,8 @@ impl Export {
         })
     }
 
-    /// WRITE of `data` at `offset`. `Unstable` returns once the data is
+    /// WRITE of `data` at `offset`, with the file's attributes after it
+    /// (no `wcc.before`, as knfsd). `Unstable` returns once the data is
     /// in the page cache; `DataSync` adds `fdatasync`, `FileSync` adds
     /// `fsync`; the reply's `committed` is what was asked (knfsd does the
     /// same). More than [`MAX_IO`] octets is `Inval`; past the largest
@@ -180,7 +181,21 @@ impl Export {
             return Err(NfsError::FBig);
         }
         let (id, file) = self.open_file(fh, Access::Write)?;
-        let (before, _) = stat_fd(&*file)?;
+        // No pre-operation attributes: one `statx` per WRITE, not two.
+        // Linux knfsd's WRITE replies carry none either (`before` absent
+        // on the wire, docs/interop-linux.md), its clients cope, and with
+        // several WRITEs of a file in flight on the blocking pool a
+        // `before` read apart from the write could not be atomic with it.
+        //= rfc1813#section-3.3.7
+        //# For a client
+        //# that requires only the post-write file attributes,
+        //# these can be found in file_wcc.after.
+        //= rfc1813#section-2.6
+        //# If there is a window for
+        //# the object to get modified between the operation and either of
+        //# the get attributes operations, then the client will not be able
+        //# to determine whether it was the only entity to modify the
+        //# object.
         let mut done = 0;
         while done < data.len() {
             match pwrite(&*file, &data[done..], offset + done as u64)? {
@@ -194,7 +209,7 @@ impl Export {
             committed: stable,
             verf: self.write_verifier(),
             wcc: Wcc {
-                before: Some(before.wcc()),
+                before: None,
                 after: Some(self.attr_after(id, &file)?),
             },
         })

@@ -108,10 +108,13 @@ const SEND_POOL_MAX: usize = 256;
 pub(super) const SINK_POOL_BYTES: usize = 32 << 20;
 /// Octets of pooled buffers up to which the Read sink of a received call
 /// goes back to the pool: the peer chooses the sizes of its Read chunks,
-/// and what is pooled stays while the connection is idle, so a server
-/// keeps at most this much per connection beyond its Read-sink budgets
-/// (enough for a 1 MiB WRITE and a second in flight).
-pub(super) const READ_SINK_POOL_BYTES: usize = 2 << 20;
+/// and what is pooled stays until the connection has been idle for
+/// [`POOL_IDLE_TRIM`], so a server keeps at most this much per connection
+/// beyond its Read-sink budgets: enough for 1 MiB WRITEs four in flight
+/// (an NFS client's usual window; at 2 MiB, half of the sinks of a 256 MiB
+/// `nfs put` at depth 4 were fresh buffers, zeroed and faulted in on the
+/// reactor: BENCHMARKS.md, NFS).
+pub(super) const READ_SINK_POOL_BYTES: usize = 4 << 20;
 /// How long a connection keeps what bulk traffic left pooled (chunk-sink
 /// buffers, Send buffers beyond the first) after its last bulk or
 /// concurrent use: an idle connection holds no more than one call at
@@ -627,10 +630,10 @@ mod tests {
         drop(held);
         let bytes = pool.lock().unwrap().bytes;
         assert!(bytes <= READ_SINK_POOL_BYTES, "{bytes}");
-        assert_eq!(pool.lock().unwrap().bufs.len(), 2);
+        assert_eq!(pool.lock().unwrap().bufs.len(), 4);
         // Write-chunk results keep the larger cap.
         drop(sink(1 << 20, SINK_POOL_BYTES));
-        assert_eq!(pool.lock().unwrap().bufs.len(), 3);
+        assert_eq!(pool.lock().unwrap().bufs.len(), 5);
         // A pooled buffer is handed out by exact size only.
         assert!(pool.lock().unwrap().take(1 << 20).is_some());
         assert!(pool.lock().unwrap().take(12345).is_none());
