@@ -156,6 +156,19 @@ impl Outstanding {
     }
 }
 
+/// A link property for the log: its value, or `unknown` where the provider
+/// cannot tell (a verbs device does not report the MPA exchange it made).
+struct OrUnknown<T>(Option<T>);
+
+impl<T: std::fmt::Display> std::fmt::Display for OrUnknown<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("unknown"),
+        }
+    }
+}
+
 fn call_error(e: CallError) -> TransportError {
     match e {
         CallError::TooLarge { len, max } => TransportError::TooLarge { len, max },
@@ -516,9 +529,9 @@ impl Core {
             tracing::info!(
                 version,
                 fallback,
-                mpa_rev = link.mpa_rev.unwrap_or(0),
-                crc = link.crc.unwrap_or(false),
-                markers = link.markers.unwrap_or(false),
+                mpa_rev = %OrUnknown(link.mpa_rev),
+                crc = %OrUnknown(link.crc),
+                markers = %OrUnknown(link.markers),
                 ird = link.ird,
                 ord = link.ord,
                 inline_send = send,
@@ -1050,5 +1063,20 @@ impl Core {
     /// made its step already).
     pub(crate) fn arm(&mut self, waker: &Waker) {
         self.prov.arm(waker, Notify::Any);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OrUnknown;
+
+    /// A verbs link does not know its MPA revision or CRC: the server's
+    /// log says so rather than `mpa_rev=0 crc=false`.
+    #[test]
+    fn link_properties_a_provider_cannot_tell_are_logged_as_unknown() {
+        assert_eq!(OrUnknown(Some(2u8)).to_string(), "2");
+        assert_eq!(OrUnknown(Some(true)).to_string(), "true");
+        assert_eq!(OrUnknown::<u8>(None).to_string(), "unknown");
+        assert_eq!(OrUnknown::<bool>(None).to_string(), "unknown");
     }
 }
