@@ -9,24 +9,12 @@ use std::time::Duration;
 
 use rpcrdma_proto::provider::cm::{ConnectionManager, ListenEvent, Listener, PendingConnection};
 use rpcrdma_proto::provider::{conformance, ConnectParams, ConnectionEvent, Provider};
-use rpcrdma_verbs::{devices, VerbsCm, VerbsProvider};
+use rpcrdma_verbs::{VerbsCm, VerbsProvider};
 
-const ENV: &str = "RPCRDMA_VERBS_ADDR";
+mod common;
 
 fn addr() -> Option<IpAddr> {
-    if let Err(e) = devices() {
-        eprintln!("SKIPPED: verbs conformance not run: {e}");
-        return None;
-    }
-    match std::env::var(ENV).ok().and_then(|a| a.parse().ok()) {
-        Some(a) => Some(a),
-        None => {
-            eprintln!(
-                "SKIPPED: verbs conformance not run: set {ENV} to an address of an RDMA device"
-            );
-            None
-        }
-    }
+    common::device_addr("verbs conformance")
 }
 
 fn params() -> ConnectParams {

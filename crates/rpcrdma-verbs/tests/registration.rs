@@ -16,28 +16,17 @@ use rpcrdma_proto::provider::cm::{ConnectionManager, ListenEvent, Listener, Pend
 use rpcrdma_proto::provider::{Completion, ConnectionEvent, Provider};
 use rpcrdma_proto::wire::rpc::RpcMsg;
 use rpcrdma_proto::XdrEncode;
-use rpcrdma_verbs::{devices, registration_stats, RegistrationStats, VerbsCm, VerbsProvider};
+use rpcrdma_verbs::{registration_stats, RegistrationStats, VerbsCm, VerbsProvider};
 
-const ENV: &str = "RPCRDMA_VERBS_ADDR";
 /// Calls per connection.
 const N: usize = 300;
 /// Calls in flight at once.
 const DEPTH: usize = 8;
 
+mod common;
+
 fn addr() -> Option<IpAddr> {
-    if let Err(e) = devices() {
-        eprintln!("SKIPPED: verbs registration cache test not run: {e}");
-        return None;
-    }
-    match std::env::var(ENV).ok().and_then(|a| a.parse().ok()) {
-        Some(a) => Some(a),
-        None => {
-            eprintln!(
-                "SKIPPED: verbs registration cache test not run: set {ENV} to an address of an RDMA device"
-            );
-            None
-        }
-    }
+    common::device_addr("verbs registration cache test")
 }
 
 struct Side {
