@@ -933,6 +933,18 @@ pub type FramingError = RecordError;
 mod tests {
     use super::*;
 
+    /// `waiter` (waiting on `st`) is still waiting 20 ms on, and wakes once
+    /// `st` is stopped.
+    async fn stop_wakes(st: &ConnStop, waiter: tokio::task::JoinHandle<()>) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        st.stop();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+    }
+
     /// A connection's stop: a waiting reader is woken, a stop told before
     /// the wait is seen at once, and the future stays ready.
     #[tokio::test]
@@ -946,13 +958,7 @@ mod tests {
                 (&mut w).await;
             })
         };
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!waiter.is_finished());
-        st.stop();
-        tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("woken")
-            .unwrap();
+        stop_wakes(&st, waiter).await;
         assert!(st.is_stopped());
         let early = ConnStop::default();
         early.stop();
@@ -974,13 +980,7 @@ mod tests {
                 (&mut w).await;
             })
         };
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!waiter.is_finished());
-        st.stop();
-        tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("woken")
-            .unwrap();
+        stop_wakes(&st, waiter).await;
     }
 
     /// The in-flight count: never more than `max` permits; a waiting
