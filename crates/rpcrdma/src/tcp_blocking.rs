@@ -437,43 +437,49 @@ fn exchange(
         Err(e) => return Exchange::Lost(TransportError::Lost(format!("write: {e}"))),
     }
     let mut wait = sock_timeout(timeout);
+    // The first read needs no clock: `SO_RCVTIMEO` is the call's timeout.
+    let mut first = true;
     loop {
-        if wait != conn.rcv_timeout {
-            if let Err(e) = conn.sock.set_read_timeout(Some(wait)) {
-                return Exchange::Lost(TransportError::Lost(format!("SO_RCVTIMEO: {e}")));
+        let mut other = false;
+        match conn.reader.buffered() {
+            Err(e) => return Exchange::Lost(TransportError::Framing(e)),
+            Ok(Some(rec)) => {
+                match peek(&rec) {
+                    Some((xid, 1)) if xid == call.xid => {
+                        Metrics::inc(&metrics.replies_received);
+                        return Exchange::Reply(Message::inline(rec));
+                    }
+                    Some((xid, 1)) => {
+                        Metrics::inc(&metrics.replies_unmatched);
+                        tracing::debug!(xid, "reply for no outstanding call dropped");
+                    }
+                    Some((xid, 0)) => {
+                        Metrics::inc(&metrics.backchannel_unsupported);
+                        tracing::debug!(
+                            xid,
+                            "call on a TCP client connection dropped (no backchannel)"
+                        );
+                    }
+                    _ => {
+                        Metrics::inc(&metrics.garbage_messages);
+                        tracing::debug!(len = rec.len(), "undecodable record dropped");
+                    }
+                }
+                other = true;
             }
-            conn.rcv_timeout = wait;
-        }
-        match conn.reader.next(&mut conn.sock, metrics) {
-            Ok(Some(rec)) => match peek(&rec) {
-                Some((xid, 1)) if xid == call.xid => {
-                    Metrics::inc(&metrics.replies_received);
-                    return Exchange::Reply(Message::inline(rec));
+            Ok(None) if std::mem::take(&mut first) => {
+                match read(conn, wait, metrics) {
+                    Ok(()) => continue,
+                    Err(Some(e)) => return Exchange::Lost(e),
+                    // The timeout passed: the deadline says so below.
+                    Err(None) => {}
                 }
-                Some((xid, 1)) => {
-                    Metrics::inc(&metrics.replies_unmatched);
-                    tracing::debug!(xid, "reply for no outstanding call dropped");
-                }
-                Some((xid, 0)) => {
-                    Metrics::inc(&metrics.backchannel_unsupported);
-                    tracing::debug!(
-                        xid,
-                        "call on a TCP client connection dropped (no backchannel)"
-                    );
-                }
-                _ => {
-                    Metrics::inc(&metrics.garbage_messages);
-                    tracing::debug!(len = rec.len(), "undecodable record dropped");
-                }
-            },
-            Ok(None) => {
-                return Exchange::Lost(TransportError::Lost("peer closed the connection".into()))
             }
-            Err(ReadError::Framing(e)) => return Exchange::Lost(TransportError::Framing(e)),
-            Err(ReadError::Io(e)) if is_timeout(&e) => {}
-            Err(ReadError::Io(e)) => return Exchange::Lost(TransportError::Lost(e.to_string())),
+            Ok(None) => {}
         }
-        // Not the reply, or the receive timeout passed: what is left?
+        // Not the reply yet (another record, a part of one, or the receive
+        // timeout passed): what is left? A peer trickling octets or
+        // sending other records cannot stretch the call past its deadline.
         if let Some(d) = deadline {
             let now = Instant::now();
             if now >= d {
@@ -481,6 +487,35 @@ fn exchange(
             }
             wait = sock_timeout(d - now);
         }
+        if other {
+            // More may be buffered already.
+            continue;
+        }
+        match read(conn, wait, metrics) {
+            Ok(()) | Err(None) => {}
+            Err(Some(e)) => return Exchange::Lost(e),
+        }
+    }
+}
+
+/// One read on `conn` waiting at most `wait`: `Err(None)` when it passed,
+/// `Err(Some(_))` when the connection failed (the peer closed it, the
+/// stream ended inside a record, the socket's error).
+fn read(conn: &mut Conn, wait: Duration, metrics: &Metrics) -> Result<(), Option<TransportError>> {
+    if wait != conn.rcv_timeout {
+        conn.sock
+            .set_read_timeout(Some(wait))
+            .map_err(|e| Some(TransportError::Lost(format!("SO_RCVTIMEO: {e}"))))?;
+        conn.rcv_timeout = wait;
+    }
+    match conn.reader.fill(&mut conn.sock, metrics) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Some(TransportError::Lost(
+            "peer closed the connection".into(),
+        ))),
+        Err(ReadError::Framing(e)) => Err(Some(TransportError::Framing(e))),
+        Err(ReadError::Io(e)) if is_timeout(&e) => Err(None),
+        Err(ReadError::Io(e)) => Err(Some(TransportError::Lost(e.to_string()))),
     }
 }
 

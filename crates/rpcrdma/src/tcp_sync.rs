@@ -122,7 +122,9 @@ impl RecordReader {
     }
 
     /// The next complete record, reading from `r` as needed. `Ok(None)` at
-    /// a clean end of stream (between records).
+    /// a clean end of stream (between records). (The client and the server
+    /// read with [`RecordReader::fill`] themselves, to bound each wait.)
+    #[cfg(test)]
     pub(crate) fn next<R: Read>(
         &mut self,
         r: &mut R,

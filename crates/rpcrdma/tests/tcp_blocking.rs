@@ -626,3 +626,44 @@ fn shutdown_ends_blocking_connections() {
     assert_eq!(got.load(Ordering::SeqCst), 300);
     assert!(closed_within(&mut idle, Duration::from_secs(2)));
 }
+
+/// A server trickling its reply (an octet every 40 ms), or flooding other
+/// XIDs, cannot stretch a call past its timeout.
+#[test]
+fn trickle_and_flood_end_at_the_deadline() {
+    let addr = raw_server(|i, mut s| {
+        if let Some(call) = read_call(&mut s) {
+            let xid = xid_of(&call);
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(3) {
+                let ok = if i == 0 {
+                    let r = success(xid);
+                    r.iter().all(|b| {
+                        thread::sleep(Duration::from_millis(40));
+                        s.write_all(&[*b]).is_ok()
+                    })
+                } else {
+                    s.write_all(&success(xid.wrapping_add(7))).is_ok()
+                };
+                if !ok {
+                    return;
+                }
+            }
+        }
+    });
+    for flood in [false, true] {
+        let mut c =
+            TcpBlockingClient::connect(addr, with_timeout(300, 0), TcpConfig::default()).unwrap();
+        let t0 = Instant::now();
+        let r = tb::null(&mut c);
+        assert!(matches!(r, Err(RpcError::Timeout { .. })), "{r:?}");
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_millis(1500),
+            "flood {flood}: {took:?}"
+        );
+        if flood {
+            assert!(c.metrics().replies_unmatched > 0);
+        }
+    }
+}
