@@ -128,7 +128,13 @@ impl ThreadShell {
     /// `deadline` passes. Spurious returns are fine: the caller makes a
     /// round after each.
     pub(crate) fn wait(&mut self, deadline: Option<Instant>) {
-        self.core.publish_stale();
+        // A state changed but published less than PUBLISH_INTERVAL ago is
+        // published when that interval is over: sleep no longer.
+        let publish_at = self.core.publish_stale();
+        let deadline = match (publish_at, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         // Sleep in the socket's receive call (one system call instead of
         // poll(2) and a read) when nothing but the socket can bring work:
         // always at a blocking client (only its own thread queues
@@ -206,7 +212,7 @@ impl ThreadShell {
                 // long time: publish now and then anyway.
                 busy_rounds += 1;
                 if busy_rounds.is_multiple_of(64) {
-                    self.core.publish_stale();
+                    let _ = self.core.publish_stale();
                 }
             }
         }
