@@ -88,9 +88,11 @@ pub(crate) enum Publish {
 /// How often at most a thread shell publishes its state before it sleeps:
 /// a blocking server sleeps once per call at depth 1, and a publication
 /// (the shared lock and a copy of the engine's counters, ~200 user-space
-/// instructions) each time was 3 % of a NULL call. A reader sees the state
-/// as of at most this long ago (the shell wakes to publish a stale state
-/// when it is due; see [`publish_due`]).
+/// instructions) each time was 3 % of a NULL call. A state held back is
+/// published before the next sleep after this interval (see
+/// [`publish_due`]; the shell wakes for it when it sleeps in poll(2); in a
+/// socket receive call, whose timeout is not changed for it — that would
+/// be a system call — at the latest when that call's tick ends).
 pub(crate) const PUBLISH_INTERVAL: Duration = Duration::from_millis(1);
 
 /// What a thread shell about to sleep does with its state.
@@ -100,20 +102,17 @@ pub(crate) enum PublishDue {
     Nothing,
     /// Publish now.
     Now,
-    /// Changed, published too recently: publish at this instant (the
-    /// sleep ends by then).
+    /// Changed, published too recently: publish at this instant.
     Later(Instant),
 }
 
 /// The decision of [`Core::publish_stale`]: a stale state is published
-/// when the last publication (`at`) is [`PUBLISH_INTERVAL`] old by `now`,
-/// else when it will be.
-pub(crate) fn publish_due(stale: bool, at: Instant, now: Instant) -> PublishDue {
+/// when `due` (the last publication plus [`PUBLISH_INTERVAL`]) has come by
+/// `now`, else when it will.
+pub(crate) fn publish_due(stale: bool, due: Instant, now: Instant) -> PublishDue {
     if !stale {
-        return PublishDue::Nothing;
-    }
-    let due = at + PUBLISH_INTERVAL;
-    if now >= due {
+        PublishDue::Nothing
+    } else if now >= due {
         PublishDue::Now
     } else {
         PublishDue::Later(due)
@@ -241,9 +240,10 @@ pub(crate) struct Core {
     publish: Publish,
     /// State changed since the last publication.
     stale: bool,
-    /// When the state was last published before a sleep (see
+    /// When a changed state is next published before a sleep (the last
+    /// such publication plus [`PUBLISH_INTERVAL`]; see
     /// [`Core::publish_stale`]).
-    published_at: Instant,
+    publish_due: Instant,
     /// The handle every received call carries (one allocation per
     /// connection, not per call).
     conn_handle: Arc<dyn ServerConnection>,
@@ -302,7 +302,7 @@ impl Core {
             deferred: Vec::new(),
             publish,
             stale: false,
-            published_at: Instant::now(),
+            publish_due: Instant::now(),
             conn_handle,
             reply: None,
             retransmits_seen: 0,
@@ -612,10 +612,10 @@ impl Core {
         if self.publish == Publish::OnDemand {
             return None;
         }
-        match publish_due(self.stale, self.published_at, self.now) {
+        match publish_due(self.stale, self.publish_due, self.now) {
             PublishDue::Now => {
                 self.stale = false;
-                self.published_at = self.now;
+                self.publish_due = self.now + PUBLISH_INTERVAL;
                 self.publish_now();
                 None
             }
@@ -1137,23 +1137,14 @@ mod tests {
     /// PUBLISH_INTERVAL, and a sleep ends when a held-back one is due.
     #[test]
     fn publication_before_a_sleep_is_rate_limited() {
-        let at = Instant::now();
-        assert_eq!(publish_due(false, at, at), PublishDue::Nothing);
+        let due = Instant::now() + PUBLISH_INTERVAL;
+        let soon = due - PUBLISH_INTERVAL / 2;
+        assert_eq!(publish_due(false, due, soon), PublishDue::Nothing);
+        assert_eq!(publish_due(false, due, due), PublishDue::Nothing);
+        assert_eq!(publish_due(true, due, soon), PublishDue::Later(due));
+        assert_eq!(publish_due(true, due, due), PublishDue::Now);
         assert_eq!(
-            publish_due(false, at, at + PUBLISH_INTERVAL),
-            PublishDue::Nothing
-        );
-        let soon = at + PUBLISH_INTERVAL / 4;
-        assert_eq!(
-            publish_due(true, at, soon),
-            PublishDue::Later(at + PUBLISH_INTERVAL)
-        );
-        assert_eq!(
-            publish_due(true, at, at + PUBLISH_INTERVAL),
-            PublishDue::Now
-        );
-        assert_eq!(
-            publish_due(true, at, at + 3 * PUBLISH_INTERVAL),
+            publish_due(true, due, due + 3 * PUBLISH_INTERVAL),
             PublishDue::Now
         );
     }
