@@ -264,19 +264,17 @@ fn sock_write(
     Ok(n)
 }
 
-/// One read into `a` then `b` (a scatter read; as [`sock_read`] when `b`
-/// is empty).
-fn sock_read2(
+/// One scatter read into `iov`, in order (as [`sock_read`] for one
+/// buffer).
+fn sock_readv(
     sock: &TcpStream,
-    a: &mut [u8],
-    b: &mut [u8],
+    iov: &mut [io::IoSliceMut<'_>],
     dontwait: bool,
     wait: bool,
 ) -> io::Result<usize> {
-    if b.is_empty() {
+    if let [a] = iov {
         return sock_read(sock, a, dontwait, wait);
     }
-    let mut iov = [io::IoSliceMut::new(a), io::IoSliceMut::new(b)];
     if dontwait {
         let flags = if wait {
             rustix::net::RecvFlags::empty()
@@ -285,13 +283,13 @@ fn sock_read2(
         };
         let r = rustix::net::recvmsg(
             sock,
-            &mut iov,
+            iov,
             &mut rustix::net::RecvAncillaryBuffer::default(),
             flags,
         )?;
         Ok(r.bytes)
     } else {
-        (&*sock).read_vectored(&mut iov)
+        (&*sock).read_vectored(iov)
     }
 }
 
@@ -1058,15 +1056,22 @@ impl IwarpProvider {
     fn read_step(&mut self, budget: usize, wait: bool, left: &mut usize) -> bool {
         let asked;
         let (sock, dontwait, cap) = (&self.sock, self.dontwait, &mut self.capture);
+        let mut got = Vec::new();
+        let capturing = cap.is_some();
         let direct = self.qp.read_direct(
             budget,
-            |a, b| sock_read2(sock, a, b, dontwait, wait),
-            |a, b| {
-                if let Some(c) = cap.as_mut() {
-                    c.push((Direction::Received, [a, b].concat()));
+            |iov| sock_readv(sock, iov, dontwait, wait),
+            |s| {
+                if capturing {
+                    got.extend_from_slice(s);
                 }
             },
         );
+        if let Some(c) = cap.as_mut() {
+            if !got.is_empty() {
+                c.push((Direction::Received, got));
+            }
+        }
         let r = if let Some((r, n)) = direct {
             asked = n;
             r

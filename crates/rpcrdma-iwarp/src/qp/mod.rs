@@ -27,7 +27,10 @@
 //!   target: from the bytes already read, or — with
 //!   [`QueuePair::direct_target`] / [`QueuePair::read_direct`] — by reading
 //!   the socket straight into the target region (one copy; `read_direct`
-//!   also takes the PAD, CRC and next header in the same read). Completions and Read Responses happen only
+//!   also takes the PAD, CRC and next header in the same read, and inside
+//!   a Read Response the segments that follow, each straight into the
+//!   unreceived part of the Read's sink before its header is checked, then
+//!   checked in order: `direct`). Completions and Read Responses happen only
 //!   after the FPDU's CRC has been verified. An FPDU that lies whole in one
 //!   input slice (without Markers) takes the same steps in one pass, with
 //!   one CRC computation over its contiguous octets.
@@ -64,7 +67,8 @@
 //! the staging buffer, the output queue and its completion marks,
 //! [`QueuePair::transmit`]); `recv` the receive side (the FPDU state
 //! machine, the whole-FPDU fast path, placement checks, completion of
-//! receives); `read` RDMA Read bookkeeping in both directions (ORD and IRD,
+//! receives); `direct` the zero-copy receive path of a TCP owner
+//! ([`QueuePair::read_direct`]); `read` RDMA Read bookkeeping in both directions (ORD and IRD,
 //! Read Response validation, Read Response jobs); `terminate` receive
 //! faults and the Terminates sent and received.
 
@@ -82,6 +86,7 @@ use crate::ddp::{self, RegionInfo};
 use crate::mpa::fpdu::{FpduSender, FramingConfig, MULPDU_MAX};
 use crate::rdmap::TerminateMessage;
 
+mod direct;
 mod read;
 mod recv;
 mod send;

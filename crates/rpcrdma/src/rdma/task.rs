@@ -76,6 +76,7 @@ use super::core::{Core, Next};
 use super::handle::Cmd;
 use super::wake::TaskWake;
 use super::ProviderConnector;
+use crate::alarm::{self, Alarm};
 use crate::metrics::Metrics;
 use crate::reconnect::{self, ReconnectPolicy};
 use crate::slot::WaitDrive;
@@ -123,12 +124,18 @@ struct Driven {
     /// `poll_recv` returned `Pending` since the last look that found the
     /// channel flagged; see [`Driven::work`]).
     rx_registered: bool,
-    /// One timer for the connection's life (made by the driver task, in
-    /// the runtime), reset only when the core's deadline moves earlier (a
-    /// new `Sleep` per wait cost a timer-wheel insert and removal per call).
+    /// The connection's deadline alarm ([`crate::alarm`]: no timer in the
+    /// runtime's wheel, which every park scans), set by the driver task
+    /// when it starts, moved only when the core's deadline moves earlier
+    /// or the instant it was set to has passed.
+    alarm: Option<Alarm>,
+    /// Without an alarm thread: one timer for the connection's life (made
+    /// by the driver task, in the runtime), reset only when the core's
+    /// deadline moves earlier (a new `Sleep` per wait cost a timer-wheel
+    /// insert and removal per call).
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// The instant the timer is set to, while it is.
-    armed: Option<tokio::time::Instant>,
+    /// The instant the alarm or the timer is set to, while it is.
+    armed: Option<Instant>,
     /// The timer holds the connection's waker (polled since its last reset).
     timer_registered: bool,
     /// Callers may drive: the driver task has started, the link is up and
@@ -224,6 +231,7 @@ impl TaskShell {
             rx,
             rx_done: false,
             rx_registered: false,
+            alarm: None,
             timer: None,
             armed: None,
             timer_registered: false,
@@ -253,7 +261,11 @@ impl TaskShell {
     pub(crate) async fn run(mut self) {
         {
             let mut d = self.drive.lock();
-            d.timer = Some(Box::pin(tokio::time::sleep(Duration::ZERO)));
+            if alarm::available() {
+                d.alarm = Some(Alarm::default());
+            } else {
+                d.timer = Some(Box::pin(tokio::time::sleep(Duration::ZERO)));
+            }
             d.runtime = Some(tokio::runtime::Handle::current().id());
             d.live = true;
         }
@@ -378,6 +390,7 @@ impl TaskShell {
         let mut d = drive.lock();
         d.core.publish_now();
         d.afd = None;
+        d.alarm = None;
         d.timer = None;
     }
 }
@@ -797,10 +810,33 @@ impl Driven {
             if self.take_edges(cx, wait.writable) {
                 continue;
             }
-            let Some(want) = wait.deadline.map(tokio::time::Instant::from_std) else {
+            let Some(want) = wait.deadline else {
                 self.armed = None;
                 return Work::Sleep;
             };
+            if let Some(alarm) = self.alarm.as_mut() {
+                if want > now {
+                    // Moved only for an earlier deadline, or once the
+                    // instant it was set to has passed (it fired, or is
+                    // about to, for a deadline that moved later): the
+                    // calls' deadlines move later with every call while the
+                    // first one's stays set, and the round after a wake-up
+                    // for nothing due sets it again.
+                    if self.armed.is_none_or(|a| want < a || a <= now) {
+                        alarm.set(want, cx.waker());
+                        self.armed = Some(want);
+                    }
+                    return Work::Sleep;
+                }
+                // Due by this round's clock: round again, counted as busy
+                // (as a timer that fired, below).
+                self.armed = None;
+                spins += 1;
+                if spins >= BUSY_SPINS {
+                    return Work::Busy;
+                }
+                continue;
+            }
             let Some(timer) = self.timer.as_mut() else {
                 // Not started yet (callers do not drive then).
                 return Work::Sleep;
@@ -811,7 +847,7 @@ impl Driven {
             // while the first one's stays armed; a reset per call cost a
             // timer-wheel removal and insert).
             if self.armed.is_none_or(|a| want < a) {
-                timer.as_mut().reset(want);
+                timer.as_mut().reset(want.into());
                 self.armed = Some(want);
                 self.timer_registered = false;
             }
@@ -819,9 +855,7 @@ impl Driven {
             // waker from an earlier poll: no need to poll it again (a timer
             // never fires before its instant, so the round after its
             // wake-up finds it due and polls it).
-            let due = self
-                .armed
-                .is_none_or(|a| a <= tokio::time::Instant::from_std(now));
+            let due = self.armed.is_none_or(|a| a <= now);
             if !due && self.timer_registered {
                 return Work::Sleep;
             }
