@@ -686,7 +686,12 @@ impl Core {
 
     /// Runs a command now (a blocking client's own, on its thread).
     pub(crate) fn command_now(&mut self, cmd: Cmd) {
-        self.now = Instant::now();
+        self.command_at(Instant::now(), cmd);
+    }
+
+    /// Runs a command at `now` (a caller's clock, read for its call).
+    pub(crate) fn command_at(&mut self, now: Instant, cmd: Cmd) {
+        self.now = now;
         self.command(cmd);
     }
 
