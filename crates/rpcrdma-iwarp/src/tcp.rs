@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use rpcrdma_proto::provider::{
     Blame, Buffer, Bytes, Caps, CmError, Completion, ConnectionEvent, ConnectionInfo,
     ConnectionState, DisconnectReason, LinkInfo, MemoryRegion, Notify, Provider, ProviderError,
-    RecvWr, RegisterError, SendWr, Status,
+    RecvWr, RegisterError, SendOp, SendWr, Status,
 };
 use rustix::event::{PollFd, PollFlags, Timespec};
 
@@ -264,19 +264,17 @@ fn sock_write(
     Ok(n)
 }
 
-/// One read into `a` then `b` (a scatter read; as [`sock_read`] when `b`
-/// is empty).
-fn sock_read2(
+/// One scatter read into `iov`, in order (as [`sock_read`] for one
+/// buffer).
+fn sock_readv(
     sock: &TcpStream,
-    a: &mut [u8],
-    b: &mut [u8],
+    iov: &mut [io::IoSliceMut<'_>],
     dontwait: bool,
     wait: bool,
 ) -> io::Result<usize> {
-    if b.is_empty() {
+    if let [a] = iov {
         return sock_read(sock, a, dontwait, wait);
     }
-    let mut iov = [io::IoSliceMut::new(a), io::IoSliceMut::new(b)];
     if dontwait {
         let flags = if wait {
             rustix::net::RecvFlags::empty()
@@ -285,13 +283,13 @@ fn sock_read2(
         };
         let r = rustix::net::recvmsg(
             sock,
-            &mut iov,
+            iov,
             &mut rustix::net::RecvAncillaryBuffer::default(),
             flags,
         )?;
         Ok(r.bytes)
     } else {
-        (&*sock).read_vectored(&mut iov)
+        (&*sock).read_vectored(iov)
     }
 }
 
@@ -1058,15 +1056,22 @@ impl IwarpProvider {
     fn read_step(&mut self, budget: usize, wait: bool, left: &mut usize) -> bool {
         let asked;
         let (sock, dontwait, cap) = (&self.sock, self.dontwait, &mut self.capture);
+        let mut got = Vec::new();
+        let capturing = cap.is_some();
         let direct = self.qp.read_direct(
             budget,
-            |a, b| sock_read2(sock, a, b, dontwait, wait),
-            |a, b| {
-                if let Some(c) = cap.as_mut() {
-                    c.push((Direction::Received, [a, b].concat()));
+            |iov| sock_readv(sock, iov, dontwait, wait),
+            |s| {
+                if capturing {
+                    got.extend_from_slice(s);
                 }
             },
         );
+        if let Some(c) = cap.as_mut() {
+            if !got.is_empty() {
+                c.push((Direction::Received, got));
+            }
+        }
         let r = if let Some((r, n)) = direct {
             asked = n;
             r
@@ -1201,6 +1206,34 @@ impl AsFd for IwarpProvider {
     }
 }
 
+impl IwarpProvider {
+    /// After a post: a lone small Send goes to the socket now under the
+    /// rule below.
+    fn write_lone_now(&mut self) {
+        // Blocking reads (a thread that drives its connection itself and
+        // sleeps in recv(2)) or an edge-triggered owner (a task driving it
+        // on readiness, `set_read_gate`): a lone small Send goes to the
+        // socket now, not in the next progress pass — the owner would make
+        // a whole round just for it (a client after posting its call, a
+        // server after posting the reply it dispatched inline), and the
+        // owner's next pass confirms it along with whatever else it does.
+        // Anything else (Writes, several WRs, a full socket) waits for the
+        // pass as before, gathered into one write; so does a Send posted
+        // while an earlier one (staged or not) is unconfirmed (handed to
+        // TCP since the last pass), or, for an edge-triggered owner, after
+        // a pass that received several messages: more are coming before
+        // the next pass (a server answering a batch of calls, callers
+        // posting behind one another as their replies come in), and the
+        // pass sends them in one write instead of one each.
+        if (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
+            && !self.write_blocked
+            && !self.qp.sent_since_confirm()
+        {
+            self.write_output(true);
+        }
+    }
+}
+
 impl Provider for IwarpProvider {
     fn caps(&self) -> Caps {
         self.qp.caps()
@@ -1286,29 +1319,35 @@ impl Provider for IwarpProvider {
             return Err(ProviderError::NotConnected);
         }
         self.qp.post_send(wr)?;
-        // Blocking reads (a thread that drives its connection itself and
-        // sleeps in recv(2)) or an edge-triggered owner (a task driving it
-        // on readiness, `set_read_gate`): a lone small Send goes to the
-        // socket now, not in the next progress pass — the owner would make
-        // a whole round just for it (a client after posting its call, a
-        // server after posting the reply it dispatched inline), and the
-        // owner's next pass confirms it along with whatever else it does.
-        // Anything else (Writes, several WRs, a full socket) waits for the
-        // pass as before, gathered into one write; so does a Send posted
-        // while an earlier one is unconfirmed (handed to TCP since the last
-        // pass), or, for an edge-triggered owner, after a pass that received
-        // several messages: more are coming before the next pass (a server
-        // answering a batch of calls, callers posting behind one another as
-        // their replies come in), and the pass sends them in one write
-        // instead of one each.
-        if (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
-            && !self.write_blocked
-            && !self.qp.has_unconfirmed()
-        {
-            self.write_output(true);
-        }
+        self.write_lone_now();
         self.wake_self();
         Ok(())
+    }
+
+    /// A small Send framed straight into the queue pair's staging buffer
+    /// ([`QueuePair::post_send_staged`]): no registered buffer, no WR, no
+    /// completion. Goes to the socket at once under the same rule as a
+    /// lone registered Send (see `post_send`).
+    fn post_send_staged(
+        &mut self,
+        op: SendOp,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, ProviderError> {
+        if self.rtr.is_some() {
+            return Err(ProviderError::NotConnected);
+        }
+        if !self.qp.post_send_staged(op, len, fill)? {
+            return Ok(false);
+        }
+        self.progressed = false;
+        self.write_lone_now();
+        self.wake_self();
+        Ok(true)
+    }
+
+    fn staged_outstanding(&self) -> usize {
+        self.qp.staged_outstanding()
     }
 
     fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {

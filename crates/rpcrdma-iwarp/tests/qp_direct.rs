@@ -5,12 +5,24 @@
 //! same octets in arbitrary pieces): for a stream of Writes, Sends and Read
 //! Responses at random MULPDUs, read sizes and CRC settings, with or
 //! without one flipped bit, both receivers end in the same state —
-//! completions, memory, Terminate, close reason.
+//! completions, memory, Terminate, close reason. Inside a Read Response
+//! the direct path places the segments that follow ahead of their headers
+//! (`qp/direct.rs`): the second proptest feeds it Read Responses cut at
+//! irregular lengths, Sends between their segments, a response cut short
+//! or shifted, bit flips. The one difference allowed: the part of a Read's
+//! sink that a Read which did not succeed had not received (undefined, as
+//! in verbs) is left out of the comparison.
+
+use std::io::IoSliceMut;
 
 use proptest::prelude::*;
+use rpcrdma_iwarp::ddp;
+use rpcrdma_iwarp::mpa::fpdu::{FpduSender, FramingConfig};
 use rpcrdma_iwarp::qp::{QueuePair, StreamParams};
+use rpcrdma_iwarp::rdmap::{self, Opcode};
 use rpcrdma_proto::provider::{
-    Access, Caps, Completion, DisconnectReason, MemoryRegion, RecvWr, SendOp, SendWr,
+    Access, Caps, Completion, DisconnectReason, MemoryRegion, RecvWr, RemoteAddr, SendOp, SendWr,
+    Stag, Status,
 };
 
 const CAPS: Caps = rpcrdma_iwarp::cm::DEFAULT_CAPS;
@@ -23,6 +35,34 @@ fn pattern(n: usize, seed: u32) -> Vec<u8> {
     (0..n)
         .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 13) as u8)
         .collect()
+}
+
+/// A socket read of at most `cap` octets of `rest` into `iov`, in order.
+fn scatter(iov: &mut [IoSliceMut<'_>], rest: &[u8], cap: usize) -> usize {
+    let mut n = 0;
+    for b in iov.iter_mut() {
+        let k = b.len().min(rest.len() - n).min(cap - n);
+        b[..k].copy_from_slice(&rest[n..n + k]);
+        n += k;
+        if k < b.len() {
+            break;
+        }
+    }
+    n
+}
+
+/// Zeroes, in `mem`, the sink range (`wr_id`, offset, length) of every
+/// Read that did not complete successfully: its contents are undefined.
+/// (A sink still held by a Read is not readable: `mem` is empty then.)
+fn mask_failed_reads(mem: &mut [u8], reads: &[(u64, usize, usize)], done: &[Completion]) {
+    for &(id, off, len) in reads {
+        let ok = done
+            .iter()
+            .any(|c| c.wr_id == id && c.status == Status::Success);
+        if let Some(m) = mem.get_mut(off..off + len).filter(|_| !ok) {
+            m.fill(0);
+        }
+    }
 }
 
 fn reg(q: &mut QueuePair, data: Vec<u8>, access: Access) -> MemoryRegion {
@@ -42,16 +82,9 @@ struct Rx {
     read_requests: Vec<u8>,
 }
 
-fn receiver(p: StreamParams, msgs: &[Msg]) -> Rx {
-    let mut q = QueuePair::new(CAPS, 0x80);
-    q.establish(p);
-    let target = reg(&mut q, vec![0x11; TARGET], RW);
-    let sink = reg(&mut q, vec![0x22; RECV * 6], RW);
-    let rbufs = reg(
-        &mut q,
-        vec![0x33; RECV * RECVS as usize],
-        Access::LOCAL_WRITE,
-    );
+/// Registers the receive buffers and posts [`RECVS`] receives into them.
+fn post_receives(q: &mut QueuePair) -> MemoryRegion {
+    let rbufs = reg(q, vec![0x33; RECV * RECVS as usize], Access::LOCAL_WRITE);
     for i in 0..RECVS {
         q.post_recv(RecvWr {
             wr_id: 100 + i,
@@ -59,6 +92,15 @@ fn receiver(p: StreamParams, msgs: &[Msg]) -> Rx {
         })
         .unwrap();
     }
+    rbufs
+}
+
+fn receiver(p: StreamParams, msgs: &[Msg]) -> Rx {
+    let mut q = QueuePair::new(CAPS, 0x80);
+    q.establish(p);
+    let target = reg(&mut q, vec![0x11; TARGET], RW);
+    let sink = reg(&mut q, vec![0x22; RECV * 6], RW);
+    let rbufs = post_receives(&mut q);
     let mut sink_off = 0u64;
     for (i, &(kind, len)) in msgs.iter().enumerate() {
         if kind == 2 {
@@ -134,17 +176,34 @@ type Outcome = (
     u64,
 );
 
-fn outcome(mut rx: Rx, out: &mut [u8]) -> Outcome {
+fn outcome(rx: Rx, msgs: &[Msg]) -> Outcome {
+    let mut reads = Vec::new();
+    let mut off = 0;
+    for (i, &(kind, len)) in msgs.iter().enumerate() {
+        if kind == 2 {
+            reads.push((i as u64, off, len));
+            off += len;
+        }
+    }
+    outcome_with_sink(rx, 1, &reads)
+}
+
+/// What a receiver ended with — completions, the contents of its regions,
+/// close reason, Terminate sent, mid-FPDU, payload octets placed — with
+/// the unreceived part of the `reads` into region `sink` that did not
+/// succeed left out (see the module docs).
+fn outcome_with_sink(mut rx: Rx, sink: usize, reads: &[(u64, usize, usize)]) -> Outcome {
     rx.q.confirm_transmitted();
-    let n = rx.q.poll_transmit(out);
-    let _ = n;
+    let mut out = vec![0u8; 1 << 16];
+    let _ = rx.q.poll_transmit(&mut out);
     let mut c = Vec::new();
     rx.q.poll_completions(&mut c);
-    let mem = rx
+    let mut mem: Vec<Vec<u8>> = rx
         .regions
         .iter()
         .map(|r| rx.q.region(r).map(<[u8]>::to_vec).unwrap_or_default())
         .collect();
+    mask_failed_reads(&mut mem[sink], reads, &c);
     let s = rx.q.stats();
     (
         c,
@@ -176,59 +235,234 @@ proptest! {
                 wire[i] ^= 1 << bit;
             }
         }
-        let mut out = vec![0u8; 1 << 16];
-
         // The general path: the octets in pieces of `piece`.
         let mut general = receiver(p, &msgs);
         for c in wire.chunks(piece) {
             general.q.handle_input(c);
         }
-        let general = outcome(general, &mut out);
+        let general = outcome(general, &msgs);
 
         // The adapter's path: a direct read whenever one is offered (each
         // read returning at most the next of `reads` octets, as a short
         // socket read does), else a read-ahead of the suggested length.
         let mut direct = receiver(p, &msgs);
-        let mut rest = &wire[..];
-        let mut seen = Vec::new();
-        let mut i = 0usize;
-        while !rest.is_empty() {
-            let cap = reads[i % reads.len()];
-            i += 1;
-            let r = direct.q.read_direct(
-                usize::MAX,
-                |a, b| {
-                    let n1 = a.len().min(rest.len()).min(cap);
-                    a[..n1].copy_from_slice(&rest[..n1]);
-                    let n2 = if n1 == a.len() {
-                        b.len().min(rest.len() - n1).min(cap - n1)
-                    } else {
-                        0
-                    };
-                    b[..n2].copy_from_slice(&rest[n1..n1 + n2]);
-                    Ok(n1 + n2)
+        drive_direct(&mut direct.q, &wire, &reads)?;
+        let direct_outcome = outcome(direct, &msgs);
+        prop_assert_eq!(direct_outcome, general);
+    }
+}
+
+/// The receiver's Read sink in the Read Response tests.
+const SINK: usize = 1 << 21;
+/// The peer's Read source (only named in the Read Requests).
+const PEER_SRC: u32 = 0x0102_0304;
+
+/// A receiver with one RDMA Read posted per entry of `lens`, into
+/// consecutive ranges of one sink (their Read Requests sent), and
+/// [`RECVS`] receives for Sends. Returns it, its regions (sink first) and
+/// the Reads: (wr_id, sink offset, length).
+fn read_receiver(p: StreamParams, lens: &[usize]) -> (Rx, Vec<(u64, usize, usize)>) {
+    let mut q = QueuePair::new(CAPS, 0x80);
+    q.establish(p);
+    let sink = reg(&mut q, vec![0x22; SINK], RW);
+    let rbufs = post_receives(&mut q);
+    let mut reads = Vec::new();
+    let mut off = 0;
+    for (i, &len) in lens.iter().enumerate() {
+        q.post_send(SendWr {
+            wr_id: i as u64,
+            op: SendOp::Read {
+                remote: RemoteAddr {
+                    stag: Stag(PEER_SRC),
+                    offset: 0,
                 },
-                |a, b| {
-                    seen.extend_from_slice(a);
-                    seen.extend_from_slice(b);
-                },
-            );
-            match r {
-                Some((Ok(n), asked)) => {
-                    prop_assert!(n <= asked);
-                    rest = &rest[n..];
-                }
-                Some((Err(e), _)) => prop_assert!(false, "{e}"),
-                None => {
-                    let n = direct.q.suggested_read_len().min(rest.len()).min(cap);
-                    seen.extend_from_slice(&rest[..n]);
-                    direct.q.handle_input(&rest[..n]);
-                    rest = &rest[n..];
-                }
+            },
+            sges: vec![sink.sge(off as u64, len as u32)].into(),
+        })
+        .unwrap();
+        reads.push((i as u64, off, len));
+        off += len;
+    }
+    let mut out = vec![0u8; 1 << 16];
+    let n = q.poll_transmit(&mut out);
+    out.truncate(n);
+    let rx = Rx {
+        q,
+        regions: vec![sink, rbufs],
+        read_requests: out,
+    };
+    (rx, reads)
+}
+
+/// How a peer cuts its Read Responses: segment `k` has
+/// `cuts[k % cuts.len()]` payload octets (0: `base`), a Send follows it
+/// when `sends[k % sends.len()]` (at most [`RECVS`] of them), segment
+/// `early_last` carries L before its Read's end (a short response),
+/// segment `shift` a TO one octet on.
+#[derive(Clone, Debug)]
+struct Cut {
+    base: usize,
+    cuts: Vec<usize>,
+    sends: Vec<bool>,
+    early_last: Option<usize>,
+    shift: Option<usize>,
+}
+
+/// The Read Responses (and Sends) of `cut` for `reads`, framed.
+fn responses(crc: bool, sink_stag: u32, reads: &[(u64, usize, usize)], cut: &Cut) -> Vec<u8> {
+    let mut f = FpduSender::new(FramingConfig {
+        crc,
+        markers: false,
+    });
+    let mut wire = Vec::new();
+    let mut fpdu = |hdr: &[u8], payload: &[u8]| {
+        let mut b = vec![0u8; f.fpdu_wire_len(hdr.len() + payload.len())];
+        let n = f.write_fpdu(&[hdr, payload], &mut b).unwrap();
+        wire.extend_from_slice(&b[..n]);
+    };
+    let (mut k, mut msn, mut sends) = (0usize, ddp::INITIAL_MSN, 0);
+    for &(_, off, len) in reads {
+        let data = pattern(len, off as u32 + 5);
+        let mut done = 0;
+        loop {
+            let c = cut.cuts[k % cut.cuts.len()];
+            let seg = if c == 0 { cut.base } else { c }.min(len - done);
+            let last = done + seg == len || cut.early_last == Some(k);
+            let to = (off + done) as u64 + u64::from(cut.shift == Some(k));
+            let hdr = rdmap::read_response_header(sink_stag, to, last).to_vec();
+            fpdu(&hdr, &data[done..done + seg]);
+            if cut.sends[k % cut.sends.len()] && sends < RECVS {
+                let hdr = rdmap::send_header(Opcode::SEND, msn, 0, true, 0)
+                    .unwrap()
+                    .to_vec();
+                fpdu(&hdr, &pattern(1 + k * 37 % 300, k as u32));
+                msn += 1;
+                sends += 1;
+            }
+            done += seg;
+            k += 1;
+            if done == len {
+                break;
             }
         }
-        prop_assert_eq!(&seen, &wire, "the octets seen are the stream");
-        let direct_outcome = outcome(direct, &mut out);
-        prop_assert_eq!(direct_outcome, general);
+    }
+    wire
+}
+
+/// The adapter's loop over `wire` (as `direct_reads_equal_the_general_path`):
+/// a direct read whenever one is offered, each socket read returning at
+/// most the next of `reads` octets. Returns the reads made.
+fn drive_direct(q: &mut QueuePair, wire: &[u8], reads: &[usize]) -> Result<usize, TestCaseError> {
+    let mut rest = wire;
+    let mut seen = Vec::new();
+    let mut i = 0usize;
+    while !rest.is_empty() {
+        let cap = reads[i % reads.len()];
+        i += 1;
+        match q.read_direct(
+            usize::MAX,
+            |iov| Ok(scatter(iov, rest, cap)),
+            |s| seen.extend_from_slice(s),
+        ) {
+            Some((Ok(n), asked)) => {
+                prop_assert!(n <= asked);
+                rest = &rest[n..];
+            }
+            Some((Err(e), _)) => prop_assert!(false, "{e}"),
+            None => {
+                let n = q.suggested_read_len().min(rest.len()).min(cap);
+                seen.extend_from_slice(&rest[..n]);
+                q.handle_input(&rest[..n]);
+                rest = &rest[n..];
+            }
+        }
+    }
+    prop_assert_eq!(&seen[..], wire, "the octets seen are the stream");
+    Ok(i)
+}
+
+fn cut_strategy() -> impl Strategy<Value = Cut> {
+    (
+        1usize..6000,
+        proptest::collection::vec(prop_oneof![3 => Just(0usize), 1 => 1usize..7000], 1..6),
+        proptest::collection::vec(prop_oneof![4 => Just(false), 1 => Just(true)], 1..5),
+        proptest::option::weighted(0.2, 0usize..40),
+        proptest::option::weighted(0.2, 0usize..40),
+    )
+        .prop_map(|(base, cuts, sends, early_last, shift)| Cut {
+            base,
+            cuts,
+            sends,
+            early_last,
+            shift,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Read Responses placed ahead of their headers end as the general
+    /// path ends: irregular segments, Sends between them, short or shifted
+    /// responses, a flipped bit, any socket read sizes.
+    #[test]
+    fn read_responses_placed_ahead_equal_the_general_path(
+        lens in proptest::collection::vec(0usize..60_000, 1..4),
+        cut in cut_strategy(),
+        crc in any::<bool>(),
+        reads in proptest::collection::vec(1usize..200_000, 1..16),
+        piece in 1usize..5000,
+        flip in proptest::option::weighted(0.3, (any::<prop::sample::Index>(), 0u8..8)),
+    ) {
+        let p = StreamParams { crc, ..StreamParams::DEFAULT };
+        let (general, reads_posted) = read_receiver(p, &lens);
+        let sink_stag = general.regions[0].stag().0;
+        let mut wire = responses(crc, sink_stag, &reads_posted, &cut);
+        if let Some((at, bit)) = flip {
+            if !wire.is_empty() {
+                let i = at.index(wire.len());
+                wire[i] ^= 1 << bit;
+            }
+        }
+        let mut general = general;
+        for c in wire.chunks(piece) {
+            general.q.handle_input(c);
+        }
+        let general = outcome_with_sink(general, 0, &reads_posted);
+        let (mut direct, _) = read_receiver(p, &lens);
+        drive_direct(&mut direct.q, &wire, &reads)?;
+        prop_assert_eq!(outcome_with_sink(direct, 0, &reads_posted), general);
+    }
+}
+
+/// A 1 MiB Read Response at the default MULPDU (17 FPDUs) takes two reads
+/// once the socket holds all of it: the read-ahead (its first FPDU and
+/// the start of the second) and one scatter read of the rest (it took one
+/// read per FPDU before the segments were placed ahead of their headers).
+/// The Read completes, the sink holds the data.
+#[test]
+fn a_1_mib_read_response_takes_two_reads() {
+    for crc in [false, true] {
+        let p = StreamParams {
+            crc,
+            ..StreamParams::DEFAULT
+        };
+        let (mut rx, reads) = read_receiver(p, &[1 << 20]);
+        let cut = Cut {
+            base: usize::from(p.mulpdu) - 14,
+            cuts: vec![0],
+            sends: vec![false],
+            early_last: None,
+            shift: None,
+        };
+        let wire = responses(crc, rx.regions[0].stag().0, &reads, &cut);
+        let n = drive_direct(&mut rx.q, &wire, &[usize::MAX]).unwrap();
+        assert_eq!(n, 2, "reads for a 1 MiB Read Response (crc {crc})");
+        let mut c = Vec::new();
+        rx.q.poll_completions(&mut c);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].status, Status::Success);
+        assert_eq!(c[0].byte_len, 1 << 20);
+        let sink = rx.q.region(&rx.regions[0]).unwrap();
+        assert!(sink[..1 << 20] == pattern(1 << 20, 5)[..], "sink contents");
     }
 }

@@ -68,6 +68,7 @@
 pub mod client;
 pub mod drc;
 pub use rpcrdma_proto::message;
+mod alarm;
 pub mod metrics;
 pub mod program;
 #[cfg(feature = "prometheus")]

@@ -328,7 +328,8 @@ impl ClientShared {
 /// of its own per call. One task per connection; it sleeps until
 /// `timer_at` and then scans the outstanding calls once (with one timeout
 /// for every call, once per timeout period), and ends with the
-/// connection.
+/// connection. It sleeps on [`crate::alarm`], not on tokio's timer: a
+/// timer in the runtime's wheel costs every park a clock read and a scan.
 async fn call_timer(s: Arc<ClientShared>) {
     loop {
         let at = {
@@ -342,7 +343,7 @@ async fn call_timer(s: Arc<ClientShared>) {
         match at {
             Some(t) => {
                 tokio::select! {
-                    _ = tokio::time::sleep_until(t.into()) => {
+                    _ = crate::alarm::sleep_until(t) => {
                         s.expire(Instant::now());
                     }
                     _ = notified => {}

@@ -208,3 +208,75 @@ async fn a_call_times_out_during_a_reconnection_outage() {
     })
     .await
 }
+
+/// The deadlines of the async client's calls (over RDMA in task mode and
+/// over TCP) are watched without the runtime's timer (`rpcrdma`'s alarm
+/// thread: no timer in tokio's wheel for every park to scan): a client on
+/// a runtime whose time driver is off still ends a call at its deadline,
+/// and its later calls work. (With tokio's timer, the first deadline
+/// armed panics: "timers are disabled".)
+#[test]
+fn calls_time_out_on_a_runtime_without_timers() {
+    // The server on a runtime of its own, with timers (its slow procedure
+    // sleeps on them).
+    let (addrs_tx, addrs_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let s = server();
+            let rdma = RdmaServer::serve(&s, "127.0.0.1:0", RdmaServerConfig::default())
+                .await
+                .unwrap();
+            let tcp = s
+                .serve_tcp("127.0.0.1:0", rpcrdma::TcpConfig::default())
+                .await
+                .unwrap();
+            addrs_tx
+                .send((rdma.local_addr(), tcp.local_addr()))
+                .unwrap();
+            let _ = tokio::time::timeout(LIMIT, stop_rx).await;
+            tcp.shutdown().await;
+            rdma.shutdown().await;
+        });
+    });
+    let (rdma_addr, tcp_addr) = addrs_rx.recv().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let config = ClientConfig {
+            timeout: Duration::from_secs(10),
+            ..ClientConfig::default()
+        };
+        let (rdma, t) = connect_client(rdma_addr, config.clone(), RdmaClientConfig::default())
+            .await
+            .unwrap();
+        let tcp = Client::connect_tcp(tcp_addr, config, rpcrdma::TcpConfig::default())
+            .await
+            .unwrap();
+        for c in [&rdma, &tcp] {
+            null(c).await;
+            let t0 = Instant::now();
+            let e = slow(c, 3000, Some(Duration::from_millis(100)))
+                .await
+                .unwrap_err();
+            let took = t0.elapsed();
+            assert!(matches!(e, RpcError::Timeout { attempts: 1, .. }), "{e}");
+            assert!(took >= Duration::from_millis(100), "{took:?}");
+            assert!(took < Duration::from_millis(2900), "{took:?}");
+            assert_eq!(slow(c, 5, None).await.unwrap(), 5);
+            null(c).await;
+            assert_eq!(c.metrics().timeouts, 1);
+        }
+        tcp.close();
+        t.shutdown().await;
+    });
+    stop_tx.send(()).unwrap();
+    server.join().unwrap();
+}

@@ -27,7 +27,10 @@
 //!   target: from the bytes already read, or — with
 //!   [`QueuePair::direct_target`] / [`QueuePair::read_direct`] — by reading
 //!   the socket straight into the target region (one copy; `read_direct`
-//!   also takes the PAD, CRC and next header in the same read). Completions and Read Responses happen only
+//!   also takes the PAD, CRC and next header in the same read, and inside
+//!   a Read Response the segments that follow, each straight into the
+//!   unreceived part of the Read's sink before its header is checked, then
+//!   checked in order: `direct`). Completions and Read Responses happen only
 //!   after the FPDU's CRC has been verified. An FPDU that lies whole in one
 //!   input slice (without Markers) takes the same steps in one pass, with
 //!   one CRC computation over its contiguous octets.
@@ -64,7 +67,8 @@
 //! the staging buffer, the output queue and its completion marks,
 //! [`QueuePair::transmit`]); `recv` the receive side (the FPDU state
 //! machine, the whole-FPDU fast path, placement checks, completion of
-//! receives); `read` RDMA Read bookkeeping in both directions (ORD and IRD,
+//! receives); `direct` the zero-copy receive path of a TCP owner
+//! ([`QueuePair::read_direct`]); `read` RDMA Read bookkeeping in both directions (ORD and IRD,
 //! Read Response validation, Read Response jobs); `terminate` receive
 //! faults and the Terminates sent and received.
 
@@ -82,6 +86,7 @@ use crate::ddp::{self, RegionInfo};
 use crate::mpa::fpdu::{FpduSender, FramingConfig, MULPDU_MAX};
 use crate::rdmap::TerminateMessage;
 
+mod direct;
 mod read;
 mod recv;
 mod send;
@@ -235,6 +240,12 @@ pub struct QueuePair {
     stage: Vec<u8>,
     /// `Chunk::Staged` chunks in `out`.
     staged: usize,
+    /// Staged Sends ([`QueuePair::post_send_staged`]) whose octets are not
+    /// all handed to TCP yet.
+    staged_unsent: usize,
+    /// A staged Send was handed to TCP since the last
+    /// [`QueuePair::confirm_transmitted`].
+    staged_unconfirmed: bool,
     /// Mark chunks at the back of `out`, after its last data chunk (`None`:
     /// not known, nothing is merged until the next data chunk).
     tail_marks: Option<usize>,
@@ -304,6 +315,8 @@ impl QueuePair {
             out: VecDeque::new(),
             stage: Vec::new(),
             staged: 0,
+            staged_unsent: 0,
+            staged_unconfirmed: false,
             tail_marks: Some(0),
             out_bytes: 0,
             front_off: 0,
@@ -552,6 +565,7 @@ impl QueuePair {
     /// successfully complete (see the module docs). Call it after reading
     /// the peer's input.
     pub fn confirm_transmitted(&mut self) {
+        self.staged_unconfirmed = false;
         let mut any = false;
         for w in self.sq.iter_mut() {
             if w.state == WrState::Transmitted {
@@ -568,6 +582,18 @@ impl QueuePair {
     /// [`QueuePair::confirm_transmitted`].
     pub fn has_unconfirmed(&self) -> bool {
         self.sq.iter().any(|w| w.state == WrState::Transmitted)
+    }
+
+    /// True while a Send handed to TCP since the last
+    /// [`QueuePair::confirm_transmitted`] is unconfirmed, staged or not.
+    pub fn sent_since_confirm(&self) -> bool {
+        self.staged_unconfirmed || self.has_unconfirmed()
+    }
+
+    /// Staged Sends whose octets are not all handed to TCP yet (a
+    /// registered Send would be outstanding that long and one pass more).
+    pub fn staged_outstanding(&self) -> usize {
+        self.staged_unsent
     }
 
     /// Appends every available completion to `out`, releasing the regions

@@ -48,6 +48,19 @@ impl OutRead {
     }
 }
 
+impl OutRead {
+    /// For a segment of `seg` payload octets being received for this Read
+    /// (its header checked, not yet its CRC): where it ends (a TO in the
+    /// sink) and the octets the Read still expects after it. `None` when
+    /// it is not the next piece of this Read or nothing follows it.
+    pub(super) fn rest_after(&self, seg: u64) -> Option<(u64, u64)> {
+        let end = self.sink_to.checked_add(self.received)?.checked_add(seg)?;
+        let last = self.sink_to.checked_add(u64::from(self.len))?;
+        let rest = last.checked_sub(end)?;
+        (rest > 0).then_some((end, rest))
+    }
+}
+
 /// An inbound Read Request accepted: the Read Response to send, `len`
 /// octets of region `idx` from `off`, to the requester's sink.
 #[derive(Clone, Copy, Debug)]
@@ -107,6 +120,14 @@ impl QueuePair {
         }
         self.sq_next_tx += 1;
         true
+    }
+
+    /// True while the oldest outstanding RDMA Read, longer than
+    /// [`READ_AHEAD`](super::READ_AHEAD), has received nothing yet.
+    pub(super) fn awaits_large_read_response(&self) -> bool {
+        self.ord_q
+            .front()
+            .is_some_and(|r| r.received == 0 && r.len as usize > super::READ_AHEAD)
     }
 
     /// Checks a Read Response segment: it must answer the oldest

@@ -4,8 +4,6 @@
 //! placement from the socket, and what a verified FPDU completes. See the
 //! [module docs](super) for the data path.
 
-use std::io;
-
 use smallvec::smallvec;
 
 use rpcrdma_proto::provider::memory::Hold as Held;
@@ -85,8 +83,8 @@ pub(super) struct Rx {
     pub(super) have: usize,
     need: usize,
     pub(super) ulpdu_len: usize,
-    hdr_len: usize,
-    remaining: usize,
+    pub(super) hdr_len: usize,
+    pub(super) remaining: usize,
     pub(super) dst: Dst,
     crc: Crc32c,
     trailer: [u8; 7],
@@ -140,9 +138,16 @@ impl QueuePair {
 
     /// How many octets the owner should read from TCP into its read-ahead
     /// buffer next: small right after a large FPDU payload went straight to
-    /// memory (so the next large payload can too), [`READ_AHEAD`] otherwise.
+    /// memory (so the next large payload can too), or while the oldest
+    /// outstanding RDMA Read awaits the first segment of a Read Response
+    /// longer than the read-ahead (its first header then comes with a
+    /// little payload, and one direct read takes the rest: see
+    /// `qp/direct.rs`; a 1 MiB Read Response took a read-ahead of 72 KiB,
+    /// copied to the sink); [`READ_AHEAD`] otherwise.
     pub fn suggested_read_len(&self) -> usize {
-        if self.rx.last_was_large && self.rx.state != RxState::Payload {
+        if self.rx.state != RxState::Payload
+            && (self.rx.last_was_large || self.awaits_large_read_response())
+        {
             128
         } else {
             READ_AHEAD
@@ -179,51 +184,6 @@ impl QueuePair {
             return 0;
         }
         pad_len(self.rx.ulpdu_len) + 4 + 2 + TAGGED_HEADER_LEN
-    }
-
-    /// One read straight into the current payload's target
-    /// ([`QueuePair::direct_target`], at most `max` octets) and, when that
-    /// takes the payload's rest, of what follows it
-    /// ([`QueuePair::direct_tail_len`]) into a scratch buffer handed to
-    /// [`QueuePair::handle_input`] — the zero-copy receive path of a TCP
-    /// owner. `read` fills its two buffers in order and returns the octets
-    /// read (a scatter read such as `readv(2)`; an error or 0 is returned
-    /// as it is, nothing consumed); `seen` gets the octets read, in order
-    /// (for captures). `None` (nothing done) when no payload is being read
-    /// to memory. Otherwise the read's outcome and the octets asked.
-    pub fn read_direct<R, S>(
-        &mut self,
-        max: usize,
-        read: R,
-        seen: S,
-    ) -> Option<(io::Result<usize>, usize)>
-    where
-        R: FnOnce(&mut [u8], &mut [u8]) -> io::Result<usize>,
-        S: FnOnce(&[u8], &[u8]),
-    {
-        let tail_len = self.direct_tail_len().min(DIRECT_TAIL_MAX);
-        let t = self.direct_target()?;
-        let len = t.len().min(max);
-        let mut scratch = [0u8; DIRECT_TAIL_MAX];
-        let tail = if len == t.len() {
-            &mut scratch[..tail_len]
-        } else {
-            &mut scratch[..0]
-        };
-        let asked = len + tail.len();
-        let r = read(&mut t[..len], tail);
-        let n = match r {
-            Ok(n) if n > 0 => n.min(asked),
-            other => return Some((other, asked)),
-        };
-        let k = n.min(len);
-        let rest = tail.get(..n - k).unwrap_or_default();
-        seen(t.get(..k).unwrap_or_default(), rest);
-        self.direct_filled(k);
-        if !rest.is_empty() {
-            self.handle_input(rest);
-        }
-        Some((Ok(n), asked))
     }
 
     /// Reports that `n` octets were read into [`QueuePair::direct_target`].
