@@ -181,41 +181,71 @@ fn start(
 }
 
 /// The calls of one connection executing (see [`TcpConfig::max_in_flight`]).
+/// A release wakes only a thread that waits (`std`'s `Condvar::notify_*`
+/// is a `futex` system call every time: one per call, before).
 struct InFlight {
-    n: Mutex<usize>,
+    state: Mutex<Calls>,
     room: Condvar,
     max: usize,
 }
 
+#[derive(Default)]
+struct Calls {
+    n: usize,
+    /// The connection's thread waits for a release.
+    waiting: bool,
+}
+
 impl CallCount for InFlight {
     fn release(&self) {
-        let mut n = self.n.lock().unwrap_or_else(|p| p.into_inner());
-        *n -= 1;
-        drop(n);
-        self.room.notify_all();
+        let mut st = self.lock();
+        st.n -= 1;
+        let wake = st.waiting;
+        drop(st);
+        if wake {
+            self.room.notify_all();
+        }
     }
 }
 
 impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Calls> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits (at most `wait`) while `busy`; the state after.
+    fn wait_while(
+        &self,
+        wait: Duration,
+        busy: impl Fn(&Calls) -> bool,
+    ) -> std::sync::MutexGuard<'_, Calls> {
+        let mut st = self.lock();
+        if !busy(&st) {
+            return st;
+        }
+        st.waiting = true;
+        let (mut st, _) = self
+            .room
+            .wait_timeout_while(st, wait, |c| busy(c))
+            .unwrap_or_else(|p| p.into_inner());
+        st.waiting = false;
+        st
+    }
+
     /// Takes one call, waiting while `max` execute; false if that lasted
     /// longer than `wait`.
     fn acquire(&self, wait: Duration) -> bool {
-        let n = self.n.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut n, _) = self
-            .room
-            .wait_timeout_while(n, wait, |n| *n >= self.max)
-            .unwrap_or_else(|p| p.into_inner());
-        if *n >= self.max {
+        let mut st = self.wait_while(wait, |c| c.n >= self.max);
+        if st.n >= self.max {
             return false;
         }
-        *n += 1;
+        st.n += 1;
         true
     }
 
     /// Waits (at most `wait`) until no call executes.
     fn drain(&self, wait: Duration) {
-        let n = self.n.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = self.room.wait_timeout_while(n, wait, |n| *n > 0);
+        drop(self.wait_while(wait, |c| c.n > 0));
     }
 }
 
@@ -231,7 +261,7 @@ fn serve(
     let metrics = conn.metrics.clone();
     let client = (config.identify)(peer);
     let in_flight = Arc::new(InFlight {
-        n: Mutex::new(0),
+        state: Mutex::new(Calls::default()),
         room: Condvar::new(),
         max: config.max_in_flight.clamp(1, 1 << 16),
     });
@@ -376,5 +406,44 @@ impl ServerConnection for BlockingConn {
 
     fn name(&self) -> &'static str {
         "tcp"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// At most `max` calls; a waiting acquire is woken by a release (the
+    /// release notifies only because it waits), a drain by the last one.
+    #[test]
+    fn in_flight_is_bounded_and_wakes_its_waiter() {
+        let f = Arc::new(InFlight {
+            state: Mutex::new(Calls::default()),
+            room: Condvar::new(),
+            max: 2,
+        });
+        assert!(f.acquire(Duration::ZERO) && f.acquire(Duration::ZERO));
+        let t0 = Instant::now();
+        assert!(!f.acquire(Duration::from_millis(50)));
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        assert!(!f.lock().waiting);
+        let f2 = f.clone();
+        let waiter = std::thread::spawn(move || f2.acquire(Duration::from_secs(10)));
+        while !f.lock().waiting {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let t0 = Instant::now();
+        f.release();
+        assert!(waiter.join().unwrap());
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        assert_eq!(f.lock().n, 2);
+        let f2 = f.clone();
+        let drain = std::thread::spawn(move || f2.drain(Duration::from_secs(10)));
+        f.release();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!drain.is_finished());
+        f.release();
+        drain.join().unwrap();
+        assert_eq!(f.lock().n, 0);
     }
 }
