@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use rpcrdma_proto::provider::{
     Blame, Buffer, Bytes, Caps, CmError, Completion, ConnectionEvent, ConnectionInfo,
     ConnectionState, DisconnectReason, LinkInfo, MemoryRegion, Notify, Provider, ProviderError,
-    RecvWr, RegisterError, SendWr, Status,
+    RecvWr, RegisterError, SendOp, SendWr, Status,
 };
 use rustix::event::{PollFd, PollFlags, Timespec};
 
@@ -1206,6 +1206,34 @@ impl AsFd for IwarpProvider {
     }
 }
 
+impl IwarpProvider {
+    /// After a post: a lone small Send goes to the socket now under the
+    /// rule below.
+    fn write_lone_now(&mut self) {
+        // Blocking reads (a thread that drives its connection itself and
+        // sleeps in recv(2)) or an edge-triggered owner (a task driving it
+        // on readiness, `set_read_gate`): a lone small Send goes to the
+        // socket now, not in the next progress pass — the owner would make
+        // a whole round just for it (a client after posting its call, a
+        // server after posting the reply it dispatched inline), and the
+        // owner's next pass confirms it along with whatever else it does.
+        // Anything else (Writes, several WRs, a full socket) waits for the
+        // pass as before, gathered into one write; so does a Send posted
+        // while an earlier one (staged or not) is unconfirmed (handed to
+        // TCP since the last pass), or, for an edge-triggered owner, after
+        // a pass that received several messages: more are coming before
+        // the next pass (a server answering a batch of calls, callers
+        // posting behind one another as their replies come in), and the
+        // pass sends them in one write instead of one each.
+        if (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
+            && !self.write_blocked
+            && !self.qp.sent_since_confirm()
+        {
+            self.write_output(true);
+        }
+    }
+}
+
 impl Provider for IwarpProvider {
     fn caps(&self) -> Caps {
         self.qp.caps()
@@ -1291,29 +1319,35 @@ impl Provider for IwarpProvider {
             return Err(ProviderError::NotConnected);
         }
         self.qp.post_send(wr)?;
-        // Blocking reads (a thread that drives its connection itself and
-        // sleeps in recv(2)) or an edge-triggered owner (a task driving it
-        // on readiness, `set_read_gate`): a lone small Send goes to the
-        // socket now, not in the next progress pass — the owner would make
-        // a whole round just for it (a client after posting its call, a
-        // server after posting the reply it dispatched inline), and the
-        // owner's next pass confirms it along with whatever else it does.
-        // Anything else (Writes, several WRs, a full socket) waits for the
-        // pass as before, gathered into one write; so does a Send posted
-        // while an earlier one is unconfirmed (handed to TCP since the last
-        // pass), or, for an edge-triggered owner, after a pass that received
-        // several messages: more are coming before the next pass (a server
-        // answering a batch of calls, callers posting behind one another as
-        // their replies come in), and the pass sends them in one write
-        // instead of one each.
-        if (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
-            && !self.write_blocked
-            && !self.qp.has_unconfirmed()
-        {
-            self.write_output(true);
-        }
+        self.write_lone_now();
         self.wake_self();
         Ok(())
+    }
+
+    /// A small Send framed straight into the queue pair's staging buffer
+    /// ([`QueuePair::post_send_staged`]): no registered buffer, no WR, no
+    /// completion. Goes to the socket at once under the same rule as a
+    /// lone registered Send (see `post_send`).
+    fn post_send_staged(
+        &mut self,
+        op: SendOp,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, ProviderError> {
+        if self.rtr.is_some() {
+            return Err(ProviderError::NotConnected);
+        }
+        if !self.qp.post_send_staged(op, len, fill)? {
+            return Ok(false);
+        }
+        self.progressed = false;
+        self.write_lone_now();
+        self.wake_self();
+        Ok(true)
+    }
+
+    fn staged_outstanding(&self) -> usize {
+        self.qp.staged_outstanding()
     }
 
     fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {

@@ -412,7 +412,15 @@ fn queue_depth_is_enforced_until_completions_are_polled() {
     let mut caps = MemConfig::DEFAULT.caps;
     caps.max_recv_wr = 2;
     caps.max_send_wr = 1;
-    let (mut a, mut b) = mem::connected_pair(MemConfig { caps }, params(), params()).unwrap();
+    let (mut a, mut b) = mem::connected_pair(
+        MemConfig {
+            caps,
+            ..MemConfig::DEFAULT
+        },
+        params(),
+        params(),
+    )
+    .unwrap();
     let rb = register_filled(&mut b, 8, 0, Access::LOCAL_WRITE).unwrap();
     let src = register_filled(&mut a, 8, 0, Access::NONE).unwrap();
     for i in 0..2 {
@@ -449,7 +457,10 @@ fn registration_limits() {
     let mut caps = MemConfig::DEFAULT.caps;
     caps.max_mr = 1;
     caps.max_mr_size = 16;
-    let (mut a, _b) = mem::pair(MemConfig { caps });
+    let (mut a, _b) = mem::pair(MemConfig {
+        caps,
+        ..MemConfig::DEFAULT
+    });
     let e = a
         .register(vec![0; 17].into_boxed_slice(), Access::NONE)
         .unwrap_err();
@@ -599,7 +610,10 @@ fn private_data_over_512_is_refused() {
     // A backend with a smaller CM limit enforces it.
     let mut caps = MemConfig::DEFAULT.caps;
     caps.max_private_data = 56;
-    let (mut c, _d) = mem::pair(MemConfig { caps });
+    let (mut c, _d) = mem::pair(MemConfig {
+        caps,
+        ..MemConfig::DEFAULT
+    });
     assert_eq!(
         c.connect(ConnectParams {
             private_data: vec![0; 57],

@@ -240,6 +240,12 @@ pub struct QueuePair {
     stage: Vec<u8>,
     /// `Chunk::Staged` chunks in `out`.
     staged: usize,
+    /// Staged Sends ([`QueuePair::post_send_staged`]) whose octets are not
+    /// all handed to TCP yet.
+    staged_unsent: usize,
+    /// A staged Send was handed to TCP since the last
+    /// [`QueuePair::confirm_transmitted`].
+    staged_unconfirmed: bool,
     /// Mark chunks at the back of `out`, after its last data chunk (`None`:
     /// not known, nothing is merged until the next data chunk).
     tail_marks: Option<usize>,
@@ -309,6 +315,8 @@ impl QueuePair {
             out: VecDeque::new(),
             stage: Vec::new(),
             staged: 0,
+            staged_unsent: 0,
+            staged_unconfirmed: false,
             tail_marks: Some(0),
             out_bytes: 0,
             front_off: 0,
@@ -557,6 +565,7 @@ impl QueuePair {
     /// successfully complete (see the module docs). Call it after reading
     /// the peer's input.
     pub fn confirm_transmitted(&mut self) {
+        self.staged_unconfirmed = false;
         let mut any = false;
         for w in self.sq.iter_mut() {
             if w.state == WrState::Transmitted {
@@ -573,6 +582,18 @@ impl QueuePair {
     /// [`QueuePair::confirm_transmitted`].
     pub fn has_unconfirmed(&self) -> bool {
         self.sq.iter().any(|w| w.state == WrState::Transmitted)
+    }
+
+    /// True while a Send handed to TCP since the last
+    /// [`QueuePair::confirm_transmitted`] is unconfirmed, staged or not.
+    pub fn sent_since_confirm(&self) -> bool {
+        self.staged_unconfirmed || self.has_unconfirmed()
+    }
+
+    /// Staged Sends whose octets are not all handed to TCP yet (a
+    /// registered Send would be outstanding that long and one pass more).
+    pub fn staged_outstanding(&self) -> usize {
+        self.staged_unsent
     }
 
     /// Appends every available completion to `out`, releasing the regions

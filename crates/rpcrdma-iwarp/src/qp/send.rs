@@ -9,7 +9,7 @@ use std::io::{self, IoSlice};
 use smallvec::SmallVec;
 
 use rpcrdma_proto::provider::memory::Hold as Held;
-use rpcrdma_proto::provider::{Blame, DisconnectReason, SendOp, Stag, Status};
+use rpcrdma_proto::provider::{Blame, DisconnectReason, ProviderError, SendOp, Stag, Status};
 
 use crate::ddp::{self, DdpHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use crate::mpa::fpdu::{fpdu_len_without_markers, pad_len};
@@ -63,6 +63,8 @@ pub(super) struct TxMsg {
 pub(super) enum TxMark {
     SqDone(u64),
     RespDone(u32),
+    /// The end of a staged Send (no WR behind it).
+    StagedDone,
     Terminate,
 }
 
@@ -158,6 +160,7 @@ impl QueuePair {
         self.out.clear();
         self.stage.clear();
         self.staged = 0;
+        self.staged_unsent = 0;
         self.tail_marks = Some(0);
         self.out_bytes = 0;
     }
@@ -169,6 +172,97 @@ impl QueuePair {
                 && (self.cur.is_some()
                     || !self.resp_q.is_empty()
                     || self.sq_next_tx < self.sq_front_seq + self.sq.len() as u64))
+    }
+
+    /// Posts a staged Send (see
+    /// [`rpcrdma_proto::provider::Provider::post_send_staged`]): `op`, a
+    /// Send of any of the four kinds, of `len` octets that `fill` writes
+    /// straight into the staging buffer, framed there as one FPDU with the
+    /// next Send MSN, exactly as [`QueuePair::small_send`] frames a
+    /// registered Send of that payload, and queued with no WR, no hold and
+    /// no completion. Taken only when that keeps the order of the wire:
+    /// no Send-queue WR waits to be framed before it, no Read Response is
+    /// queued or in progress (the general path frames those first) — and
+    /// when it fits one staged FPDU (no Markers, payload ≤ 4 KiB and the
+    /// MULPDU) and the staging buffer and the output budget have room.
+    /// `Ok(false)`: not taken, nothing queued (send it registered).
+    pub fn post_send_staged(
+        &mut self,
+        op: SendOp,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, ProviderError> {
+        if !matches!(self.state, QpState::Established) {
+            return Err(ProviderError::NotConnected);
+        }
+        let (opcode, inval) = match op {
+            SendOp::Send { solicited: false } => (Opcode::SEND, 0),
+            SendOp::Send { solicited: true } => (Opcode::SEND_SE, 0),
+            SendOp::SendWithInvalidate {
+                solicited: false,
+                invalidate,
+            } => (Opcode::SEND_INVALIDATE, invalidate.0),
+            SendOp::SendWithInvalidate {
+                solicited: true,
+                invalidate,
+            } => (Opcode::SEND_SE_INVALIDATE, invalidate.0),
+            _ => return Err(ProviderError::InvalidArgument("a staged WR must be a Send")),
+        };
+        if len as u64 > u64::from(self.caps.max_msg_size) {
+            return Err(ProviderError::TooLong);
+        }
+        let mulpdu = usize::from(self.params.mulpdu.max(64));
+        let ulpdu_len = UNTAGGED_HEADER_LEN + len;
+        let fpdu_len = fpdu_len_without_markers(ulpdu_len);
+        let budget = if self.params.crc {
+            OUT_BUDGET_CRC
+        } else {
+            OUT_BUDGET
+        };
+        if self.framer.config().markers
+            || self.tx_closed
+            || len > STAGE_PAYLOAD_MAX
+            || ulpdu_len > mulpdu
+            || self.cur.is_some()
+            || !self.resp_q.is_empty()
+            || self.sq_next_tx < self.sq_front_seq + self.sq.len() as u64
+            || self.stage.len() + fpdu_len > STAGE_MAX
+            || self.out_bytes >= budget
+        {
+            return Ok(false);
+        }
+        let msn = self.send_msn;
+        let hdr = ddp::UntaggedHeader::new_bytes(
+            rdmap::RdmapControl::new(opcode).to_byte(),
+            inval,
+            QN_SEND,
+            msn,
+            0,
+            true,
+        );
+        let start = self.stage.len();
+        self.stage.reserve(fpdu_len);
+        let mut head = [0u8; 2 + UNTAGGED_HEADER_LEN];
+        head[2..].copy_from_slice(&hdr);
+        self.stage.extend_from_slice(&head);
+        let payload = self.stage.len();
+        self.stage.resize(payload + len, 0);
+        if let Some(d) = self.stage.get_mut(payload..) {
+            fill(d);
+        }
+        let Ok(n) = self.framer.frame_in_place(&mut self.stage, start) else {
+            self.stage.truncate(start);
+            return Ok(false);
+        };
+        self.send_msn = msn.wrapping_add(1);
+        if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
+            *c += 1;
+        }
+        self.out_bytes += n;
+        self.push_staged(start, n);
+        self.push_chunk(Chunk::Mark(TxMark::StagedDone));
+        self.staged_unsent += 1;
+        Ok(true)
     }
 
     /// Frames one FPDU: `ddp_hdr` then the payload pieces (region index,
@@ -573,6 +667,10 @@ impl QueuePair {
                     self.mem.release(&[Held { idx, write: false }]);
                     self.inbound_reads = self.inbound_reads.saturating_sub(1);
                 }
+                TxMark::StagedDone => {
+                    self.staged_unsent = self.staged_unsent.saturating_sub(1);
+                    self.staged_unconfirmed = true;
+                }
                 TxMark::Terminate => {}
             }
         }
@@ -701,6 +799,9 @@ impl QueuePair {
     where
         W: FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
     {
+        if self.out.len() == 2 {
+            return self.transmit_lone_staged(write);
+        }
         if !self.out.is_empty()
             || self.cur.is_some()
             || !self.resp_q.is_empty()
@@ -734,6 +835,50 @@ impl QueuePair {
         self.push_staged(start, n);
         self.push_chunk(Chunk::Mark(TxMark::SqDone(seq)));
         match r {
+            Ok(0) => Some(Err(io::ErrorKind::WriteZero.into())),
+            Ok(k) => {
+                self.advance(k);
+                Some(Ok(k))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The same for a lone staged Send: the output is exactly one staged
+    /// FPDU and its mark, nothing else waits. Written whole, the output
+    /// queue is empty again, as `advance` would leave it.
+    fn transmit_lone_staged<W>(&mut self, write: &mut W) -> Option<io::Result<usize>>
+    where
+        W: FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
+    {
+        let (Some(Chunk::Staged { off, len }), Some(Chunk::Mark(TxMark::StagedDone))) =
+            (self.out.front(), self.out.get(1))
+        else {
+            return None;
+        };
+        let (off, len) = (*off, *len);
+        if self.front_off != 0
+            || self.cur.is_some()
+            || !self.resp_q.is_empty()
+            || self.tx_closed
+            || !matches!(self.state, QpState::Established)
+            || self.sq_next_tx != self.sq_front_seq + self.sq.len() as u64
+        {
+            return None;
+        }
+        let fpdu = self.stage.get(off..off + len).unwrap_or_default();
+        let r = write(&[IoSlice::new(fpdu)]);
+        match r {
+            Ok(k) if k == len => {
+                self.out.clear();
+                self.stage.clear();
+                self.staged = 0;
+                self.tail_marks = Some(0);
+                self.out_bytes = self.out_bytes.saturating_sub(len);
+                self.staged_unsent = self.staged_unsent.saturating_sub(1);
+                self.staged_unconfirmed = true;
+                Some(Ok(len))
+            }
             Ok(0) => Some(Err(io::ErrorKind::WriteZero.into())),
             Ok(k) => {
                 self.advance(k);

@@ -18,7 +18,7 @@ use super::framing::DataHeader;
 use super::marshal;
 use super::{Metrics, Piece};
 use crate::provider::{
-    Access, Buffer, Bytes, MemoryRegion, Provider, ProviderError, RecvWr, SendWr, Sges,
+    Access, Buffer, Bytes, MemoryRegion, Provider, ProviderError, RecvWr, SendOp, SendWr, Sges,
 };
 
 /// What a work request id stands for.
@@ -189,6 +189,37 @@ fn copy_wr(wr: &SendWr) -> SendWr {
         op: wr.op,
         sges: Sges::from_slice(&wr.sges),
     }
+}
+
+/// Octets of `header` followed by the inline part of `body` (the
+/// message's pieces but the DDP pieces listed).
+fn header_and_body_len(header: &DataHeader, body: Option<(&[Piece], &[usize])>) -> usize {
+    header.len() + body.map_or(0, |(pieces, skip)| marshal::inline_len_except(pieces, skip))
+}
+
+/// Writes `header` and then the inline part of `body` into `d`, the
+/// body's first word (the RPC XID) set to `xid` when given; returns the
+/// octets written (all of `d` when it is
+/// [`header_and_body_len`] long).
+fn write_header_and_body(
+    d: &mut [u8],
+    header: &DataHeader,
+    body: Option<(&[Piece], &[usize])>,
+    xid: Option<u32>,
+) -> usize {
+    let h = header.write(d);
+    let Some(rest) = d.get_mut(h..) else {
+        return h;
+    };
+    let b = body.map_or(0, |(pieces, skip)| {
+        marshal::write_except(pieces, skip, rest)
+    });
+    if let (Some(xid), Some(w)) = (xid, rest.get_mut(..4.min(b))) {
+        if w.len() == 4 {
+            w.copy_from_slice(&xid.to_be_bytes());
+        }
+    }
+    h + b
 }
 
 /// The connection's RDMA resources (see the module docs).
@@ -553,23 +584,33 @@ impl Res {
         body: Option<(&[Piece], &[usize])>,
         xid: Option<u32>,
     ) -> Result<(MemoryRegion, u32), ProviderError> {
-        let hlen = header.len();
-        let blen = body.map_or(0, |(pieces, skip)| marshal::inline_len_except(pieces, skip));
-        self.message_buffer_with(p, hlen + blen, |d| {
-            let h = header.write(d);
-            let Some(rest) = d.get_mut(h..) else {
-                return h;
-            };
-            let b = body.map_or(0, |(pieces, skip)| {
-                marshal::write_except(pieces, skip, rest)
-            });
-            if let (Some(xid), Some(w)) = (xid, rest.get_mut(..4.min(b))) {
-                if w.len() == 4 {
-                    w.copy_from_slice(&xid.to_be_bytes());
-                }
-            }
-            h + b
-        })
+        let len = header_and_body_len(header, body);
+        self.message_buffer_with(p, len, |d| write_header_and_body(d, header, body, xid))
+    }
+
+    /// The same message as [`Res::header_and_body`] builds, written
+    /// straight into the provider's staging memory as a staged Send `op`
+    /// ([`Provider::post_send_staged`]): no Send buffer, no work request,
+    /// no completion. `Ok(false)`: the provider did not take it, or WRs
+    /// kept back in `backlog` must go first (nothing was queued): send it
+    /// from a Send buffer.
+    pub(super) fn stage_header_and_body(
+        &mut self,
+        p: &mut dyn Provider,
+        op: SendOp,
+        header: &DataHeader,
+        body: Option<(&[Piece], &[usize])>,
+        xid: Option<u32>,
+    ) -> Result<bool, ProviderError> {
+        if !self.backlog.is_empty() {
+            // WRs kept back (QueueFull) go out first.
+            return Ok(false);
+        }
+        let len = header_and_body_len(header, body);
+        let mut fill = |d: &mut [u8]| {
+            write_header_and_body(d, header, body, xid);
+        };
+        p.post_send_staged(op, len, &mut fill)
     }
 
     /// Retries deregistration of regions that were still held.

@@ -313,6 +313,25 @@ impl<P: Provider> Provider for FaultInjector<P> {
         Ok(())
     }
 
+    /// A staged Send counts as a post (for `fail_after_posts` and
+    /// `lose_connection_after_posts`) when the inner provider takes it.
+    fn post_send_staged(
+        &mut self,
+        op: SendOp,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, ProviderError> {
+        let staged = self.inner.post_send_staged(op, len, fill)?;
+        if staged {
+            self.after_post();
+        }
+        Ok(staged)
+    }
+
+    fn staged_outstanding(&self) -> usize {
+        self.inner.staged_outstanding()
+    }
+
     fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {
         let start = out.len();
         self.inner.poll_completions(out);

@@ -54,6 +54,11 @@ use smallvec::smallvec;
 pub struct MemConfig {
     /// Limits each end reports and enforces.
     pub caps: Caps,
+    /// Each end takes staged Sends ([`Provider::post_send_staged`]): the
+    /// payload is copied at post time and goes out in Send-queue order,
+    /// with no completion. Off: staged Sends are declined (`Ok(false)`),
+    /// as by a provider that cannot stage.
+    pub stage_sends: bool,
 }
 
 impl MemConfig {
@@ -77,6 +82,7 @@ impl MemConfig {
             read_sink_needs_remote_write: true,
             remote_invalidation: true,
         },
+        stage_sends: false,
     };
 }
 
@@ -196,12 +202,17 @@ struct Entry {
     wr_id: u64,
     opcode: Opcode,
     holds: Holds,
+    /// False for a staged Send: it never completes.
+    signaled: bool,
 }
 
 struct Queued {
     entry: Entry,
     op: SendOp,
     sges: Sges,
+    /// A staged Send's payload, copied at post time (its `sges` are
+    /// empty).
+    staged: Option<Vec<u8>>,
 }
 
 struct Inflight {
@@ -222,6 +233,11 @@ pub struct MemProvider {
     link: Arc<Mutex<Link>>,
     side: usize,
     caps: Caps,
+    stage_sends: bool,
+    /// Staged Sends queued or in flight (not yet acknowledged).
+    staged_outstanding: usize,
+    /// Staged Sends taken, ever.
+    staged_sends: u64,
     mem: MemoryTable,
     rq: VecDeque<PostedRecv>,
     sq: VecDeque<Queued>,
@@ -264,6 +280,9 @@ impl MemProvider {
             link,
             side,
             caps: config.caps,
+            stage_sends: config.stage_sends,
+            staged_outstanding: 0,
+            staged_sends: 0,
             // The two ends start their key bytes half a cycle apart, so
             // an STag of one end never names a region of the other
             // (until 128 re-registrations of one index): an upper layer
@@ -346,6 +365,11 @@ impl MemProvider {
     /// Live registrations (regions registered and not deregistered).
     pub fn registered_regions(&self) -> u32 {
         self.mem.registered()
+    }
+
+    /// Staged Sends taken so far ([`MemConfig::stage_sends`]).
+    pub fn staged_sends(&self) -> u64 {
+        self.staged_sends
     }
 
     /// Octets of registered memory this end holds (see
@@ -440,6 +464,10 @@ impl MemProvider {
     // ----- completions and failure -----
 
     fn complete(&mut self, entry: Entry, status: Status, byte_len: u32) {
+        if !entry.signaled {
+            self.staged_outstanding = self.staged_outstanding.saturating_sub(1);
+            return;
+        }
         let c = Completion {
             wr_id: entry.wr_id,
             opcode: entry.opcode,
@@ -705,7 +733,10 @@ impl MemProvider {
             let mut done = None;
             match q.op {
                 SendOp::Send { solicited } => {
-                    let data = self.gather(&q.sges);
+                    let data = match q.staged {
+                        Some(d) => d,
+                        None => self.gather(&q.sges),
+                    };
                     self.push(Msg::Send {
                         seq,
                         data,
@@ -717,7 +748,10 @@ impl MemProvider {
                     invalidate,
                     solicited,
                 } => {
-                    let data = self.gather(&q.sges);
+                    let data = match q.staged {
+                        Some(d) => d,
+                        None => self.gather(&q.sges),
+                    };
                     self.push(Msg::Send {
                         seq,
                         data,
@@ -858,6 +892,7 @@ impl Provider for MemProvider {
                 wr_id: wr.wr_id,
                 opcode: Opcode::Recv,
                 holds,
+                signaled: true,
             },
             sge: wr.sge,
         });
@@ -890,12 +925,61 @@ impl Provider for MemProvider {
                 wr_id: wr.wr_id,
                 opcode,
                 holds,
+                signaled: true,
             },
             op: wr.op,
             sges: wr.sges,
+            staged: None,
         });
         self.wake_self();
         Ok(())
+    }
+
+    /// With [`MemConfig::stage_sends`]: the payload is copied now and
+    /// queued behind the Send-queue WRs posted before it (transmitted in
+    /// order with them), with no hold, no Send-queue slot and no
+    /// completion; a failure at the peer ends the connection as for a
+    /// registered Send.
+    fn post_send_staged(
+        &mut self,
+        op: SendOp,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, ProviderError> {
+        if self.state != ConnectionState::Established {
+            return Err(ProviderError::NotConnected);
+        }
+        let opcode = match op {
+            SendOp::Send { .. } | SendOp::SendWithInvalidate { .. } => Opcode::Send,
+            _ => return Err(ProviderError::InvalidArgument("a staged WR must be a Send")),
+        };
+        if len as u64 > u64::from(self.caps.max_msg_size) {
+            return Err(ProviderError::TooLong);
+        }
+        if !self.stage_sends {
+            return Ok(false);
+        }
+        let mut data = vec![0u8; len];
+        fill(&mut data);
+        self.sq.push_back(Queued {
+            entry: Entry {
+                wr_id: 0,
+                opcode,
+                holds: Holds::new(),
+                signaled: false,
+            },
+            op,
+            sges: Sges::new(),
+            staged: Some(data),
+        });
+        self.staged_outstanding += 1;
+        self.staged_sends += 1;
+        self.wake_self();
+        Ok(true)
+    }
+
+    fn staged_outstanding(&self) -> usize {
+        self.staged_outstanding
     }
 
     fn poll_completions(&mut self, out: &mut Vec<Completion>) -> usize {

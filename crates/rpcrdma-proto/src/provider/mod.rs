@@ -977,6 +977,51 @@ pub trait Provider {
     /// Posts a Send-queue WR. Local errors are refused here.
     fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError>;
 
+    /// Posts a *staged* Send: `op` ([`SendOp::Send`] or
+    /// [`SendOp::SendWithInvalidate`]) of `len` octets that `fill` writes
+    /// straight into the provider's own transmit memory, with no
+    /// registered Send buffer, no work request and no completion (what
+    /// verbs would call an unsignaled inline Send). `fill` is handed
+    /// exactly `len` octets and must write every one of them.
+    ///
+    /// * `Ok(true)`: staged. It goes on the wire after everything posted
+    ///   to the Send queue before it and before everything posted after
+    ///   it, with the octets a registered Send of the same op and payload
+    ///   posted here would have, and it consumes no Send-queue slot. No
+    ///   completion follows: if it fails (e.g. the peer has no receive for
+    ///   it), the connection fails as it would for a registered Send —
+    ///   [`ConnectionEvent::Disconnected`] with the same reason, every
+    ///   outstanding WR flushed — only without that Send's own error
+    ///   completion.
+    /// * `Ok(false)`: not staged (the provider cannot stage, or not this
+    ///   message, or not now: earlier work still waits to be framed, its
+    ///   staging memory is full); `fill` was not called and nothing was
+    ///   queued: post it as a registered Send ([`Provider::post_send`]).
+    /// * `Err`: refused as [`Provider::post_send`] would refuse the same
+    ///   Send (`NotConnected`, `TooLong`), or `InvalidArgument` for an op
+    ///   that is not a Send.
+    ///
+    /// The default stages nothing (`Ok(false)`).
+    fn post_send_staged(
+        &mut self,
+        op: SendOp,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, ProviderError> {
+        let _ = (op, len, fill);
+        Ok(false)
+    }
+
+    /// Staged Sends taken and not yet complete by the rule this
+    /// provider completes a registered Send under (handed to the
+    /// transport, acknowledged by the peer): what a registered Send would
+    /// still count as outstanding, so an upper layer that bounds its
+    /// unfinished Sends (a responder's replies to a peer that reads
+    /// nothing) bounds the staged ones too. The default: 0.
+    fn staged_outstanding(&self) -> usize {
+        0
+    }
+
     /// Posts a Local Invalidate of our `stag` (shorthand for
     /// [`SendOp::LocalInvalidate`]); it completes as
     /// [`Opcode::LocalInvalidate`].
@@ -1114,6 +1159,17 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     }
     fn post_send(&mut self, wr: SendWr) -> Result<(), ProviderError> {
         (**self).post_send(wr)
+    }
+    fn post_send_staged(
+        &mut self,
+        op: SendOp,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, ProviderError> {
+        (**self).post_send_staged(op, len, fill)
+    }
+    fn staged_outstanding(&self) -> usize {
+        (**self).staged_outstanding()
     }
     fn invalidate(&mut self, wr_id: u64, stag: Stag) -> Result<(), ProviderError> {
         (**self).invalidate(wr_id, stag)

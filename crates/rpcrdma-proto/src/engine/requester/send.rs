@@ -6,7 +6,7 @@ use std::collections::hash_map::Entry;
 use std::time::Instant;
 
 use crate::engine::connection::Connection;
-use crate::engine::framing::{Framing, Shape};
+use crate::engine::framing::{DataHeader, Framing, Shape};
 use crate::engine::marshal::{self, pad4, DdpItem};
 use crate::engine::plan::{plan_call, CallForm, CallLens, CallPlan};
 use crate::engine::resources::{Mrs, Op};
@@ -19,6 +19,22 @@ use super::{CallState, OutCall};
 
 /// The DDP pieces left out of a call's inline part.
 type Skip = SmallVec<[usize; 4]>;
+
+/// A marshalled call: its transport header, and the DDP pieces left out
+/// of its inline part (`None`: no inline part, a Long Call).
+pub(in crate::engine) struct Marshalled {
+    header: DataHeader,
+    inline: Option<Skip>,
+}
+
+/// Why a call could not be written for its Send.
+enum Unwritten {
+    /// The provider refused the staged Send (as it would refuse a posted
+    /// one): fatal for the connection.
+    Post(ProviderError),
+    /// No Send buffer could be had: the call fails alone.
+    Buffer(ProviderError),
+}
 
 /// The reply resources a call offers, registered.
 struct Offer {
@@ -46,14 +62,17 @@ impl Connection {
         });
     }
 
-    /// Marshals a call: chooses its form, registers its chunks, builds its
-    /// Send buffer (all kept in `call`); returns the Send buffer. On
-    /// failure nothing is left registered.
+    /// Marshals a call: chooses its form, registers its chunks (kept in
+    /// `call`); returns its transport header and the DDP pieces left out
+    /// of its inline part (`None`: it has none, a Long Call). The message
+    /// itself is written when the call is sent: staged, or into a Send
+    /// buffer ([`Connection::call_send_buffer`]). On failure nothing is
+    /// left registered.
     pub(in crate::engine) fn marshal_call(
         &mut self,
         p: &mut dyn Provider,
         call: &mut OutCall,
-    ) -> Result<MemoryRegion, CallError> {
+    ) -> Result<Marshalled, CallError> {
         // Nothing is copied yet: the stream is built only for the form
         // chosen below, and DDP items that go into Read chunks are
         // registered as they are.
@@ -117,25 +136,45 @@ impl Connection {
             inv,
             false,
         );
-        // Header and inline part straight into the Send buffer, the RPC
-        // XID set to this call's.
-        let body = inline
-            .as_ref()
-            .map(|skip| (call.call.message.pieces(), &skip[..]));
-        let (send_mr, send_len) = match self.res.header_and_body(p, &header, body, Some(call.xid)) {
-            Ok(x) => x,
-            Err(e) => {
-                self.res.zombies.extend(mrs);
-                self.res.reap(p);
-                return Err(CallError::Provider(e));
-            }
-        };
         call.chunk_mrs = mrs;
         call.write_mrs = offer.write_mrs;
         call.reply_mr = offer.reply_mr;
-        call.send_mr = Some(send_mr);
-        call.send_len = send_len;
-        Ok(send_mr)
+        Ok(Marshalled { header, inline })
+    }
+
+    /// Writes call `xid` (in the call map), marshalled as `m`: staged with
+    /// the provider (`Ok(None)`), or else into a Send buffer, kept in the
+    /// call (`Ok(Some(..))`: the buffer and the message's length). The
+    /// header and the inline part go straight into the staging memory or
+    /// the buffer, the RPC XID set to this call's.
+    fn call_send_buffer(
+        &mut self,
+        p: &mut dyn Provider,
+        xid: u32,
+        m: &Marshalled,
+    ) -> Result<Option<(MemoryRegion, u32)>, Unwritten> {
+        let Some(call) = self.req.calls.get_mut(&xid) else {
+            return Ok(None);
+        };
+        let body = m
+            .inline
+            .as_ref()
+            .map(|skip| (call.call.message.pieces(), &skip[..]));
+        let op = SendOp::Send { solicited: false };
+        if self
+            .res
+            .stage_header_and_body(p, op, &m.header, body, Some(xid))
+            .map_err(Unwritten::Post)?
+        {
+            return Ok(None);
+        }
+        let (mr, len) = self
+            .res
+            .header_and_body(p, &m.header, body, Some(xid))
+            .map_err(Unwritten::Buffer)?;
+        call.send_mr = Some(mr);
+        call.send_len = len;
+        Ok(Some((mr, len)))
     }
 
     /// Our calls go inline only, without reply resources: backchannel
@@ -315,10 +354,11 @@ impl Connection {
     ) {
         // Marshalled once: a call refused by a full send queue comes back
         // with its chunks registered and its Send buffer built.
-        let send_mr = match call.send_mr {
-            Some(mr) => mr,
+        let built = call.send_mr.map(|mr| (mr, call.send_len));
+        let marshalled = match built {
+            Some(_) => None,
             None => match self.marshal_call(p, &mut call) {
-                Ok(mr) => mr,
+                Ok(m) => Some(m),
                 Err(e) => {
                     self.fail_local(call, e);
                     return;
@@ -326,7 +366,6 @@ impl Connection {
             },
         };
         let xid = call.xid;
-        let sge = send_mr.sge(0, call.send_len);
         let deadline = self.config.call_timeout.map(|d| now + d);
         let retransmit = call.retransmit;
         call.deadline = deadline;
@@ -360,6 +399,33 @@ impl Connection {
         if self.error.is_some() {
             return;
         }
+        // A fresh call is written now: staged (no Send buffer, no work
+        // request, no completion: its Send counts as complete at once,
+        // there is nothing of ours the provider could still read), or
+        // else into a Send buffer.
+        let send = match (built, &marshalled) {
+            (Some(b), _) => Some(b),
+            (None, Some(m)) => match self.call_send_buffer(p, xid, m) {
+                Ok(b) => b,
+                Err(Unwritten::Post(e)) => {
+                    self.fatal(p, ConnectionError::Provider(e));
+                    return;
+                }
+                Err(Unwritten::Buffer(e)) => {
+                    self.unsend(p, xid, CallError::Provider(e));
+                    return;
+                }
+            },
+            (None, None) => None,
+        };
+        let Some((send_mr, send_len)) = send else {
+            if let Some(call) = self.req.calls.get_mut(&xid) {
+                call.state.send_completed();
+            }
+            self.call_posted(xid, retransmit, deadline);
+            return;
+        };
+        let sge = send_mr.sge(0, send_len);
         let wr_id = self.res.wr(Op::CallSend(xid));
         //= rfc8166#section-3.3.1
         //# A Requester MUST NOT send unacknowledged requests in excess of the
@@ -387,6 +453,11 @@ impl Connection {
                 return;
             }
         }
+        self.call_posted(xid, retransmit, deadline);
+    }
+
+    /// Call `xid`'s Send was taken by the provider.
+    fn call_posted(&mut self, xid: u32, retransmit: bool, deadline: Option<Instant>) {
         if retransmit {
             self.metrics.retransmits += 1;
         }
@@ -394,6 +465,20 @@ impl Connection {
             self.add_deadline(d, xid);
         }
         self.metrics.calls_sent += 1;
+    }
+
+    /// Call `xid` (in the call map) could not be written for its Send
+    /// (no Send buffer): it fails alone, as a call whose marshalling
+    /// failed, its chunks released.
+    #[cold]
+    fn unsend(&mut self, p: &mut dyn Provider, xid: u32, e: CallError) {
+        self.req.outstanding = self.req.outstanding.saturating_sub(1);
+        if let Some(mut call) = self.req.calls.remove(&xid) {
+            self.res.zombies.extend(call.all_mrs());
+            self.res.reap(p);
+            call.state = CallState::Queued;
+            self.fail_local(call, e);
+        }
     }
 
     /// A call whose Send the provider refused (QueueFull) was not sent: it

@@ -349,8 +349,12 @@ impl Connection {
     //# Responder's granted credit limit.
     pub(super) fn overrun(&mut self, p: &mut dyn Provider) -> bool {
         let grant = self.resp.grant.max(self.resp.max_grant) as usize;
-        let unacked =
-            self.resp.incoming.len() + self.resp.errors_unacked + self.resp.replies_unacked;
+        // Staged replies (no completion of their own) count while the
+        // provider says a registered Send would still be outstanding.
+        let unacked = self.resp.incoming.len()
+            + self.resp.errors_unacked
+            + self.resp.replies_unacked
+            + p.staged_outstanding();
         if unacked < grant.saturating_mul(2) {
             return false;
         }

@@ -110,20 +110,35 @@ impl Connection {
             }
             Bytes::from(v)
         });
-        // Header and (Short reply) inline part, straight into the Send
-        // buffer, the RPC XID set to the call's.
+        // Header and (Short reply) inline part, straight into the staging
+        // memory or the Send buffer, the RPC XID set to the call's.
         let body = (form == ReplyForm::Inline).then_some((message.pieces(), &written[..]));
+        let remote_inv = self.params().remote_invalidation;
+        let op = self.params().framing.reply_send_op(remote_inv, call.inv);
+        if writes.is_empty() {
+            // No RDMA Write: the Send is the whole reply. Staged, there is
+            // nothing left to track (no buffer, no completion, so it is
+            // not among `replies_unacked`: what a peer that reads nothing
+            // makes us hold is the provider's bounded staging memory,
+            // beyond which replies take the path below and count).
+            match self
+                .res
+                .stage_header_and_body(p, op, &header, body, Some(xid))
+            {
+                Ok(true) => {
+                    self.resp.recycle(call);
+                    self.note_reply_sent(op, form);
+                    return Ok(form);
+                }
+                Ok(false) => {}
+                Err(e) => return Err(self.reply_lost(p, ConnectionError::Provider(e))),
+            }
+        }
         let send = match self.res.header_and_body(p, &header, body, Some(xid)) {
             Ok(x) => x,
             Err(e) => return Err(self.reply_lost(p, ConnectionError::Provider(e))),
         };
-
-        let remote_inv = self.params().remote_invalidation;
-        let op = self.params().framing.reply_send_op(remote_inv, call.inv);
         self.resp.recycle(call);
-        if let SendOp::SendWithInvalidate { .. } = op {
-            self.metrics.send_with_invalidate += 1;
-        }
         // The DDP pieces are the Write sources as they are: registered
         // read-only, shared with whoever else holds them, never copied.
         let mut sources: Vec<Bytes> = Vec::new();
@@ -146,11 +161,19 @@ impl Connection {
             return Err(self.reply_lost(p, e));
         }
         self.resp.replies_unacked += 1;
+        self.note_reply_sent(op, form);
+        Ok(form)
+    }
+
+    /// Counts a reply of `form` whose Send (`op`) was taken.
+    fn note_reply_sent(&mut self, op: SendOp, form: ReplyForm) {
+        if let SendOp::SendWithInvalidate { .. } = op {
+            self.metrics.send_with_invalidate += 1;
+        }
         self.metrics.replies_sent += 1;
         if form == ReplyForm::ReplyChunk {
             self.metrics.long_replies_sent += 1;
         }
-        Ok(form)
     }
 
     /// A reply could not be sent: the connection ends with `e`, and the
