@@ -33,12 +33,14 @@ use rpcrdma::rdma::{
     connect_client, RdmaBlockingClient, RdmaClientConfig, RdmaServer, RdmaServerConfig, RdmaStatus,
 };
 use rpcrdma::stats::now_ns;
+use rpcrdma::testprog::blocking::BlockingCall;
 use rpcrdma::testprog::{
     self, PROC_ECHO, PROC_NULL, PROC_READ, PROC_WRITE, TEST_MAX_DATA, TEST_PROG, TEST_VERS,
 };
 use rpcrdma::{
-    CallContext, Client, ClientConfig, Handler, HandlerError, HandlerFuture, Message,
-    MetricsSnapshot, ProcStats, RpcError, Server, ServerConfig, Side, TcpConfig, TcpServer,
+    CallContext, CallOptions, Client, ClientConfig, Handler, HandlerError, HandlerFuture, Message,
+    MetricsSnapshot, ProcStats, Reply, RpcError, Server, ServerConfig, Side, TcpBlockingClient,
+    TcpConfig, TcpServer, TransportError,
 };
 use rpcrdma_cli::cli_error::CliError;
 use serde_json::{json, Map, Value};
@@ -173,11 +175,12 @@ pub struct BenchArgs {
     /// for a second; report (RSS_N - RSS_0) / N as memory per idle connection.
     #[arg(long)]
     pub report_server_rss: Option<u32>,
-    /// RDMA blocking mode (`rpcrdma::rdma::RdmaBlockingClient`): each
-    /// connection is driven by the thread that calls on it, one call in
-    /// flight (needs --depth 1; --conns threads). With --serve, or with an
-    /// in-process server: the server drives each connection on a thread of
-    /// its own (`RdmaServerConfig::blocking`).
+    /// Blocking mode (`rpcrdma::rdma::RdmaBlockingClient`,
+    /// `rpcrdma::TcpBlockingClient`): each connection is driven by the
+    /// thread that calls on it, one call in flight (needs --depth 1;
+    /// --conns threads). With --serve, or with an in-process server: the
+    /// server drives each connection on a thread of its own
+    /// (`RdmaServerConfig::blocking`, `TcpConfig::blocking`).
     #[arg(long)]
     pub blocking: bool,
     /// Print one progress line per second on standard error, also when it
@@ -243,7 +246,7 @@ pub struct SizeList(pub Vec<u64>);
 pub struct ConnectOptions {
     /// Largest reply expected (an RDMA transport sizes its Reply chunk from it).
     pub reply_max: u32,
-    /// RDMA only: a blocking client ([`RdmaBlockingClient`]).
+    /// A blocking client ([`RdmaBlockingClient`], [`TcpBlockingClient`]).
     pub blocking: bool,
     /// RDMA only: link and engine options (`--crc` on TCP is refused).
     pub link: LinkArgs,
@@ -266,9 +269,64 @@ pub struct Connected {
 pub enum BenchClient {
     /// [`Client`]: calls are tasks (`--depth` of them per connection).
     Async(Arc<Client>),
-    /// [`RdmaBlockingClient`]: one thread per connection, one call in
-    /// flight.
-    Blocking(Arc<Mutex<RdmaBlockingClient>>),
+    /// A blocking client: one thread per connection, one call in flight.
+    Blocking(Arc<Mutex<AnyBlocking>>),
+}
+
+/// A blocking client of either transport (one per connection, behind its
+/// `Arc<Mutex<_>>`: the variants' sizes do not matter).
+#[allow(clippy::large_enum_variant)]
+pub enum AnyBlocking {
+    /// RPC-over-RDMA.
+    Rdma(RdmaBlockingClient),
+    /// ONC RPC over TCP.
+    Tcp(TcpBlockingClient),
+}
+
+impl BlockingCall for AnyBlocking {
+    fn call_with(
+        &mut self,
+        prog: u32,
+        vers: u32,
+        proc: u32,
+        args: Message,
+        opts: &CallOptions,
+    ) -> Result<Reply, RpcError> {
+        match self {
+            AnyBlocking::Rdma(c) => c.call_with(prog, vers, proc, args, opts),
+            AnyBlocking::Tcp(c) => c.call_with(prog, vers, proc, args, opts),
+        }
+    }
+}
+
+impl AnyBlocking {
+    fn metrics(&self) -> MetricsSnapshot {
+        match self {
+            AnyBlocking::Rdma(c) => c.metrics(),
+            AnyBlocking::Tcp(c) => c.metrics(),
+        }
+    }
+
+    fn stats(&self) -> &Arc<ProcStats> {
+        match self {
+            AnyBlocking::Rdma(c) => c.stats(),
+            AnyBlocking::Tcp(c) => c.stats(),
+        }
+    }
+
+    fn closed_reason(&self) -> Option<TransportError> {
+        match self {
+            AnyBlocking::Rdma(c) => c.closed_reason(),
+            AnyBlocking::Tcp(c) => c.closed_reason(),
+        }
+    }
+
+    fn disconnect(&mut self) {
+        match self {
+            AnyBlocking::Rdma(c) => c.disconnect(),
+            AnyBlocking::Tcp(c) => c.disconnect(),
+        }
+    }
 }
 
 impl From<Client> for BenchClient {
@@ -309,7 +367,7 @@ impl BenchClient {
             BenchClient::Async(c) => testprog::null(c).await,
             BenchClient::Blocking(c) => {
                 let c = c.clone();
-                tokio::task::spawn_blocking(move || testprog::blocking::null(&mut lock(&c)))
+                tokio::task::spawn_blocking(move || testprog::blocking::null(&mut *lock(&c)))
                     .await
                     .unwrap_or_else(|e| {
                         Err(RpcError::Transport(rpcrdma::TransportError::Lost(
@@ -375,7 +433,21 @@ pub async fn connect(
             let tcp = tcp_config(&opts.link);
             let params = tcp_params(&tcp);
             if opts.blocking {
-                return Err("--blocking applies to --transport rdma only".into());
+                let c = tokio::task::spawn_blocking(move || {
+                    let mut c = TcpBlockingClient::connect(addr, config, tcp)
+                        .map_err(|e| format!("connect tcp {addr}: {e}"))?;
+                    testprog::blocking::null(&mut c)
+                        .map_err(|e| format!("first NULL call over tcp {addr}: {e}"))?;
+                    Ok::<_, String>(c)
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+                let mut params = params;
+                params.insert("blocking_client".into(), json!(true));
+                return Ok(Connected {
+                    client: BenchClient::Blocking(Arc::new(Mutex::new(AnyBlocking::Tcp(c)))),
+                    params,
+                });
             }
             let client = Client::connect_tcp(addr, config, tcp)
                 .await
@@ -401,7 +473,7 @@ pub async fn connect(
                 params.insert("blocking_client".into(), json!(true));
                 let _ = &mut c;
                 return Ok(Connected {
-                    client: BenchClient::Blocking(Arc::new(Mutex::new(c))),
+                    client: BenchClient::Blocking(Arc::new(Mutex::new(AnyBlocking::Rdma(c)))),
                     params,
                 });
             }
@@ -569,12 +641,13 @@ pub async fn serve(
     }
     let server = bench_server(config);
     match transport {
-        Transport::Tcp if blocking => Err("--blocking applies to --transport rdma only".into()),
         Transport::Tcp => server
             .serve_tcp(
                 addr,
                 TcpConfig {
                     max_connections: BENCH_MAX_CONNECTIONS,
+                    blocking,
+                    blocking_max_threads: BENCH_MAX_BLOCKING_THREADS,
                     ..tcp_config(link)
                 },
             )
@@ -591,6 +664,10 @@ pub async fn serve(
 /// Connections the benchmark server accepts (either transport):
 /// `scripts/bench-conns` opens 10,000.
 const BENCH_MAX_CONNECTIONS: usize = 16_384;
+
+/// Connection threads of the blocking TCP benchmark server (a thread per
+/// connection: more than the default for `--conns` sweeps, still bounded).
+const BENCH_MAX_BLOCKING_THREADS: usize = 1024;
 
 /// The benchmark server's settings: the defaults without the per-source
 /// caps, since a benchmark's whole load comes from one address (e.g.
@@ -746,7 +823,7 @@ async fn worker(
 }
 
 fn one_call_blocking(
-    c: &mut RdmaBlockingClient,
+    c: &mut AnyBlocking,
     proc: BenchProc,
     payload: &Bytes,
     size: u32,
@@ -793,7 +870,7 @@ fn check_write(n: u32, size: u32) -> Result<(), String> {
 
 /// [`worker`] for a blocking client, on a thread of the blocking pool.
 fn blocking_worker(
-    client: Arc<Mutex<RdmaBlockingClient>>,
+    client: Arc<Mutex<AnyBlocking>>,
     spec: Arc<LoadSpec>,
     payload: Bytes,
     shared: Arc<Shared>,
@@ -1085,10 +1162,10 @@ async fn run_async(args: BenchArgs) -> Result<ExitCode, CliError> {
             "--blocking keeps one call in flight per connection: use --depth 1 (and --conns for more)",
         ));
     }
-    if args.blocking && (args.transport != Transport::Rdma || args.raw_tcp) {
+    if args.blocking && args.raw_tcp {
         return Err(CliError::usage(
             "--blocking",
-            "--blocking applies to --transport rdma only",
+            "--blocking applies to the RPC transports, not --raw-tcp",
         ));
     }
     let sizes = args.sweep.clone().map_or_else(|| vec![args.size], |l| l.0);
@@ -1479,17 +1556,6 @@ mod tests {
         };
         let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
         assert!(e.contains("--crc"), "{e}");
-        // So is --blocking.
-        let opts = ConnectOptions {
-            blocking: true,
-            link: LinkArgs::default(),
-            ..opts
-        };
-        let e = connect(Transport::Tcp, any, &opts).await.err().unwrap();
-        assert!(e.contains("--blocking"), "{e}");
-        assert!(serve(Transport::Tcp, any, None, true, &LinkArgs::default())
-            .await
-            .is_err());
     }
 
     /// Blocking clients (one thread each) against a blocking server (one
@@ -1497,28 +1563,43 @@ mod tests {
     /// DDP data both ways included, and the parameters say so.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn blocking_rdma_load_counts_every_call() {
+        blocking_load_counts_every_call(Transport::Rdma).await;
+    }
+
+    /// The same over ONC RPC over TCP (`TcpBlockingClient` against the
+    /// blocking TCP server).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn blocking_tcp_load_counts_every_call() {
+        blocking_load_counts_every_call(Transport::Tcp).await;
+    }
+
+    async fn blocking_load_counts_every_call(transport: Transport) {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let srv = serve(Transport::Rdma, any, None, true, &LinkArgs::default())
+        let srv = serve(transport, any, None, true, &LinkArgs::default())
             .await
             .unwrap();
         let opts = ConnectOptions {
             reply_max: 1 << 20,
             blocking: true,
-            link: crc_link(Some(true)),
+            link: if transport == Transport::Rdma {
+                crc_link(Some(true))
+            } else {
+                LinkArgs::default()
+            },
             stats: None,
         };
         let mut clients = Vec::new();
         let mut params = Map::new();
         for _ in 0..2 {
-            let c = connect(Transport::Rdma, srv.local_addr(), &opts)
-                .await
-                .unwrap();
+            let c = connect(transport, srv.local_addr(), &opts).await.unwrap();
             assert!(c.client.as_async().is_none());
             params = c.params;
             clients.push(c.client);
         }
         assert_eq!(params["blocking_client"], true);
-        assert_eq!(params["credits_granted"], 64);
+        if transport == Transport::Rdma {
+            assert_eq!(params["credits_granted"], 64);
+        }
         for (proc, size) in [
             (BenchProc::Null, 0),
             (BenchProc::Echo, 3000),
@@ -1533,7 +1614,7 @@ mod tests {
                 warmup: Duration::ZERO,
                 progress: false,
             };
-            let r = run_load(&clients, spec, Transport::Rdma, &Map::new()).await;
+            let r = run_load(&clients, spec, transport, &Map::new()).await;
             assert_eq!(r.calls, 60, "{proc:?}: {:?}", r.first_error);
             assert_eq!(r.errors, 0);
             assert_eq!(r.latency.count(), 60);

@@ -289,7 +289,9 @@ fn logging_of_connections_peer_errors_and_calls() {
         .find(|l| l.contains("connection ended"))
         .unwrap_or_else(|| panic!("{err}"));
     assert!(
-        end.contains("calls_served=1") && end.contains("reason="),
+        end.contains("calls_served=1")
+            && end.contains("reason=")
+            && end.contains("peer=127.0.0.1:"),
         "{end}"
     );
     let bad = err

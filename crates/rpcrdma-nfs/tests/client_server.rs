@@ -42,6 +42,10 @@ struct Served {
 
 impl Served {
     async fn new() -> Served {
+        Self::with(NfsServiceConfig::default()).await
+    }
+
+    async fn with(config: NfsServiceConfig) -> Served {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -49,7 +53,7 @@ impl Served {
         let dir =
             std::env::temp_dir().join(format!("rpcrdma-nfs-client-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let service = NfsService::new(&dir, NfsServiceConfig::default()).unwrap();
+        let service = NfsService::new(&dir, config).unwrap();
         let nfs = Server::default();
         service.register_nfs(&nfs);
         let rdma = RdmaServer::serve(&nfs, "127.0.0.1:0", RdmaServerConfig::default())
@@ -158,6 +162,34 @@ async fn put_and_get_16_mib_bit_exact() {
         assert_eq!(st.engine.write_chunks, 16, "one Write chunk per 1 MiB READ");
         assert_eq!(st.engine.read_chunks, 16, "one Read chunk per 1 MiB WRITE");
         assert_eq!(st.engine.write_chunk_bytes, 16 << 20);
+        s.close().await;
+        srv.stop().await;
+    })
+    .await
+    .expect("timed out");
+}
+
+/// The same through the export's lane (file operations queued for one
+/// blocking thread at a time, `io_queue_wait`), client and server on one
+/// current-thread runtime as `scripts/bench-nfs` runs them: every WRITE
+/// and READ answered with its own data, bit-exact.
+#[tokio::test(flavor = "current_thread")]
+async fn put_and_get_through_the_lane() {
+    tokio::time::timeout(LIMIT, async {
+        let srv = Served::with(NfsServiceConfig {
+            io_queue_wait: Some(rpcrdma_nfs::server::IO_QUEUE_WAIT),
+            ..NfsServiceConfig::default()
+        })
+        .await;
+        let s = srv.session("/").await;
+        let data = pattern(8 << 20, 11);
+        let want = sha(&data);
+        assert_eq!(put(&s, "laned", data.clone()).await, want);
+        let on_disk = std::fs::read(srv.dir.join("laned")).unwrap();
+        assert_eq!(sha(&on_disk), want, "the server's file");
+        let (got, digest) = get(&s, "laned").await;
+        assert_eq!(digest, want);
+        assert!(got == data);
         s.close().await;
         srv.stop().await;
     })

@@ -472,12 +472,13 @@ impl Client {
         // statistics count it (`Attempts::finish`).
         let reply = 'call: loop {
             let timeout = call.timeout();
-            let deadline = Instant::now().checked_add(timeout);
+            let now = Instant::now();
+            let deadline = now.checked_add(timeout);
             if let (Some(rdma), Some(_)) = (self.transport.as_rdma(), deadline) {
                 // RPC-over-RDMA: the transmission borrowed (the header handed
                 // over with the last one, as the blocking client does), the
                 // call ended at its deadline by the transport.
-                let wait = match rdma.start_call_waiting(call.next_ref(), deadline) {
+                let wait = match rdma.start_call_waiting(call.next_ref(), deadline, now) {
                     Ok(w) => w,
                     Err(e) => break 'call Err(refused_or_transport(e)),
                 };

@@ -81,6 +81,9 @@ pub mod server;
 mod slot;
 pub mod stats;
 pub mod tcp;
+pub mod tcp_blocking;
+mod tcp_blocking_server;
+mod tcp_sync;
 mod tcp_write;
 pub mod testprog;
 pub mod transport;
@@ -95,6 +98,7 @@ pub use reconnect::{Connector, ReconnectPolicy, ReconnectingTransport};
 pub use server::{CallContext, Handler, HandlerError, HandlerFuture, Server, ServerConfig};
 pub use stats::{ProcStats, Side};
 pub use tcp::{TcpClientTransport, TcpConfig, TcpServer};
+pub use tcp_blocking::TcpBlockingClient;
 pub use transport::{
     CallCount, CallDispatcher, CallGuard, ClientIdentity, ClientTransport, IncomingCall,
     OutgoingCall, ReplyReceiver, ReplyRoom, ServerConnection, TransportError,

@@ -422,3 +422,13 @@ impl crate::rdma::RdmaBlockingClient {
         Ok(decode_results::<P>(reply.results())?)
     }
 }
+
+impl crate::TcpBlockingClient {
+    /// [`Client::call_typed`] on the calling thread.
+    pub fn call_typed<P: Procedure>(&mut self, arg: &P::Arg) -> Result<P::Res, RpcError> {
+        let args = encode_args::<P>(arg)?;
+        let opts = P::call_options(arg);
+        let reply = self.call_with(P::PROG, P::VERS, P::PROC, args, &opts)?;
+        Ok(decode_results::<P>(reply.results())?)
+    }
+}

@@ -156,6 +156,12 @@ impl RecordDecoder {
         input.is_empty() && self.frag_left.is_none() && self.fragments == 0
     }
 
+    /// True between records: no fragment started of a record not yet
+    /// returned (octets still in the caller's input are not looked at).
+    pub fn at_record_boundary(&self) -> bool {
+        self.frag_left.is_none() && self.fragments == 0
+    }
+
     /// Consumes octets from the front of `input` and returns the next
     /// complete record, `Ok(None)` when more input is needed. Call again
     /// after a record is returned: `input` may hold more.

@@ -77,6 +77,20 @@ pub struct TcpConfig {
     /// reconnections); default a fresh set per connection. A server uses
     /// its own.
     pub metrics: Option<Arc<Metrics>>,
+    /// Server: blocking mode — each connection on a thread of its own that
+    /// sleeps in `recv(2)` instead of a task of the runtime (module
+    /// `tcp_blocking_server`; the client side is
+    /// [`crate::TcpBlockingClient`]). Lower latency and CPU per call for a
+    /// few busy connections; a thread per connection, bounded by
+    /// `blocking_max_threads` and `blocking_idle_timeout`. Default false.
+    pub blocking: bool,
+    /// Server, blocking mode: most connections (threads) at once; one
+    /// accepted beyond it is closed at once. Default 256.
+    pub blocking_max_threads: usize,
+    /// Server, blocking mode: a connection that completes no record (or
+    /// takes none of its replies) for this long is closed, so that an
+    /// idle or trickling peer does not hold a thread. Default 60 s.
+    pub blocking_idle_timeout: Duration,
 }
 
 impl Default for TcpConfig {
@@ -90,6 +104,9 @@ impl Default for TcpConfig {
             nodelay: true,
             identify: Arc::new(|a: SocketAddr| ClientIdentity(Bytes::from(a.ip().to_string()))),
             metrics: None,
+            blocking: false,
+            blocking_max_threads: 256,
+            blocking_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -103,6 +120,9 @@ impl std::fmt::Debug for TcpConfig {
             .field("shutdown_grace", &self.shutdown_grace)
             .field("max_connections", &self.max_connections)
             .field("nodelay", &self.nodelay)
+            .field("blocking", &self.blocking)
+            .field("blocking_max_threads", &self.blocking_max_threads)
+            .field("blocking_idle_timeout", &self.blocking_idle_timeout)
             .finish()
     }
 }
@@ -147,7 +167,7 @@ async fn read_record(
 }
 
 /// `(xid, msg_type)` of a record, if it has 8 octets.
-fn peek(rec: &[u8]) -> Option<(u32, u32)> {
+pub(crate) fn peek(rec: &[u8]) -> Option<(u32, u32)> {
     let xid = u32::from_be_bytes(rec.get(0..4)?.try_into().ok()?);
     let mt = u32::from_be_bytes(rec.get(4..8)?.try_into().ok()?);
     Some((xid, mt))
@@ -591,7 +611,13 @@ impl TcpServer {
         let local = listener.local_addr()?;
         let (stx, srx) = watch::channel(false);
         let m2 = metrics.clone();
-        let accept = tokio::spawn(accept_loop(listener, config, dispatcher, m2, srx));
+        let accept = if config.blocking {
+            tokio::spawn(crate::tcp_blocking_server::accept_loop(
+                listener, config, dispatcher, m2, srx,
+            ))
+        } else {
+            tokio::spawn(accept_loop(listener, config, dispatcher, m2, srx))
+        };
         Ok(TcpServer {
             local,
             shutdown: stx,

@@ -324,40 +324,91 @@ pub async fn write_shared(c: &Client, data: Bytes) -> Result<(u32, u32), RpcErro
     write_result(&call_async(c, write_call(data)?).await?)
 }
 
-/// The test program's calls over an
-/// [`RdmaBlockingClient`](crate::rdma::RdmaBlockingClient) (same
-/// arguments, options and result checks as the async ones).
+/// The test program's calls over a blocking client
+/// ([`RdmaBlockingClient`](crate::rdma::RdmaBlockingClient),
+/// [`TcpBlockingClient`](crate::TcpBlockingClient): any [`BlockingCall`])
+/// with the same arguments, options and result checks as the async ones.
 pub mod blocking {
     use super::*;
     use crate::rdma::RdmaBlockingClient;
+    use crate::TcpBlockingClient;
 
-    fn call(c: &mut RdmaBlockingClient, (proc, args, opts): Prepared) -> Result<Reply, RpcError> {
+    /// A blocking client: one call at a time on the calling thread.
+    pub trait BlockingCall {
+        /// Calls `prog`/`vers`/`proc` with `args` and waits for the reply.
+        fn call_with(
+            &mut self,
+            prog: u32,
+            vers: u32,
+            proc: u32,
+            args: Message,
+            opts: &CallOptions,
+        ) -> Result<Reply, RpcError>;
+    }
+
+    impl BlockingCall for RdmaBlockingClient {
+        fn call_with(
+            &mut self,
+            prog: u32,
+            vers: u32,
+            proc: u32,
+            args: Message,
+            opts: &CallOptions,
+        ) -> Result<Reply, RpcError> {
+            RdmaBlockingClient::call_with(self, prog, vers, proc, args, opts)
+        }
+    }
+
+    impl BlockingCall for TcpBlockingClient {
+        fn call_with(
+            &mut self,
+            prog: u32,
+            vers: u32,
+            proc: u32,
+            args: Message,
+            opts: &CallOptions,
+        ) -> Result<Reply, RpcError> {
+            TcpBlockingClient::call_with(self, prog, vers, proc, args, opts)
+        }
+    }
+
+    fn call<C: BlockingCall + ?Sized>(
+        c: &mut C,
+        (proc, args, opts): Prepared,
+    ) -> Result<Reply, RpcError> {
         c.call_with(TEST_PROG, TEST_VERS, proc, args, &opts)
     }
 
     /// TEST_NULL.
-    pub fn null(c: &mut RdmaBlockingClient) -> Result<(), RpcError> {
+    pub fn null<C: BlockingCall + ?Sized>(c: &mut C) -> Result<(), RpcError> {
         null_result(&call(c, null_call())?)
     }
 
     /// TEST_ECHO.
-    pub fn echo(c: &mut RdmaBlockingClient, data: &[u8]) -> Result<Bytes, RpcError> {
+    pub fn echo<C: BlockingCall + ?Sized>(c: &mut C, data: &[u8]) -> Result<Bytes, RpcError> {
         echo_result(&call(c, echo_call(data)?)?)
     }
 
     /// TEST_READ: `count` octets of the pattern from `seed` (DDP-eligible).
-    pub fn read(c: &mut RdmaBlockingClient, count: u32, seed: u32) -> Result<Bytes, RpcError> {
+    pub fn read<C: BlockingCall + ?Sized>(
+        c: &mut C,
+        count: u32,
+        seed: u32,
+    ) -> Result<Bytes, RpcError> {
         read_result(&call(c, read_call(count, seed)?)?, count)
     }
 
     /// TEST_WRITE: sends `data` (DDP-eligible); returns the server's
     /// `(count, crc32c)`.
-    pub fn write(c: &mut RdmaBlockingClient, data: &[u8]) -> Result<(u32, u32), RpcError> {
+    pub fn write<C: BlockingCall + ?Sized>(c: &mut C, data: &[u8]) -> Result<(u32, u32), RpcError> {
         write_shared(c, Bytes::copy_from_slice(data))
     }
 
     /// [`write`] of bytes the caller shares (not copied).
-    pub fn write_shared(c: &mut RdmaBlockingClient, data: Bytes) -> Result<(u32, u32), RpcError> {
+    pub fn write_shared<C: BlockingCall + ?Sized>(
+        c: &mut C,
+        data: Bytes,
+    ) -> Result<(u32, u32), RpcError> {
         write_result(&call(c, write_call(data)?)?)
     }
 }

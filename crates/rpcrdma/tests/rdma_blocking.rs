@@ -291,3 +291,42 @@ fn blocking_client_sees_the_connection_end() {
     assert!(reason.is_some());
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
+
+/// A blocking server's connection publishes its state at most once per
+/// millisecond before it sleeps (not before every sleep): a burst of calls
+/// is still all in its status soon after the connection goes idle, and
+/// nothing is published before the connection has any state at all.
+#[test]
+fn a_blocking_servers_status_catches_up_after_a_burst() {
+    let rt = rt();
+    let rdma = serve(&rt, true);
+    let calls = bounded({
+        let addr = rdma.local_addr();
+        move || {
+            let mut c =
+                RdmaBlockingClient::connect(addr, ClientConfig::default(), Default::default())
+                    .expect("connect");
+            for _ in 0..200 {
+                tb::null(&mut c).unwrap();
+            }
+            c
+        }
+    });
+    // Idle now: the held-back state is published within the receive
+    // call's tick (50 ms) and the interval; allow a loaded machine 10 s.
+    let t0 = Instant::now();
+    let served = loop {
+        let n: u64 = rdma
+            .connections()
+            .iter()
+            .map(|s| s.engine.calls_received)
+            .sum();
+        if n == 200 || t0.elapsed() > Duration::from_secs(10) {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(served, 200);
+    drop(calls);
+    rt.block_on(rdma.shutdown());
+}

@@ -554,6 +554,43 @@ async fn many_connections_to_one_server() {
     .await
 }
 
+/// A client whose lone calls were each served by the caller's own rounds
+/// (the last one reads its reply and lets go) still watches its socket:
+/// the server going away is seen with no call in flight and none made
+/// (the connection's waker stays registered for the next read edge; a
+/// holder that let go without it would never notice).
+#[tokio::test(flavor = "current_thread")]
+async fn an_idle_client_sees_the_server_go_without_a_call() {
+    bounded(async {
+        let (_s, rdma) = start().await;
+        let cfg = RdmaClientConfig {
+            reconnect: None,
+            ..RdmaClientConfig::default()
+        };
+        let (c, t) = connect_client(rdma.local_addr(), ClientConfig::default(), cfg)
+            .await
+            .unwrap();
+        for _ in 0..50 {
+            testprog::null(&c).await.unwrap();
+        }
+        assert!(t.closed_reason().is_none());
+        rdma.shutdown().await;
+        let t0 = std::time::Instant::now();
+        while t.closed_reason().is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the server's close went unnoticed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(matches!(
+            t.closed_reason(),
+            Some(rpcrdma::TransportError::Lost(_))
+        ));
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_and_loss_without_reconnect_fail_calls() {
     bounded(async {

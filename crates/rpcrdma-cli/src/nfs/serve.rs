@@ -47,6 +47,13 @@ pub struct NfsServeArgs {
     /// other calls wait for one to finish without holding a thread).
     #[arg(long, default_value_t = NfsServiceConfig::default().max_blocking)]
     pub max_blocking: usize,
+    /// Queue file operations for the export's blocking threads, which
+    /// run them one after the other; a queued operation waits about this
+    /// many milliseconds at most before another thread starts (5 is a
+    /// sensible bound). 0 (the default): one hand-off to the blocking
+    /// pool per operation.
+    #[arg(long, default_value_t = 0.0)]
+    pub io_queue_wait_ms: f64,
     #[command(flatten)]
     pub opts: RdmaServeOpts,
 }
@@ -55,6 +62,9 @@ pub struct NfsServeArgs {
 pub fn run(args: NfsServeArgs) -> ExitCode {
     let config = NfsServiceConfig {
         max_blocking: args.max_blocking.max(1),
+        io_queue_wait: (args.io_queue_wait_ms > 0.0).then(|| {
+            std::time::Duration::from_secs_f64(args.io_queue_wait_ms.min(60_000.0) / 1000.0)
+        }),
         ..NfsServiceConfig::default()
     };
     let nfs = match NfsService::new(&args.dir, config) {

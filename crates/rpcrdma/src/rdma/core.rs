@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::Waker;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rpcrdma_proto::engine::ids::IdMap;
 use rpcrdma_proto::engine::{
@@ -83,6 +83,40 @@ pub(crate) enum Publish {
     /// and a task shell, whose readers publish through its lock
     /// (`TaskDrive::publish`).
     OnDemand,
+}
+
+/// How often at most a thread shell publishes its state before it sleeps:
+/// a blocking server sleeps once per call at depth 1, and a publication
+/// (the shared lock and a copy of the engine's counters, ~200 user-space
+/// instructions) each time was 3 % of a NULL call. A state held back is
+/// published before the next sleep after this interval (see
+/// [`publish_due`]; the shell wakes for it when it sleeps in poll(2); in a
+/// socket receive call, whose timeout is not changed for it — that would
+/// be a system call — at the latest when that call's tick ends).
+pub(crate) const PUBLISH_INTERVAL: Duration = Duration::from_millis(1);
+
+/// What a thread shell about to sleep does with its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PublishDue {
+    /// Nothing changed since the last publication.
+    Nothing,
+    /// Publish now.
+    Now,
+    /// Changed, published too recently: publish at this instant.
+    Later(Instant),
+}
+
+/// The decision of [`Core::publish_stale`]: a stale state is published
+/// when `due` (the last publication plus [`PUBLISH_INTERVAL`]) has come by
+/// `now`, else when it will.
+pub(crate) fn publish_due(stale: bool, due: Instant, now: Instant) -> PublishDue {
+    if !stale {
+        PublishDue::Nothing
+    } else if now >= due {
+        PublishDue::Now
+    } else {
+        PublishDue::Later(due)
+    }
 }
 
 struct Pending {
@@ -206,6 +240,10 @@ pub(crate) struct Core {
     publish: Publish,
     /// State changed since the last publication.
     stale: bool,
+    /// When a changed state is next published before a sleep (the last
+    /// such publication plus [`PUBLISH_INTERVAL`]; see
+    /// [`Core::publish_stale`]).
+    publish_due: Instant,
     /// The handle every received call carries (one allocation per
     /// connection, not per call).
     conn_handle: Arc<dyn ServerConnection>,
@@ -264,6 +302,7 @@ impl Core {
             deferred: Vec::new(),
             publish,
             stale: false,
+            publish_due: Instant::now(),
             conn_handle,
             reply: None,
             retransmits_seen: 0,
@@ -452,7 +491,7 @@ impl Core {
         if self.shared.client {
             tracing::debug!(peer = %self.shared.peer, reason, calls, "rpc/rdma connection ended");
         } else {
-            tracing::info!(reason, calls_served = calls, "connection ended");
+            tracing::info!(parent: &self.shared.span, reason, calls_served = calls, "connection ended");
         }
     }
 
@@ -527,6 +566,7 @@ impl Core {
         } else {
             let _ = peer; // the connection's span carries it
             tracing::info!(
+                parent: &self.shared.span,
                 version,
                 fallback,
                 mpa_rev = %OrUnknown(link.mpa_rev),
@@ -564,11 +604,23 @@ impl Core {
         self.stale = true;
     }
 
-    /// Publishes now if the state is stale (the thread shell, before it
-    /// sleeps).
-    pub(crate) fn publish_stale(&mut self) {
-        if self.publish != Publish::OnDemand && std::mem::take(&mut self.stale) {
-            self.publish_now();
+    /// Publishes now if the state is stale and the last publication is at
+    /// least [`PUBLISH_INTERVAL`] old (the thread shell, before it sleeps);
+    /// returns the instant a stale state left unpublished becomes due: the
+    /// shell sleeps no longer (see [`publish_due`]).
+    pub(crate) fn publish_stale(&mut self) -> Option<Instant> {
+        if self.publish == Publish::OnDemand {
+            return None;
+        }
+        match publish_due(self.stale, self.publish_due, self.now) {
+            PublishDue::Now => {
+                self.stale = false;
+                self.publish_due = self.now + PUBLISH_INTERVAL;
+                self.publish_now();
+                None
+            }
+            PublishDue::Later(t) => Some(t),
+            PublishDue::Nothing => None,
         }
     }
 
@@ -634,7 +686,12 @@ impl Core {
 
     /// Runs a command now (a blocking client's own, on its thread).
     pub(crate) fn command_now(&mut self, cmd: Cmd) {
-        self.now = Instant::now();
+        self.command_at(Instant::now(), cmd);
+    }
+
+    /// Runs a command at `now` (a caller's clock, read for its call).
+    pub(crate) fn command_at(&mut self, now: Instant, cmd: Cmd) {
+        self.now = now;
         self.command(cmd);
     }
 
@@ -1068,7 +1125,8 @@ impl Core {
 
 #[cfg(test)]
 mod tests {
-    use super::OrUnknown;
+    use super::{publish_due, OrUnknown, PublishDue, PUBLISH_INTERVAL};
+    use std::time::Instant;
 
     /// A verbs link does not know its MPA revision or CRC: the server's
     /// log says so rather than `mpa_rev=0 crc=false`.
@@ -1078,5 +1136,21 @@ mod tests {
         assert_eq!(OrUnknown(Some(true)).to_string(), "true");
         assert_eq!(OrUnknown::<u8>(None).to_string(), "unknown");
         assert_eq!(OrUnknown::<bool>(None).to_string(), "unknown");
+    }
+
+    /// A changed state is published before a sleep at most once per
+    /// PUBLISH_INTERVAL, and a sleep ends when a held-back one is due.
+    #[test]
+    fn publication_before_a_sleep_is_rate_limited() {
+        let due = Instant::now() + PUBLISH_INTERVAL;
+        let soon = due - PUBLISH_INTERVAL / 2;
+        assert_eq!(publish_due(false, due, soon), PublishDue::Nothing);
+        assert_eq!(publish_due(false, due, due), PublishDue::Nothing);
+        assert_eq!(publish_due(true, due, soon), PublishDue::Later(due));
+        assert_eq!(publish_due(true, due, due), PublishDue::Now);
+        assert_eq!(
+            publish_due(true, due, due + 3 * PUBLISH_INTERVAL),
+            PublishDue::Now
+        );
     }
 }

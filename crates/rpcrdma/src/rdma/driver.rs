@@ -72,10 +72,7 @@ pub(crate) fn build(
 pub(crate) fn spawn(
     (shared, d): (Arc<Shared>, Driver),
 ) -> (Arc<Shared>, tokio::task::JoinHandle<()>) {
-    let client = shared.client;
-    let blocking = matches!(d, Driver::Thread(_));
-    // At info level: a server's connection events carry it.
-    let span = tracing::info_span!("rpc.rdma.conn", peer = %shared.peer, client, blocking);
+    let span = shared.span.clone();
     let h = match d {
         Driver::Thread(t) => tokio::task::spawn_blocking(move || {
             let _e = span.enter();

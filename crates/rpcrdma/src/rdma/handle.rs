@@ -93,6 +93,11 @@ pub(crate) struct Shared {
     /// A task shell's wake-up: a command takes the connection's wake-ups
     /// back from a caller waiting on it ([`TaskWake::revoke_any`]).
     pub(crate) task_wake: std::sync::OnceLock<Arc<TaskWake>>,
+    /// The connection's span (at info level: a server's connection events
+    /// carry it). A thread shell runs in it; a task shell enters it only
+    /// where it is worth its cost (see `task::spawn`), and the core's own
+    /// info-level events name it as their parent.
+    pub(crate) span: tracing::Span,
 }
 
 #[derive(Default)]
@@ -109,7 +114,10 @@ impl Shared {
         client: bool,
         wake: Option<Arc<ThreadWake>>,
     ) -> Shared {
+        let span =
+            tracing::info_span!("rpc.rdma.conn", peer = %peer, client, blocking = wake.is_some());
         Shared {
+            span,
             tx,
             is_closed: AtomicBool::new(false),
             metrics,

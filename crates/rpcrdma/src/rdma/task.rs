@@ -117,6 +117,10 @@ enum Work {
 struct Driven {
     // The AsyncFd must go before the core, whose provider owns the socket.
     afd: Option<AsyncFd<Fd>>,
+    /// The connection's waker is registered for the socket's next read
+    /// edge: the last `poll_read_ready` returned `Pending` (an edge since
+    /// then woke that waker, which sets the flag the holder looks at).
+    read_registered: bool,
     core: Core,
     rx: mpsc::UnboundedReceiver<Cmd>,
     rx_done: bool,
@@ -227,6 +231,7 @@ impl TaskShell {
         let afd = register_fd(&mut core);
         let driven = Driven {
             afd,
+            read_registered: false,
             core,
             rx,
             rx_done: false,
@@ -360,6 +365,7 @@ impl TaskShell {
                 Metrics::inc(&d.core.shared().metrics.connections);
                 d.core.relink(connected);
                 d.afd = register_fd(&mut d.core);
+                d.read_registered = false;
                 d.live = true;
                 drop(d);
                 // The first poll on the new connection makes a round.
@@ -448,7 +454,7 @@ impl TaskDrive {
         }
         #[cfg(test)]
         self.test.driver_rounds.fetch_add(1, Ordering::Relaxed);
-        match self.drive_locked(&mut d) {
+        match self.drive_locked(&mut d, None) {
             Work::Closed => Poll::Ready(()),
             Work::Sleep => Poll::Pending,
             // The flag is set and this task woken: the runtime's other
@@ -459,21 +465,22 @@ impl TaskDrive {
 
     /// Rounds by the holder of the lock (see [`Driven::work`]), between
     /// [`TaskWake::begin`] and [`TaskWake::end`]: a wake-up that came after
-    /// the last round's take means another round.
-    fn drive_locked(&self, d: &mut Driven) -> Work {
+    /// the last round's take means another round. The first round's clock
+    /// is `now` if given (a caller's, read for its call).
+    fn drive_locked(&self, d: &mut Driven, now: Option<Instant>) -> Work {
         let outer = IN_ROUND.replace(true);
         let before = d.core.delivered();
-        let r = self.rounds(d);
+        let r = self.rounds(d, now);
         d.batch = d.core.delivered() - before;
         IN_ROUND.set(outer);
         r
     }
 
-    fn rounds(&self, d: &mut Driven) -> Work {
+    fn rounds(&self, d: &mut Driven, mut now: Option<Instant>) -> Work {
         let mut cx = Context::from_waker(&self.waker);
         self.wake.begin();
         loop {
-            let r = d.work(&self.wake, &self.prov_waker, &mut cx);
+            let r = d.work(&self.wake, &self.prov_waker, &mut cx, now.take());
             if r != Work::Sleep {
                 // Whatever came meanwhile: the driver task makes the next
                 // round (after a close, it ends the connection).
@@ -493,8 +500,10 @@ impl TaskDrive {
 
     /// The direct call path: starts `cmd` (a call) from the caller's
     /// thread if the connection is free (see the module docs); gives it
-    /// back otherwise, for the command channel.
-    pub(crate) fn try_call(&self, cmd: Cmd) -> Option<Cmd> {
+    /// back otherwise, for the command channel. `now`: the caller's clock,
+    /// read for the call (its deadline), used for the call's start and the
+    /// first round (no clock read of their own).
+    pub(crate) fn try_call(&self, cmd: Cmd, now: Instant) -> Option<Cmd> {
         #[cfg(test)]
         if self.test.channel_only.load(Ordering::Relaxed) {
             return Some(cmd);
@@ -529,7 +538,7 @@ impl TaskDrive {
         // is posted meanwhile (one write and one wake-up per batch).
         let runtime = || tokio::runtime::Handle::try_current().map(|h| h.id()).ok();
         if d.core.calls_waiting() > 0 || d.batch > 1 || runtime() != d.runtime {
-            d.core.command_now(cmd);
+            d.core.command_at(now, cmd);
             drop(d);
             self.wake.wake();
             #[cfg(test)]
@@ -541,10 +550,10 @@ impl TaskDrive {
         // Active already: the provider's wake-up for the post is the
         // holder's own.
         self.wake.begin();
-        d.core.command_now(cmd);
+        d.core.command_at(now, cmd);
         IN_ROUND.set(outer);
         // The rounds confirm it and register for what comes next.
-        self.caller_rounds(d);
+        self.caller_rounds(d, Some(now));
         #[cfg(test)]
         self.test.driven.fetch_add(1, Ordering::Relaxed);
         None
@@ -555,9 +564,9 @@ impl TaskDrive {
     /// want of budget would wake the connection at once and leave itself
     /// unregistered for the round. What the rounds leave undone (busy, or
     /// the engine closed) goes to the driver task.
-    fn caller_rounds(&self, mut d: MutexGuard<'_, Driven>) -> Work {
+    fn caller_rounds(&self, mut d: MutexGuard<'_, Driven>, now: Option<Instant>) -> Work {
         let mut f = tokio::task::unconstrained(std::future::poll_fn(|_| {
-            Poll::Ready(self.drive_locked(&mut d))
+            Poll::Ready(self.drive_locked(&mut d, now))
         }));
         let mut cx = Context::from_waker(Waker::noop());
         let r = match Pin::new(&mut f).poll(&mut cx) {
@@ -643,7 +652,7 @@ impl WaitDrive for TaskDrive {
         }
         #[cfg(test)]
         self.test.waited.fetch_add(1, Ordering::Relaxed);
-        if self.caller_rounds(d) != Work::Sleep {
+        if self.caller_rounds(d, None) != Work::Sleep {
             // Busy or closed: the driver task goes on.
             self.wake.revoke(token);
         }
@@ -715,16 +724,27 @@ impl Driven {
     /// Takes the socket's readiness edges, readable and (if `writable`)
     /// writable, cleared *before* the provider reads or writes, so an
     /// arrival after its drain is a new edge; true if one was ready. The
-    /// connection's waker is registered for each one that was not.
-    fn take_edges(&mut self, cx: &mut Context<'_>, writable: bool) -> bool {
+    /// connection's waker is registered for each one that was not. With
+    /// `registered_ok`, the read edge is not looked at again while the
+    /// waker is registered for it (a holder about to let go: an edge since
+    /// the round's look at the top woke the connection, and the holder
+    /// looks at that wake-up's flag before it lets go).
+    fn take_edges(&mut self, cx: &mut Context<'_>, writable: bool, registered_ok: bool) -> bool {
         let Some(a) = self.afd.as_ref() else {
             return false;
         };
         let mut any = false;
-        if let Poll::Ready(Ok(mut g)) = a.poll_read_ready(cx) {
-            g.clear_ready();
-            self.core.note_readable();
-            any = true;
+        if !(registered_ok && self.read_registered) {
+            match a.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut g)) => {
+                    g.clear_ready();
+                    self.read_registered = false;
+                    self.core.note_readable();
+                    any = true;
+                }
+                Poll::Ready(Err(_)) => self.read_registered = false,
+                Poll::Pending => self.read_registered = true,
+            }
         }
         if writable {
             if let Poll::Ready(Ok(mut g)) = a.poll_write_ready(cx) {
@@ -741,16 +761,23 @@ impl Driven {
     /// one of them registered with `cx`, the connection's waker). A
     /// hand-written poll (rather than a `select!` per
     /// round) registers each source once and creates no futures per call.
-    fn work(&mut self, wake: &TaskWake, prov_waker: &Waker, cx: &mut Context<'_>) -> Work {
+    /// The first round's clock is `first` if given.
+    fn work(
+        &mut self,
+        wake: &TaskWake,
+        prov_waker: &Waker,
+        cx: &mut Context<'_>,
+        mut first: Option<Instant>,
+    ) -> Work {
         let mut spins = 0u32;
         loop {
             // Every source is looked at from here on: a wake-up after this
             // sets the flag again.
             wake.take();
             // One clock read per round, for every engine input of it.
-            let now = Instant::now();
+            let now = first.take().unwrap_or_else(Instant::now);
             let writable = self.core.wants_write();
-            self.take_edges(cx, writable);
+            self.take_edges(cx, writable, false);
             // The channel only when a command was flagged since the last
             // look, or the connection's waker is not registered with it
             // yet: `Shared::push` sets the flag before it sends, so a
@@ -805,9 +832,11 @@ impl Driven {
             }
             // Register for the socket's next readiness edge: the one taken
             // at the top of this round took its waker (and a round that
-            // read without producing work never looked again). Likewise for
-            // writability while output waits for room.
-            if self.take_edges(cx, wait.writable) {
+            // read without producing work never looked again); not again
+            // when that look registered the waker (one `poll_read_ready`
+            // less per sleep). Likewise for writability while output waits
+            // for room.
+            if self.take_edges(cx, wait.writable, true) {
                 continue;
             }
             let Some(want) = wait.deadline else {
@@ -880,11 +909,36 @@ impl Driven {
 /// yields by itself, [`BUSY_SPINS`], and a budget-forced `Pending` from its
 /// fd, channel or timer would leave that source unregistered for the
 /// round).
+///
+/// The connection's `span` is entered around a poll only while debug
+/// events can be enabled ([`debug_on`], one load of the global maximum
+/// level): entering and leaving it on every poll cost
+/// ~200 user-space instructions per NULL call at the command line's
+/// default info level (the subscriber's span stack and reference counts),
+/// where the only events under it are the connection's own, which name it
+/// as their parent (`Core`); with `-v`/`RUST_LOG=debug` every event of the
+/// task is in the span as before. (Rounds made by a client's callers never
+/// ran in it.)
 pub(crate) fn spawn(shell: TaskShell, span: tracing::Span) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(tokio::task::unconstrained(tracing::Instrument::instrument(
-        shell.run(),
-        span,
-    )))
+    let run = shell.run();
+    tokio::spawn(tokio::task::unconstrained(async move {
+        let mut run = std::pin::pin!(run);
+        std::future::poll_fn(|cx| {
+            if debug_on() {
+                let _e = span.enter();
+                run.as_mut().poll(cx)
+            } else {
+                run.as_mut().poll(cx)
+            }
+        })
+        .await
+    }))
+}
+
+/// True while some subscriber may take debug events.
+fn debug_on() -> bool {
+    use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
+    STATIC_MAX_LEVEL >= LevelFilter::DEBUG && LevelFilter::current() >= LevelFilter::DEBUG
 }
 
 #[cfg(test)]

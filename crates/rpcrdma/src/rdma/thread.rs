@@ -128,7 +128,11 @@ impl ThreadShell {
     /// `deadline` passes. Spurious returns are fine: the caller makes a
     /// round after each.
     pub(crate) fn wait(&mut self, deadline: Option<Instant>) {
-        self.core.publish_stale();
+        // A state changed but published less than PUBLISH_INTERVAL ago is
+        // published when that interval is over: a sleep in poll(2) ends
+        // then; a receive call's timeout is left alone (a new one is a
+        // system call), so its tick ends it at the latest.
+        let publish_at = self.core.publish_stale();
         // Sleep in the socket's receive call (one system call instead of
         // poll(2) and a read) when nothing but the socket can bring work:
         // always at a blocking client (only its own thread queues
@@ -176,6 +180,11 @@ impl ThreadShell {
                 return;
             }
         }
+        let until = match (until, publish_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout = until.map(|t| t.saturating_duration_since(self.core.now()));
         let write = self.core.wants_write();
         let (sock, woken) = self
             .wake
@@ -206,7 +215,7 @@ impl ThreadShell {
                 // long time: publish now and then anyway.
                 busy_rounds += 1;
                 if busy_rounds.is_multiple_of(64) {
-                    self.core.publish_stale();
+                    let _ = self.core.publish_stale();
                 }
             }
         }

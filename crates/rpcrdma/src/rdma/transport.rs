@@ -157,25 +157,28 @@ impl RdmaClientTransport {
     ) -> Result<ReplyReceiver, TransportError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let drive = self.drive.upgrade();
-        self.start(call, deadline, ReplySink::Channel(tx), drive.as_ref())?;
+        let now = std::time::Instant::now();
+        self.start(call, deadline, now, ReplySink::Channel(tx), drive.as_ref())?;
         Ok(rx)
     }
 
     /// [`RdmaClientTransport::start_call`], the outcome waited for in a
     /// slot by a future that drives the connection itself while the call
     /// is its only one ([`ReplyWait`]: no `oneshot`, and no hand-off to the
-    /// driver task for the reply).
+    /// driver task for the reply). `now`: the caller's clock, read for the
+    /// deadline (the call starts at it, without a clock read of its own).
     pub(crate) fn start_call_waiting(
         &self,
         call: AttemptRef<'_>,
         deadline: Option<std::time::Instant>,
+        now: std::time::Instant,
     ) -> Result<ReplyWait, TransportError> {
         let (tx, slot) = crate::slot::slot();
         let drive = self.drive.upgrade();
         // Counted among the connection's waiters before the call starts
         // (a lone waiter then leaves the connection to the driver task).
         let wait = ReplyWait::new(slot, drive.as_ref());
-        self.start(call, deadline, ReplySink::Slot(tx), drive.as_ref())?;
+        self.start(call, deadline, now, ReplySink::Slot(tx), drive.as_ref())?;
         Ok(wait)
     }
 
@@ -183,6 +186,7 @@ impl RdmaClientTransport {
         &self,
         call: AttemptRef<'_>,
         deadline: Option<std::time::Instant>,
+        now: std::time::Instant,
         tx: ReplySink,
         drive: Option<&Arc<TaskDrive>>,
     ) -> Result<(), TransportError> {
@@ -198,7 +202,7 @@ impl RdmaClientTransport {
             deadline,
         };
         let queued = match drive {
-            Some(d) => d.try_call(cmd),
+            Some(d) => d.try_call(cmd, now),
             None => Some(cmd),
         };
         if let Some(cmd) = queued {
