@@ -7,7 +7,7 @@
 //! any timer sits in tokio's wheel every park of the runtime reads the
 //! clock a second time and scans the wheel for its next expiration, though
 //! the deadline, seconds away, almost never fires (a reply comes first).
-//! That cost ~300 user-space instructions per small call on an async
+//! That cost ~200 user-space instructions per small call on an async
 //! client (BENCHMARKS.md, "Tenth pass: the async client"). Here a
 //! connection keeps at most one entry, moved only when its next deadline
 //! gets earlier (deadlines of calls made with one timeout only get later),

@@ -140,10 +140,10 @@ impl QueuePair {
     /// buffer next: small right after a large FPDU payload went straight to
     /// memory (so the next large payload can too), or while the oldest
     /// outstanding RDMA Read awaits the first segment of a Read Response
-    /// longer than the read-ahead (its first header then comes with a
-    /// little payload, and one direct read takes the rest: see
-    /// `qp/direct.rs`; a 1 MiB Read Response took a read-ahead of 72 KiB,
-    /// copied to the sink); [`READ_AHEAD`] otherwise.
+    /// over 16 KiB (its first header then comes with a little payload, and
+    /// one direct read takes the rest: see `qp/direct.rs`; a 1 MiB Read
+    /// Response took a read-ahead of 72 KiB, copied to the sink, a 64 KiB
+    /// one all of it); [`READ_AHEAD`] otherwise.
     pub fn suggested_read_len(&self) -> usize {
         if self.rx.state != RxState::Payload
             && (self.rx.last_was_large || self.awaits_large_read_response())
