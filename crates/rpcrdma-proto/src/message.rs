@@ -213,10 +213,15 @@ impl Message {
     /// Overwrites the first word of the message (an RPC message's XID)
     /// when the first piece is inline and at least a word long; the piece's
     /// buffer is copied only when it is shared (a received reply's is
-    /// not). A runtime that numbers calls its own way puts its XID back
-    /// into a reply the engine delivered under the wire XID.
+    /// not), and not at all when the word already is `xid`. A runtime
+    /// that numbers calls its own way puts its XID back into a reply the
+    /// engine delivered under the wire XID.
     pub fn set_xid(&mut self, xid: u32) {
         if let Some(Piece::Inline(b)) = self.pieces.first_mut() {
+            if b.get(..4) == Some(&xid.to_be_bytes()[..]) {
+                // Already so (the engine used the caller's XID): no copy.
+                return;
+            }
             if b.len() >= 4 {
                 let mut m = BytesMut::from(std::mem::take(b));
                 if let Some(w) = m.get_mut(..4) {

@@ -22,7 +22,7 @@ use super::{QueuePair, WrState};
 /// costs about what copying 16 KiB does here (~0.4 µs). WRITE 64 KiB
 /// (Read chunk), task mode, client and server on CPU 0, four interleaved
 /// rounds: 6 → 7 system calls per call on the server, CPU per call
-/// (client + server) 43.7–46.4 → 42.3–43.6 µs (BENCHMARKS.md, eleventh
+/// (client + server) 43.7–46.4 → 42.3–43.6 µs (BENCHMARKS.md, tenth
 /// pass).
 const HEADER_FIRST_READ_MIN: usize = 16 << 10;
 

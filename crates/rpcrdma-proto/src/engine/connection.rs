@@ -287,12 +287,11 @@ impl Connection {
         // The header is decoded in place, in the receive buffer;
         // only the RPC message that follows it is copied out (it
         // becomes the message handed to the upper layer).
-        // A server's received messages (calls) are carved from the
-        // connection's block when small (`arena`); a client's (replies) get
-        // a buffer of their own, which the runtime rewrites in place (its
-        // XID in place of the wire XID: `Message::set_xid` copies a shared
-        // buffer).
-        let carve = self.config.role == Role::Server;
+        // Small received messages (calls, replies) are carved from the
+        // connection's block (`arena`). A reply's XID is the caller's own
+        // (`Requester::wire_xid`), so a runtime that puts its XID back
+        // (`Message::set_xid`) finds it there and copies nothing.
+        let carve = true;
         let received = &mut self.res.received;
         let data = p.region(&mr).ok().and_then(|b| b.get(..len)).map(|b| {
             let framing = self.setup.framing_for(b);

@@ -20,7 +20,9 @@ use super::marshal::pad4;
 use super::plan::Reform;
 use super::resources::Mrs;
 use super::timer::Deadlines;
-use super::{CallError, CallFailure, CallId, Config, ConnectionError, Event, OutgoingCall, Piece};
+use super::{
+    CallError, CallFailure, CallId, Config, ConnectionError, Event, Message, OutgoingCall, Piece,
+};
 use crate::provider::{MemoryRegion, Provider};
 
 mod reply;
@@ -97,6 +99,36 @@ impl Requester {
     }
 
     /// A boxed call: a spare box refilled in place, or a new one.
+    /// The wire XID of a new call: the caller's own (the first word of
+    /// its message, where an RPC call has its XID) when it is not 0 and no
+    /// call of ours on this connection, sent or queued, has it — a runtime
+    /// that numbers its calls then gets each reply under its own XID, with
+    /// nothing to rewrite; else the next of our own numbers that none has.
+    /// Either way the XIDs of our unfinished calls stay distinct.
+    pub(super) fn wire_xid(&mut self, m: &Message) -> u32 {
+        let own = match m.pieces().first() {
+            Some(Piece::Inline(b)) => b
+                .get(..4)
+                .map_or(0, |w| u32::from_be_bytes([w[0], w[1], w[2], w[3]])),
+            _ => 0,
+        };
+        if own != 0 && !self.xid_in_use(own) {
+            return own;
+        }
+        loop {
+            let xid = self.next_xid;
+            self.next_xid = self.next_xid.wrapping_add(1);
+            if !self.xid_in_use(xid) {
+                return xid;
+            }
+        }
+    }
+
+    /// A call of ours, sent or queued, has `xid`.
+    fn xid_in_use(&self, xid: u32) -> bool {
+        self.calls.contains_key(&xid) || self.queue.iter().any(|c| c.xid == xid)
+    }
+
     pub(super) fn boxed(
         &mut self,
         id: CallId,
@@ -445,8 +477,7 @@ impl Connection {
         }
         let id = CallId(self.req.next_id);
         self.req.next_id += 1;
-        let xid = self.req.next_xid;
-        self.req.next_xid = self.req.next_xid.wrapping_add(1);
+        let xid = self.req.wire_xid(&call.message);
         let call = self.req.boxed(id, xid, call, false);
         if self.req.queue.is_empty() && self.can_send() {
             // What `pump` would do with the call at the front of an empty
