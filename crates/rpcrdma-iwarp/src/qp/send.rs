@@ -99,6 +99,24 @@ impl Chunk {
     }
 }
 
+/// A Send work request's RDMAP opcode and the STag it invalidates (0:
+/// none); `None` for any other work request.
+fn send_opcode(op: &SendOp) -> Option<(Opcode, u32)> {
+    Some(match *op {
+        SendOp::Send { solicited: false } => (Opcode::SEND, 0),
+        SendOp::Send { solicited: true } => (Opcode::SEND_SE, 0),
+        SendOp::SendWithInvalidate {
+            solicited: false,
+            invalidate,
+        } => (Opcode::SEND_INVALIDATE, invalidate.0),
+        SendOp::SendWithInvalidate {
+            solicited: true,
+            invalidate,
+        } => (Opcode::SEND_SE_INVALIDATE, invalidate.0),
+        _ => return None,
+    })
+}
+
 fn inline(data: &[u8]) -> Chunk {
     let mut buf = [0u8; 24];
     let n = data.len().min(24);
@@ -195,18 +213,8 @@ impl QueuePair {
         if !matches!(self.state, QpState::Established) {
             return Err(ProviderError::NotConnected);
         }
-        let (opcode, inval) = match op {
-            SendOp::Send { solicited: false } => (Opcode::SEND, 0),
-            SendOp::Send { solicited: true } => (Opcode::SEND_SE, 0),
-            SendOp::SendWithInvalidate {
-                solicited: false,
-                invalidate,
-            } => (Opcode::SEND_INVALIDATE, invalidate.0),
-            SendOp::SendWithInvalidate {
-                solicited: true,
-                invalidate,
-            } => (Opcode::SEND_SE_INVALIDATE, invalidate.0),
-            _ => return Err(ProviderError::InvalidArgument("a staged WR must be a Send")),
+        let Some((opcode, inval)) = send_opcode(&op) else {
+            return Err(ProviderError::InvalidArgument("a staged WR must be a Send"));
         };
         if len as u64 > u64::from(self.caps.max_msg_size) {
             return Err(ProviderError::TooLong);
@@ -457,19 +465,7 @@ impl QueuePair {
         }
         let i = usize::try_from(seq.checked_sub(self.sq_front_seq)?).ok()?;
         let w = self.sq.get_mut(i)?;
-        let (opcode, inval) = match w.op {
-            SendOp::Send { solicited: false } => (Opcode::SEND, 0),
-            SendOp::Send { solicited: true } => (Opcode::SEND_SE, 0),
-            SendOp::SendWithInvalidate {
-                solicited: false,
-                invalidate,
-            } => (Opcode::SEND_INVALIDATE, invalidate.0),
-            SendOp::SendWithInvalidate {
-                solicited: true,
-                invalidate,
-            } => (Opcode::SEND_SE_INVALIDATE, invalidate.0),
-            _ => return None,
-        };
+        let (opcode, inval) = send_opcode(&w.op)?;
         let len = w.len as usize;
         let mulpdu = usize::from(self.params.mulpdu.max(64));
         let ulpdu_len = UNTAGGED_HEADER_LEN + len;
