@@ -924,17 +924,7 @@ async fn serve_conn(
                     room: ReplyRoom::UNBOUNDED,
                 });
             }
-            Some((xid, 1)) => {
-                Metrics::inc(&metrics.backchannel_unsupported);
-                tracing::debug!(
-                    xid,
-                    "reply on a TCP server connection dropped (no backchannel)"
-                );
-            }
-            _ => {
-                Metrics::inc(&metrics.garbage_messages);
-                tracing::debug!(len = rec.len(), "undecodable record dropped");
-            }
+            other => drop_non_call(&metrics, other, rec.len()),
         }
     }
     drop(rd);
@@ -955,6 +945,25 @@ async fn serve_conn(
 /// The record-marking error type, re-exported for matching on
 /// [`TransportError::Framing`].
 pub type FramingError = RecordError;
+
+/// Counts and logs a record a TCP server connection does not dispatch: a
+/// reply (`peek` gave message type 1: no backchannel over TCP) or a record
+/// that is not an RPC message at all.
+pub(crate) fn drop_non_call(metrics: &Metrics, peeked: Option<(u32, u32)>, len: usize) {
+    match peeked {
+        Some((xid, 1)) => {
+            Metrics::inc(&metrics.backchannel_unsupported);
+            tracing::debug!(
+                xid,
+                "reply on a TCP server connection dropped (no backchannel)"
+            );
+        }
+        _ => {
+            Metrics::inc(&metrics.garbage_messages);
+            tracing::debug!(len, "undecodable record dropped");
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -44,7 +44,7 @@ use tokio::sync::watch;
 
 use crate::message::Message;
 use crate::metrics::Metrics;
-use crate::tcp::{peek, TcpConfig};
+use crate::tcp::{drop_non_call, peek, TcpConfig};
 use crate::tcp_blocking::is_timeout;
 use crate::tcp_sync::{write_record, ReadError, RecordReader, READ_BUF};
 use crate::transport::{
@@ -309,17 +309,7 @@ fn serve(
                     room: ReplyRoom::UNBOUNDED,
                 });
             }
-            Some((xid, 1)) => {
-                Metrics::inc(&metrics.backchannel_unsupported);
-                tracing::debug!(
-                    xid,
-                    "reply on a TCP server connection dropped (no backchannel)"
-                );
-            }
-            _ => {
-                Metrics::inc(&metrics.garbage_messages);
-                tracing::debug!(len = rec.len(), "undecodable record dropped");
-            }
+            other => drop_non_call(&metrics, other, rec.len()),
         }
     };
     if !why.is_empty() {
