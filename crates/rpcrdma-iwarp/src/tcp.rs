@@ -1021,6 +1021,13 @@ impl IwarpProvider {
         if self.shut_wr {
             return;
         }
+        if !lone_only && !self.qp.has_output() {
+            // Nothing to frame or send (a pass after a message came in):
+            // what `transmit` returns then, without its passes over the
+            // empty output queue.
+            self.written(Ok(0));
+            return;
+        }
         let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
         let dontwait = self.dontwait;
         let write = |slices: &[IoSlice<'_>]| sock_write(sock, cap, dontwait, slices);
