@@ -989,7 +989,11 @@ impl IwarpProvider {
                 self.progress_rtr();
             }
         }
-        while let Some(QpEvent::Disconnected(r)) = self.qp.poll_event() {
+        // (Checked first: a pass almost never has one.)
+        while self.qp.events_pending() {
+            let Some(QpEvent::Disconnected(r)) = self.qp.poll_event() else {
+                break;
+            };
             self.state = ConnectionState::Disconnected(r.clone());
             self.events.push_back(ConnectionEvent::Disconnected(r));
         }

@@ -215,6 +215,15 @@ impl QueuePair {
         if !matches!(self.state, QpState::Established) {
             return if self.is_closed() { total } else { 0 };
         }
+        if !self.params.recv_markers {
+            // No Markers: every octet is logical (the loop below with no
+            // limit).
+            let mut used = 0;
+            while used < total && self.rx.state != RxState::Dead {
+                used += self.consume(&data[used..]);
+            }
+            return used;
+        }
         while !data.is_empty() && self.rx.state != RxState::Dead {
             if self.params.recv_markers && self.rx.pos.is_multiple_of(MARKER_INTERVAL) {
                 // Collect the Marker.

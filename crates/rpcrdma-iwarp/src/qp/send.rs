@@ -351,11 +351,13 @@ impl QueuePair {
         );
         let start = self.stage.len();
         self.stage.reserve(fpdu_len);
-        let mut head = [0u8; 2 + UNTAGGED_HEADER_LEN];
-        head[2..].copy_from_slice(&hdr);
-        self.stage.extend_from_slice(&head);
-        let payload = self.stage.len();
+        // ULPDU_Length (written by `frame_in_place`), header and payload
+        // in one resize; the header copied in, the payload filled.
+        let payload = start + 2 + UNTAGGED_HEADER_LEN;
         self.stage.resize(payload + len, 0);
+        if let Some(h) = self.stage.get_mut(start + 2..payload) {
+            h.copy_from_slice(&hdr);
+        }
         if let Some(d) = self.stage.get_mut(payload..) {
             fill(d);
         }
