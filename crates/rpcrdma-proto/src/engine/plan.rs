@@ -93,6 +93,27 @@ fn placeholders(lens: &[u32]) -> WriteList {
         .collect()
 }
 
+/// True when [`plan_call`] plans exactly an inline call offering no reply
+/// resources (no Write chunk, no Reply chunk): the first transmission of a
+/// call whose header with three empty lists plus its whole XDR stream fits
+/// the send threshold, and whose largest reply fits the receive threshold
+/// after such a header (or a backchannel call, which offers none). Every
+/// small call; the engine then builds neither the plan nor chunk lists
+/// (pinned to `plan_call` by a proptest).
+#[inline]
+pub(super) fn plain_call(
+    params: &Params,
+    backchannel: bool,
+    stream_len: usize,
+    reply_max: u32,
+    reform: Reform,
+) -> bool {
+    let min_hdr = params.framing.min_msg_header_len();
+    reform == Reform::NONE
+        && (backchannel || min_hdr + reply_max as usize <= params.recv_threshold)
+        && min_hdr + stream_len <= params.send_threshold
+}
+
 /// Plans a call. A backchannel call (`backchannel`) is inline or nothing
 /// (RFC 8167 section 5.3 leaves chunks to the upper layer binding; the
 /// NFSv4.1 backchannel needs none) and offers no reply resources.
@@ -629,6 +650,60 @@ mod tests {
                     prop_assert!(len > send);
                 }
                 Err(e) => prop_assert!(false, "{e:?}"),
+            }
+        }
+
+        /// `plain_call` says yes exactly when `plan_call` plans an inline
+        /// call without reply resources, whatever the thresholds, the
+        /// call's pieces, its largest reply and an earlier error report's
+        /// reform (the fast path against the general one).
+        #[test]
+        fn a_plain_call_is_what_plan_call_plans_inline_without_chunks(
+            pieces in pieces(),
+            send in thr(),
+            recv in thr(),
+            backchannel: bool,
+            v2: bool,
+            reply_max in prop_oneof![0u32..2000, 0u32..100000],
+            results in proptest::collection::vec(prop_oneof![0u32..100, 0u32..70000], 0..4),
+            reform in (any::<bool>(), any::<bool>(), any::<bool>(), 0u8..4).prop_map(
+                |(long, no_writes, reply_chunk, none)| if none > 0 {
+                    Reform::NONE
+                } else {
+                    Reform { long, no_writes, reply_chunk }
+                }
+            ),
+            near_send in proptest::option::of(-1isize..=1),
+            near_recv in proptest::option::of(-1isize..=1),
+        ) {
+            let mut p = params(send, recv);
+            if v2 {
+                p.framing = Framing::V2;
+            }
+            let mut l = lens(&pieces, reply_max, &results);
+            l.reform = reform;
+            // Thresholds at, just under and just over what a plain call
+            // and its largest reply need.
+            let min_hdr = p.framing.min_msg_header_len() as isize;
+            let at = |need: isize, d: isize| (need + d).max(0) as usize;
+            if let Some(d) = near_send {
+                p.send_threshold = at(min_hdr + l.stream_len as isize, d);
+            }
+            if let Some(d) = near_recv {
+                p.recv_threshold = at(min_hdr + reply_max as isize, d);
+            }
+            let fast = plain_call(&p, backchannel, l.stream_len, reply_max, reform);
+            let general = matches!(
+                plan_call(&p, backchannel, l),
+                Ok(CallPlan { form: CallForm::Inline, ref write_lens, reply_len: None })
+                    if write_lens.is_empty()
+            );
+            // (Only a reform can make the general plan inline and plain
+            // while the fast one declines: it is never taken for one.)
+            if reform == Reform::NONE {
+                prop_assert_eq!(fast, general);
+            } else {
+                prop_assert!(!fast);
             }
         }
 
