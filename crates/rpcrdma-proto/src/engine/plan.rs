@@ -289,6 +289,42 @@ pub(super) fn plan_reply(
     stream_len: usize,
     ddp: &[(usize, DdpItem)],
 ) -> Option<ReplyPlan> {
+    if plain_reply(params, writes, reply, stream_len) {
+        return Some(ReplyPlan {
+            form: ReplyForm::Inline,
+            chunks: ChunkLists::empty(),
+            written: Vec::new(),
+            writes: Vec::new(),
+        });
+    }
+    plan_reply_general(params, writes, reply, stream_len, ddp)
+}
+
+/// True when the call offered no Write chunk and no Reply chunk and the
+/// whole reply fits inline after a header with three empty lists: what
+/// [`plan_reply_general`] plans then (inline, nothing echoed, nothing
+/// written) without its loops and lists (every small reply; pinned to it
+/// by a proptest).
+#[inline]
+fn plain_reply(
+    params: &Params,
+    writes: &WriteList,
+    reply: Option<&WriteChunk>,
+    stream_len: usize,
+) -> bool {
+    writes.is_empty()
+        && reply.is_none()
+        && params.framing.min_msg_header_len() + stream_len <= params.send_threshold
+}
+
+/// [`plan_reply`] for every reply.
+fn plan_reply_general(
+    params: &Params,
+    writes: &WriteList,
+    reply: Option<&WriteChunk>,
+    stream_len: usize,
+    ddp: &[(usize, DdpItem)],
+) -> Option<ReplyPlan> {
     let framing = params.framing;
     let thr = params.send_threshold;
     // DDP results into the Write chunks, in order.
@@ -756,6 +792,49 @@ mod tests {
     }
 
     proptest! {
+        /// `plain_reply` says yes exactly when the general planner plans
+        /// an inline reply with nothing echoed and nothing written, and
+        /// `plan_reply` then gives that same plan (the fast path against
+        /// the general one), at thresholds around the boundary too.
+        #[test]
+        fn a_plain_reply_is_what_the_general_plan_gives(
+            pieces in pieces(),
+            send in thr(),
+            v2: bool,
+            near in proptest::option::of(-1isize..=1),
+            writes in proptest::collection::vec(arb_chunk(), 0..2),
+            reply in proptest::option::of(arb_chunk()),
+            bare in any::<bool>(),
+        ) {
+            let mut p = params(send, 4096);
+            if v2 {
+                p.framing = Framing::V2;
+            }
+            let (writes, reply): (WriteList, _) = if bare {
+                (WriteList::new(), None)
+            } else {
+                (writes.into_iter().collect(), reply)
+            };
+            let (stream_len, ddp) = marshal::layout(&pieces);
+            if let Some(d) = near {
+                let need = (p.framing.min_msg_header_len() + stream_len) as isize;
+                p.send_threshold = (need + d).max(0) as usize;
+            }
+            let fast = plain_reply(&p, &writes, reply.as_ref(), stream_len);
+            let general = plan_reply_general(&p, &writes, reply.as_ref(), stream_len, &ddp);
+            let plain = general.as_ref().is_some_and(|g| {
+                g.form == ReplyForm::Inline
+                    && g.chunks == ChunkLists::empty()
+                    && g.written.is_empty()
+                    && g.writes.is_empty()
+            });
+            prop_assert_eq!(fast, plain && writes.is_empty() && reply.is_none());
+            prop_assert_eq!(
+                plan_reply(&p, &writes, reply.as_ref(), stream_len, &ddp),
+                general
+            );
+        }
+
         /// A reply plan echoes every chunk offered (same segments, each
         /// length no more than offered), writes each DDP item it moves in
         /// full into its own chunk, sends the rest inline when it fits and
