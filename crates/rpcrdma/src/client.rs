@@ -248,12 +248,25 @@ impl From<EncodeError> for RpcError {
 pub struct Reply {
     /// The XID.
     pub xid: u32,
-    /// The server's verifier.
-    pub verf: OpaqueAuth,
+    /// The server's verifier; `None`: AUTH_NONE with an empty body (boxed
+    /// otherwise: a reply, and the `Result` each layer returns it in, stays
+    /// small enough to move without a `memcpy` call).
+    verf: Option<Box<OpaqueAuth>>,
     results: Message,
 }
 
 impl Reply {
+    /// The server's verifier.
+    pub fn verf(&self) -> &OpaqueAuth {
+        static NONE: OpaqueAuth = OpaqueAuth::none();
+        self.verf.as_deref().unwrap_or(&NONE)
+    }
+
+    /// `verf` as [`Reply`] keeps it.
+    fn thin_verf(verf: OpaqueAuth) -> Option<Box<OpaqueAuth>> {
+        (verf != OpaqueAuth::none()).then(|| Box::new(verf))
+    }
+
     /// The procedure results (after the RPC header): inline XDR and, over
     /// RDMA, the data received by direct placement into each Write chunk
     /// ([`Message::results`]), which [`MessageReader::ddp_opaque`] places.

@@ -2,7 +2,7 @@
 //! the error a refused or failed call is (RFC 5531 §9).
 
 use rpcrdma_proto::wire::rpc::{
-    AcceptedStatus, MsgBody, OpaqueAuth, RejectedReply, ReplyBody, RpcMsg, SUCCESS_HEADER_LEN,
+    AcceptedStatus, MsgBody, RejectedReply, ReplyBody, RpcMsg, SUCCESS_HEADER_LEN,
 };
 use rpcrdma_proto::{DecodeError, Limits};
 
@@ -41,7 +41,7 @@ pub(super) fn decode_reply(
     if is_success_none(&reply) {
         return Ok(Reply {
             xid,
-            verf: OpaqueAuth::none(),
+            verf: None,
             results: reply
                 .into_split_inline_prefix(SUCCESS_HEADER_LEN)
                 .unwrap_or_default(),
@@ -89,7 +89,7 @@ fn decode_reply_general(
                 let results = reply.into_split_inline_prefix(hdr_len).unwrap_or_default();
                 return Ok(Reply {
                     xid,
-                    verf: a.verf,
+                    verf: Reply::thin_verf(a.verf),
                     results,
                 });
             }
@@ -114,6 +114,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use proptest::prelude::*;
+    use rpcrdma_proto::wire::rpc::OpaqueAuth;
     use rpcrdma_proto::XdrEncode;
 
     /// What a decode gave, comparable (and the error counters it moved).
@@ -125,7 +126,7 @@ mod tests {
         let r = f(7, m.clone(), &Limits::DEFAULT, &metrics);
         format!(
             "{:?} {:?}",
-            r.map(|r| (r.xid, r.verf, r.results)),
+            r.map(|r| (r.xid, r.verf().clone(), r.results)),
             metrics.snapshot()
         )
     }
@@ -183,7 +184,7 @@ mod tests {
         assert!(is_success_none(&m));
         let r = decode_reply(99, m.clone(), &Limits::DEFAULT, &Metrics::default()).unwrap();
         assert_eq!(r.results.flatten(), Bytes::from_static(&[0, 0, 0, 5]));
-        assert_eq!(r.verf, OpaqueAuth::none());
+        assert_eq!(r.verf(), &OpaqueAuth::none());
         let mut err = RpcMsg::garbage_args(99).to_vec().unwrap();
         err.truncate(24);
         assert!(!is_success_none(&Message::inline(err)));
