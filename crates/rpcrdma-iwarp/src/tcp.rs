@@ -63,6 +63,9 @@ use crate::rtr::{self, ReadRtr, Step};
 use crate::TerminateCode;
 
 /// Octets of read-ahead buffer (one per thread, see [`with_rbuf`]).
+#[path = "tcp_sendfile.rs"]
+mod sendfile;
+
 const RBUF: usize = crate::qp::READ_AHEAD;
 
 thread_local! {
@@ -503,9 +506,11 @@ impl IwarpProvider {
         sock.set_nodelay(true)?;
         sock.set_nonblocking(true)?;
         crate::congestion::on_established(&sock, cfg);
+        let mut qp = QueuePair::new(caps, key_base);
+        qp.set_file_sends(sendfile::enabled());
         Ok(IwarpProvider {
             sock,
-            qp: QueuePair::new(caps, key_base),
+            qp,
             hs: None,
             state: ConnectionState::Idle,
             events: VecDeque::new(),
@@ -1023,6 +1028,14 @@ impl IwarpProvider {
         }
         let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
         let dontwait = self.dontwait;
+        if !lone_only && qp.has_files() {
+            let r = qp.transmit_files(&mut sendfile::SockSink {
+                sock,
+                cap,
+                dontwait,
+            });
+            return self.after_write(r);
+        }
         let write = |slices: &[IoSlice<'_>]| sock_write(sock, cap, dontwait, slices);
         let r = if lone_only {
             match qp.transmit_lone(write) {
@@ -1032,6 +1045,12 @@ impl IwarpProvider {
         } else {
             qp.transmit(write)
         };
+        self.after_write(r);
+    }
+
+    /// After handing output to TCP: the write-blocked flag, a lost
+    /// transport, and after a Terminate or a close the FIN.
+    fn after_write(&mut self, r: io::Result<usize>) {
         match r {
             Ok(_) => self.write_blocked = self.qp.has_output(),
             Err(_) => {
@@ -1142,6 +1161,7 @@ impl IwarpProvider {
         }
         self.sock.set_nonblocking(!on)?;
         self.dontwait = on;
+        self.qp.set_file_sends(!on && sendfile::enabled());
         self.confirm_due = true;
         self.rcv_timeout = None;
         Ok(())
@@ -1287,6 +1307,17 @@ impl Provider for IwarpProvider {
         access: rpcrdma_proto::provider::Access,
     ) -> Result<MemoryRegion, ProviderError> {
         self.qp.register_shared(buf, access)
+    }
+
+    fn register_file(
+        &mut self,
+        range: &rpcrdma_proto::provider::FileRange,
+    ) -> Result<MemoryRegion, ProviderError> {
+        self.qp.register_file(range)
+    }
+
+    fn sends_files(&self) -> bool {
+        self.qp.sends_files()
     }
 
     fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {

@@ -87,11 +87,13 @@ use crate::mpa::fpdu::{FpduSender, FramingConfig, MULPDU_MAX};
 use crate::rdmap::TerminateMessage;
 
 mod direct;
+mod file_tx;
 mod read;
 mod recv;
 mod send;
 mod terminate;
 
+pub use file_tx::TxSink;
 use read::{OutRead, RespJob};
 use recv::{Rx, RxState};
 pub use recv::{DIRECT_TAIL_MAX, READ_AHEAD};
@@ -261,6 +263,8 @@ pub struct QueuePair {
     events: VecDeque<QpEvent>,
     solicited: bool,
     stats: QpStats,
+    /// File registrations (RDMA Writes sent from a file).
+    files: file_tx::Files,
 }
 
 impl std::fmt::Debug for QueuePair {
@@ -328,6 +332,7 @@ impl QueuePair {
             events: VecDeque::new(),
             solicited: false,
             stats: QpStats::default(),
+            files: file_tx::Files::default(),
         }
     }
 
@@ -445,7 +450,9 @@ impl QueuePair {
     /// Ends a registration; `Busy` while a WR or a queued Read Response
     /// references the region.
     pub fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
-        self.mem.deregister(mr)
+        let b = self.mem.deregister(mr)?;
+        self.forget_file(mr);
+        Ok(b)
     }
 
     /// The region's bytes (`Busy` while a Receive or Read sink holds it).
@@ -494,6 +501,7 @@ impl QueuePair {
         if self.send_outstanding >= self.caps.max_send_wr {
             return Err(ProviderError::QueueFull);
         }
+        self.files.check_send(&wr)?;
         let rules = SendRules {
             read_single_sge: true,
             read_sink_access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,

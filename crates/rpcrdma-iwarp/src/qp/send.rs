@@ -4,7 +4,9 @@
 //! completion marks, and the gather-list writer [`QueuePair::transmit`].
 //! See the [module docs](super) for the data path.
 
+use std::fs::File;
 use std::io::{self, IoSlice};
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -15,6 +17,7 @@ use crate::ddp::{self, DdpHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use crate::mpa::fpdu::{fpdu_len_without_markers, pad_len};
 use crate::rdmap::{self, Opcode, QN_SEND};
 
+use super::file_tx::ReadSink;
 use super::{QpState, QueuePair, RespJob, WrState};
 
 /// Output bytes queued before the queue pair stops framing more.
@@ -85,6 +88,13 @@ pub(super) enum Chunk {
         len: usize,
     },
     Owned(Vec<u8>),
+    /// `len` octets of a file from `offset` (an RDMA Write from a file
+    /// registration, see `file_tx`).
+    File {
+        file: Arc<File>,
+        offset: u64,
+        len: usize,
+    },
     Mark(TxMark),
 }
 
@@ -92,7 +102,7 @@ impl Chunk {
     fn len(&self) -> usize {
         match self {
             Chunk::Inline { len, .. } => usize::from(*len),
-            Chunk::Staged { len, .. } | Chunk::Mem { len, .. } => *len,
+            Chunk::Staged { len, .. } | Chunk::Mem { len, .. } | Chunk::File { len, .. } => *len,
             Chunk::Owned(v) => v.len(),
             Chunk::Mark(_) => 0,
         }
@@ -294,7 +304,10 @@ impl QueuePair {
             }
         } else {
             let total = 2 + hl + payload + pad_len(hl + payload) + 4;
-            if payload <= STAGE_PAYLOAD_MAX && self.stage.len() + total <= STAGE_MAX {
+            if payload <= STAGE_PAYLOAD_MAX
+                && self.stage.len() + total <= STAGE_MAX
+                && !self.files.any(pieces)
+            {
                 // Small: copied whole (the SGEs' bytes cannot change while
                 // the WR holds them) and framed in place, and merged with
                 // the staged FPDUs before it into one gather element.
@@ -334,7 +347,8 @@ impl QueuePair {
             self.push_chunk(inline(&head[..2 + hl]));
             for &(idx, off, len) in pieces {
                 if len > 0 {
-                    self.push_chunk(Chunk::Mem { idx, off, len });
+                    let c = self.data_chunk(idx, off, len);
+                    self.push_chunk(c);
                 }
             }
             self.push_chunk(inline(&fp.trailer[..fp.trailer_len]));
@@ -715,53 +729,51 @@ impl QueuePair {
                 Err(e) => return Err(e),
             }
         }
-        loop {
-            self.fill();
-            self.process_marks();
-            if self.out.is_empty() {
-                return Ok(total);
+        let rest = self.transmit_files(&mut ReadSink(&mut write))?;
+        Ok(total + rest)
+    }
+
+    /// Frames what can be framed and handles the marks at the front.
+    pub(super) fn fill_output(&mut self) {
+        self.fill();
+        self.process_marks();
+    }
+
+    /// The output from the front as a gather list, up to the first file
+    /// chunk (and whether one follows: `more`).
+    pub(super) fn gather(&self) -> (SmallVec<[IoSlice<'_>; MAX_GATHER]>, bool) {
+        // (Inline storage left uninitialised: no 1 KiB of stores per
+        // call.)
+        let mut slices: SmallVec<[IoSlice<'_>; MAX_GATHER]> = SmallVec::new();
+        let mut first = true;
+        for c in self.out.iter() {
+            if slices.len() == MAX_GATHER {
+                break;
             }
-            let r = {
-                // (Inline storage left uninitialised: no 1 KiB of stores
-                // per call.)
-                let mut slices: SmallVec<[IoSlice<'_>; MAX_GATHER]> = SmallVec::new();
-                let mut first = true;
-                for c in self.out.iter() {
-                    if slices.len() == MAX_GATHER {
-                        break;
-                    }
-                    let s: &[u8] = match c {
-                        Chunk::Inline { buf, len } => &buf[..usize::from(*len)],
-                        Chunk::Mem { idx, off, len } => self.mem.slice(*idx, *off, *len),
-                        Chunk::Staged { off, len } => {
-                            self.stage.get(*off..*off + *len).unwrap_or_default()
-                        }
-                        Chunk::Owned(v) => v,
-                        Chunk::Mark(_) => continue,
-                    };
-                    let s = if first {
-                        first = false;
-                        s.get(self.front_off..).unwrap_or(&[])
-                    } else {
-                        s
-                    };
-                    if !s.is_empty() {
-                        slices.push(IoSlice::new(s));
-                    }
-                }
-                write(&slices)
+            let s: &[u8] = match c {
+                Chunk::Inline { buf, len } => &buf[..usize::from(*len)],
+                Chunk::Mem { idx, off, len } => self.mem.slice(*idx, *off, *len),
+                Chunk::Staged { off, len } => self.stage.get(*off..*off + *len).unwrap_or_default(),
+                Chunk::Owned(v) => v,
+                Chunk::File { .. } => return (slices, true),
+                Chunk::Mark(_) => continue,
             };
-            match r {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    total += n;
-                    self.advance(n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(total),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            let s = if first {
+                first = false;
+                s.get(self.front_off..).unwrap_or(&[])
+            } else {
+                s
+            };
+            if !s.is_empty() {
+                slices.push(IoSlice::new(s));
             }
         }
+        (slices, false)
+    }
+
+    /// `n` octets of output were handed over.
+    pub(super) fn consume_output(&mut self, n: usize) {
+        self.advance(n);
     }
 
     /// [`QueuePair::transmit`] when, and only when, its lone-Send fast path

@@ -140,6 +140,8 @@ pub use smallvec::{smallvec, SmallVec};
 pub mod cm;
 pub mod conformance;
 pub mod fault;
+#[cfg(unix)]
+pub mod file;
 pub mod mem;
 pub mod mem_cm;
 pub mod memory;
@@ -149,6 +151,8 @@ pub use cm::{
     CmError, ConnectRequest, ConnectionManager, DropReason, LinkInfo, ListenEvent, Listener,
     PendingConnection,
 };
+#[cfg(unix)]
+pub use file::FileRange;
 
 //= rfc5044#section-7.1.1
 //# Private Data: This field may contain any value defined by ULPs or may
@@ -941,6 +945,29 @@ pub trait Provider {
             .map_err(|e| e.error)
     }
 
+    /// Registers a range of an open file as the source of RDMA Writes
+    /// (only: no remote right, never written, [`Provider::region`] need
+    /// not show its octets). A provider that can send from the file
+    /// ([`Provider::sends_files`]) sends the file's octets as they are when
+    /// they go out (see [`file`]); the default reads the range now into an
+    /// owned registration ([`Access::NONE`]), as a caller without this
+    /// method would. A file shorter than the range is refused
+    /// ([`ProviderError::InvalidArgument`]).
+    #[cfg(unix)]
+    fn register_file(&mut self, range: &FileRange) -> Result<MemoryRegion, ProviderError> {
+        let data = range
+            .read()
+            .map_err(|_| ProviderError::InvalidArgument("file range unreadable or short"))?;
+        self.register(data.into_boxed_slice(), Access::NONE)
+            .map_err(|e| e.error)
+    }
+
+    /// True if [`Provider::register_file`] sends from the file without
+    /// reading it into memory first. The default: false.
+    fn sends_files(&self) -> bool {
+        false
+    }
+
     /// Registers a receive buffer of `len` octets whose memory the provider
     /// lends (see "Receive buffers lent by the provider" in the [module
     /// docs](self)): [`Access::LOCAL_WRITE`] only, for Receive work
@@ -1144,6 +1171,13 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     }
     fn register_recv(&mut self, len: usize) -> Result<MemoryRegion, ProviderError> {
         (**self).register_recv(len)
+    }
+    #[cfg(unix)]
+    fn register_file(&mut self, range: &FileRange) -> Result<MemoryRegion, ProviderError> {
+        (**self).register_file(range)
+    }
+    fn sends_files(&self) -> bool {
+        (**self).sends_files()
     }
     fn deregister(&mut self, mr: &MemoryRegion) -> Result<Buffer, ProviderError> {
         (**self).deregister(mr)
