@@ -490,7 +490,14 @@ impl Client {
                 // RPC-over-RDMA: the transmission borrowed (the header handed
                 // over with the last one, as the blocking client does), the
                 // call ended at its deadline by the transport.
-                let wait = match rdma.start_call_waiting(call.next_ref(), deadline, now) {
+                // Started from within a poll: the slot keeps this task's
+                // waker, and a lone call's waiter is woken by the
+                // connection from the start (no look at it on its first poll).
+                let start = std::future::poll_fn(|cx| {
+                    let r = rdma.start_call_waiting(call.next_ref(), deadline, now, cx.waker());
+                    std::task::Poll::Ready(r)
+                });
+                let wait = match start.await {
                     Ok(w) => w,
                     Err(e) => break 'call Err(refused_or_transport(e)),
                 };
