@@ -894,6 +894,11 @@ impl Core {
                     room: ReplyRoom {
                         inline_threshold: self.conn.negotiated().map(|n| n.send_threshold),
                         reply_chunk: ic.reply_chunk,
+                        file_chunk: ic
+                            .write_chunks
+                            .first()
+                            .copied()
+                            .filter(|_| self.prov.sends_files()),
                     },
                 };
                 self.dispatch(&*d, ic.xid, ic.handle, call);
