@@ -14,6 +14,7 @@ use super::requester::Requester;
 use super::resources::{Op, Res};
 use super::responder::Responder;
 use super::setup::{Params, Setup};
+use super::slab::Slab;
 use super::{Config, ConnectionError, Event, Metrics, Resources, Role};
 use crate::provider::{
     Completion, ConnectionInfo, DisconnectReason, MemoryRegion, Opcode, Provider, ProviderError,
@@ -112,7 +113,7 @@ impl Connection {
         }
         let mut next = Connection::new(config);
         next.req.carry_over(&mut self.req);
-        next.resp.next_handle = self.resp.next_handle;
+        next.resp.incoming = Slab::starting_at(self.resp.incoming.seq());
         next.metrics = self.metrics;
         next.metrics.credits_granted = 0;
         next

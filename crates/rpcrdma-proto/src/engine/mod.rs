@@ -59,6 +59,7 @@ mod requester;
 mod resources;
 mod responder;
 mod setup;
+mod slab;
 mod timer;
 mod version;
 

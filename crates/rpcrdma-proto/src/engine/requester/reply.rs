@@ -116,13 +116,18 @@ impl Connection {
             // A reply whose RPC header disagrees with its transport header
             // cannot be attributed to a call: it is dropped and counted, the
             // call keeps waiting (for a good reply, or for its timeout).
-            let head = match (d.reply_len, self.reply_mr_of(xid)) {
-                (Some(len), Some(mr)) => p
+            // (The Reply chunk's region is looked up only for a Long
+            // Reply: a Short one has its RPC header inline.)
+            let long = d
+                .reply_len
+                .and_then(|len| Some((len, self.reply_mr_of(xid)?)));
+            let head = match long {
+                Some((len, mr)) => p
                     .region(&mr)
                     .ok()
                     .and_then(|b| b.get(..(len as usize).min(8)))
                     .and_then(rpc_prefix),
-                _ => rpc_prefix(&d.inline),
+                None => rpc_prefix(&d.inline),
             };
             if head != Some((xid, MsgType::REPLY)) {
                 self.metrics.rpc_header_mismatches += 1;
@@ -243,10 +248,33 @@ impl Connection {
         inv: Option<Stag>,
         result: Result<ReplyData, CallFailure>,
     ) {
-        if self.awaiting(xid).is_none() {
+        // The call, looked up once: it must still wait for its reply.
+        let Some(call) = self
+            .req
+            .calls
+            .get_mut(&xid)
+            .filter(|c| c.state.awaits_reply())
+        else {
             self.metrics.bad_xids += 1;
             return;
+        };
+        // The Requester endpoint must ensure that memory regions
+        // associated with each RPC transaction are protected from
+        // Responder access before allowing upper-layer access to the
+        // data contained in them (RFC 8166 section 4.4.1): every chunk
+        // STag is invalidated, locally or by Send With Invalidate (the
+        // STag `inv` the reply's Send named, if it is one of the
+        // call's), before the reply is delivered.
+        let mut invs: SmallVec<[Stag; 4]> = SmallVec::new();
+        for mr in &call.chunk_mrs {
+            if inv != Some(mr.stag()) {
+                invs.push(mr.stag());
+            }
         }
+        if matches!(result, Err(CallFailure::BadReply(_))) {
+            self.metrics.bad_replies += 1;
+        }
+        call.state.replied(result, invs.len());
         //= rfc8167#section-4.1
         //# In such cases, the receiver MUST ignore the header's credit value.
         // A credit word is used only here, from a reply (or RDMA_ERROR)
@@ -265,27 +293,8 @@ impl Connection {
                     .push_back(Event::CreditsChanged { credits: new });
             }
         }
-        if result.is_err() && matches!(result, Err(CallFailure::BadReply(_))) {
-            self.metrics.bad_replies += 1;
-        }
         self.metrics.replies_received += 1;
         self.req.outstanding = self.req.outstanding.saturating_sub(1);
-        let mut invs: SmallVec<[Stag; 4]> = SmallVec::new();
-        if let Some(call) = self.req.calls.get_mut(&xid) {
-            // The Requester endpoint must ensure that memory regions
-            // associated with each RPC transaction are protected from
-            // Responder access before allowing upper-layer access to the
-            // data contained in them (RFC 8166 section 4.4.1): every chunk
-            // STag is invalidated, locally or by Send With Invalidate (the
-            // STag `inv` the reply's Send named, if it is one of the
-            // call's), before the reply is delivered.
-            for mr in &call.chunk_mrs {
-                if inv != Some(mr.stag()) {
-                    invs.push(mr.stag());
-                }
-            }
-            call.state.replied(result, invs.len());
-        }
         self.trim_deadlines(xid);
         for stag in invs {
             let wr_id = self.res.wr(Op::CallInv(xid));

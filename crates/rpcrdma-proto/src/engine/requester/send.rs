@@ -143,7 +143,8 @@ impl Connection {
     }
 
     /// Writes call `xid` (in the call map), marshalled as `m`: staged with
-    /// the provider (`Ok(None)`), or else into a Send buffer, kept in the
+    /// the provider (`Ok(None)`: its Send counts as complete at once), or
+    /// else into a Send buffer, kept in the
     /// call (`Ok(Some(..))`: the buffer and the message's length). The
     /// header and the inline part go straight into the staging memory or
     /// the buffer, the RPC XID set to this call's.
@@ -166,6 +167,7 @@ impl Connection {
             .stage_header_and_body(p, op, &m.header, body, Some(xid))
             .map_err(Unwritten::Post)?
         {
+            call.state.send_completed();
             return Ok(None);
         }
         let (mr, len) = self
@@ -419,9 +421,7 @@ impl Connection {
             (None, None) => None,
         };
         let Some((send_mr, send_len)) = send else {
-            if let Some(call) = self.req.calls.get_mut(&xid) {
-                call.state.send_completed();
-            }
+            // Staged (marked complete by `call_send_buffer`).
             self.call_posted(xid, retransmit, deadline);
             return;
         };

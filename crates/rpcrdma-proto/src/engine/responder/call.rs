@@ -246,8 +246,8 @@ impl Connection {
                 return;
             }
         };
-        let handle = self.resp.next_handle;
-        self.resp.next_handle += 1;
+        // The key the call gets below (nothing is stored before).
+        let handle = self.resp.incoming.next_key();
         let mut reads = Vec::new();
         let mut rchunks = Vec::with_capacity(groups.len());
         let mut sink_need: u64 = 0;
@@ -305,7 +305,8 @@ impl Connection {
             reply: chunks.reply,
             inv,
         };
-        self.resp.incoming.insert(handle, Box::new(call));
+        let stored = self.resp.incoming.insert(Box::new(call));
+        debug_assert_eq!(stored, handle);
         // A valid call: the peer is no longer idle.
         self.resp.idle_deadline = None;
         if sink_need == 0 {
@@ -317,7 +318,7 @@ impl Connection {
             if self
                 .resp
                 .incoming
-                .get(&handle)
+                .get(handle)
                 .is_some_and(|c| matches!(c.state, InState::Waiting { .. }))
             {
                 self.metrics.read_sink_waits += 1;
@@ -342,8 +343,6 @@ impl Connection {
             self.send_error(p, xid, ErrorReply::System);
             return;
         }
-        let handle = self.resp.next_handle;
-        self.resp.next_handle += 1;
         //= rfc8167#section-5.1
         //# Whether presented inline or as a separate chunk, the ONC RPC Call
         //# header MUST start with the same XID value that is present in the
@@ -355,17 +354,19 @@ impl Connection {
             self.send_error(p, xid, ErrorReply::Chunk);
             return;
         }
+        let write_chunks = chunks.writes.iter().map(WriteChunk::total_len).collect();
+        let reply_chunk = chunks.reply.as_ref().map(WriteChunk::total_len);
+        let call = self.resp.inline_call(xid, chunks.writes, chunks.reply, inv);
+        let handle = self.resp.incoming.insert(call);
         let ev = IncomingCall {
             handle: CallHandle(handle),
             xid,
             backchannel: self.resp.backchannel(),
             message: Message::inline(payload),
             long: false,
-            write_chunks: chunks.writes.iter().map(WriteChunk::total_len).collect(),
-            reply_chunk: chunks.reply.as_ref().map(WriteChunk::total_len),
+            write_chunks,
+            reply_chunk,
         };
-        let call = self.resp.inline_call(xid, chunks.writes, chunks.reply, inv);
-        self.resp.incoming.insert(handle, call);
         self.resp.idle_deadline = None;
         self.metrics.calls_received += 1;
         self.events.push_back(Event::CallReceived(ev));

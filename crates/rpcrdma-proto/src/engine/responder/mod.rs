@@ -21,6 +21,7 @@ use std::time::Instant;
 use super::budget::Lease;
 use super::connection::{Connection, Direction};
 use super::ids::IdMap;
+use super::slab::Slab;
 use super::timer::Deadlines;
 use super::{Config, ConnectionError, PeerError};
 use crate::provider::{Bytes, MemoryRegion, Provider};
@@ -48,11 +49,12 @@ pub(super) struct Responder {
     /// The largest grant this connection ever advertised: a requester may
     /// still be using it.
     pub(super) max_grant: u32,
-    pub(super) next_handle: u64,
-    /// Calls received and not answered, by handle. Boxed: a call is
-    /// moved into the map and out of it once per call, a `memcpy` each
-    /// otherwise.
-    pub(super) incoming: IdMap<u64, Box<InCall>>,
+    /// Calls received and not answered; a call's handle is its key here
+    /// (stored once, found by its slot: no hashing per call). Boxed: a
+    /// call moves into the table and out of it, and to `spare`, by its
+    /// pointer. A handle is never reused (the next connection's table
+    /// starts where this one stopped, see `Connection::reconnect`).
+    pub(super) incoming: Slab<Box<InCall>>,
     /// The boxes of answered calls, emptied, for the next calls: no
     /// allocation per call. At most [`SPARE_CALLS`].
     // Boxes, not values: a box moves between the map and here.
@@ -97,8 +99,7 @@ impl Responder {
             enabled: direction == Direction::Forward,
             grant,
             max_grant: grant,
-            next_handle: 1,
-            incoming: IdMap::default(),
+            incoming: Slab::default(),
             spare: Vec::new(),
             reads: VecDeque::new(),
             reads_outstanding: 0,
@@ -155,9 +156,13 @@ impl Responder {
     pub(super) fn recycle(&mut self, mut c: Box<InCall>) {
         if self.spare.len() < SPARE_CALLS {
             c.base = Bytes::new();
-            c.chunks = Vec::new();
-            c.writes = WriteList::new();
-            c.reply = None;
+            // Emptied in place (their capacity kept: bounded by the
+            // limits on chunks per call), nothing dropped when empty.
+            c.chunks.clear();
+            c.writes.clear();
+            if c.reply.is_some() {
+                c.reply = None;
+            }
             c.state = InState::Delivered;
             self.spare.push(c);
         }
@@ -335,7 +340,7 @@ impl Connection {
 
     /// The XID of received call `handle` (0 if there is none).
     pub(super) fn incoming_xid(&self, handle: u64) -> u32 {
-        self.resp.incoming.get(&handle).map_or(0, |c| c.xid)
+        self.resp.incoming.get(handle).map_or(0, |c| c.xid)
     }
 
     /// A requester may still use the largest grant we ever advertised;
@@ -372,7 +377,7 @@ impl Connection {
     /// their place in the Read-sink budget, and the reply jobs are
     /// dropped (their regions become zombies).
     pub(super) fn drop_incoming(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.resp.incoming) {
+        for (_, mut c) in self.resp.incoming.drain() {
             for rc in &mut c.chunks {
                 self.res.zombies.extend(rc.sink.take());
             }

@@ -44,7 +44,7 @@ impl Connection {
             );
             return;
         }
-        let done = match self.resp.incoming.get_mut(&handle).map(|c| &mut c.state) {
+        let done = match self.resp.incoming.get_mut(handle).map(|c| &mut c.state) {
             Some(InState::Reading { reads_left }) => {
                 *reads_left = reads_left.saturating_sub(1);
                 *reads_left == 0
@@ -79,7 +79,7 @@ impl Connection {
             let Some(&handle) = self.resp.sink_waiting.front() else {
                 break;
             };
-            let Some(need) = self.resp.incoming.get(&handle).map(|c| c.sink_need) else {
+            let Some(need) = self.resp.incoming.get(handle).map(|c| c.sink_need) else {
                 self.resp.sink_waiting.pop_front();
                 continue;
             };
@@ -90,7 +90,7 @@ impl Connection {
             let lens: Vec<usize> = self
                 .resp
                 .incoming
-                .get(&handle)
+                .get(handle)
                 .map(|c| c.chunks.iter().map(|c| c.len).collect())
                 .unwrap_or_default();
             let mut sinks: Vec<Option<MemoryRegion>> = Vec::with_capacity(lens.len());
@@ -117,7 +117,7 @@ impl Connection {
                 self.resp.lease.give_back(need);
                 self.res.zombies.extend(sinks.into_iter().flatten());
                 self.res.reap(p);
-                if let Some(call) = self.resp.incoming.remove(&handle) {
+                if let Some(call) = self.resp.incoming.remove(handle) {
                     self.send_error(p, call.xid, ErrorReply::Chunk);
                 }
                 continue;
@@ -125,7 +125,7 @@ impl Connection {
             self.resp.sink_bytes += need;
             self.metrics.max_read_sink_bytes =
                 self.metrics.max_read_sink_bytes.max(self.resp.sink_bytes);
-            let Some(call) = self.resp.incoming.get_mut(&handle) else {
+            let Some(call) = self.resp.incoming.get_mut(handle) else {
                 continue;
             };
             for (c, mr) in call.chunks.iter_mut().zip(sinks) {
@@ -161,7 +161,7 @@ impl Connection {
             let Some(sink) = self
                 .resp
                 .incoming
-                .get(&r.handle)
+                .get(r.handle)
                 .and_then(|c| c.chunks.get(r.chunk))
                 .and_then(|c| c.sink)
             else {
@@ -207,7 +207,7 @@ impl Connection {
     ) {
         let backchannel = self.resp.backchannel();
         let mut sinks = Mrs::new();
-        let Some(call) = self.resp.incoming.get_mut(&handle) else {
+        let Some(call) = self.resp.incoming.get_mut(handle) else {
             return;
         };
         let call_admitted = matches!(call.state, InState::Reading { .. });
@@ -282,7 +282,7 @@ impl Connection {
             self.metrics.calls_received += 1;
             self.events.push_back(Event::CallReceived(ev));
         } else {
-            self.resp.incoming.remove(&handle);
+            self.resp.incoming.remove(handle);
             self.metrics.rpc_header_mismatches += 1;
             self.send_error(p, xid, ErrorReply::Chunk);
         }

@@ -31,7 +31,7 @@ impl Connection {
         if let Some(e) = &self.error {
             return Err(CallError::Closed(e.clone()));
         }
-        if !matches!(self.resp.incoming.get(&handle.0), Some(c) if matches!(c.state, InState::Delivered))
+        if !matches!(self.resp.incoming.get(handle.0), Some(c) if matches!(c.state, InState::Delivered))
         {
             return Err(CallError::UnknownHandle);
         }
@@ -57,7 +57,7 @@ impl Connection {
                 });
             }
         }
-        let Some(call) = self.resp.incoming.remove(&handle.0) else {
+        let Some(call) = self.resp.incoming.remove(handle.0) else {
             return Err(CallError::UnknownHandle);
         };
         self.answer(p, call, message, stream_len, &ddp)
