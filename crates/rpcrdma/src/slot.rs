@@ -52,20 +52,33 @@ impl Slot {
     /// The outcome, `Ready(None)` once the sender is gone without one;
     /// while neither, `register` (if given) is kept to be woken, and any
     /// waker kept before is forgotten otherwise.
+    #[cfg(test)]
     pub(crate) fn poll_take(&self, register: Option<&Waker>) -> Poll<Option<Outcome>> {
+        self.poll_take_kept(register).0
+    }
+
+    /// [`Slot::poll_take`], and whether `register` was the waker kept
+    /// already (when it is `Pending`).
+    fn poll_take_kept(&self, register: Option<&Waker>) -> (Poll<Option<Outcome>>, bool) {
         let mut st = self.lock();
         if let Some(r) = st.outcome.take() {
-            return Poll::Ready(Some(r));
+            return (Poll::Ready(Some(r)), true);
         }
         if st.closed {
-            return Poll::Ready(None);
+            return (Poll::Ready(None), true);
         }
-        match register {
-            Some(w) if st.waker.as_ref().is_some_and(|o| o.will_wake(w)) => {}
-            Some(w) => st.waker = Some(w.clone()),
-            None => st.waker = None,
-        }
-        Poll::Pending
+        let kept = match register {
+            Some(w) if st.waker.as_ref().is_some_and(|o| o.will_wake(w)) => true,
+            Some(w) => {
+                st.waker = Some(w.clone());
+                false
+            }
+            None => {
+                st.waker = None;
+                false
+            }
+        };
+        (Poll::Pending, kept)
     }
 }
 
@@ -127,14 +140,37 @@ pub(crate) fn slot() -> (SlotSender, Arc<Slot>) {
     (SlotSender(Some(slot.clone())), slot)
 }
 
-/// Keeps `slot` for the next call of this thread if nobody else holds it
-/// (its sender gone); reset to a new slot's state.
-fn recycle(slot: &Arc<Slot>) {
-    if Arc::strong_count(slot) != 1 || Arc::weak_count(slot) != 0 {
-        return;
+/// [`slot`], keeping `waker` to be woken from the start (no lock: nobody
+/// else holds the slot yet).
+pub(crate) fn slot_for(waker: &Waker) -> (SlotSender, Arc<Slot>) {
+    let mut slot = FREE
+        .try_with(|f| f.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    match Arc::get_mut(&mut slot) {
+        Some(s) => s.state_mut().waker = Some(waker.clone()),
+        None => slot.lock().waker = Some(waker.clone()),
     }
-    *slot.lock() = SlotState::default();
-    slot.driving.store(false, Ordering::Relaxed);
+    (SlotSender(Some(slot.clone())), slot)
+}
+
+impl Slot {
+    /// The state of a slot nobody else holds (no lock).
+    fn state_mut(&mut self) -> &mut SlotState {
+        self.st.get_mut().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Keeps `slot` for the next call of this thread if nobody else holds it
+/// (its sender gone); reset to a new slot's state (no lock: it is this
+/// waiter's alone).
+fn recycle(slot: &mut Arc<Slot>) {
+    let Some(s) = Arc::get_mut(slot) else {
+        return;
+    };
+    *s.state_mut() = SlotState::default();
+    *s.driving.get_mut() = false;
     let _ = FREE.try_with(|f| {
         let mut f = f.borrow_mut();
         if f.len() < FREE_MAX {
@@ -157,6 +193,9 @@ pub(crate) trait WaitDrive: Send + Sync {
     /// The waiter `token` is done or dropped: it no longer counts, and the
     /// connection's own task serves its wake-ups again.
     fn release_waiter(&self, token: usize);
+    /// The waiter `token` gives the connection's wake-ups back (it still
+    /// counts): the connection's own task serves them until its next look.
+    fn give_back(&self, token: usize);
 }
 
 /// No connection to serve ([`ReplyWait::alone`]).
@@ -166,6 +205,7 @@ impl WaitDrive for NoDrive {
     fn enter_waiter(&self) {}
     fn wait_by_driving(&self, _token: usize, _waker: &Waker) {}
     fn release_waiter(&self, _token: usize) {}
+    fn give_back(&self, _token: usize) {}
 }
 
 /// Waits for a call's outcome (`None`: the driver dropped the call without
@@ -178,6 +218,10 @@ pub(crate) struct ReplyWait {
     /// Counted among the connection's waiters ([`WaitDrive::enter_waiter`];
     /// released when done or dropped).
     entered: bool,
+    /// The call's start gave this waiter the connection's wake-ups
+    /// ([`ReplyWait::delegated_at_start`]): the first poll does not look
+    /// at the connection.
+    fresh: bool,
 }
 
 impl ReplyWait {
@@ -194,6 +238,7 @@ impl ReplyWait {
             slot,
             drive,
             entered: true,
+            fresh: false,
         }
     }
 
@@ -203,13 +248,31 @@ impl ReplyWait {
             slot,
             drive: Weak::<NoDrive>::new(),
             entered: false,
+            fresh: false,
         }
     }
 
     /// This waiter's name with the connection's wake-up (unique while it
     /// lives: the slot's address).
-    fn token(&self) -> usize {
+    pub(crate) fn token(&self) -> usize {
         Arc::as_ptr(&self.slot) as usize
+    }
+
+    /// The call's start handed this waiter the connection's wake-ups, for
+    /// the waker its slot keeps (with nothing fired since its start's last
+    /// round, or the wake-up woken already): its first poll goes straight
+    /// to the slot. (A poll with another waker looks at the connection.)
+    pub(crate) fn delegated_at_start(&mut self) {
+        self.fresh = true;
+    }
+
+    /// Looks at the connection ([`WaitDrive::wait_by_driving`]): a round
+    /// this poll makes may deliver the outcome, with no wake-up of this
+    /// task for it (the slot is looked at next).
+    fn look(&self, d: &Arc<dyn WaitDrive>, waker: &Waker) {
+        self.slot.driving.store(true, Ordering::SeqCst);
+        d.wait_by_driving(self.token(), waker);
+        self.slot.driving.store(false, Ordering::SeqCst);
     }
 
     /// Leaves the connection's waiters (and gives its wake-ups back to the
@@ -229,14 +292,18 @@ impl Future for ReplyWait {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Outcome>> {
         let this = &mut *self;
         let drive = this.drive.upgrade();
-        if let Some(d) = &drive {
-            // A round this poll makes may deliver the outcome: no wake-up
-            // of this task for it (the slot is looked at next).
-            this.slot.driving.store(true, Ordering::SeqCst);
-            d.wait_by_driving(this.token(), cx.waker());
-            this.slot.driving.store(false, Ordering::SeqCst);
+        let fresh = std::mem::take(&mut this.fresh);
+        if let Some(d) = drive.as_ref().filter(|_| !fresh) {
+            this.look(d, cx.waker());
         }
-        match this.slot.poll_take(Some(cx.waker())) {
+        let mut r = this.slot.poll_take_kept(Some(cx.waker()));
+        if let Some(d) = drive.as_ref().filter(|_| fresh && !r.1 && r.0.is_pending()) {
+            // Delegated at the start to another waker: this one looks.
+            d.give_back(this.token());
+            this.look(d, cx.waker());
+            r = this.slot.poll_take_kept(Some(cx.waker()));
+        }
+        match r.0 {
             Poll::Ready(r) => {
                 this.release(drive.as_ref());
                 Poll::Ready(r)
@@ -251,7 +318,7 @@ impl Drop for ReplyWait {
         if self.entered {
             self.release(self.drive.upgrade().as_ref());
         }
-        recycle(&self.slot);
+        recycle(&mut self.slot);
     }
 }
 
@@ -322,10 +389,11 @@ mod tests {
         let first = Arc::as_ptr(&s);
         assert!(s.poll_take(Some(&w)).is_pending());
         // The sender still holds it: not kept.
-        recycle(&s);
+        let mut s = s;
+        recycle(&mut s);
         assert_eq!(FREE.with(|f| f.borrow().len()), 0);
         tx.send(Ok(Message::inline(vec![2u8; 4])));
-        recycle(&s);
+        recycle(&mut s);
         drop(s);
         assert_eq!(FREE.with(|f| f.borrow().len()), 1);
         let (tx, s) = slot();

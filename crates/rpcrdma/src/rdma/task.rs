@@ -42,7 +42,10 @@
 //! it waits ([`TaskDrive::wait_by_driving`]): the connection's wake-ups
 //! wake the caller, whose poll makes the round that receives its reply
 //! (one task wake-up per reply instead of the driver task's and then the
-//! caller's). That delegation ends when the wait ends or its future is
+//! caller's). A call started on the caller's thread as the connection's
+//! only one hands its waiter the wake-ups at once, under the lock its start
+//! holds ([`TaskDrive::try_call`]): the waiter's first poll does not look
+//! at the connection. That delegation ends when the wait ends or its future is
 //! dropped, and when another call or any command comes (which also hands
 //! a wake-up the waiter took and did not handle to the driver task), so a
 //! waiter that is never polled again holds up nothing but its own call's
@@ -500,18 +503,30 @@ impl TaskDrive {
 
     /// The direct call path: starts `cmd` (a call) from the caller's
     /// thread if the connection is free (see the module docs); gives it
-    /// back otherwise, for the command channel. `now`: the caller's clock,
-    /// read for the call (its deadline), used for the call's start and the
-    /// first round (no clock read of their own).
-    pub(crate) fn try_call(&self, cmd: Cmd, now: Instant) -> Option<Cmd> {
+    /// back otherwise (`.0`), for the command channel. `now`: the caller's
+    /// clock, read for the call (its deadline), used for the call's start
+    /// and the first round (no clock read of their own).
+    ///
+    /// `waiter`: the token and task waker of the caller's
+    /// [`crate::slot::ReplyWait`] (counted among the waiters already). When
+    /// the call starts here as the connection's only one, the waiter takes
+    /// the connection's wake-ups under the same lock, before the caller's
+    /// first poll (`.1`): that poll need not look at the connection
+    /// (no second lock, no second delegation per call).
+    pub(crate) fn try_call(
+        &self,
+        cmd: Cmd,
+        now: Instant,
+        waiter: Option<(usize, &Waker)>,
+    ) -> (Option<Cmd>, bool) {
         #[cfg(test)]
         if self.test.channel_only.load(Ordering::Relaxed) {
-            return Some(cmd);
+            return (Some(cmd), false);
         }
         let Some(mut d) = self.try_lock() else {
             #[cfg(test)]
             self.test.queued.fetch_add(1, Ordering::Relaxed);
-            return Some(cmd);
+            return (Some(cmd), false);
         };
         let core = &d.core;
         if !d.live
@@ -524,7 +539,7 @@ impl TaskDrive {
             // drives while the link is down.
             #[cfg(test)]
             self.test.queued.fetch_add(1, Ordering::Relaxed);
-            return Some(cmd);
+            return (Some(cmd), false);
         }
         // Another call: the driver task serves the connection's wake-ups
         // again (a waiter of this call may take them back, alone). Under
@@ -543,7 +558,7 @@ impl TaskDrive {
             self.wake.wake();
             #[cfg(test)]
             self.test.posted.fetch_add(1, Ordering::Relaxed);
-            return None;
+            return (None, false);
         }
         // Nothing queued or deferred before it (see above): it starts now.
         let outer = IN_ROUND.replace(true);
@@ -553,20 +568,55 @@ impl TaskDrive {
         d.core.command_at(now, cmd);
         IN_ROUND.set(outer);
         // The rounds confirm it and register for what comes next.
-        self.caller_rounds(d, Some(now));
+        let r = self.caller_rounds(&mut d, Some(now));
         #[cfg(test)]
         self.test.driven.fetch_add(1, Ordering::Relaxed);
-        None
+        let delegated = r == Work::Sleep
+            && waiter.is_some_and(|(token, waker)| self.delegate_lone(&d, token, waker));
+        self.let_go(d, r);
+        (None, delegated)
+    }
+
+    /// A lone waiter (`token`, its task's `waker`) takes the connection's
+    /// wake-ups ([`TaskWake::delegate`]) if its call is the connection's
+    /// only one, under the lock (`d`): false (and nothing delegated)
+    /// otherwise.
+    fn delegate_lone(&self, d: &Driven, token: usize, waker: &Waker) -> bool {
+        if self.waiters.load(Ordering::SeqCst) > 1 || !Self::lone_call(d) {
+            self.wake.revoke(token);
+            return false;
+        }
+        self.wake.delegate(token, waker);
+        #[cfg(test)]
+        self.test.delegations.fetch_add(1, Ordering::Relaxed);
+        // A command pushed meanwhile (its `push` revokes before it flags
+        // the channel, and again after: one of the two sees this waiter,
+        // or this look sees the flag).
+        if d.core.shared().queued.load(Ordering::SeqCst) {
+            self.wake.revoke(token);
+            return false;
+        }
+        true
+    }
+
+    /// A caller lets go of the lock after its rounds (`r`): what they left
+    /// undone (the engine closed) goes to the driver task.
+    fn let_go(&self, d: MutexGuard<'_, Driven>, r: Work) {
+        drop(d);
+        if r == Work::Closed {
+            // The driver task ends the connection (or reconnects).
+            self.wake.hand_over();
+        }
     }
 
     /// Rounds made by a caller holding the lock (`d`), outside the
     /// caller's cooperative budget: a source that returned `Pending` for
     /// want of budget would wake the connection at once and leave itself
-    /// unregistered for the round. What the rounds leave undone (busy, or
-    /// the engine closed) goes to the driver task.
-    fn caller_rounds(&self, mut d: MutexGuard<'_, Driven>, now: Option<Instant>) -> Work {
+    /// unregistered for the round. What the rounds leave undone when busy
+    /// goes to the driver task (after a close, [`TaskDrive::let_go`]).
+    fn caller_rounds(&self, d: &mut Driven, now: Option<Instant>) -> Work {
         let mut f = tokio::task::unconstrained(std::future::poll_fn(|_| {
-            Poll::Ready(self.drive_locked(&mut d, now))
+            Poll::Ready(self.drive_locked(d, now))
         }));
         let mut cx = Context::from_waker(Waker::noop());
         let r = match Pin::new(&mut f).poll(&mut cx) {
@@ -578,11 +628,6 @@ impl TaskDrive {
             }
         };
         drop(f);
-        drop(d);
-        if r == Work::Closed {
-            // The driver task ends the connection (or reconnects).
-            self.wake.hand_over();
-        }
         r
     }
 
@@ -625,34 +670,21 @@ impl WaitDrive for TaskDrive {
         }
         #[cfg(test)]
         self.test.waiter_looks.fetch_add(1, Ordering::Relaxed);
-        let Some(d) = self.try_lock() else {
+        let Some(mut d) = self.try_lock() else {
             // The holder's rounds deliver (and wake through the slot).
             self.wake.revoke(token);
             return;
         };
-        if !Self::lone_call(&d) {
-            drop(d);
-            self.wake.revoke(token);
-            return;
-        }
-        self.wake.delegate(token, waker);
-        #[cfg(test)]
-        self.test.delegations.fetch_add(1, Ordering::Relaxed);
-        // A command pushed meanwhile (its `push` revokes before it flags
-        // the channel, and again after: one of the two sees this waiter,
-        // or this look sees the flag).
-        if d.core.shared().queued.load(Ordering::SeqCst) {
-            drop(d);
-            self.wake.revoke(token);
-            return;
-        }
-        if !self.wake.is_fired() {
-            // Nothing came since the last round: the next wake-up comes here.
+        if !self.delegate_lone(&d, token, waker) || !self.wake.is_fired() {
+            // Not alone; or nothing came since the last round: the next
+            // wake-up comes here.
             return;
         }
         #[cfg(test)]
         self.test.waited.fetch_add(1, Ordering::Relaxed);
-        if self.caller_rounds(d, None) != Work::Sleep {
+        let r = self.caller_rounds(&mut d, None);
+        self.let_go(d, r);
+        if r != Work::Sleep {
             // Busy or closed: the driver task goes on.
             self.wake.revoke(token);
         }
@@ -660,6 +692,10 @@ impl WaitDrive for TaskDrive {
 
     fn release_waiter(&self, token: usize) {
         self.waiters.fetch_sub(1, Ordering::SeqCst);
+        self.wake.revoke(token);
+    }
+
+    fn give_back(&self, token: usize) {
         self.wake.revoke(token);
     }
 }
@@ -773,11 +809,16 @@ impl Driven {
         loop {
             // Every source is looked at from here on: a wake-up after this
             // sets the flag again.
-            wake.take();
+            let woken = wake.take();
             // One clock read per round, for every engine input of it.
             let now = first.take().unwrap_or_else(Instant::now);
             let writable = self.core.wants_write();
-            self.take_edges(cx, writable, false);
+            // The read edge is not looked at when nothing woke the
+            // connection since the last take while its waker is registered
+            // for that edge (a caller starting its call after the last
+            // holder let go): an edge since the registration woke the
+            // waker, which set the flag this take found clear.
+            self.take_edges(cx, writable, !woken);
             // The channel only when a command was flagged since the last
             // look, or the connection's waker is not registered with it
             // yet: `Shared::push` sets the flag before it sends, so a

@@ -702,3 +702,79 @@ fn with_many_calls_in_flight_no_waiter_looks_at_the_connection() {
         srv.shutdown().await;
     });
 }
+
+/// A lone call's waiter takes the connection's wake-ups as its call
+/// starts (under the lock the start holds): its first poll goes straight
+/// to its slot, and only the poll its reply wakes looks at the connection
+/// (two looks per call before).
+#[test]
+fn a_lone_call_s_waiter_is_delegated_as_its_call_starts() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (srv, t) = pair();
+        let drive = t.drive().unwrap();
+        let c = client(&t, Duration::from_secs(30));
+        started().await;
+        let n = 20;
+        let before = looks_and_delegations(&drive);
+        lone_calls_are_delegated(&c, &drive, n).await;
+        let looks = looks_and_delegations(&drive).0 - before.0;
+        assert!(
+            looks <= n,
+            "{looks} looks at the connection in {n} lone calls"
+        );
+        assert!(!drive.is_delegated());
+        assert_eq!(drive.waiter_count(), 0);
+        t.shutdown().await;
+        srv.shutdown().await;
+    });
+}
+
+/// A NULL call of the test program, XID `xid`, AUTH_NONE.
+fn null_header(xid: u32) -> Vec<u8> {
+    let words = [xid, 0, 2, testprog::TEST_PROG, 1, 0, 0, 0, 0, 0];
+    words.iter().flat_map(|w| w.to_be_bytes()).collect()
+}
+
+/// A waiter delegated at its call's start for one waker and polled by
+/// another (a task that never polls it is never woken): that poll takes
+/// the wake-ups for its own waker, and the reply reaches it.
+#[test]
+fn a_waiter_polled_by_another_waker_than_its_start_s_gets_its_reply() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (srv, t) = pair();
+        let drive = t.drive().unwrap();
+        started().await;
+        let args = Message::new();
+        let call = crate::transport::AttemptRef {
+            xid: 0x77,
+            header: std::borrow::Cow::Owned(null_header(0x77)),
+            args: &args,
+            reply_max: 4096,
+            ddp_results: &[],
+        };
+        let now = std::time::Instant::now();
+        let deadline = Some(now + Duration::from_secs(30));
+        let noop = std::task::Waker::noop();
+        let mut wait = t.start_call_waiting(call, deadline, now, noop).unwrap();
+        assert!(drive.is_delegated());
+        // (A timeout polls its future once more when it fires: the time
+        // taken tells whether the reply woke the waiter.)
+        let t0 = std::time::Instant::now();
+        let got = tokio::time::timeout(Duration::from_secs(10), &mut wait)
+            .await
+            .expect("bounded");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the reply did not wake the waiter that polls"
+        );
+        let reply = got.expect("an outcome").expect("a reply");
+        assert_eq!(reply.reader().u32("xid").unwrap(), 0x77);
+        assert!(!drive.is_delegated());
+        drop(wait);
+        assert_eq!(drive.waiter_count(), 0);
+        t.shutdown().await;
+        srv.shutdown().await;
+    });
+}

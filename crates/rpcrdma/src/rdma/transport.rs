@@ -158,7 +158,8 @@ impl RdmaClientTransport {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let drive = self.drive.upgrade();
         let now = std::time::Instant::now();
-        self.start(call, deadline, now, ReplySink::Channel(tx), drive.as_ref())?;
+        let sink = ReplySink::Channel(tx);
+        self.start(call, deadline, now, sink, drive.as_ref(), None)?;
         Ok(rx)
     }
 
@@ -167,21 +168,38 @@ impl RdmaClientTransport {
     /// is its only one ([`ReplyWait`]: no `oneshot`, and no hand-off to the
     /// driver task for the reply). `now`: the caller's clock, read for the
     /// deadline (the call starts at it, without a clock read of its own).
+    /// `waker`: the waker of the task that polls the future next (its
+    /// slot keeps it; a call started on the caller's thread as the
+    /// connection's only one hands it the connection's wake-ups at once,
+    /// [`TaskDrive::try_call`]).
     pub(crate) fn start_call_waiting(
         &self,
         call: AttemptRef<'_>,
         deadline: Option<std::time::Instant>,
         now: std::time::Instant,
+        waker: &std::task::Waker,
     ) -> Result<ReplyWait, TransportError> {
-        let (tx, slot) = crate::slot::slot();
+        let (tx, slot) = crate::slot::slot_for(waker);
         let drive = self.drive.upgrade();
         // Counted among the connection's waiters before the call starts
         // (a lone waiter then leaves the connection to the driver task).
-        let wait = ReplyWait::new(slot, drive.as_ref());
-        self.start(call, deadline, now, ReplySink::Slot(tx), drive.as_ref())?;
+        let mut wait = ReplyWait::new(slot, drive.as_ref());
+        let waiter = Some((wait.token(), waker));
+        if self.start(
+            call,
+            deadline,
+            now,
+            ReplySink::Slot(tx),
+            drive.as_ref(),
+            waiter,
+        )? {
+            wait.delegated_at_start();
+        }
         Ok(wait)
     }
 
+    /// Starts the call (see [`RdmaClientTransport::start_call`]); true if
+    /// `waiter` took the connection's wake-ups as it started.
     fn start(
         &self,
         call: AttemptRef<'_>,
@@ -189,7 +207,8 @@ impl RdmaClientTransport {
         now: std::time::Instant,
         tx: ReplySink,
         drive: Option<&Arc<TaskDrive>>,
-    ) -> Result<(), TransportError> {
+        waiter: Option<(usize, &std::task::Waker)>,
+    ) -> Result<bool, TransportError> {
         if let Some(e) = self.shared.closed_error() {
             return Err(e);
         }
@@ -201,15 +220,15 @@ impl RdmaClientTransport {
             span: call_span(xid),
             deadline,
         };
-        let queued = match drive {
-            Some(d) => d.try_call(cmd, now),
-            None => Some(cmd),
+        let (queued, delegated) = match drive {
+            Some(d) => d.try_call(cmd, now, waiter),
+            None => (Some(cmd), false),
         };
         if let Some(cmd) = queued {
             self.shared.push(cmd)?;
         }
         self.shared.count_sent(len);
-        Ok(())
+        Ok(delegated)
     }
 }
 
