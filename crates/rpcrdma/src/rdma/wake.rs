@@ -376,18 +376,18 @@ impl TaskWake {
 
     /// Wakes the delegated waiter, else the driver task. (A waiter is
     /// delegated under the lock, its waker kept before its token: one seen
-    /// delegated here has its waker in place once the lock is taken.)
+    /// delegated here has its waker in place once the lock is taken. One
+    /// revoked meanwhile hands the wake-up to the driver task: this
+    /// wake-up set the flag before it looked, and [`TaskWake::revoke`]
+    /// looks at the flag after it takes the token back.)
     fn wake_driver(&self) {
-        if self.delegated.load(Ordering::SeqCst) != 0 {
-            let d = self.wakers();
-            if self.delegated.load(Ordering::SeqCst) != 0 {
-                if let Some(w) = d.waiter.as_ref() {
-                    w.wake_by_ref();
-                }
-                return;
-            }
+        if self.delegated.load(Ordering::SeqCst) == 0 {
+            self.wake_driver_task();
+            return;
         }
-        self.wake_driver_task();
+        if let Some(w) = self.wakers().waiter.as_ref() {
+            w.wake_by_ref();
+        }
     }
 
     /// Wakes the driver task (never a waiter).
