@@ -58,7 +58,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 
 use crate::cm::{Established, Handshake, HandshakeError, IwarpConfig, PeerRequest, Progress, Rtr};
 use crate::mpa::{IrdOrd, MpaFrame};
-use crate::qp::{QpEvent, QpStats, QueuePair, StreamParams};
+use crate::qp::{QpEvent, QpStats, QueuePair, StagedSend, StreamParams};
 use crate::rtr::{self, ReadRtr, Step};
 use crate::TerminateCode;
 
@@ -1026,6 +1026,13 @@ impl IwarpProvider {
         if self.shut_wr {
             return;
         }
+        if !lone_only && !self.qp.has_output() {
+            // Nothing to frame or send (a pass after a message came in):
+            // what `transmit` returns then, without its passes over the
+            // empty output queue.
+            self.after_write(Ok(0));
+            return;
+        }
         let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
         let dontwait = self.dontwait;
         if !lone_only && qp.has_files() {
@@ -1245,12 +1252,17 @@ impl IwarpProvider {
         // the next pass (a server answering a batch of calls, callers
         // posting behind one another as their replies come in), and the
         // pass sends them in one write instead of one each.
-        if (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
-            && !self.write_blocked
-            && !self.qp.sent_since_confirm()
-        {
+        if self.lone_write_allowed() {
             self.write_output(true);
         }
+    }
+
+    /// The rule of `write_lone_now` (see there).
+    #[inline]
+    fn lone_write_allowed(&self) -> bool {
+        (self.dontwait || (self.read_gate.is_some() && !self.multi_input))
+            && !self.write_blocked
+            && !self.qp.sent_since_confirm()
     }
 }
 
@@ -1368,11 +1380,28 @@ impl Provider for IwarpProvider {
         if self.rtr.is_some() {
             return Err(ProviderError::NotConnected);
         }
-        if !self.qp.post_send_staged(op, len, fill)? {
-            return Ok(false);
+        if !self.lone_write_allowed() || self.shut_wr {
+            if !self.qp.post_send_staged(op, len, fill)? {
+                return Ok(false);
+            }
+            self.progressed = false;
+            self.write_lone_now();
+            self.wake_self();
+            return Ok(true);
         }
+        // `post_send_staged` and `write_lone_now` in one step.
+        let (qp, sock, cap) = (&mut self.qp, &mut self.sock, &mut self.capture);
+        let dontwait = self.dontwait;
+        let write = |slices: &[IoSlice<'_>]| sock_write(sock, cap, dontwait, slices);
+        let r = match qp.send_staged_now(op, len, fill, write)? {
+            StagedSend::NotTaken => return Ok(false),
+            StagedSend::Queued => None,
+            StagedSend::Written(r) => Some(r),
+        };
         self.progressed = false;
-        self.write_lone_now();
+        if let Some(r) = r {
+            self.after_write(r);
+        }
         self.wake_self();
         Ok(true)
     }

@@ -958,6 +958,55 @@ fn untagged_segments_must_continue_their_message() {
     }
 }
 
+/// A Send for a later receive that arrives whole before the one for the
+/// head receive: the receive behind the head completes only with the head,
+/// in MSN order, whether the head's Send takes the whole-FPDU fast path
+/// (one slice) or the octet-wise path — the fast path completes the head
+/// and then every finished receive behind it.
+//= rfc5040#section-5.5
+//# RDMA Operations MUST be Completed at the Local Peer in the order
+//# that they were submitted by the ULP.
+#[test]
+fn a_receive_finished_behind_the_head_completes_after_it() {
+    for crc in [false, true] {
+        for octetwise in [false, true] {
+            let mut q = QueuePair::new(CAPS, 0x40);
+            q.establish(params(crc, false));
+            let rb = reg(&mut q, vec![0; 256], Access::LOCAL_WRITE);
+            for i in 0..2u64 {
+                q.post_recv(RecvWr {
+                    wr_id: 10 + i,
+                    sge: rb.sge(64 * i, 64),
+                })
+                .unwrap();
+            }
+            let mut tx = FpduSender::new(FramingConfig {
+                crc,
+                markers: false,
+            });
+            let [first, second] = [(2u32, 7usize), (1, 5)].map(|(msn, len)| {
+                let u = send_seg(msn, 0, true, &pattern(len, msn));
+                tx.fpdu_to_vec(&[&u]).unwrap()
+            });
+            q.handle_input(&first);
+            assert!(cq(&mut q).is_empty(), "MSN 2 completed before MSN 1");
+            if octetwise {
+                for c in second.chunks(1) {
+                    q.handle_input(c);
+                }
+            } else {
+                q.handle_input(&second);
+            }
+            let got: Vec<(u64, u32)> = cq(&mut q).iter().map(|c| (c.wr_id, c.byte_len)).collect();
+            assert_eq!(got, [(10, 5), (11, 7)], "crc {crc}, octetwise {octetwise}");
+            let mem = q.region(&rb).unwrap();
+            assert_eq!(&mem[..5], &pattern(5, 1)[..]);
+            assert_eq!(&mem[64..71], &pattern(7, 2)[..]);
+            assert!(q.terminate_sent().is_none());
+        }
+    }
+}
+
 /// A queue pair with one 1000-octet RDMA Read outstanding (its Read
 /// Request already on the wire) into `sink` (1000 octets of 0x55, TO 0).
 fn reading(crc: bool) -> (QueuePair, MemoryRegion, FpduSender) {
@@ -1517,8 +1566,12 @@ mod hostile {
             at in any::<prop::sample::Index>(),
             bit in 0u8..12,
             crc in any::<bool>(),
+            cut in any::<prop::sample::Index>(),
         ) {
-            let run = |octetwise: bool| {
+            // 0: the stream in one slice; 1: octet by octet; 2: in two
+            // slices cut anywhere (the fast path, then the general path
+            // mid-FPDU, then the fast path again).
+            let run = |feed: u8| {
                 let mut q = QueuePair::new(CAPS, 0x40);
                 q.establish(StreamParams {
                     crc,
@@ -1567,12 +1620,20 @@ mod hostile {
                     let i = at.index(stream.len());
                     stream[i] ^= 1 << bit;
                 }
-                if octetwise {
-                    for c in stream.chunks(1) {
-                        q.handle_input(c);
+                match feed {
+                    0 => {
+                        q.handle_input(&stream);
                     }
-                } else {
-                    q.handle_input(&stream);
+                    1 => {
+                        for c in stream.chunks(1) {
+                            q.handle_input(c);
+                        }
+                    }
+                    _ => {
+                        let (a, b) = stream.split_at(cut.index(stream.len() + 1));
+                        q.handle_input(a);
+                        q.handle_input(b);
+                    }
                 }
                 let mut out = vec![0u8; 4096];
                 let n = q.poll_transmit(&mut out);
@@ -1595,7 +1656,9 @@ mod hostile {
                     q.suggested_read_len(),
                 )
             };
-            prop_assert_eq!(run(false), run(true));
+            let whole = run(0);
+            prop_assert_eq!(&whole, &run(1));
+            prop_assert_eq!(&whole, &run(2));
         }
 
         /// A valid stream with one octet flipped: no panic; with the CRC

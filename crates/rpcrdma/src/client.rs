@@ -8,10 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rpcrdma_proto::wire::rpc::{
-    AcceptStat, AcceptedStatus, AuthStat, AuthSysParms, MsgBody, OpaqueAuth, RejectedReply,
-    ReplyBody, RpcMsg,
-};
+use rpcrdma_proto::wire::rpc::{AcceptStat, AuthStat, AuthSysParms, OpaqueAuth, RpcMsg};
 use rpcrdma_proto::{DecodeError, EncodeError, Limits};
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
@@ -22,6 +19,8 @@ use crate::server::Server;
 use crate::stats::{ErrorKind, Octets, ProcCounters, ProcKey, ProcStats, Side};
 use crate::tcp::{TcpClientTransport, TcpConfig};
 use crate::transport::{AttemptRef, ClientTransport, OutgoingCall, TransportError};
+
+mod decode;
 
 /// Credentials a client sends.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -249,12 +248,25 @@ impl From<EncodeError> for RpcError {
 pub struct Reply {
     /// The XID.
     pub xid: u32,
-    /// The server's verifier.
-    pub verf: OpaqueAuth,
+    /// The server's verifier; `None`: AUTH_NONE with an empty body (boxed
+    /// otherwise: a reply, and the `Result` each layer returns it in, stays
+    /// small enough to move without a `memcpy` call).
+    verf: Option<Box<OpaqueAuth>>,
     results: Message,
 }
 
 impl Reply {
+    /// The server's verifier.
+    pub fn verf(&self) -> &OpaqueAuth {
+        static NONE: OpaqueAuth = OpaqueAuth::none();
+        self.verf.as_deref().unwrap_or(&NONE)
+    }
+
+    /// `verf` as [`Reply`] keeps it.
+    fn thin_verf(verf: OpaqueAuth) -> Option<Box<OpaqueAuth>> {
+        (verf != OpaqueAuth::none()).then(|| Box::new(verf))
+    }
+
     /// The procedure results (after the RPC header): inline XDR and, over
     /// RDMA, the data received by direct placement into each Write chunk
     /// ([`Message::results`]), which [`MessageReader::ddp_opaque`] places.
@@ -749,7 +761,7 @@ impl<'a> Attempts<'a> {
         let mut recv = Octets::default();
         let r = reply.and_then(|reply| {
             recv = Octets::of(&reply);
-            decode_reply(self.xid, reply, &self.config.limits, self.metrics)
+            decode::decode_reply(self.xid, reply, &self.config.limits, self.metrics)
         });
         self.stats.record_since(
             r.as_ref().err().map(error_kind),
@@ -805,67 +817,6 @@ fn error_kind(e: &RpcError) -> ErrorKind {
         RpcError::BadReply(_) => ErrorKind::BadReply,
         RpcError::Caller(_) => ErrorKind::Local,
     }
-}
-
-fn count_reply_error(metrics: &Metrics, e: &ReplyError) {
-    let c = match e {
-        ReplyError::ProgUnavail => &metrics.err_prog_unavail,
-        ReplyError::ProgMismatch { .. } => &metrics.err_prog_mismatch,
-        ReplyError::ProcUnavail => &metrics.err_proc_unavail,
-        ReplyError::GarbageArgs => &metrics.err_garbage_args,
-        ReplyError::SystemErr => &metrics.err_system_err,
-        ReplyError::OtherAccept(_) => &metrics.err_other,
-        ReplyError::RpcMismatch { .. } => &metrics.err_rpc_mismatch,
-        ReplyError::AuthError(_) => &metrics.err_auth_error,
-    };
-    Metrics::inc(c);
-}
-
-fn decode_reply(
-    xid: u32,
-    reply: Message,
-    limits: &Limits,
-    metrics: &Metrics,
-) -> Result<Reply, RpcError> {
-    let prefix = inline_prefix(&reply);
-    let (msg, hdr_len) = RpcMsg::decode_reply(&prefix, limits)?;
-    let body = match msg.body {
-        MsgBody::Reply(b) => b,
-        MsgBody::Call(_) => {
-            return Err(RpcError::BadReply(DecodeError::new(
-                rpcrdma_proto::DecodeErrorKind::BadValue {
-                    what: "msg_type",
-                    detail: "a call where a reply was expected".into(),
-                },
-                4,
-                "msg_type",
-            )))
-        }
-    };
-    let err = match body {
-        ReplyBody::Accepted(a) => match a.status {
-            AcceptedStatus::Success => {
-                let results = reply.into_split_inline_prefix(hdr_len).unwrap_or_default();
-                return Ok(Reply {
-                    xid,
-                    verf: a.verf,
-                    results,
-                });
-            }
-            AcceptedStatus::ProgUnavail => ReplyError::ProgUnavail,
-            AcceptedStatus::ProgMismatch { low, high } => ReplyError::ProgMismatch { low, high },
-            AcceptedStatus::ProcUnavail => ReplyError::ProcUnavail,
-            AcceptedStatus::GarbageArgs => ReplyError::GarbageArgs,
-            AcceptedStatus::SystemErr => ReplyError::SystemErr,
-            AcceptedStatus::Other(s) => ReplyError::OtherAccept(s),
-        },
-        ReplyBody::Denied(RejectedReply::RpcMismatch { low, high }) => {
-            ReplyError::RpcMismatch { low, high }
-        }
-        ReplyBody::Denied(RejectedReply::AuthError(s)) => ReplyError::AuthError(s),
-    };
-    count_reply_error(metrics, &err);
-    Err(RpcError::Reply(err))
 }
 
 /// Connects a TCP client to `addr` with default settings (convenience for

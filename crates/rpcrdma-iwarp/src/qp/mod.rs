@@ -97,6 +97,7 @@ pub use file_tx::TxSink;
 use read::{OutRead, RespJob};
 use recv::{Rx, RxState};
 pub use recv::{DIRECT_TAIL_MAX, READ_AHEAD};
+pub use send::StagedSend;
 use send::{Chunk, TxMsg};
 
 /// What the MPA exchange agreed, for the FPDU phase.

@@ -443,9 +443,12 @@ impl QueuePair {
     /// passes every check of [`Segment::parse_prefix`] and
     /// [`QueuePair::check_send`]; it is placed and completed as the general
     /// path does, in one pass, and the receive state left as that path
-    /// leaves it (`whole_fpdu_fast_path_equals_octet_path` and
+    /// leaves it in every field read before the next FPDU sets it
+    /// (`whole_fpdu_fast_path_equals_octet_path` and
     /// `small_send_receive_fast_path_equals_octet_path` in tests/qp.rs pin
-    /// the two together). `None`: anything else, nothing done.
+    /// the two together, the latter also with the stream cut anywhere, so
+    /// that the general path takes over mid-stream). `None`: anything else,
+    /// nothing done.
     fn whole_small_send(
         &mut self,
         d: &[u8],
@@ -477,48 +480,28 @@ impl QueuePair {
         let (idx, off) = (r.idx, r.sge.offset as usize);
         let src = d.get(2 + UNTAGGED_HEADER_LEN..2 + ul)?;
         let trailer = d.get(2 + ul..fpdu_len)?;
-        let crc = if self.params.crc {
+        if self.params.crc {
             let crc = Crc32c::new().update(d.get(..2 + ul + pad)?);
             let w: [u8; 4] = trailer.get(pad..)?.try_into().ok()?;
             if crc.value() != crc::from_wire(w) {
                 // The general path places it, then ends the stream.
                 return None;
             }
-            crc
-        } else {
-            Crc32c::new()
-        };
-        let inval = word(4);
-        // The receive state as the general path leaves it after this FPDU.
+        }
+        // What the general path leaves in the receive state after this
+        // FPDU that is read before the next FPDU rewrites it: the stream
+        // position, the ULPDU_Length (a framing fault copies it) and the
+        // read-ahead hint. The state is `Header` with nothing collected
+        // (`need` 2, outside an FPDU) before and after, as the caller
+        // checked; the header, trailer, CRC, target and action the general
+        // path records are only read while an FPDU is in progress, and the
+        // next one sets them before that.
         let rx = &mut self.rx;
-        rx.hbuf[..2 + UNTAGGED_HEADER_LEN].copy_from_slice(h);
-        rx.trailer[..pad + 4].copy_from_slice(trailer);
-        rx.trailer_need = pad + 4;
-        rx.trailer_have = pad + 4;
-        rx.fpdu_start = rx.pos;
         rx.pos += fpdu_len as u64;
-        rx.crc = crc;
         rx.ulpdu_len = ul;
         rx.last_was_large = ul >= 4096;
-        rx.hdr_len = UNTAGGED_HEADER_LEN;
-        rx.remaining = 0;
-        rx.state = RxState::Header;
-        rx.have = 0;
-        rx.need = 2;
-        rx.in_fpdu = false;
-        rx.dst = Dst::Mem {
-            idx,
-            off: off + payload,
-        };
-        rx.action = RxAction::Send {
-            d: 0,
-            end: payload as u64,
-            last: true,
-            opcode,
-            inval,
-        };
         // Placement (`check_send`, `place_payload`), then what
-        // `finish_fpdu` does with it.
+        // `finish_fpdu` and `send_placed` do with it.
         self.mem.back(idx);
         if let Some(dst) = self
             .mem
@@ -531,7 +514,7 @@ impl QueuePair {
         if let Some(c) = self.stats.rx_fpdus.get_mut(usize::from(opcode.0)) {
             *c += 1;
         }
-        self.send_placed(0, payload as u64, true, opcode, inval);
+        self.head_recv_done(payload as u32, opcode.solicited());
         Some(fpdu_len)
     }
 
@@ -803,28 +786,50 @@ impl QueuePair {
         if last && opcode.carries_invalidate_stag() {
             self.mem.invalidate(Stag(inval));
         }
-        // Complete finished receives in MSN order.
+        self.complete_done_recvs();
+    }
+
+    /// Completes finished receives from the head of the queue, in MSN
+    /// order.
+    fn complete_done_recvs(&mut self) {
         while let Some(r) = self.rq.front() {
             let Some((op, len, se)) = r.done else { break };
-            let Some(r) = self.rq.pop_front() else { break };
-            self.mem
-                .received(r.idx, r.sge.offset as usize, len as usize);
-            self.rq_msn = self.rq_msn.wrapping_add(1);
-            if se {
-                self.solicited = true;
-            }
-            self.complete(
-                Completion {
-                    wr_id: r.wr_id,
-                    opcode: op,
-                    byte_len: len,
-                    status: Status::Success,
-                },
-                smallvec![Held {
-                    idx: r.idx,
-                    write: true,
-                }],
-            );
+            self.complete_head_recv(op, len, se);
+        }
+    }
+
+    /// The head receive's message is complete (`len` octets, `op`,
+    /// solicited or not): it leaves the queue and completes.
+    fn complete_head_recv(&mut self, op: CqOpcode, len: u32, se: bool) {
+        let Some(r) = self.rq.pop_front() else { return };
+        self.mem
+            .received(r.idx, r.sge.offset as usize, len as usize);
+        self.rq_msn = self.rq_msn.wrapping_add(1);
+        if se {
+            self.solicited = true;
+        }
+        self.complete(
+            Completion {
+                wr_id: r.wr_id,
+                opcode: op,
+                byte_len: len,
+                status: Status::Success,
+            },
+            smallvec![Held {
+                idx: r.idx,
+                write: true,
+            }],
+        );
+    }
+
+    /// [`QueuePair::send_placed`] for a whole Send or Send SE (no
+    /// Invalidate) of `len` octets placed in the head receive, nothing of
+    /// it placed before: the head completes at once, then any receive
+    /// behind it whose message had already arrived.
+    fn head_recv_done(&mut self, len: u32, se: bool) {
+        self.complete_head_recv(CqOpcode::Recv, len, se);
+        if self.rq.front().is_some_and(|r| r.done.is_some()) {
+            self.complete_done_recvs();
         }
     }
 }

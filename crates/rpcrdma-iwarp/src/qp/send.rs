@@ -109,6 +109,19 @@ impl Chunk {
     }
 }
 
+/// What [`QueuePair::send_staged_now`] did with a staged Send.
+#[derive(Debug)]
+pub enum StagedSend {
+    /// Not taken, nothing queued (send it registered).
+    NotTaken,
+    /// Queued behind earlier output, not written (the next pass sends it).
+    Queued,
+    /// Handed to the writer: what [`QueuePair::transmit_lone`] returns
+    /// (octets written, 0 when the socket is full; a short write leaves
+    /// the rest queued).
+    Written(io::Result<usize>),
+}
+
 /// A Send work request's RDMAP opcode and the STag it invalidates (0:
 /// none); `None` for any other work request.
 fn send_opcode(op: &SendOp) -> Option<(Opcode, u32)> {
@@ -220,6 +233,84 @@ impl QueuePair {
         len: usize,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> Result<bool, ProviderError> {
+        let Some((start, n)) = self.frame_staged(op, len, fill)? else {
+            return Ok(false);
+        };
+        self.queue_staged(start, n);
+        Ok(true)
+    }
+
+    /// [`QueuePair::post_send_staged`] followed by
+    /// [`QueuePair::transmit_lone`], in one step when no output is queued
+    /// (the usual state of a ping-pong): the Send is framed in the staging
+    /// buffer and handed to `write` at once, without entering the output
+    /// queue unless the write is short or fails (then it is queued, its
+    /// written part taken off, exactly as the two calls leave it). The
+    /// wire octets, MSNs, counters and output state are those of the two
+    /// calls (the `qp_staged_now` proptest pins them together).
+    pub fn send_staged_now<W>(
+        &mut self,
+        op: SendOp,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+        mut write: W,
+    ) -> Result<StagedSend, ProviderError>
+    where
+        W: FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
+    {
+        if !self.out.is_empty() || self.front_off != 0 {
+            if !self.post_send_staged(op, len, fill)? {
+                return Ok(StagedSend::NotTaken);
+            }
+            return Ok(match self.transmit_lone(write) {
+                Some(r) => StagedSend::Written(r),
+                None => StagedSend::Queued,
+            });
+        }
+        let Some((start, n)) = self.frame_staged(op, len, fill)? else {
+            return Ok(StagedSend::NotTaken);
+        };
+        let fpdu = self.stage.get(start..start + n).unwrap_or_default();
+        let r = write(&[IoSlice::new(fpdu)]);
+        if matches!(r, Ok(k) if k == n) {
+            // What `transmit_lone_staged` leaves after a whole write.
+            self.stage.clear();
+            self.staged = 0;
+            self.tail_marks = Some(0);
+            self.staged_unconfirmed = true;
+            return Ok(StagedSend::Written(Ok(n)));
+        }
+        self.queue_staged(start, n);
+        Ok(StagedSend::Written(match r {
+            Ok(0) => Err(io::ErrorKind::WriteZero.into()),
+            Ok(k) => {
+                self.advance(k);
+                Ok(k)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            Err(e) => Err(e),
+        }))
+    }
+
+    /// Queues the staged FPDU `start..start + n` that `frame_staged`
+    /// framed, with its completion mark.
+    fn queue_staged(&mut self, start: usize, n: usize) {
+        self.out_bytes += n;
+        self.push_staged(start, n);
+        self.push_chunk(Chunk::Mark(TxMark::StagedDone));
+        self.staged_unsent += 1;
+    }
+
+    /// The checks and framing of [`QueuePair::post_send_staged`]: the
+    /// Send framed at the end of the staging buffer with the next Send MSN
+    /// (counted), not queued. `None`: not taken, nothing framed.
+    fn frame_staged(
+        &mut self,
+        op: SendOp,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<Option<(usize, usize)>, ProviderError> {
         if !matches!(self.state, QpState::Established) {
             return Err(ProviderError::NotConnected);
         }
@@ -247,7 +338,7 @@ impl QueuePair {
             || self.stage.len() + fpdu_len > STAGE_MAX
             || self.out_bytes >= budget
         {
-            return Ok(false);
+            return Ok(None);
         }
         let msn = self.send_msn;
         let hdr = ddp::UntaggedHeader::new_bytes(
@@ -270,17 +361,13 @@ impl QueuePair {
         }
         let Ok(n) = self.framer.frame_in_place(&mut self.stage, start) else {
             self.stage.truncate(start);
-            return Ok(false);
+            return Ok(None);
         };
         self.send_msn = msn.wrapping_add(1);
         if let Some(c) = self.stats.tx_fpdus.get_mut(usize::from(opcode.0)) {
             *c += 1;
         }
-        self.out_bytes += n;
-        self.push_staged(start, n);
-        self.push_chunk(Chunk::Mark(TxMark::StagedDone));
-        self.staged_unsent += 1;
-        Ok(true)
+        Ok(Some((start, n)))
     }
 
     /// Frames one FPDU: `ddp_hdr` then the payload pieces (region index,

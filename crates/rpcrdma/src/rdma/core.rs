@@ -834,16 +834,30 @@ impl Core {
     /// without the command channel and without the `incoming` map;
     /// otherwise the handle waits in `incoming` for the reply command. An
     /// older handle of the same XID is replaced either way.
+    ///
+    /// The [`IncomingCall`] is built in the dispatcher's argument (a call
+    /// is too large to move without a `memcpy` call).
     fn dispatch(
         &mut self,
         d: &dyn CallDispatcher,
         xid: u32,
         handle: CallHandle,
-        call: IncomingCall,
+        (message, reply_chunk, file_chunk): (Message, Option<u64>, Option<u64>),
     ) {
+        let inline_threshold = self.conn.negotiated().map(|n| n.send_threshold);
         self.shared
             .begin_dispatch(std::mem::take(&mut self.inline_replies));
-        d.dispatch(call);
+        d.dispatch(IncomingCall {
+            message,
+            client: self.identity.clone(),
+            conn: self.conn_handle.clone(),
+            guard: CallGuard::none(),
+            room: ReplyRoom {
+                inline_threshold,
+                reply_chunk,
+                file_chunk,
+            },
+        });
         let mut replies = self.shared.end_dispatch();
         let mut handle = Some(handle);
         for (rxid, reply) in replies.drain(..) {
@@ -886,17 +900,19 @@ impl Core {
                     reply_chunk = ?ic.reply_chunk,
                     "rpc/rdma call received"
                 );
-                let call = IncomingCall {
-                    message: ic.message,
-                    client: self.identity.clone(),
-                    conn: self.conn_handle.clone(),
-                    guard: CallGuard::none(),
-                    room: ReplyRoom {
-                        inline_threshold: self.conn.negotiated().map(|n| n.send_threshold),
-                        reply_chunk: ic.reply_chunk,
-                    },
-                };
-                self.dispatch(&*d, ic.xid, ic.handle, call);
+                // A file piece goes from the file into the first Write
+                // chunk when the provider can send files.
+                let file_chunk = ic
+                    .write_chunks
+                    .first()
+                    .copied()
+                    .filter(|_| self.prov.sends_files());
+                self.dispatch(
+                    &*d,
+                    ic.xid,
+                    ic.handle,
+                    (ic.message, ic.reply_chunk, file_chunk),
+                );
                 self.dispatcher = Some(d);
             }
             Event::ReplyReceived(r) => {
