@@ -38,6 +38,7 @@ use crate::xdr::{pad_len, DecodeErrorKind, Reader, XdrEncode};
 use crate::{DecodeError, EncodeError};
 use core::ops::Range;
 
+use crate::provider::FileRange;
 use bytes::{BufMut, Bytes, BytesMut};
 use smallvec::SmallVec;
 
@@ -49,19 +50,61 @@ pub enum Piece {
     /// The data of a DDP-eligible opaque: no length word (that is in the
     /// preceding inline piece), no XDR pad.
     Ddp(Bytes),
+    /// The data of a DDP-eligible opaque still in a file (as [`Piece::Ddp`]
+    /// otherwise): an RPC-over-RDMA responder registers it for its Write
+    /// chunk with [`Provider::register_file`](crate::provider::Provider::register_file)
+    /// (sent from the file where the provider can); every other use reads
+    /// it ([`Message::materialize_files`], or on demand, see
+    /// [`Piece::file_octets`]).
+    File(FileRange),
+}
+
+/// The octets of a file piece for a use that needs them in memory: read
+/// now, or, when the file no longer has them (it shrank since the reply
+/// was built), zeros of the promised length so that the XDR stream stays
+/// well formed — never other memory. The runtime reads file pieces ahead
+/// of such uses ([`Message::materialize_files`]); this is the fallback.
+fn file_octets(r: &FileRange) -> Bytes {
+    Bytes::from(r.read().unwrap_or_else(|_| vec![0u8; r.len() as usize]))
 }
 
 impl Piece {
-    /// The octets of the piece (without any pad).
+    /// The octets of the piece (without any pad); empty for a file piece
+    /// (see [`Piece::file_octets`]).
     pub fn bytes(&self) -> &Bytes {
+        static NONE: Bytes = Bytes::new();
         match self {
             Piece::Inline(b) | Piece::Ddp(b) => b,
+            Piece::File(_) => &NONE,
         }
     }
 
-    /// True for a DDP piece.
+    /// The data octets of the piece: [`Piece::bytes`], or a file piece's
+    /// octets read now (zeros of its length if the file no longer has
+    /// them).
+    pub fn file_octets(&self) -> Bytes {
+        match self {
+            Piece::File(r) => file_octets(r),
+            p => p.bytes().clone(),
+        }
+    }
+
+    /// Octets of data in the piece (without any pad).
+    pub fn len(&self) -> usize {
+        match self {
+            Piece::Inline(b) | Piece::Ddp(b) => b.len(),
+            Piece::File(r) => r.len() as usize,
+        }
+    }
+
+    /// True for a piece without octets.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True for a DDP piece (in memory or in a file).
     pub fn is_ddp(&self) -> bool {
-        matches!(self, Piece::Ddp(_))
+        matches!(self, Piece::Ddp(_) | Piece::File(_))
     }
 
     /// Octets this piece occupies in the contiguous XDR stream (a DDP piece
@@ -69,7 +112,7 @@ impl Piece {
     pub fn xdr_len(&self) -> usize {
         match self {
             Piece::Inline(b) => b.len(),
-            Piece::Ddp(b) => b.len() + pad_len(b.len()),
+            p => p.len() + pad_len(p.len()),
         }
     }
 }
@@ -293,13 +336,14 @@ impl Message {
     }
 
     /// The DDP data, in order: the DDP pieces' data, then the non-empty
-    /// out-of-band results.
+    /// out-of-band results (file pieces not included: see
+    /// [`Message::materialize_files`]).
     pub fn ddp_data(&self) -> impl Iterator<Item = &Bytes> {
         self.pieces
             .iter()
             .filter_map(|p| match p {
                 Piece::Ddp(b) => Some(b),
-                Piece::Inline(_) => None,
+                Piece::Inline(_) | Piece::File(_) => None,
             })
             .chain(self.results.as_slice().iter().filter(|b| !b.is_empty()))
     }
@@ -335,8 +379,34 @@ impl Message {
 
     /// True when the message has no octets at all.
     pub fn is_empty(&self) -> bool {
-        self.pieces.iter().all(|p| p.bytes().is_empty())
+        self.pieces.iter().all(Piece::is_empty)
             && self.results.as_slice().iter().all(Bytes::is_empty)
+    }
+
+    /// True if a DDP piece is still in a file ([`Piece::File`]).
+    pub fn has_files(&self) -> bool {
+        self.pieces.iter().any(|p| matches!(p, Piece::File(_)))
+    }
+
+    /// Reads every file piece into memory (a [`Piece::Ddp`] of its
+    /// octets). A file that no longer has its range's octets (it shrank
+    /// since the reply was built) is an error, and the message is left
+    /// with the pieces read so far.
+    pub fn materialize_files(&mut self) -> std::io::Result<()> {
+        self.materialize_files_except(&[])
+    }
+
+    /// [`Message::materialize_files`] except for the pieces whose indexes
+    /// are in `keep` (a responder's file pieces that go in Write chunks).
+    pub fn materialize_files_except(&mut self, keep: &[usize]) -> std::io::Result<()> {
+        for (i, p) in self.pieces.iter_mut().enumerate() {
+            if let Piece::File(r) = p {
+                if !keep.contains(&i) {
+                    *p = Piece::Ddp(Bytes::from(r.read()?));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The contiguous XDR stream: pieces in order, each DDP piece followed by
@@ -357,15 +427,22 @@ impl Message {
     /// are not included (see [`Message::flatten`]).
     pub fn for_each_xdr_chunk(&self, mut f: impl FnMut(&[u8])) {
         for p in &self.pieces {
-            match p {
-                Piece::Inline(b) => f(b),
-                Piece::Ddp(b) => {
+            let file;
+            let b = match p {
+                Piece::Inline(b) => {
                     f(b);
-                    let pad = pad_len(b.len());
-                    if pad != 0 {
-                        f(&ZERO_PAD[..pad]);
-                    }
+                    continue;
                 }
+                Piece::Ddp(b) => b,
+                Piece::File(r) => {
+                    file = file_octets(r);
+                    &file
+                }
+            };
+            f(b);
+            let pad = pad_len(b.len());
+            if pad != 0 {
+                f(&ZERO_PAD[..pad]);
             }
         }
     }
@@ -437,7 +514,7 @@ impl Message {
                     left = 0;
                     break;
                 }
-                Piece::Ddp(_) => return None,
+                Piece::Ddp(_) | Piece::File(_) => return None,
             }
         }
         if left != 0 {
@@ -521,6 +598,15 @@ impl MessageBuilder {
         self.flush_inline();
         self.pieces.push(Piece::Ddp(data));
         Ok(self)
+    }
+
+    /// A DDP-eligible `opaque<>` whose data is a file range: the length
+    /// word goes inline, the range becomes a [`Piece::File`].
+    pub fn put_file_opaque(&mut self, range: FileRange) -> &mut Self {
+        self.put_u32(range.len());
+        self.flush_inline();
+        self.pieces.push(Piece::File(range));
+        self
     }
 
     /// Raw octets appended inline as they are (the caller keeps the XDR
@@ -611,7 +697,7 @@ impl MessageReader {
             for p in &m.pieces {
                 match p {
                     Piece::Inline(b) => buf.extend_from_slice(b),
-                    Piece::Ddp(b) => ddp.push((buf.len(), b.clone())),
+                    Piece::Ddp(_) | Piece::File(_) => ddp.push((buf.len(), p.file_octets())),
                 }
             }
             buf.freeze()

@@ -355,7 +355,7 @@ impl Octets {
         for p in m.pieces() {
             match p {
                 Piece::Inline(b) => o.inline += b.len() as u64,
-                Piece::Ddp(b) => o.ddp += b.len() as u64,
+                Piece::Ddp(_) | Piece::File(_) => o.ddp += p.len() as u64,
             }
         }
         for r in m.results() {

@@ -41,11 +41,15 @@ fn xdr_chunks(m: &Message) -> SmallVec<[Bytes; 4]> {
     let mut out = SmallVec::new();
     for p in m.pieces() {
         let (b, pad) = match p {
-            Piece::Inline(b) => (b, 0),
-            Piece::Ddp(b) => (b, rpcrdma_proto::xdr::pad_len(b.len())),
+            Piece::Inline(b) => (b.clone(), 0),
+            // (A file piece is read here only if the server did not read
+            // it first: `Message::materialize_files`.)
+            Piece::Ddp(_) | Piece::File(_) => {
+                (p.file_octets(), rpcrdma_proto::xdr::pad_len(p.len()))
+            }
         };
         if !b.is_empty() {
-            out.push(b.clone());
+            out.push(b);
         }
         if pad != 0 {
             out.push(Bytes::from_static(&PAD[..pad]));

@@ -337,6 +337,14 @@ pub struct ReplyRoom {
     pub inline_threshold: Option<u32>,
     /// Octets of the requester's Reply chunk, if it offered one.
     pub reply_chunk: Option<u64>,
+    /// Octets of the first Write chunk the requester offered, when the
+    /// transport sends a DDP item that is a file range
+    /// ([`Piece::File`](rpcrdma_proto::message::Piece::File)) straight
+    /// from the file (RPC-over-RDMA over a provider that can:
+    /// [`Provider::sends_files`](rpcrdma_proto::provider::Provider::sends_files)).
+    /// `None`: a file piece would be read into memory first (correct, but
+    /// no cheaper than reading it yourself).
+    pub file_chunk: Option<u64>,
 }
 
 impl ReplyRoom {
@@ -349,6 +357,7 @@ impl ReplyRoom {
     pub const UNBOUNDED: ReplyRoom = ReplyRoom {
         inline_threshold: None,
         reply_chunk: None,
+        file_chunk: None,
     };
 
     /// The largest RPC reply message (RPC header and results, without the

@@ -15,6 +15,7 @@
 
 use bytes::{Bytes, BytesMut};
 use rpcrdma::{CallOptions, Message, Piece};
+use rpcrdma_proto::provider::FileRange;
 use rpcrdma_proto::xdr::{pad_len, DecodeErrorKind, Reader};
 use rpcrdma_proto::{DecodeError, EncodeError, XdrEncode};
 
@@ -64,6 +65,17 @@ pub fn encode_args(args: &Nfs3Args) -> Result<Message, EncodeError> {
 /// DDP-eligible pieces).
 pub fn encode_res(res: &Nfs3Res) -> Result<Message, EncodeError> {
     encode_parts(res)
+}
+
+/// A server's READ results whose data is the file range `range` (sent
+/// from the file where the transport can): the results' head as
+/// [`encode_res`] encodes it, the data a [`Piece::File`] (its length word
+/// is the range's length; the results' own `data` is not used).
+pub fn encode_res_file(res: &Nfs3Res, range: FileRange) -> Result<Message, EncodeError> {
+    let mut b = Message::builder();
+    b.put_encode(&Head(res))?;
+    b.put_file_opaque(range);
+    Ok(b.finish())
 }
 
 /// Any other value (MOUNT arguments and results), inline.
@@ -141,7 +153,7 @@ impl MessageSource {
                 for p in all {
                     match p {
                         Piece::Inline(b) => buf.extend_from_slice(b),
-                        Piece::Ddp(b) => pieces.push((buf.len(), b.clone())),
+                        Piece::Ddp(_) | Piece::File(_) => pieces.push((buf.len(), p.file_octets())),
                     }
                 }
                 buf.freeze()

@@ -66,6 +66,7 @@ mod ops_create;
 mod ops_fs;
 mod ops_io;
 mod ops_lookup;
+mod ops_read_file;
 mod ops_remove;
 mod readdir;
 mod resolve;
@@ -85,5 +86,6 @@ pub use ops_fs::{
 };
 pub use ops_io::{Commit, Read, ReadInto, StableHow, Write};
 pub use ops_lookup::Lookup;
+pub use ops_read_file::ReadRange;
 pub use readdir::{DirEntry, DirEntryPlus, ReadDir};
 pub use resolve::NAME_MAX;

@@ -25,7 +25,7 @@
 //! [`Export::sweep_open_files`]: super::Export::sweep_open_files
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::fs::File;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,7 @@ pub(crate) enum Access {
 }
 
 struct Slot {
-    fd: Arc<OwnedFd>,
+    fd: Arc<File>,
     used: Instant,
 }
 
@@ -68,7 +68,7 @@ impl OpenFiles {
 
     /// The cached descriptor of entry `id` for `access`, if any (an idle
     /// one is closed instead).
-    pub(crate) fn get(&self, id: u64, access: Access, now: Instant) -> Option<Arc<OwnedFd>> {
+    pub(crate) fn get(&self, id: u64, access: Access, now: Instant) -> Option<Arc<File>> {
         let mut g = self.lock();
         let slot = g.get_mut(&(id, access))?;
         if now.saturating_duration_since(slot.used) >= self.idle {
@@ -81,7 +81,7 @@ impl OpenFiles {
 
     /// Caches `fd` for entry `id`, closing the least recently used
     /// descriptor when full.
-    pub(crate) fn put(&self, id: u64, access: Access, fd: Arc<OwnedFd>, now: Instant) {
+    pub(crate) fn put(&self, id: u64, access: Access, fd: Arc<File>, now: Instant) {
         if self.max == 0 {
             return;
         }
@@ -121,8 +121,8 @@ impl OpenFiles {
 mod tests {
     use super::*;
 
-    fn fd() -> Arc<OwnedFd> {
-        Arc::new(std::fs::File::open("/dev/null").unwrap().into())
+    fn fd() -> Arc<File> {
+        Arc::new(File::open("/dev/null").unwrap())
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! READ, WRITE, COMMIT.
 
-use std::os::fd::OwnedFd;
+use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -86,7 +86,7 @@ impl Export {
     /// A descriptor of the regular file `fh` names, opened for `access`:
     /// the open-file cache's, or resolved (confined, as every operation),
     /// opened and cached.
-    fn open_file(&self, fh: &FileHandle, access: Access) -> NfsResult<(u64, Arc<OwnedFd>)> {
+    pub(super) fn open_file(&self, fh: &FileHandle, access: Access) -> NfsResult<(u64, Arc<File>)> {
         let id = self.codec.decode(fh)?;
         let now = Instant::now();
         if let Some(fd) = self.open.get(id, access, now) {
@@ -102,7 +102,7 @@ impl Export {
             Access::Read => OFlags::RDONLY,
             Access::Write => OFlags::WRONLY,
         };
-        let fd = Arc::new(self.reopen(&obj, flags)?);
+        let fd = Arc::new(File::from(self.reopen(&obj, flags)?));
         self.open.put(id, access, fd.clone(), now);
         Ok((id, fd))
     }
@@ -110,7 +110,7 @@ impl Export {
     /// The attributes of an open file after an operation; a file that is
     /// no longer linked anywhere (a local process removed it) is `Stale`
     /// and leaves the cache.
-    fn attr_after(&self, id: u64, file: &OwnedFd) -> NfsResult<Attr> {
+    pub(super) fn attr_after(&self, id: u64, file: &File) -> NfsResult<Attr> {
         let (attr, _) = stat_fd(file)?;
         if attr.nlink == 0 {
             self.open.forget(id);
@@ -234,7 +234,7 @@ impl Export {
     }
 }
 
-fn sync(file: &OwnedFd, how: StableHow) -> NfsResult<()> {
+fn sync(file: &File, how: StableHow) -> NfsResult<()> {
     match how {
         StableHow::Unstable => {}
         StableHow::DataSync => fdatasync(file)?,

@@ -182,6 +182,7 @@ mod tests {
             limits: crate::Limits::DEFAULT,
             room,
             bufs: super::super::bufpool::BufPool::new(64, 1),
+            file_chunk: None,
         };
         assert_eq!(entry_budget(4096, &env(u64::MAX)), Some(4096 - FIXED));
         assert_eq!(

@@ -127,6 +127,7 @@ pub(crate) fn dispatch(data: &[u8]) {
         limits: l,
         room,
         bufs: super::bufpool::BufPool::new(l.rtmax as usize, 2),
+        file_chunk: None,
     };
     let res = execute(&s.export, args, &env);
     let m = encode_res(&res).expect("results encode");

@@ -24,9 +24,9 @@ use rpcrdma::{CallContext, Handler, HandlerError, HandlerFuture, Message};
 use rpcrdma_proto::wire::rpc::SUCCESS_HEADER_LEN;
 
 use super::bufpool::BufPool;
-use super::procs::{execute, Env};
+use super::procs::{run, Env};
 use super::stats::Stats;
-use crate::binding::message::{decode_args, encode_res};
+use crate::binding::message::{decode_args, encode_res, encode_res_file};
 use crate::fs::AsyncExport;
 use crate::nfs3::{self, not_supported, Nfs3Res, Nfsstat3};
 use crate::{ArgError, Limits};
@@ -80,6 +80,7 @@ impl Nfs3Handler {
                 .max_reply()
                 .map_or(u64::MAX, |m| m.saturating_sub(SUCCESS_HEADER_LEN as u64)),
             bufs: self.bufs.clone(),
+            file_chunk: ctx.room.file_chunk,
         }
     }
 }
@@ -116,8 +117,10 @@ impl Handler for Nfs3Handler {
         let env = self.env(&ctx);
         let export = self.export.clone();
         Box::pin(async move {
-            match export.run(move |e| Ok(execute(e, args, &env))).await {
-                Ok(res) => encode(&res),
+            match export.run(move |e| Ok(run(e, args, &env))).await {
+                Ok((res, None)) => encode(&res),
+                Ok((res, Some(range))) => encode_res_file(&res, range)
+                    .map_err(|e| HandlerError::SystemErr(format!("encoding results: {e}"))),
                 // The operation panicked (or the pool is gone).
                 Err(_) => failure(proc, Nfsstat3::NFS3ERR_SERVERFAULT),
             }

@@ -14,6 +14,7 @@ use super::dirlist;
 use crate::fs::{self, CreateHow, Export, NfsError, NfsResult};
 use crate::nfs3::*;
 use crate::Limits;
+use rpcrdma_proto::provider::FileRange;
 
 /// What a procedure needs besides its arguments.
 #[derive(Clone, Debug)]
@@ -25,6 +26,23 @@ pub(crate) struct Env {
     pub(crate) room: u64,
     /// READ buffers.
     pub(crate) bufs: Arc<BufPool>,
+    /// The transport sends a READ's data from the file (the Write chunk
+    /// offered: [`rpcrdma::ReplyRoom::file_chunk`]): READ answers with a
+    /// file range ([`read_file`]).
+    pub(crate) file_chunk: Option<u64>,
+}
+
+/// Runs the procedure of `args` on `e` as [`execute`], except a READ the
+/// transport sends from the file: its results and the file range of its
+/// data (the results' `data` left empty).
+pub(crate) fn run(e: &Export, args: Nfs3Args, env: &Env) -> (Nfs3Res, Option<FileRange>) {
+    match args {
+        Nfs3Args::Read(a) if env.file_chunk.is_some() => {
+            let (res, range) = read_file(e, &a, env);
+            (Nfs3Res::Read(res), range)
+        }
+        args => (execute(e, args, env), None),
+    }
 }
 
 /// Runs the procedure of `args` on `e`.
@@ -149,6 +167,24 @@ fn read(e: &Export, a: &ReadArgs, env: &Env) -> ReadRes {
             data: env.bufs.freeze(buf, r.len),
         }),
         Err(err) => fail(err, || attr_of(e, &a.file), None),
+    }
+}
+
+/// READ as a file range (`fs::ops_read_file` says what the client sees
+/// when the file changes before the range is sent).
+fn read_file(e: &Export, a: &ReadArgs, env: &Env) -> (ReadRes, Option<FileRange>) {
+    let want = a.effective_count(&env.limits);
+    match fh_in(&a.file).and_then(|fh| e.read_range(&fh, a.offset, want)) {
+        Ok(r) => (
+            Res::Ok(ReadResOk {
+                file_attributes: post(&r.attr),
+                count: r.range.len(),
+                eof: r.eof,
+                data: bytes::Bytes::new(),
+            }),
+            Some(r.range),
+        ),
+        Err(err) => (fail(err, || attr_of(e, &a.file), None), None),
     }
 }
 

@@ -35,24 +35,19 @@ pub(crate) struct DdpItem {
 //# MUST be moved to the chunk.
 // (A `Piece::Ddp` is the data only; its count stays in the inline piece.)
 pub(crate) fn flatten(pieces: &[Piece]) -> (Vec<u8>, Vec<DdpItem>) {
-    let total: usize = pieces
-        .iter()
-        .map(|p| match p {
-            Piece::Inline(b) => b.len(),
-            Piece::Ddp(b) => b.len() + pad4(b.len()),
-        })
-        .sum();
+    let total: usize = pieces.iter().map(Piece::xdr_len).sum();
     let mut stream = Vec::with_capacity(total);
     let mut ddp = Vec::new();
     for p in pieces {
         match p {
             Piece::Inline(b) => stream.extend_from_slice(b),
-            Piece::Ddp(b) => {
+            Piece::Ddp(_) | Piece::File(_) => {
+                let b = p.file_octets();
                 ddp.push(DdpItem {
                     position: stream.len(),
                     len: b.len(),
                 });
-                stream.extend_from_slice(b);
+                stream.extend_from_slice(&b);
                 stream.resize(stream.len() + pad4(b.len()), 0);
             }
         }
@@ -68,15 +63,15 @@ pub(crate) fn layout(pieces: &[Piece]) -> (usize, Vec<(usize, DdpItem)>) {
     for (i, p) in pieces.iter().enumerate() {
         match p {
             Piece::Inline(b) => at += b.len(),
-            Piece::Ddp(b) => {
+            Piece::Ddp(_) | Piece::File(_) => {
                 ddp.push((
                     i,
                     DdpItem {
                         position: at,
-                        len: b.len(),
+                        len: p.len(),
                     },
                 ));
-                at += b.len() + pad4(b.len());
+                at += p.xdr_len();
             }
         }
     }
@@ -105,8 +100,8 @@ pub(crate) fn inline_len_except(pieces: &[Piece], skip: &[usize]) -> usize {
         .enumerate()
         .map(|(i, p)| match p {
             Piece::Inline(b) => b.len(),
-            Piece::Ddp(b) if !skip.contains(&i) => b.len() + pad4(b.len()),
-            Piece::Ddp(_) => 0,
+            _ if !skip.contains(&i) => p.xdr_len(),
+            _ => 0,
         })
         .sum()
 }
@@ -135,7 +130,9 @@ pub(crate) fn write_except(pieces: &[Piece], skip: &[usize], out: &mut [u8]) -> 
         match p {
             Piece::Inline(b) => put(b, 0, out),
             Piece::Ddp(b) if !skip.contains(&i) => put(b, pad4(b.len()), out),
-            Piece::Ddp(_) => {}
+            // (Read ahead by the responder: see `send_reply`.)
+            Piece::File(_) if !skip.contains(&i) => put(&p.file_octets(), pad4(p.len()), out),
+            Piece::Ddp(_) | Piece::File(_) => {}
         }
     }
     at

@@ -93,6 +93,27 @@ fn placeholders(lens: &[u32]) -> WriteList {
         .collect()
 }
 
+/// True when [`plan_call`] plans exactly an inline call offering no reply
+/// resources (no Write chunk, no Reply chunk): the first transmission of a
+/// call whose header with three empty lists plus its whole XDR stream fits
+/// the send threshold, and whose largest reply fits the receive threshold
+/// after such a header (or a backchannel call, which offers none). Every
+/// small call; the engine then builds neither the plan nor chunk lists
+/// (pinned to `plan_call` by a proptest).
+#[inline]
+pub(super) fn plain_call(
+    params: &Params,
+    backchannel: bool,
+    stream_len: usize,
+    reply_max: u32,
+    reform: Reform,
+) -> bool {
+    let min_hdr = params.framing.min_msg_header_len();
+    reform == Reform::NONE
+        && (backchannel || min_hdr + reply_max as usize <= params.recv_threshold)
+        && min_hdr + stream_len <= params.send_threshold
+}
+
 /// Plans a call. A backchannel call (`backchannel`) is inline or nothing
 /// (RFC 8167 section 5.3 leaves chunks to the upper layer binding; the
 /// NFSv4.1 backchannel needs none) and offers no reply resources.
@@ -262,6 +283,42 @@ fn spread_into(
 /// `None`: the reply fits neither inline nor the Reply chunk, or a result
 /// does not fit its Write chunk (ERR_CHUNK; a reply is never truncated).
 pub(super) fn plan_reply(
+    params: &Params,
+    writes: &WriteList,
+    reply: Option<&WriteChunk>,
+    stream_len: usize,
+    ddp: &[(usize, DdpItem)],
+) -> Option<ReplyPlan> {
+    if plain_reply(params, writes, reply, stream_len) {
+        return Some(ReplyPlan {
+            form: ReplyForm::Inline,
+            chunks: ChunkLists::empty(),
+            written: Vec::new(),
+            writes: Vec::new(),
+        });
+    }
+    plan_reply_general(params, writes, reply, stream_len, ddp)
+}
+
+/// True when the call offered no Write chunk and no Reply chunk and the
+/// whole reply fits inline after a header with three empty lists: what
+/// [`plan_reply_general`] plans then (inline, nothing echoed, nothing
+/// written) without its loops and lists (every small reply; pinned to it
+/// by a proptest).
+#[inline]
+fn plain_reply(
+    params: &Params,
+    writes: &WriteList,
+    reply: Option<&WriteChunk>,
+    stream_len: usize,
+) -> bool {
+    writes.is_empty()
+        && reply.is_none()
+        && params.framing.min_msg_header_len() + stream_len <= params.send_threshold
+}
+
+/// [`plan_reply`] for every reply.
+fn plan_reply_general(
     params: &Params,
     writes: &WriteList,
     reply: Option<&WriteChunk>,
@@ -632,6 +689,60 @@ mod tests {
             }
         }
 
+        /// `plain_call` says yes exactly when `plan_call` plans an inline
+        /// call without reply resources, whatever the thresholds, the
+        /// call's pieces, its largest reply and an earlier error report's
+        /// reform (the fast path against the general one).
+        #[test]
+        fn a_plain_call_is_what_plan_call_plans_inline_without_chunks(
+            pieces in pieces(),
+            send in thr(),
+            recv in thr(),
+            backchannel: bool,
+            v2: bool,
+            reply_max in prop_oneof![0u32..2000, 0u32..100000],
+            results in proptest::collection::vec(prop_oneof![0u32..100, 0u32..70000], 0..4),
+            reform in (any::<bool>(), any::<bool>(), any::<bool>(), 0u8..4).prop_map(
+                |(long, no_writes, reply_chunk, none)| if none > 0 {
+                    Reform::NONE
+                } else {
+                    Reform { long, no_writes, reply_chunk }
+                }
+            ),
+            near_send in proptest::option::of(-1isize..=1),
+            near_recv in proptest::option::of(-1isize..=1),
+        ) {
+            let mut p = params(send, recv);
+            if v2 {
+                p.framing = Framing::V2;
+            }
+            let mut l = lens(&pieces, reply_max, &results);
+            l.reform = reform;
+            // Thresholds at, just under and just over what a plain call
+            // and its largest reply need.
+            let min_hdr = p.framing.min_msg_header_len() as isize;
+            let at = |need: isize, d: isize| (need + d).max(0) as usize;
+            if let Some(d) = near_send {
+                p.send_threshold = at(min_hdr + l.stream_len as isize, d);
+            }
+            if let Some(d) = near_recv {
+                p.recv_threshold = at(min_hdr + reply_max as isize, d);
+            }
+            let fast = plain_call(&p, backchannel, l.stream_len, reply_max, reform);
+            let general = matches!(
+                plan_call(&p, backchannel, l),
+                Ok(CallPlan { form: CallForm::Inline, ref write_lens, reply_len: None })
+                    if write_lens.is_empty()
+            );
+            // (Only a reform can make the general plan inline and plain
+            // while the fast one declines: it is never taken for one.)
+            if reform == Reform::NONE {
+                prop_assert_eq!(fast, general);
+            } else {
+                prop_assert!(!fast);
+            }
+        }
+
         /// A call offers reply resources only when the largest reply may
         /// not fit the receive threshold, and then enough: Write chunks of
         /// the DDP results' sizes, and a Reply chunk of `reply_max` unless
@@ -681,6 +792,49 @@ mod tests {
     }
 
     proptest! {
+        /// `plain_reply` says yes exactly when the general planner plans
+        /// an inline reply with nothing echoed and nothing written, and
+        /// `plan_reply` then gives that same plan (the fast path against
+        /// the general one), at thresholds around the boundary too.
+        #[test]
+        fn a_plain_reply_is_what_the_general_plan_gives(
+            pieces in pieces(),
+            send in thr(),
+            v2: bool,
+            near in proptest::option::of(-1isize..=1),
+            writes in proptest::collection::vec(arb_chunk(), 0..2),
+            reply in proptest::option::of(arb_chunk()),
+            bare in any::<bool>(),
+        ) {
+            let mut p = params(send, 4096);
+            if v2 {
+                p.framing = Framing::V2;
+            }
+            let (writes, reply): (WriteList, _) = if bare {
+                (WriteList::new(), None)
+            } else {
+                (writes.into_iter().collect(), reply)
+            };
+            let (stream_len, ddp) = marshal::layout(&pieces);
+            if let Some(d) = near {
+                let need = (p.framing.min_msg_header_len() + stream_len) as isize;
+                p.send_threshold = (need + d).max(0) as usize;
+            }
+            let fast = plain_reply(&p, &writes, reply.as_ref(), stream_len);
+            let general = plan_reply_general(&p, &writes, reply.as_ref(), stream_len, &ddp);
+            let plain = general.as_ref().is_some_and(|g| {
+                g.form == ReplyForm::Inline
+                    && g.chunks == ChunkLists::empty()
+                    && g.written.is_empty()
+                    && g.writes.is_empty()
+            });
+            prop_assert_eq!(fast, plain && writes.is_empty() && reply.is_none());
+            prop_assert_eq!(
+                plan_reply(&p, &writes, reply.as_ref(), stream_len, &ddp),
+                general
+            );
+        }
+
         /// A reply plan echoes every chunk offered (same segments, each
         /// length no more than offered), writes each DDP item it moves in
         /// full into its own chunk, sends the rest inline when it fits and

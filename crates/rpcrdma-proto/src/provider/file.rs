@@ -18,16 +18,24 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-/// `len` octets of `file` from `offset`.
+/// `len` octets of `file` from `offset`. Two ranges are equal when they
+/// name the same octets of the same open file.
 #[derive(Clone, Debug)]
 pub struct FileRange {
     file: Arc<File>,
     offset: u64,
     len: u32,
 }
+
+impl PartialEq for FileRange {
+    fn eq(&self, o: &Self) -> bool {
+        Arc::ptr_eq(&self.file, &o.file) && self.offset == o.offset && self.len == o.len
+    }
+}
+
+impl Eq for FileRange {}
 
 impl FileRange {
     /// The range `offset..offset + len` of `file`.
@@ -74,7 +82,10 @@ impl FileRange {
         if buf.len() != self.len as usize {
             return Err(io::ErrorKind::InvalidInput.into());
         }
-        self.file.read_exact_at(buf, self.offset)
+        #[cfg(unix)]
+        return std::os::unix::fs::FileExt::read_exact_at(&*self.file, buf, self.offset);
+        #[cfg(not(unix))]
+        return Err(io::ErrorKind::Unsupported.into());
     }
 
     /// The range's octets, read now.

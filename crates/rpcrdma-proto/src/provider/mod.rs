@@ -140,7 +140,6 @@ pub use smallvec::{smallvec, SmallVec};
 pub mod cm;
 pub mod conformance;
 pub mod fault;
-#[cfg(unix)]
 pub mod file;
 pub mod mem;
 pub mod mem_cm;
@@ -151,7 +150,6 @@ pub use cm::{
     CmError, ConnectRequest, ConnectionManager, DropReason, LinkInfo, ListenEvent, Listener,
     PendingConnection,
 };
-#[cfg(unix)]
 pub use file::FileRange;
 
 //= rfc5044#section-7.1.1
@@ -953,7 +951,6 @@ pub trait Provider {
     /// owned registration ([`Access::NONE`]), as a caller without this
     /// method would. A file shorter than the range is refused
     /// ([`ProviderError::InvalidArgument`]).
-    #[cfg(unix)]
     fn register_file(&mut self, range: &FileRange) -> Result<MemoryRegion, ProviderError> {
         let data = range
             .read()
@@ -1172,7 +1169,6 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     fn register_recv(&mut self, len: usize) -> Result<MemoryRegion, ProviderError> {
         (**self).register_recv(len)
     }
-    #[cfg(unix)]
     fn register_file(&mut self, range: &FileRange) -> Result<MemoryRegion, ProviderError> {
         (**self).register_file(range)
     }

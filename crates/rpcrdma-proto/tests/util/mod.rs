@@ -336,8 +336,9 @@ pub fn stream(pieces: &Message, xid: u32) -> Vec<u8> {
     for p in pieces.pieces() {
         match p {
             Piece::Inline(b) => out.extend_from_slice(b),
-            Piece::Ddp(b) => {
-                out.extend_from_slice(b);
+            Piece::Ddp(_) | Piece::File(_) => {
+                let b = p.file_octets();
+                out.extend_from_slice(&b);
                 out.resize(out.len() + (4 - b.len() % 4) % 4, 0);
             }
         }

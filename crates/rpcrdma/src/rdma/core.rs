@@ -842,7 +842,7 @@ impl Core {
         d: &dyn CallDispatcher,
         xid: u32,
         handle: CallHandle,
-        (message, reply_chunk): (Message, Option<u64>),
+        (message, reply_chunk, file_chunk): (Message, Option<u64>, Option<u64>),
     ) {
         let inline_threshold = self.conn.negotiated().map(|n| n.send_threshold);
         self.shared
@@ -855,6 +855,7 @@ impl Core {
             room: ReplyRoom {
                 inline_threshold,
                 reply_chunk,
+                file_chunk,
             },
         });
         let mut replies = self.shared.end_dispatch();
@@ -899,7 +900,19 @@ impl Core {
                     reply_chunk = ?ic.reply_chunk,
                     "rpc/rdma call received"
                 );
-                self.dispatch(&*d, ic.xid, ic.handle, (ic.message, ic.reply_chunk));
+                // A file piece goes from the file into the first Write
+                // chunk when the provider can send files.
+                let file_chunk = ic
+                    .write_chunks
+                    .first()
+                    .copied()
+                    .filter(|_| self.prov.sends_files());
+                self.dispatch(
+                    &*d,
+                    ic.xid,
+                    ic.handle,
+                    (ic.message, ic.reply_chunk, file_chunk),
+                );
                 self.dispatcher = Some(d);
             }
             Event::ReplyReceived(r) => {

@@ -16,7 +16,6 @@ use std::time::Instant;
 
 use super::connection::{Connection, Direction};
 use super::ids::IdMap;
-use super::marshal::pad4;
 use super::plan::Reform;
 use super::resources::Mrs;
 use super::timer::Deadlines;
@@ -384,8 +383,8 @@ fn inline_runs_aligned(pieces: &[Piece]) -> bool {
     for p in pieces {
         match p {
             Piece::Inline(b) => run += b.len(),
-            Piece::Ddp(_) if !run.is_multiple_of(4) => return false,
-            Piece::Ddp(_) => run = 0,
+            _ if !run.is_multiple_of(4) => return false,
+            Piece::Ddp(_) | Piece::File(_) => run = 0,
         }
     }
     run.is_multiple_of(4)
@@ -399,10 +398,15 @@ impl Connection {
         &mut self,
         now: Instant,
         p: &mut dyn Provider,
-        call: OutgoingCall,
+        mut call: OutgoingCall,
     ) -> Result<CallId, CallError> {
         if let Some(e) = &self.error {
             return Err(CallError::Closed(e.clone()));
+        }
+        // A call's DDP data goes in Read chunks, read by the peer from
+        // registered memory: file pieces are read here.
+        if call.message.has_files() && call.message.materialize_files().is_err() {
+            return Err(CallError::BadMessage("a file piece could not be read"));
         }
         match call.message.pieces().first() {
             Some(Piece::Inline(b)) if b.len() >= 8 => {}
@@ -423,15 +427,7 @@ impl Connection {
                 "inline pieces must be whole XDR items (multiples of four octets)",
             ));
         }
-        let len: usize = call
-            .message
-            .pieces()
-            .iter()
-            .map(|p| match p {
-                Piece::Inline(b) => b.len(),
-                Piece::Ddp(b) => b.len() + pad4(b.len()),
-            })
-            .sum();
+        let len: usize = call.message.pieces().iter().map(Piece::xdr_len).sum();
         let max = self.config.limits.max_message_len as usize;
         if len > max {
             return Err(CallError::TooLarge { len, max });

@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::engine::connection::Connection;
 use crate::engine::framing::{DataHeader, Framing, Shape};
 use crate::engine::marshal::{self, pad4, DdpItem};
-use crate::engine::plan::{plan_call, CallForm, CallLens, CallPlan};
+use crate::engine::plan::{plain_call, plan_call, CallForm, CallLens, CallPlan};
 use crate::engine::resources::{Mrs, Op};
 use crate::engine::{CallError, CallFailure, ConnectionError, Event, Piece};
 use crate::provider::{Access, MemoryRegion, Provider, ProviderError, SendOp, SendWr};
@@ -89,6 +89,15 @@ impl Connection {
                 max,
             });
         }
+        if plain_call(
+            self.params(),
+            self.inline_only(),
+            stream_len,
+            reply_max,
+            call.reform,
+        ) {
+            return Ok(self.marshal_plain(call));
+        }
         let lens = CallLens {
             stream_len,
             ddp_items: ddp.len(),
@@ -140,6 +149,28 @@ impl Connection {
         call.write_mrs = offer.write_mrs;
         call.reply_mr = offer.reply_mr;
         Ok(Marshalled { header, inline })
+    }
+
+    /// [`Connection::marshal_call`] for a plain call (see
+    /// [`plain_call`]): inline, its DDP pieces too, with three empty chunk
+    /// lists, nothing registered — what the general path gives for it,
+    /// without the plan, the chunk lists and the offer.
+    fn marshal_plain(&mut self, call: &mut OutCall) -> Marshalled {
+        debug_assert!(call.chunk_mrs.is_empty() && call.write_mrs.is_empty());
+        debug_assert!(call.reply_mr.is_none());
+        call.long = false;
+        let header = self.params().framing.data_header(
+            call.xid,
+            self.req.requested,
+            Shape::Msg,
+            ChunkLists::empty(),
+            None,
+            false,
+        );
+        Marshalled {
+            header,
+            inline: Some(Skip::new()),
+        }
     }
 
     /// Writes call `xid` (in the call map), marshalled as `m`: staged with

@@ -12,7 +12,9 @@ use crate::engine::resources::Op;
 use crate::engine::{
     CallError, CallHandle, ConnectionError, Message, OutgoingReply, Piece, ReplyForm,
 };
-use crate::provider::{Access, Bytes, MemoryRegion, Provider, SendOp, SendWr, Sges};
+use crate::provider::{
+    Access, Bytes, FileRange, MemoryRegion, Provider, ProviderError, SendOp, SendWr, Sges,
+};
 use smallvec::smallvec;
 
 use super::{InCall, InState, ReplyJob};
@@ -70,7 +72,7 @@ impl Connection {
         &mut self,
         p: &mut dyn Provider,
         call: Box<InCall>,
-        message: Message,
+        mut message: Message,
         stream_len: usize,
         ddp: &[(usize, DdpItem)],
     ) -> Result<ReplyForm, CallError> {
@@ -92,6 +94,13 @@ impl Connection {
             self.send_error(p, xid, why);
             return Ok(ReplyForm::ErrChunk);
         };
+        // File pieces that go inline or in the Reply chunk are read now;
+        // those in Write chunks go to the provider as files.
+        if message.has_files() && message.materialize_files_except(&written).is_err() {
+            self.resp.recycle(call);
+            let e = ProviderError::InvalidArgument("a file piece could not be read");
+            return Err(self.reply_lost(p, ConnectionError::Provider(e)));
+        }
         let shape = match form {
             ReplyForm::ReplyChunk => Shape::Nomsg,
             _ => Shape::Msg,
@@ -140,17 +149,19 @@ impl Connection {
         };
         self.resp.recycle(call);
         // The DDP pieces are the Write sources as they are: registered
-        // read-only, shared with whoever else holds them, never copied.
-        let mut sources: Vec<Bytes> = Vec::new();
+        // read-only, shared with whoever else holds them, never copied;
+        // file pieces registered as files.
+        let mut sources: Vec<Source> = Vec::new();
         if !written.is_empty() || long_src.is_some() {
             sources = written
                 .iter()
                 .map(|&pi| match message.pieces().get(pi) {
-                    Some(Piece::Ddp(b)) => b.clone(),
-                    _ => Bytes::new(),
+                    Some(Piece::Ddp(b)) => Source::Mem(b.clone()),
+                    Some(Piece::File(r)) => Source::File(r.clone()),
+                    _ => Source::Mem(Bytes::new()),
                 })
                 .collect();
-            sources.extend(long_src);
+            sources.extend(long_src.map(Source::Mem));
         }
         let r = self.post_reply(p, sources, writes, send, op);
         //= rfc8166#section-4.5.4
@@ -191,7 +202,7 @@ impl Connection {
     pub(in crate::engine) fn post_reply(
         &mut self,
         p: &mut dyn Provider,
-        sources: Vec<Bytes>,
+        sources: Vec<Source>,
         plan: Vec<WriteOp>,
         send: (MemoryRegion, u32),
         op: SendOp,
@@ -220,7 +231,11 @@ impl Connection {
             }
             // Local read only: the source of RDMA Writes, never exposed to
             // the peer (no STag of it is ever sent).
-            match p.register_shared(source, Access::NONE) {
+            let r = match source {
+                Source::Mem(b) => p.register_shared(b, Access::NONE),
+                Source::File(f) => p.register_file(&f),
+            };
+            match r {
                 Ok(mr) => {
                     shared.push(mr);
                     srcs.push(Some(mr));
@@ -351,5 +366,21 @@ impl Connection {
     pub(in crate::engine) fn error_sent(&mut self, p: &mut dyn Provider, mr: MemoryRegion) {
         self.resp.errors_unacked = self.resp.errors_unacked.saturating_sub(1);
         self.res.release(p, mr);
+    }
+}
+
+/// The source of a reply's RDMA Writes: bytes in memory, or a file range
+/// ([`Piece::File`], registered with [`Provider::register_file`]).
+pub(in crate::engine) enum Source {
+    Mem(Bytes),
+    File(FileRange),
+}
+
+impl Source {
+    fn is_empty(&self) -> bool {
+        match self {
+            Source::Mem(b) => b.is_empty(),
+            Source::File(r) => r.is_empty(),
+        }
     }
 }
