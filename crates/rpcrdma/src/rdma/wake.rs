@@ -198,7 +198,15 @@ pub(crate) struct TaskWake {
     /// The holder is arming the provider (or past it) in its last round:
     /// the provider's wake-ups count again (see [`TaskWake::provider_waker`]).
     arming: AtomicBool,
-    /// The driver task's waker, and the last delegated waiter's.
+    /// The driver task's waker as its first poll set it: one task drives a
+    /// connection for its life, so this is read (and compared) without a
+    /// lock on every wake-up and poll of the driver task.
+    driver: std::sync::OnceLock<Waker>,
+    /// `Wakers::driver` replaced `driver` (a driver polled with another
+    /// waker than its first: not seen in practice, kept correct).
+    driver_moved: AtomicBool,
+    /// The last delegated waiter's waker (and the driver task's, once it
+    /// moved).
     wakers: Mutex<Wakers>,
     /// The delegated waiter's token, 0 when none is (the waker kept in
     /// `wakers` counts only while it is not 0).
@@ -239,6 +247,8 @@ impl TaskWake {
             fired: AtomicBool::new(true),
             active: AtomicBool::new(false),
             arming: AtomicBool::new(false),
+            driver: std::sync::OnceLock::new(),
+            driver_moved: AtomicBool::new(false),
             wakers: Mutex::new(Wakers::default()),
             delegated: AtomicUsize::new(0),
         })
@@ -275,12 +285,28 @@ impl TaskWake {
         self.wakers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The driver task's waker (a comparison when unchanged).
+    /// The driver task's waker (a comparison without a lock when
+    /// unchanged; only the driver task calls this).
     pub(crate) fn set_driver(&self, w: &Waker) {
+        if !self.driver_moved.load(Ordering::SeqCst) {
+            match self.driver.get() {
+                Some(d) if d.will_wake(w) => return,
+                Some(_) => {}
+                None => {
+                    if self.driver.set(w.clone()).is_ok() {
+                        return;
+                    }
+                }
+            }
+        }
         let mut d = self.wakers();
         if !d.driver.as_ref().is_some_and(|d| d.will_wake(w)) {
             d.driver = Some(w.clone());
         }
+        // Before the driver looks at the flag (sequentially consistent,
+        // as `wake` sets the flag before it reads this): a wake-up either
+        // is seen by that look or wakes the waker kept here.
+        self.driver_moved.store(true, Ordering::SeqCst);
     }
 
     /// The waiter `token` (not 0) takes the driver task's wake-ups (see
@@ -348,21 +374,30 @@ impl TaskWake {
         self.wake_driver();
     }
 
-    /// Wakes the delegated waiter, else the driver task.
+    /// Wakes the delegated waiter, else the driver task. (A waiter is
+    /// delegated under the lock, its waker kept before its token: one seen
+    /// delegated here has its waker in place once the lock is taken. One
+    /// revoked meanwhile hands the wake-up to the driver task: this
+    /// wake-up set the flag before it looked, and [`TaskWake::revoke`]
+    /// looks at the flag after it takes the token back.)
     fn wake_driver(&self) {
-        let d = self.wakers();
-        let w = if self.delegated.load(Ordering::SeqCst) != 0 {
-            d.waiter.as_ref()
-        } else {
-            d.driver.as_ref()
-        };
-        if let Some(w) = w {
+        if self.delegated.load(Ordering::SeqCst) == 0 {
+            self.wake_driver_task();
+            return;
+        }
+        if let Some(w) = self.wakers().waiter.as_ref() {
             w.wake_by_ref();
         }
     }
 
     /// Wakes the driver task (never a waiter).
     fn wake_driver_task(&self) {
+        if !self.driver_moved.load(Ordering::SeqCst) {
+            if let Some(w) = self.driver.get() {
+                w.wake_by_ref();
+            }
+            return;
+        }
         let d = self.wakers();
         if let Some(w) = d.driver.as_ref() {
             w.wake_by_ref();
@@ -533,6 +568,37 @@ mod tests {
         assert_eq!((n(&driver), n(&waiter)), (2, 3));
         conn.wake_by_ref();
         assert_eq!((n(&driver), n(&waiter)), (3, 3));
+    }
+
+    /// The driver task's waker is kept on its first poll and read without
+    /// a lock; a driver polled with another waker is woken through that
+    /// one from then on (also for a hand-over and a waiter's revoke).
+    #[test]
+    fn a_driver_polled_with_another_waker_is_woken_through_it() {
+        let (a, b) = (
+            Arc::new(Count(AtomicU32::new(0))),
+            Arc::new(Count(AtomicU32::new(0))),
+        );
+        let n = |c: &Arc<Count>| c.0.load(Ordering::SeqCst);
+        let w = TaskWake::new();
+        let conn = w.waker();
+        w.set_driver(&Waker::from(a.clone()));
+        w.set_driver(&Waker::from(a.clone()));
+        w.take();
+        conn.wake_by_ref();
+        assert_eq!((n(&a), n(&b)), (1, 0));
+        w.take();
+        w.set_driver(&Waker::from(b.clone()));
+        conn.wake_by_ref();
+        assert_eq!((n(&a), n(&b)), (1, 1));
+        w.hand_over();
+        assert_eq!((n(&a), n(&b)), (1, 2));
+        w.take();
+        w.delegate(3, &Waker::from(a.clone()));
+        conn.wake_by_ref();
+        assert_eq!((n(&a), n(&b)), (2, 2));
+        w.revoke(3);
+        assert_eq!((n(&a), n(&b)), (2, 3));
     }
 
     #[test]
