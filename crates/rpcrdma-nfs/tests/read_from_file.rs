@@ -20,18 +20,6 @@ use rpcrdma_nfs::server::NfsServiceConfig;
 use served::*;
 use sha2::{Digest, Sha256};
 
-fn pattern(n: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
-
 fn server_config(crc: bool) -> RdmaServerConfig {
     let mut c = RdmaServerConfig::default();
     if let Some(cm) = c.provider.iwarp_mut() {
@@ -63,7 +51,7 @@ async fn get_is_bit_exact_with_crc_off_and_on() {
     bounded(async {
         for crc in [false, true] {
             let s = Served::start_with(NfsServiceConfig::default(), server_config(crc)).await;
-            let data = pattern((5 << 20) + 1235, 3 + crc as u32);
+            let data = pattern(3 + crc as u32, (5 << 20) + 1235);
             std::fs::write(s.dir.path("f"), &data).unwrap();
             std::fs::write(s.dir.path("empty"), b"").unwrap();
             let (n, digest) = get_sha(&s, b"f").await;
